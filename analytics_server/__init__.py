@@ -1,0 +1,1 @@
+"""The analytics server: aiohttp analyst and device APIs, orchestration, SQLAlchemy storage."""

@@ -1,0 +1,1 @@
+"""The device SDK: DeviceClient, local example store, task runner, fleet simulator."""

@@ -1,0 +1,1 @@
+"""One line per query kind: importing this module registers every kind the service offers."""
