@@ -1,0 +1,273 @@
+"""The client (device) side of secure aggregation as a sans-IO state machine.
+
+`start()` returns the AdvertiseKeys message; `receive(server_message)` returns the reply for the next
+phase. Before answering, the client checks what the server shows it: peers are its graph neighbours,
+its own keys were relayed unchanged, no public key appears twice, signatures verify (active model), the
+survivor sets are nested (U3 ⊆ U2 ⊆ U1), contain it and hold at least the threshold of its neighbourhood,
+and it never reveals both the self-mask share and the key share of one peer — not even across retried
+or altered unmask requests. Answering the byte-identical message again returns the same reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import struct
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from secagg import crypto, encoding, shamir
+from secagg.config import SecAggConfig
+from secagg.errors import (
+    ConfigError,
+    DecryptionError,
+    DoubleRevealError,
+    DuplicateKeyError,
+    InconsistentSetsError,
+    ProtocolError,
+    SignatureError,
+    UnknownPartyError,
+    WrongPhaseError,
+    WrongSessionError,
+)
+from secagg.messages import (
+    AdvertiseKeys,
+    ConsistencyRequest,
+    ConsistencySignature,
+    MaskedInput,
+    Message,
+    PeerKeys,
+    RoutedShares,
+    ShareKeys,
+    ShareKind,
+    UnmaskRequest,
+    UnmaskShares,
+    decode,
+    decode_bitmap,
+)
+from secagg.meter import Meter, NullMeter
+from secagg.phases import Phase
+
+_PLAINTEXT = struct.Struct(">II33s33s")
+_FATAL = (SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError)
+
+
+class ClientSession:
+    def __init__(
+        self,
+        config: SecAggConfig,
+        party_id: int,
+        input_vector: np.ndarray,
+        identity_key: Ed25519PrivateKey | None = None,
+        peer_identity_keys: dict[int, bytes] | None = None,
+        meter: Meter | None = None,
+    ) -> None:
+        if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
+            raise ConfigError(f"party_id: must be between 1 and n={config.n}, got {party_id!r}")
+        vec = np.asarray(input_vector)
+        if vec.shape != (config.dim,) or vec.dtype.kind not in "iu":
+            raise ConfigError(f"input_vector: must be an integer vector of length {config.dim}")
+        if vec.size and (int(vec.min()) < 0 or int(vec.max()) > config.modulus_mask):
+            raise ConfigError(f"input_vector: entries must lie in [0, 2^{config.bits})")
+        if config.active and (identity_key is None or peer_identity_keys is None):
+            raise ConfigError("identity_key and peer_identity_keys are required in the active threat model")
+        self.config = config
+        self.party = party_id
+        self._input = vec.astype(config.work_dtype)
+        self._identity = identity_key
+        self._peer_ids = dict(peer_identity_keys or {})
+        self._meter = meter or NullMeter()
+        self._nbrs = frozenset(config.neighbour_graph.closed(party_id))
+        self._t = config.share_threshold
+        self.phase = Phase.ADVERTISE_KEYS
+        self._advert: bytes | None = None
+        self._last: tuple[bytes, bytes | None] | None = None
+        self._revealed: dict[int, ShareKind] = {}
+        self._signed_survivors: bytes | None = None
+
+    # -- public API -------------------------------------------------------------------------------
+
+    def start(self) -> bytes:
+        """The AdvertiseKeys message (the same bytes if called again)."""
+        if self._advert is None:
+            self._c_sk, self._c_pk = crypto.x25519_keypair()
+            self._s_sk, self._s_pk = crypto.x25519_keypair()
+            sig = b""
+            if self.config.active:
+                payload = crypto.advertise_payload(self.config.session_id, self.party, self._c_pk, self._s_pk)
+                sig = crypto.sign(self._identity, payload)  # type: ignore[arg-type]
+            self._advert = AdvertiseKeys(self.config.session_id, self.party, self._c_pk, self._s_pk, sig).encode()
+        return self._advert
+
+    def receive(self, data: bytes) -> bytes | None:
+        """Process one server message; returns this client's reply, or None once finished."""
+        digest = hashlib.sha256(data).digest()
+        if self._last is not None and self._last[0] == digest:
+            return self._last[1]
+        if self._advert is None:
+            raise WrongPhaseError("call start() before passing server messages")
+        if self.phase is Phase.ABORTED:
+            raise WrongPhaseError("this client abandoned the session after a protocol violation")
+        msg = decode(data)
+        if msg.session_id != self.config.session_id:
+            raise WrongSessionError("message belongs to another session")
+        if msg.party != self.party:
+            raise UnknownPartyError(f"message is addressed to party {msg.party}, this is party {self.party}")
+        handler = self._handler(msg)
+        try:
+            reply = handler(msg)
+        except _FATAL:
+            self.phase = Phase.ABORTED
+            raise
+        self._last = (digest, reply)
+        return reply
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def _handler(self, msg: Message):
+        p, active = self.phase, self.config.active
+        if p is Phase.ADVERTISE_KEYS and isinstance(msg, PeerKeys):
+            return self._on_peer_keys
+        if p is Phase.SHARE_KEYS and isinstance(msg, RoutedShares):
+            return self._on_routed_shares
+        if p is Phase.MASKED_INPUT and active and isinstance(msg, ConsistencyRequest):
+            return self._on_consistency_request
+        if isinstance(msg, UnmaskRequest) and (
+            (p is Phase.MASKED_INPUT and not active) or p in (Phase.CONSISTENCY_CHECK, Phase.DONE)
+        ):
+            return self._on_unmask_request
+        raise WrongPhaseError(f"{type(msg).__name__} does not belong to phase {p.label}")
+
+    # -- phase handlers ---------------------------------------------------------------------------
+
+    def _on_peer_keys(self, msg: PeerKeys) -> bytes:
+        cfg = self.config
+        parties = [p.party for p in msg.peers]
+        if len(set(parties)) != len(parties):
+            raise InconsistentSetsError("peer keys: a party is listed twice")
+        stray = set(parties) - self._nbrs
+        if stray:
+            raise InconsistentSetsError(f"peer keys: parties {sorted(stray)[:5]} are not neighbours")
+        if len(parties) < self._t:
+            raise InconsistentSetsError(f"peer keys: {len(parties)} peers, below the threshold {self._t}")
+        own = next((p for p in msg.peers if p.party == self.party), None)
+        if own is None or own.c_pk != self._c_pk or own.s_pk != self._s_pk:
+            raise InconsistentSetsError("peer keys: this party's own keys are missing or altered")
+        keys = [p.c_pk for p in msg.peers] + [p.s_pk for p in msg.peers]
+        if len(set(keys)) != len(keys):
+            raise DuplicateKeyError("peer keys: the same public key is advertised twice")
+        if cfg.active:
+            for p in msg.peers:
+                ident = self._peer_ids.get(p.party)
+                if ident is None:
+                    raise SignatureError(f"no identity key for party {p.party}")
+                payload = crypto.advertise_payload(cfg.session_id, p.party, p.c_pk, p.s_pk)
+                crypto.verify(ident, p.signature, payload, f"party {p.party}'s advertised keys")
+        self._peers = {p.party: p for p in msg.peers}
+        u1 = sorted(self._peers)
+
+        self._b_seed = secrets.token_bytes(32)
+        with self._meter.measure("shamir"):
+            b_shares = shamir.split(shamir.ints_from_secret(self._b_seed), u1, self._t)
+            s_shares = shamir.split(shamir.ints_from_secret(crypto.x25519_private_bytes(self._s_sk)), u1, self._t)
+        self._own_shares = (b_shares[self.party], s_shares[self.party])
+        self._channel: dict[int, bytes] = {}
+        cts = []
+        for v in u1:
+            if v == self.party:
+                continue
+            with self._meter.measure("key_agreement"):
+                key = crypto.channel_key(crypto.agree(self._c_sk, self._peers[v].c_pk), cfg.session_id, self.party, v)
+            self._channel[v] = key
+            pt = _PLAINTEXT.pack(self.party, v, shamir.to_bytes(b_shares[v]), shamir.to_bytes(s_shares[v]))
+            cts.append((v, crypto.seal_share(key, cfg.session_id, self.party, v, pt)))
+        self.phase = Phase.SHARE_KEYS
+        return ShareKeys(cfg.session_id, self.party, tuple(cts)).encode()
+
+    def _on_routed_shares(self, msg: RoutedShares) -> bytes:
+        cfg = self.config
+        senders = [s for s, _ in msg.ciphertexts]
+        if len(set(senders)) != len(senders):
+            raise InconsistentSetsError("routed shares: a sender is listed twice")
+        stray = set(senders) - (set(self._peers) - {self.party})
+        if stray:
+            raise InconsistentSetsError(f"routed shares: senders {sorted(stray)[:5]} were not in the key set")
+        u2 = set(senders) | {self.party}
+        if len(u2) < self._t:
+            raise InconsistentSetsError(f"routed shares: {len(u2)} parties, below the threshold {self._t}")
+        held: dict[int, tuple[int, int]] = {}
+        for v, ct in msg.ciphertexts:
+            pt = crypto.open_share(self._channel[v], cfg.session_id, v, self.party, ct)
+            if len(pt) != _PLAINTEXT.size:
+                raise DecryptionError(f"share from party {v} has the wrong length")
+            sender, receiver, b_share, s_share = _PLAINTEXT.unpack(pt)
+            b, s = shamir.from_bytes(b_share), shamir.from_bytes(s_share)
+            if (sender, receiver) != (v, self.party) or b >= shamir.PRIME or s >= shamir.PRIME:
+                raise DecryptionError(f"share from party {v} names the wrong parties or is out of range")
+            held[v] = (b, s)
+        self._held = held
+        self._u2 = frozenset(u2)
+
+        stream = crypto.MaskStream(cfg.dim, cfg.work_dtype)
+        acc = self._input.copy()
+        with self._meter.measure("prg", stream.nbytes):
+            stream.add_into(acc, crypto.self_mask_key(self._b_seed, cfg.session_id, self.party), +1)
+        for v in sorted(self._u2 - {self.party}):
+            with self._meter.measure("key_agreement"):
+                shared = crypto.agree(self._s_sk, self._peers[v].s_pk)
+                key = crypto.pair_mask_key(shared, cfg.session_id, self.party, v)
+            with self._meter.measure("prg", stream.nbytes):
+                stream.add_into(acc, key, +1 if self.party < v else -1)
+        if cfg.bits < acc.dtype.itemsize * 8:
+            np.bitwise_and(acc, acc.dtype.type(cfg.modulus_mask), out=acc)
+        self.phase = Phase.MASKED_INPUT
+        return MaskedInput(cfg.session_id, self.party, cfg.bits, cfg.dim, encoding.pack(acc, cfg.bits)).encode()
+
+    def _survivors(self, bitmap: bytes) -> frozenset[int]:
+        u3 = decode_bitmap(bitmap, self.config.n) & self._nbrs
+        if self.party not in u3:
+            raise InconsistentSetsError("survivors: this party is missing from the survivor set")
+        if not u3 <= self._u2:
+            raise InconsistentSetsError("survivors: not a subset of the parties that shared keys")
+        if len(u3) < self._t:
+            raise InconsistentSetsError(f"survivors: {len(u3)} neighbours, below the threshold {self._t}")
+        return u3
+
+    def _on_consistency_request(self, msg: ConsistencyRequest) -> bytes:
+        self._survivors(msg.survivors)
+        self._signed_survivors = msg.survivors
+        sig = crypto.sign(self._identity, crypto.consistency_payload(self.config.session_id, msg.survivors))  # type: ignore[arg-type]
+        self.phase = Phase.CONSISTENCY_CHECK
+        return ConsistencySignature(self.config.session_id, self.party, sig).encode()
+
+    def _on_unmask_request(self, msg: UnmaskRequest) -> bytes:
+        cfg = self.config
+        u3 = self._survivors(msg.survivors)
+        if cfg.active:
+            if msg.survivors != self._signed_survivors:
+                raise InconsistentSetsError("survivors: differ from the set this party signed")
+            signers = [p for p, _ in msg.signatures]
+            if len(set(signers)) != len(signers) or not set(signers) <= u3:
+                raise InconsistentSetsError("consistency: signatures from repeated or non-surviving parties")
+            payload = crypto.consistency_payload(cfg.session_id, msg.survivors)
+            for signer, sig in msg.signatures:
+                crypto.verify(self._peer_ids[signer], sig, payload, f"party {signer}'s consistency check")
+            if len(signers) < self._t:
+                raise SignatureError(f"consistency: {len(signers)} signatures, below the threshold {self._t}")
+        decisions = {
+            v: ShareKind.SELF_MASK_SEED if v in u3 else ShareKind.MASK_KEY for v in sorted(self._u2)
+        }
+        for v, kind in decisions.items():
+            if self._revealed.get(v, kind) != kind:
+                raise DoubleRevealError(f"server asks for the other share of party {v} after one was revealed")
+        out = []
+        for v, kind in decisions.items():
+            b, s = self._own_shares if v == self.party else self._held[v]
+            out.append((v, int(kind), shamir.to_bytes(b if kind is ShareKind.SELF_MASK_SEED else s)))
+        self._revealed.update(decisions)
+        self.phase = Phase.DONE
+        return UnmaskShares(cfg.session_id, self.party, tuple(out)).encode()
+
+
+__all__ = ["ClientSession", "ProtocolError"]

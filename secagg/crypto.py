@@ -1,0 +1,165 @@
+"""Cryptographic building blocks, all from the `cryptography` package.
+
+- X25519 key agreement; HKDF-SHA256 with domain-separated info (version, purpose, session, party ids).
+- AES-256-GCM share transport; the associated data binds session, sender and receiver.
+- Ed25519 signatures (active threat model).
+- The mask PRG: AES-256-CTR keyed by a full 256-bit derived key, its keystream written straight into
+  the memory of the integer vector (`cryptography`'s `update_into`), no general-purpose RNG anywhere.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from secagg.errors import DecryptionError, SignatureError
+
+DOMAIN = b"fa-secagg/v1/"
+KEY_BYTES = 32
+_ZERO_IV = bytes(16)
+_RAW = serialization.Encoding.Raw
+
+
+def x25519_keypair() -> tuple[X25519PrivateKey, bytes]:
+    sk = X25519PrivateKey.generate()
+    return sk, sk.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw)
+
+
+def x25519_private_bytes(sk: X25519PrivateKey) -> bytes:
+    return sk.private_bytes(_RAW, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+
+
+def x25519_public_of(private_raw: bytes) -> bytes:
+    sk = X25519PrivateKey.from_private_bytes(private_raw)
+    return sk.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw)
+
+
+def ed25519_public_bytes(sk: Ed25519PrivateKey) -> bytes:
+    return sk.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw)
+
+
+def _pair_info(purpose: bytes, session_id: bytes, u: int, v: int) -> bytes:
+    lo, hi = (u, v) if u < v else (v, u)
+    return DOMAIN + purpose + b"/" + session_id + struct.pack(">II", lo, hi)
+
+
+def hkdf(secret: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(secret)
+
+
+def agree(sk: X25519PrivateKey, peer_public: bytes) -> bytes:
+    """Raw X25519 shared secret; rejects low-order peer keys (the library raises on all-zero output)."""
+    try:
+        return sk.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError as exc:
+        raise DecryptionError(f"unusable peer public key: {exc}") from None
+
+
+def channel_key(shared: bytes, session_id: bytes, u: int, v: int) -> bytes:
+    return hkdf(shared, _pair_info(b"channel", session_id, u, v))
+
+
+def pair_mask_key(shared: bytes, session_id: bytes, u: int, v: int) -> bytes:
+    return hkdf(shared, _pair_info(b"pairmask", session_id, u, v))
+
+
+def self_mask_key(seed: bytes, session_id: bytes, u: int) -> bytes:
+    return hkdf(seed, DOMAIN + b"selfmask/" + session_id + struct.pack(">I", u))
+
+
+def graph_seed(session_id: bytes) -> bytes:
+    return hkdf(session_id, DOMAIN + b"graph")
+
+
+def share_aad(session_id: bytes, sender: int, receiver: int) -> bytes:
+    return DOMAIN + b"share/" + session_id + struct.pack(">II", sender, receiver)
+
+
+def _nonce(sender: int) -> bytes:
+    # Each channel key carries exactly one message per direction, so the sender id is a unique nonce.
+    return struct.pack(">4sI4x", b"shr0", sender)
+
+
+def seal_share(key: bytes, session_id: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
+    return AESGCM(key).encrypt(_nonce(sender), plaintext, share_aad(session_id, sender, receiver))
+
+
+def open_share(key: bytes, session_id: bytes, sender: int, receiver: int, ciphertext: bytes) -> bytes:
+    try:
+        return AESGCM(key).decrypt(_nonce(sender), ciphertext, share_aad(session_id, sender, receiver))
+    except InvalidTag:
+        raise DecryptionError(f"share ciphertext from party {sender} failed authentication") from None
+
+
+def sign(sk: Ed25519PrivateKey, payload: bytes) -> bytes:
+    return sk.sign(payload)
+
+
+def verify(public_raw: bytes, signature: bytes, payload: bytes, what: str) -> None:
+    try:
+        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, payload)
+    except (InvalidSignature, ValueError):
+        raise SignatureError(f"invalid signature on {what}") from None
+
+
+def advertise_payload(session_id: bytes, party: int, c_pk: bytes, s_pk: bytes) -> bytes:
+    return DOMAIN + b"advertise/" + session_id + struct.pack(">I", party) + c_pk + s_pk
+
+
+def consistency_payload(session_id: bytes, survivors_bitmap: bytes) -> bytes:
+    return DOMAIN + b"consistency/" + session_id + survivors_bitmap
+
+
+class MaskStream:
+    """Expands 256-bit keys into mask vectors with AES-256-CTR, reusing one zero buffer and one scratch.
+
+    Instances hold only buffers (no key material between calls). `dtype` is uint32 when the modulus
+    2^bits divides 2^32, else uint64: arithmetic then wraps for free and needs half the keystream.
+    """
+
+    def __init__(self, dim: int, dtype: np.dtype) -> None:
+        self.dim = dim
+        self.dtype = np.dtype(dtype)
+        self.nbytes = dim * self.dtype.itemsize
+        self._zeros = bytes(self.nbytes)
+        self._scratch = np.empty(self.nbytes + 16, dtype=np.uint8)
+        self.bytes_generated = 0
+
+    def expand(self, key: bytes) -> np.ndarray:
+        """The mask for `key`, as a view into the scratch buffer (valid until the next call)."""
+        enc = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
+        enc.update_into(self._zeros, self._scratch)
+        self.bytes_generated += self.nbytes
+        return self._scratch[: self.nbytes].view(self.dtype)
+
+    def add_into(self, acc: np.ndarray, key: bytes, sign: int) -> None:
+        mask = self.expand(key)
+        if sign > 0:
+            np.add(acc, mask, out=acc)
+        else:
+            np.subtract(acc, mask, out=acc)
+
+
+def prg_uint64(seed: bytes, count: int) -> np.ndarray:
+    """`count` pseudorandom uint64 values from a 32-byte seed (AES-256-CTR keystream)."""
+    key = hkdf(seed, DOMAIN + b"prg-uint64")
+    buf = np.empty(count * 8 + 16, dtype=np.uint8)
+    Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(count * 8), buf)
+    return buf[: count * 8].view(np.uint64).copy()
+
+
+def aes_ctr_throughput_probe(nbytes: int) -> int:
+    """Encrypts `nbytes` of zeros with a throwaway key; used by the benchmark as the raw AES-CTR rate."""
+    import os
+
+    out = np.empty(nbytes + 16, dtype=np.uint8)
+    Cipher(algorithms.AES(os.urandom(32)), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(nbytes), out)
+    return nbytes

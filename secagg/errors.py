@@ -1,0 +1,72 @@
+"""Typed exceptions of the secure-aggregation library.
+
+`ProtocolError`s mean a message must be rejected (the caller maps them to 4xx, or abandons the cohort on
+the device); `AbortError` means the cohort can no longer produce a correct sum; `ConfigError` means the
+parameters themselves are unusable.
+"""
+
+from __future__ import annotations
+
+
+class SecAggError(ValueError):
+    """Base class of every error raised by `secagg`."""
+
+
+class ConfigError(SecAggError):
+    """Parameters that cannot work (bit width too small, threshold out of range, …)."""
+
+
+class ProtocolError(SecAggError):
+    """A message that must be rejected."""
+
+
+class MessageFormatError(ProtocolError):
+    """Bytes that do not decode: bad magic or version, truncated fields, trailing bytes, bad lengths."""
+
+
+class WrongSessionError(ProtocolError):
+    """A message for another session (for example replayed from an earlier cohort)."""
+
+
+class WrongPhaseError(ProtocolError):
+    """A message that does not belong to the current phase of the state machine."""
+
+
+class UnknownPartyError(ProtocolError):
+    """A party id that is not part of this cohort, or not expected in this phase."""
+
+
+class ConflictError(ProtocolError):
+    """A party sent a different message for a phase it already answered."""
+
+
+class SignatureError(ProtocolError):
+    """A missing or invalid Ed25519 signature (active threat model)."""
+
+
+class DuplicateKeyError(ProtocolError):
+    """Two parties advertised the same public key."""
+
+
+class DecryptionError(ProtocolError):
+    """A share ciphertext that fails authentication or names the wrong parties."""
+
+
+class InconsistentSetsError(ProtocolError):
+    """The survivor sets shown by the server are not nested, omit this party, or are below threshold."""
+
+
+class DoubleRevealError(ProtocolError):
+    """The server asked for both the self-mask share and the key share of the same peer."""
+
+
+class AbortError(SecAggError):
+    """Too few parties remain for a phase; the cohort produces no result."""
+
+    def __init__(self, phase: str, needed: int, have: int, detail: str = "") -> None:
+        self.phase = phase
+        self.needed = needed
+        self.have = have
+        self.detail = detail
+        msg = f"aborted in phase {phase}: needed at least {needed} parties, have {have}"
+        super().__init__(msg + (f" ({detail})" if detail else ""))

@@ -1,0 +1,71 @@
+"""Neighbour graphs: the complete graph (SecAgg) and a random Harary graph (SecAgg+).
+
+Every party recomputes the graph from public values (n, degree and a seed derived from the session id),
+so the server cannot show different parties different graphs. The Harary graph H(k, n) places the
+parties on a ring in a pseudorandom order and joins each to the k/2 nearest on either side.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import numpy as np
+
+from secagg.crypto import prg_uint64
+
+COMPLETE_MAX = 100
+"""With graph="auto", cohorts up to this size use the complete graph."""
+
+DEGREE_FACTOR = 3
+"""Sparse degree k = 2·ceil(DEGREE_FACTOR·log2 n / 2)·… see `sparse_degree`."""
+
+
+def sparse_degree(n: int) -> int:
+    """Even degree ≈ 6·log2(n) (3·log2 n neighbours on each side of the ring), at most n − 1."""
+    if n <= 2:
+        return n - 1
+    half = math.ceil(DEGREE_FACTOR * math.log2(n))
+    return min(n - 1, 2 * half)
+
+
+class NeighbourGraph:
+    """Closed neighbourhoods N[u] (u included) for parties 1..n."""
+
+    def __init__(self, n: int, degree: int | None, seed: bytes) -> None:
+        self.n = n
+        self.complete = degree is None or degree >= n - 1
+        self.degree = n - 1 if self.complete else int(degree)  # type: ignore[arg-type]
+        self._seed = seed
+        self._cache: dict[int, tuple[int, ...]] = {}
+
+    @cached_property
+    def _ring(self) -> tuple[np.ndarray, np.ndarray]:
+        """(order, position): order[i] is the party at ring slot i; position[u] its slot."""
+        stream = prg_uint64(self._seed, self.n)
+        order = np.arange(1, self.n + 1, dtype=np.int64)
+        for i in range(self.n - 1, 0, -1):  # Fisher–Yates; modulo bias ≤ n/2^64
+            j = int(stream[i] % np.uint64(i + 1))
+            order[i], order[j] = order[j], order[i]
+        position = np.empty(self.n + 1, dtype=np.int64)
+        position[order] = np.arange(self.n)
+        return order, position
+
+    def closed(self, u: int) -> tuple[int, ...]:
+        """Sorted closed neighbourhood of party u."""
+        hit = self._cache.get(u)
+        if hit is not None:
+            return hit
+        if self.complete:
+            result = tuple(range(1, self.n + 1))
+        else:
+            order, position = self._ring
+            half = self.degree // 2
+            slots = (position[u] + np.arange(-half, half + 1)) % self.n
+            result = tuple(sorted(int(x) for x in order[slots]))
+        self._cache[u] = result
+        return result
+
+    def size(self) -> int:
+        """Size of every closed neighbourhood."""
+        return self.degree + 1

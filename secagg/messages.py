@@ -1,0 +1,310 @@
+"""Typed, versioned protocol messages and their length-checked binary codec.
+
+Every message starts with a 24-byte header: magic "SA", version, message type, the 16-byte session id
+and the sender (client messages) or recipient (server messages) party id. Counts are bounded by the
+bytes actually present before anything is allocated, and trailing bytes are an error.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar
+
+from secagg.errors import MessageFormatError
+from secagg.shamir import SHARE_BYTES
+
+MAGIC = b"SA"
+VERSION = 1
+HEADER = struct.Struct(">2sBB16sI")
+KEY = 32
+SIG = 64
+
+
+class MsgType(IntEnum):
+    ADVERTISE_KEYS = 1
+    SHARE_KEYS = 2
+    MASKED_INPUT = 3
+    CONSISTENCY_SIGNATURE = 4
+    UNMASK_SHARES = 5
+    PEER_KEYS = 11
+    ROUTED_SHARES = 12
+    CONSISTENCY_REQUEST = 13
+    UNMASK_REQUEST = 14
+
+
+class ShareKind(IntEnum):
+    SELF_MASK_SEED = 1  # b_v: revealed when v sent its masked input
+    MASK_KEY = 2  # s_v^SK: revealed when v dropped after sharing keys
+
+
+class _Reader:
+    def __init__(self, data: bytes, offset: int) -> None:
+        self.data = memoryview(data)
+        self.pos = offset
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise MessageFormatError(f"{what}: truncated message")
+        out = bytes(self.data[self.pos : self.pos + n])
+        self.pos += n
+        return out
+
+    def u8(self, what: str) -> int:
+        return self.take(1, what)[0]
+
+    def u32(self, what: str) -> int:
+        return int.from_bytes(self.take(4, what), "big")
+
+    def count(self, entry_size: int, what: str) -> int:
+        n = self.u32(what)
+        if n * entry_size > len(self.data) - self.pos:
+            raise MessageFormatError(f"{what}: count {n} exceeds the message length")
+        return n
+
+    def blob(self, what: str) -> bytes:
+        return self.take(self.count(1, what), what)
+
+    def finish(self) -> None:
+        if self.pos != len(self.data):
+            raise MessageFormatError(f"{len(self.data) - self.pos} trailing bytes")
+
+
+def _u32(v: int) -> bytes:
+    return struct.pack(">I", v)
+
+
+def _blob(b: bytes) -> bytes:
+    return _u32(len(b)) + b
+
+
+@dataclass(frozen=True)
+class Message:
+    TYPE: ClassVar[MsgType]
+    session_id: bytes
+    party: int
+    """Sender for client messages, recipient for server messages."""
+
+    def header(self) -> bytes:
+        return HEADER.pack(MAGIC, VERSION, self.TYPE, self.session_id, self.party)
+
+    def encode(self) -> bytes:
+        return self.header() + self.body()
+
+    def body(self) -> bytes:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+    @classmethod
+    def parse(cls, session_id: bytes, party: int, r: _Reader) -> Message:  # pragma: no cover
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class AdvertiseKeys(Message):
+    TYPE = MsgType.ADVERTISE_KEYS
+    c_pk: bytes
+    s_pk: bytes
+    signature: bytes  # empty in the semi-honest model
+
+    def body(self) -> bytes:
+        return self.c_pk + self.s_pk + _blob(self.signature)
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r))
+
+
+@dataclass(frozen=True)
+class PeerEntry:
+    party: int
+    c_pk: bytes
+    s_pk: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class PeerKeys(Message):
+    TYPE = MsgType.PEER_KEYS
+    peers: tuple[PeerEntry, ...]
+
+    def body(self) -> bytes:
+        out = [_u32(len(self.peers))]
+        for p in self.peers:
+            out += [_u32(p.party), p.c_pk, p.s_pk, _blob(p.signature)]
+        return b"".join(out)
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        n = r.count(4 + 2 * KEY + 4, "peers")
+        peers = tuple(
+            PeerEntry(r.u32("peer"), r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r)) for _ in range(n)
+        )
+        return cls(sid, party, peers)
+
+
+@dataclass(frozen=True)
+class ShareKeys(Message):
+    TYPE = MsgType.SHARE_KEYS
+    ciphertexts: tuple[tuple[int, bytes], ...]  # (receiver, AES-GCM ciphertext)
+
+    def body(self) -> bytes:
+        return _u32(len(self.ciphertexts)) + b"".join(_u32(v) + _blob(ct) for v, ct in self.ciphertexts)
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        n = r.count(8, "ciphertexts")
+        return cls(sid, party, tuple((r.u32("receiver"), r.blob("ciphertext")) for _ in range(n)))
+
+
+@dataclass(frozen=True)
+class RoutedShares(Message):
+    TYPE = MsgType.ROUTED_SHARES
+    ciphertexts: tuple[tuple[int, bytes], ...]  # (sender, ciphertext)
+
+    body = ShareKeys.body
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        n = r.count(8, "ciphertexts")
+        return cls(sid, party, tuple((r.u32("sender"), r.blob("ciphertext")) for _ in range(n)))
+
+
+@dataclass(frozen=True)
+class MaskedInput(Message):
+    TYPE = MsgType.MASKED_INPUT
+    bits: int
+    dim: int
+    packed: bytes
+
+    def body(self) -> bytes:
+        return bytes([self.bits]) + _u32(self.dim) + self.packed
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        bits, dim = r.u8("bits"), r.u32("dim")
+        return cls(sid, party, bits, dim, r.take(len(r.data) - r.pos, "vector"))
+
+
+def encode_bitmap(members: frozenset[int] | set[int], n: int) -> bytes:
+    out = bytearray((n + 7) // 8)
+    for p in members:
+        out[(p - 1) >> 3] |= 1 << ((p - 1) & 7)
+    return _u32(n) + bytes(out)
+
+
+def decode_bitmap(data: bytes, n: int) -> frozenset[int]:
+    if len(data) != 4 + (n + 7) // 8 or int.from_bytes(data[:4], "big") != n:
+        raise MessageFormatError("survivors: bitmap does not match the cohort size")
+    bits = data[4:]
+    members = frozenset(i + 1 for i in range(n) if bits[i >> 3] >> (i & 7) & 1)
+    if n % 8 and bits[-1] >> (n % 8):
+        raise MessageFormatError("survivors: bitmap names parties beyond n")
+    return members
+
+
+@dataclass(frozen=True)
+class ConsistencyRequest(Message):
+    TYPE = MsgType.CONSISTENCY_REQUEST
+    survivors: bytes  # encoded bitmap of the parties whose masked input the server holds
+
+    def body(self) -> bytes:
+        return _blob(self.survivors)
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        return cls(sid, party, r.blob("survivors"))
+
+
+@dataclass(frozen=True)
+class ConsistencySignature(Message):
+    TYPE = MsgType.CONSISTENCY_SIGNATURE
+    signature: bytes
+
+    def body(self) -> bytes:
+        return self.signature
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        return cls(sid, party, r.take(SIG, "signature"))
+
+
+@dataclass(frozen=True)
+class UnmaskRequest(Message):
+    TYPE = MsgType.UNMASK_REQUEST
+    survivors: bytes
+    signatures: tuple[tuple[int, bytes], ...]  # (signer, signature) — active model only
+
+    def body(self) -> bytes:
+        sigs = b"".join(_u32(p) + s for p, s in self.signatures)
+        return _blob(self.survivors) + _u32(len(self.signatures)) + sigs
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        survivors = r.blob("survivors")
+        n = r.count(4 + SIG, "signatures")
+        return cls(sid, party, survivors, tuple((r.u32("signer"), r.take(SIG, "signature")) for _ in range(n)))
+
+
+@dataclass(frozen=True)
+class UnmaskShares(Message):
+    TYPE = MsgType.UNMASK_SHARES
+    shares: tuple[tuple[int, int, bytes], ...]  # (owner of the secret, ShareKind, share bytes)
+
+    def body(self) -> bytes:
+        return _u32(len(self.shares)) + b"".join(_u32(v) + bytes([k]) + s for v, k, s in self.shares)
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        n = r.count(5 + SHARE_BYTES, "shares")
+        out = []
+        for _ in range(n):
+            v, kind = r.u32("owner"), r.u8("kind")
+            if kind not in (ShareKind.SELF_MASK_SEED, ShareKind.MASK_KEY):
+                raise MessageFormatError(f"shares: unknown share kind {kind}")
+            out.append((v, kind, r.take(SHARE_BYTES, "share")))
+        return cls(sid, party, tuple(out))
+
+
+def _signature(r: _Reader) -> bytes:
+    sig = r.blob("signature")
+    if len(sig) not in (0, SIG):
+        raise MessageFormatError("signature: must be empty or 64 bytes")
+    return sig
+
+
+_BY_TYPE: dict[int, type[Message]] = {
+    cls.TYPE: cls
+    for cls in (
+        AdvertiseKeys,
+        PeerKeys,
+        ShareKeys,
+        RoutedShares,
+        MaskedInput,
+        ConsistencyRequest,
+        ConsistencySignature,
+        UnmaskRequest,
+        UnmaskShares,
+    )
+}
+
+
+def decode(data: bytes) -> Message:
+    """Parse any protocol message; raises MessageFormatError on anything malformed."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise MessageFormatError("message: expected bytes")
+    data = bytes(data)
+    if len(data) < HEADER.size:
+        raise MessageFormatError("message: shorter than the header")
+    magic, version, mtype, sid, party = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise MessageFormatError("message: bad magic")
+    if version != VERSION:
+        raise MessageFormatError(f"message: unsupported version {version}")
+    cls = _BY_TYPE.get(mtype)
+    if cls is None:
+        raise MessageFormatError(f"message: unknown type {mtype}")
+    r = _Reader(data, HEADER.size)
+    msg = cls.parse(sid, party, r)
+    r.finish()
+    return msg

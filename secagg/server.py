@@ -1,0 +1,319 @@
+"""The server side of secure aggregation as a sans-IO state machine.
+
+The caller feeds each party's message with `receive(party, bytes)` and ends a phase with
+`close_phase()` — when everyone expected has answered or at its own deadline; parties that did not
+answer are then dropped. `close_phase()` returns the next message for each remaining party, raises
+`AbortError` when a threshold can no longer be met, and after the unmasking phase sets `result`.
+
+Masked vectors are added into one running sum as they arrive, so memory is O(dim), not O(n·dim).
+Unmasking reconstructs every needed secret with batched Lagrange coefficients, then subtracts the
+survivors' self masks and the pairwise masks that survivors shared with parties that dropped after
+sharing keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from secagg import crypto, encoding, shamir
+from secagg.config import SecAggConfig
+from secagg.errors import (
+    AbortError,
+    ConfigError,
+    ConflictError,
+    DuplicateKeyError,
+    MessageFormatError,
+    SignatureError,
+    UnknownPartyError,
+    WrongPhaseError,
+    WrongSessionError,
+)
+from secagg.messages import (
+    AdvertiseKeys,
+    ConsistencyRequest,
+    ConsistencySignature,
+    MaskedInput,
+    Message,
+    PeerEntry,
+    PeerKeys,
+    RoutedShares,
+    ShareKeys,
+    ShareKind,
+    UnmaskRequest,
+    UnmaskShares,
+    decode,
+    encode_bitmap,
+)
+from secagg.meter import Meter, NullMeter
+from secagg.phases import Phase
+
+SHARE_CIPHERTEXT_BYTES = 8 + 2 * shamir.SHARE_BYTES + 16
+
+_EXPECTS: dict[Phase, type[Message]] = {
+    Phase.ADVERTISE_KEYS: AdvertiseKeys,
+    Phase.SHARE_KEYS: ShareKeys,
+    Phase.MASKED_INPUT: MaskedInput,
+    Phase.CONSISTENCY_CHECK: ConsistencySignature,
+    Phase.UNMASKING: UnmaskShares,
+}
+
+
+@dataclass(frozen=True)
+class AggregateResult:
+    vector: np.ndarray
+    """Sum modulo 2^bits (uint64) of the inputs of `contributors`."""
+    contributors: frozenset[int]
+    dropped: dict[Phase, frozenset[int]] = field(default_factory=dict)
+
+
+class ServerSession:
+    def __init__(
+        self,
+        config: SecAggConfig,
+        identity_public_keys: Mapping[int, bytes] | None = None,
+        meter: Meter | None = None,
+    ) -> None:
+        if config.active and identity_public_keys is None:
+            raise ConfigError("identity_public_keys are required in the active threat model")
+        self.config = config
+        self._ids = dict(identity_public_keys or {})
+        self._meter = meter or NullMeter()
+        self._graph = config.neighbour_graph
+        self._t = config.share_threshold
+        self.phase = Phase.ADVERTISE_KEYS
+        self._expected = frozenset(range(1, config.n + 1))
+        self._digests: dict[int, bytes] = {}
+        self._keys: dict[int, AdvertiseKeys] = {}
+        self._key_owner: dict[bytes, int] = {}
+        self._cts: dict[int, dict[int, bytes]] = {}
+        self._acc = np.zeros(config.dim, dtype=config.work_dtype)
+        self._sigs: dict[int, bytes] = {}
+        self._shares: dict[int, UnmaskShares] = {}
+        self._u: dict[int, frozenset[int]] = {}
+        self.dropped: dict[Phase, frozenset[int]] = {}
+        self.result: AggregateResult | None = None
+        self.abort_reason: AbortError | None = None
+
+    # -- public API -------------------------------------------------------------------------------
+
+    def expected(self) -> frozenset[int]:
+        return self._expected
+
+    def received(self) -> frozenset[int]:
+        return frozenset(self._digests)
+
+    def receive(self, party: int, data: bytes) -> None:
+        """Validate and record one party's message for the current phase."""
+        if self.phase in (Phase.DONE, Phase.ABORTED):
+            raise WrongPhaseError(f"session is {self.phase.label}; no messages are accepted")
+        if not isinstance(party, int) or not 1 <= party <= self.config.n:
+            raise UnknownPartyError(f"party {party!r} is not part of this cohort")
+        if party not in self._expected:
+            raise UnknownPartyError(f"party {party} is not expected in phase {self.phase.label}")
+        digest = hashlib.sha256(data).digest()
+        previous = self._digests.get(party)
+        if previous is not None:
+            if previous == digest:
+                return
+            raise ConflictError(f"party {party} already sent a different {self.phase.label} message")
+        msg = decode(data)
+        if msg.session_id != self.config.session_id:
+            raise WrongSessionError("message belongs to another session")
+        if msg.party != party:
+            raise UnknownPartyError(f"message names party {msg.party} but was sent by party {party}")
+        if not isinstance(msg, _EXPECTS[self.phase]):
+            raise WrongPhaseError(f"{type(msg).__name__} does not belong to phase {self.phase.label}")
+        getattr(self, f"_accept_{self.phase.name.lower()}")(party, msg)
+        self._digests[party] = digest
+
+    def close_phase(self) -> dict[int, bytes]:
+        """End the current phase; returns the next message per remaining party (empty when done)."""
+        if self.phase in (Phase.DONE, Phase.ABORTED):
+            raise WrongPhaseError(f"session is {self.phase.label}")
+        phase = self.phase
+        try:
+            out = getattr(self, f"_close_{phase.name.lower()}")()
+        except AbortError as exc:
+            self.phase = Phase.ABORTED
+            self.abort_reason = exc
+            raise
+        self._digests = {}
+        return out
+
+    def survivors(self, phase: Phase) -> frozenset[int]:
+        """Parties that completed `phase` (available once it closed)."""
+        return self._u.get(phase, frozenset())
+
+    # -- message validation -----------------------------------------------------------------------
+
+    def _accept_advertise_keys(self, party: int, msg: AdvertiseKeys) -> None:
+        if self.config.active:
+            if len(msg.signature) != 64 or party not in self._ids:
+                raise SignatureError(f"party {party}: advertised keys must be signed by its identity key")
+            payload = crypto.advertise_payload(self.config.session_id, party, msg.c_pk, msg.s_pk)
+            crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s advertised keys")
+        for key in (msg.c_pk, msg.s_pk):
+            owner = self._key_owner.get(key)
+            if owner is not None or msg.c_pk == msg.s_pk:
+                raise DuplicateKeyError(f"party {party}: public key already advertised by party {owner or party}")
+        for key in (msg.c_pk, msg.s_pk):
+            self._key_owner[key] = party
+        self._keys[party] = msg
+
+    def _accept_share_keys(self, party: int, msg: ShareKeys) -> None:
+        wanted = self._neighbours_in(party, self._u[Phase.ADVERTISE_KEYS]) - {party}
+        receivers = [v for v, _ in msg.ciphertexts]
+        if len(receivers) != len(set(receivers)) or set(receivers) != wanted:
+            raise UnknownPartyError(f"party {party}: ciphertexts must go to exactly its {len(wanted)} peers")
+        for v, ct in msg.ciphertexts:
+            if len(ct) != SHARE_CIPHERTEXT_BYTES:
+                raise MessageFormatError(f"party {party}: ciphertext for {v} has length {len(ct)}")
+        self._cts[party] = dict(msg.ciphertexts)
+
+    def _accept_masked_input(self, party: int, msg: MaskedInput) -> None:
+        cfg = self.config
+        if msg.bits != cfg.bits or msg.dim != cfg.dim:
+            raise MessageFormatError(f"vector: expected dim {cfg.dim} at {cfg.bits} bits, got {msg.dim} at {msg.bits}")
+        vec = encoding.unpack(msg.packed, cfg.dim, cfg.bits, cfg.work_dtype)
+        np.add(self._acc, vec, out=self._acc)
+
+    def _accept_consistency_check(self, party: int, msg: ConsistencySignature) -> None:
+        payload = crypto.consistency_payload(self.config.session_id, self._survivor_bitmap)
+        crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s consistency check")
+        self._sigs[party] = msg.signature
+
+    def _accept_unmasking(self, party: int, msg: UnmaskShares) -> None:
+        u3 = self._u[Phase.MASKED_INPUT]
+        wanted = {
+            v: ShareKind.SELF_MASK_SEED if v in u3 else ShareKind.MASK_KEY
+            for v in self._neighbours_in(party, self._u[Phase.SHARE_KEYS])
+        }
+        got = {v: k for v, k, _ in msg.shares}
+        if len(got) != len(msg.shares) or got != wanted:
+            raise UnknownPartyError(f"party {party}: unmask shares do not match the survivor set")
+        for v, _, share in msg.shares:
+            if shamir.from_bytes(share) >= shamir.PRIME:
+                raise MessageFormatError(f"party {party}: share for {v} is out of the field")
+        self._shares[party] = msg
+
+    # -- phase transitions ------------------------------------------------------------------------
+
+    def _neighbours_in(self, u: int, members: frozenset[int]) -> frozenset[int]:
+        return frozenset(self._graph.closed(u)) & members
+
+    def _prune(self, members: frozenset[int]) -> frozenset[int]:
+        """Drop parties whose neighbourhood within `members` is below the threshold, to a fixpoint."""
+        current = set(members)
+        changed = True
+        while changed:
+            changed = False
+            for u in sorted(current):
+                if len(self._neighbours_in(u, frozenset(current))) < self._t:
+                    current.discard(u)
+                    changed = True
+        return frozenset(current)
+
+    def _finish_phase(self, phase: Phase, survivors: frozenset[int]) -> None:
+        self.dropped[phase] = self._expected - survivors
+        self._u[phase] = survivors
+        if len(survivors) < self.config.survivor_threshold:
+            raise AbortError(phase.label, self.config.survivor_threshold, len(survivors))
+
+    def _close_advertise_keys(self) -> dict[int, bytes]:
+        u1 = self._prune(frozenset(self._digests))
+        self._finish_phase(Phase.ADVERTISE_KEYS, u1)
+        out = {}
+        for u in sorted(u1):
+            peers = tuple(
+                PeerEntry(v, self._keys[v].c_pk, self._keys[v].s_pk, self._keys[v].signature)
+                for v in sorted(self._neighbours_in(u, u1))
+            )
+            out[u] = PeerKeys(self.config.session_id, u, peers).encode()
+        self.phase, self._expected = Phase.SHARE_KEYS, u1
+        return out
+
+    def _close_share_keys(self) -> dict[int, bytes]:
+        u2 = self._prune(frozenset(self._digests))
+        self._finish_phase(Phase.SHARE_KEYS, u2)
+        out = {}
+        for v in sorted(u2):
+            cts = tuple((u, self._cts[u][v]) for u in sorted(self._neighbours_in(v, u2) - {v}))
+            out[v] = RoutedShares(self.config.session_id, v, cts).encode()
+        self._cts.clear()
+        self.phase, self._expected = Phase.MASKED_INPUT, u2
+        return out
+
+    def _require_share_holders(self, phase: Phase, holders: frozenset[int]) -> None:
+        for u in sorted(self._u[Phase.SHARE_KEYS]):
+            have = len(self._neighbours_in(u, holders))
+            if have < self._t:
+                raise AbortError(phase.label, self._t, have, f"party {u}'s secrets would have too few share holders")
+
+    def _close_masked_input(self) -> dict[int, bytes]:
+        u3 = frozenset(self._digests)
+        self._finish_phase(Phase.MASKED_INPUT, u3)
+        self._require_share_holders(Phase.MASKED_INPUT, u3)
+        self._survivor_bitmap = encode_bitmap(u3, self.config.n)
+        sid = self.config.session_id
+        if self.config.active:
+            self.phase = Phase.CONSISTENCY_CHECK
+            out = {u: ConsistencyRequest(sid, u, self._survivor_bitmap).encode() for u in sorted(u3)}
+        else:
+            self.phase = Phase.UNMASKING
+            out = {u: UnmaskRequest(sid, u, self._survivor_bitmap, ()).encode() for u in sorted(u3)}
+        self._expected = u3
+        return out
+
+    def _close_consistency_check(self) -> dict[int, bytes]:
+        u4 = frozenset(self._digests)
+        self._finish_phase(Phase.CONSISTENCY_CHECK, u4)
+        self._require_share_holders(Phase.CONSISTENCY_CHECK, u4)
+        out = {}
+        for u in sorted(u4):
+            sigs = tuple((v, self._sigs[v]) for v in sorted(self._neighbours_in(u, u4)))
+            out[u] = UnmaskRequest(self.config.session_id, u, self._survivor_bitmap, sigs).encode()
+        self.phase, self._expected = Phase.UNMASKING, u4
+        return out
+
+    def _close_unmasking(self) -> dict[int, bytes]:
+        cfg = self.config
+        u5 = frozenset(self._digests)
+        self._finish_phase(Phase.UNMASKING, u5)
+        u2, u3 = self._u[Phase.SHARE_KEYS], self._u[Phase.MASKED_INPUT]
+        collected: dict[int, dict[int, int]] = {v: {} for v in u2}
+        for w, msg in self._shares.items():
+            for v, _, share in msg.shares:
+                collected[v][w] = shamir.from_bytes(share)
+        rec = shamir.BatchReconstructor(self._t)
+        with self._meter.measure("shamir"):
+            seeds = {u: rec.reconstruct(collected[u], f"party {u}'s self-mask seed", "unmasking") for u in sorted(u3)}
+            keys = {v: rec.reconstruct(collected[v], f"party {v}'s mask key", "unmasking") for v in sorted(u2 - u3)}
+
+        total = self._acc
+        stream = crypto.MaskStream(cfg.dim, cfg.work_dtype)
+        for u, seed in seeds.items():
+            if seed >> 256:
+                raise AbortError("unmasking", self._t, 0, f"party {u}'s self-mask seed reconstructed out of range")
+            with self._meter.measure("prg", stream.nbytes):
+                stream.add_into(total, crypto.self_mask_key(shamir.secret_from_int(seed), cfg.session_id, u), -1)
+        for v, key_int in keys.items():
+            raw = key_int.to_bytes(33, "big")
+            if raw[0] or crypto.x25519_public_of(raw[1:]) != self._keys[v].s_pk:
+                raise AbortError("unmasking", self._t, 0, f"party {v}'s mask key does not match its public key")
+            sk = X25519PrivateKey.from_private_bytes(raw[1:])
+            for u in sorted(self._neighbours_in(v, u3) - {v}):
+                with self._meter.measure("key_agreement"):
+                    shared = sk.exchange(X25519PublicKey.from_public_bytes(self._keys[u].s_pk))
+                    key = crypto.pair_mask_key(shared, cfg.session_id, u, v)
+                with self._meter.measure("prg", stream.nbytes):
+                    stream.add_into(total, key, -1 if u < v else +1)
+        vector = total.astype(np.uint64) & np.uint64(cfg.modulus_mask)
+        self.result = AggregateResult(vector, u3, dict(self.dropped))
+        self.phase, self._expected = Phase.DONE, frozenset()
+        self._shares.clear()
+        return {}

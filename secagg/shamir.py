@@ -1,0 +1,85 @@
+"""Shamir secret sharing of 256-bit secrets over the prime field GF(2^256 + 297).
+
+Shares are evaluated at the receivers' party ids (1..n), so x-coordinates are small integers and the
+Lagrange coefficients at 0 are computed from exact small-integer products with one modular inverse each.
+Reconstruction is batched: secrets whose available share holders are the same set reuse one set of
+coefficients (for the complete graph that is every secret of the cohort).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+
+from secagg.errors import AbortError
+
+PRIME = 2**256 + 297
+"""The smallest prime above 2^256 (checked by Miller–Rabin in the tests)."""
+SHARE_BYTES = 33
+
+
+def split(secret: int, xs: Sequence[int], threshold: int) -> dict[int, int]:
+    """Shares of `secret` at each x in `xs`; any `threshold` of them reconstruct it."""
+    if not 0 <= secret < PRIME:
+        raise ValueError("secret out of field range")
+    coeffs = [secret] + [secrets.randbelow(PRIME) for _ in range(threshold - 1)]
+    shares = {}
+    for x in xs:
+        acc = 0
+        for c in reversed(coeffs):
+            acc = (acc * x + c) % PRIME
+        shares[x] = acc
+    return shares
+
+
+def lagrange_at_zero(xs: Sequence[int]) -> list[int]:
+    """Coefficients λ_i with f(0) = Σ λ_i f(x_i) for distinct nonzero x_i."""
+    lambdas = []
+    for i, xi in enumerate(xs):
+        num, den = 1, 1
+        for j, xj in enumerate(xs):
+            if j != i:
+                num *= xj
+                den *= xj - xi
+        lambdas.append(num * pow(den % PRIME, -1, PRIME) % PRIME)
+    return lambdas
+
+
+class BatchReconstructor:
+    """Reconstructs many secrets, caching Lagrange coefficients per set of x-coordinates used."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self._coeffs: dict[tuple[int, ...], list[int]] = {}
+
+    def reconstruct(self, shares: Mapping[int, int], what: str, phase: str) -> int:
+        if len(shares) < self.threshold:
+            raise AbortError(phase, self.threshold, len(shares), f"too few shares to reconstruct {what}")
+        xs = tuple(sorted(shares)[: self.threshold])
+        coeffs = self._coeffs.get(xs)
+        if coeffs is None:
+            coeffs = self._coeffs[xs] = lagrange_at_zero(xs)
+        return sum(c * shares[x] for c, x in zip(coeffs, xs)) % PRIME
+
+
+def to_bytes(value: int) -> bytes:
+    return value.to_bytes(SHARE_BYTES, "big")
+
+
+def from_bytes(data: bytes) -> int:
+    return int.from_bytes(data, "big")
+
+
+def ints_from_secret(secret: bytes) -> int:
+    return int.from_bytes(secret, "big")
+
+
+def secret_from_int(value: int, length: int = 32) -> bytes:
+    if value >= 1 << (8 * length):
+        raise ValueError("reconstructed value does not fit the secret length")
+    return value.to_bytes(length, "big")
+
+
+def all_distinct(xs: Iterable[int]) -> bool:
+    seen = list(xs)
+    return len(seen) == len(set(seen))

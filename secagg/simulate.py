@@ -1,0 +1,115 @@
+"""Runs every party of one session in this process, with chosen dropouts per phase.
+
+Used by the property tests, the benchmark and the demo. A party listed for a phase stops before sending
+its message of that phase. Time is read only from the caller's `clock`, if one is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from secagg.client import ClientSession
+from secagg.config import SecAggConfig
+from secagg.crypto import ed25519_public_bytes
+from secagg.errors import AbortError
+from secagg.meter import Meter
+from secagg.phases import Phase
+from secagg.server import AggregateResult, ServerSession
+
+PROTOCOL_PHASES = (
+    Phase.ADVERTISE_KEYS,
+    Phase.SHARE_KEYS,
+    Phase.MASKED_INPUT,
+    Phase.CONSISTENCY_CHECK,
+    Phase.UNMASKING,
+)
+
+
+@dataclass
+class RunReport:
+    result: AggregateResult | None
+    abort: AbortError | None
+    client_s: dict[str, float] = field(default_factory=dict)
+    server_s: dict[str, float] = field(default_factory=dict)
+    upload_bytes: dict[int, int] = field(default_factory=dict)
+    download_bytes: dict[int, int] = field(default_factory=dict)
+    sent_input: frozenset[int] = frozenset()
+    """Parties that sent their masked input (the server's sum must cover exactly these)."""
+
+
+def run_session(
+    config: SecAggConfig,
+    inputs: Mapping[int, np.ndarray],
+    drop_before: Mapping[Phase, Iterable[int]] | None = None,
+    clock: Callable[[], float] | None = None,
+    client_meter: Meter | None = None,
+    server_meter: Meter | None = None,
+) -> RunReport:
+    drops = {phase: set(parties) for phase, parties in (drop_before or {}).items()}
+    tick = clock or (lambda: 0.0)
+    report = RunReport(None, None)
+    for ph in PROTOCOL_PHASES:
+        report.client_s[ph.label] = 0.0
+        report.server_s[ph.label] = 0.0
+
+    identities: dict[int, Ed25519PrivateKey] = {}
+    public_ids: dict[int, bytes] | None = None
+    if config.active:
+        identities = {p: Ed25519PrivateKey.generate() for p in inputs}
+        public_ids = {p: ed25519_public_bytes(k) for p, k in identities.items()}
+    clients = {
+        p: ClientSession(config, p, vec, identities.get(p), public_ids, client_meter) for p, vec in inputs.items()
+    }
+    server = ServerSession(config, public_ids, server_meter)
+
+    def client_step(phase: Phase, party: int, fn: Callable[[], bytes | None]) -> bytes | None:
+        start = tick()
+        out = fn()
+        report.client_s[phase.label] += tick() - start
+        if out is not None:
+            report.upload_bytes[party] = report.upload_bytes.get(party, 0) + len(out)
+        return out
+
+    outgoing: dict[int, bytes] = {}
+    for p, c in clients.items():
+        if p in drops.get(Phase.ADVERTISE_KEYS, ()):
+            continue
+        msg = client_step(Phase.ADVERTISE_KEYS, p, c.start)
+        if msg is not None:
+            outgoing[p] = msg
+    while True:
+        phase = server.phase
+        start = tick()
+        for p, msg in outgoing.items():
+            server.receive(p, msg)
+        try:
+            delivered = server.close_phase()
+        except AbortError as exc:
+            report.server_s[phase.label] += tick() - start
+            report.abort = exc
+            return report
+        report.server_s[phase.label] += tick() - start
+        if phase is Phase.MASKED_INPUT:
+            report.sent_input = frozenset(outgoing)
+        if server.phase is Phase.DONE:
+            report.result = server.result
+            return report
+        outgoing = {}
+        for p, msg in delivered.items():
+            report.download_bytes[p] = report.download_bytes.get(p, 0) + len(msg)
+            if p in drops.get(server.phase, ()):
+                continue
+            reply = client_step(server.phase, p, lambda c=clients[p], m=msg: c.receive(m))
+            if reply is not None:
+                outgoing[p] = reply
+
+
+def expected_sum(inputs: Mapping[int, np.ndarray], parties: Iterable[int], bits: int) -> np.ndarray:
+    total = np.zeros_like(next(iter(inputs.values())), dtype=np.uint64)
+    for p in parties:
+        total = total + np.asarray(inputs[p], dtype=np.uint64)
+    return total & np.uint64((1 << bits) - 1)
