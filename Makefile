@@ -18,10 +18,13 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(PY) -m demo
+	$(PY) scripts/demo.py
 
 bench: $(STAMP)
-	$(PY) -m bench
+	$(PY) scripts/bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+test-postgres: $(STAMP)
+	bash scripts/test_postgres.sh

@@ -209,16 +209,14 @@ class ClientSession:
         self._held = held
         self._u2 = frozenset(u2)
 
-        stream = crypto.MaskStream(cfg.dim, cfg.work_dtype)
+        stream = crypto.MaskStream(cfg.dim, cfg.work_dtype, self._meter)
         acc = self._input.copy()
-        with self._meter.measure("prg", stream.nbytes):
-            stream.add_into(acc, crypto.self_mask_key(self._b_seed, cfg.session_id, self.party), +1)
+        stream.add_into(acc, crypto.self_mask_key(self._b_seed, cfg.session_id, self.party), +1)
         for v in sorted(self._u2 - {self.party}):
             with self._meter.measure("key_agreement"):
                 shared = crypto.agree(self._s_sk, self._peers[v].s_pk)
                 key = crypto.pair_mask_key(shared, cfg.session_id, self.party, v)
-            with self._meter.measure("prg", stream.nbytes):
-                stream.add_into(acc, key, +1 if self.party < v else -1)
+            stream.add_into(acc, key, +1 if self.party < v else -1)
         if cfg.bits < acc.dtype.itemsize * 8:
             np.bitwise_and(acc, acc.dtype.type(cfg.modulus_mask), out=acc)
         self.phase = Phase.MASKED_INPUT

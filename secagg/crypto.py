@@ -125,8 +125,11 @@ class MaskStream:
     2^bits divides 2^32, else uint64: arithmetic then wraps for free and needs half the keystream.
     """
 
-    def __init__(self, dim: int, dtype: np.dtype) -> None:
+    def __init__(self, dim: int, dtype: np.dtype, meter=None) -> None:
+        from secagg.meter import NullMeter
+
         self.dim = dim
+        self._meter = meter or NullMeter()
         self.dtype = np.dtype(dtype)
         self.nbytes = dim * self.dtype.itemsize
         self._zeros = bytes(self.nbytes)
@@ -135,8 +138,9 @@ class MaskStream:
 
     def expand(self, key: bytes) -> np.ndarray:
         """The mask for `key`, as a view into the scratch buffer (valid until the next call)."""
-        enc = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
-        enc.update_into(self._zeros, self._scratch)
+        with self._meter.measure("prg", self.nbytes):
+            enc = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
+            enc.update_into(self._zeros, self._scratch)
         self.bytes_generated += self.nbytes
         return self._scratch[: self.nbytes].view(self.dtype)
 

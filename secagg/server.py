@@ -295,12 +295,11 @@ class ServerSession:
             keys = {v: rec.reconstruct(collected[v], f"party {v}'s mask key", "unmasking") for v in sorted(u2 - u3)}
 
         total = self._acc
-        stream = crypto.MaskStream(cfg.dim, cfg.work_dtype)
+        stream = crypto.MaskStream(cfg.dim, cfg.work_dtype, self._meter)
         for u, seed in seeds.items():
             if seed >> 256:
                 raise AbortError("unmasking", self._t, 0, f"party {u}'s self-mask seed reconstructed out of range")
-            with self._meter.measure("prg", stream.nbytes):
-                stream.add_into(total, crypto.self_mask_key(shamir.secret_from_int(seed), cfg.session_id, u), -1)
+            stream.add_into(total, crypto.self_mask_key(shamir.secret_from_int(seed), cfg.session_id, u), -1)
         for v, key_int in keys.items():
             raw = key_int.to_bytes(33, "big")
             if raw[0] or crypto.x25519_public_of(raw[1:]) != self._keys[v].s_pk:
@@ -310,8 +309,7 @@ class ServerSession:
                 with self._meter.measure("key_agreement"):
                     shared = sk.exchange(X25519PublicKey.from_public_bytes(self._keys[u].s_pk))
                     key = crypto.pair_mask_key(shared, cfg.session_id, u, v)
-                with self._meter.measure("prg", stream.nbytes):
-                    stream.add_into(total, key, -1 if u < v else +1)
+                stream.add_into(total, key, -1 if u < v else +1)
         vector = total.astype(np.uint64) & np.uint64(cfg.modulus_mask)
         self.result = AggregateResult(vector, u3, dict(self.dropped))
         self.phase, self._expected = Phase.DONE, frozenset()

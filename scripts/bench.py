@@ -1,0 +1,62 @@
+"""`make bench`: runs every benchmark script and prints one JSON object with all their figures.
+
+Each benchmark is a separate process printing JSON; progress goes to stderr. Sections are added here as
+the product grows (secure aggregation, HTTP rounds, differential privacy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_json(args: list[str], label: str) -> dict:
+    print(f"[bench] {label} …", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stderr, file=sys.stderr)
+        return {"label": label, "error": f"exit {proc.returncode}", "stderr_tail": proc.stderr[-2000:]}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"[bench] {label}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def secagg_section() -> dict:
+    def sa(clients: int, dim: int, dropout: float, graph: str) -> list[str]:
+        return ["-m", "secagg.bench", "--clients", str(clients), "--dim", str(dim), "--bits", "32",
+                "--dropout", str(dropout), "--graph", graph, "--json"]
+
+    main = run_json(sa(50, 100_000, 0.10, "complete"), "secagg 50 clients x 100k dims, complete, 10% drop after share keys")
+    sparse = {n: run_json(sa(n, 10_000, 0.05, "sparse"), f"secagg {n} clients x 10k dims, sparse, 5% drop")
+              for n in (200, 500, 1000)}
+    scaling = []
+    for n, r in sparse.items():
+        if "server_total_s" in r:
+            scaling.append({
+                "clients": n,
+                "degree": r["degree"],
+                "server_s": r["server_total_s"],
+                "server_s_per_n_log2_n": r["server_total_s"] / (n * math.log2(n)),
+                "server_s_per_n_squared": r["server_total_s"] / n**2,
+            })
+    return {"complete_50x100k": main, "sparse_1000x10k": sparse[1000], "sparse_runs": sparse, "server_scaling": scaling}
+
+
+def main() -> int:
+    report = {"secagg": secagg_section()}
+    for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py")):
+        if (ROOT / script).exists():
+            report[name] = run_json([script], name)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
