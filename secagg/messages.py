@@ -18,6 +18,7 @@ from secagg.shamir import SHARE_BYTES
 MAGIC = b"SA"
 VERSION = 1
 HEADER = struct.Struct(">2sBB16sI")
+_U32 = struct.Struct(">I")
 KEY = 32
 SIG = 64
 
@@ -52,10 +53,17 @@ class _Reader:
         return out
 
     def u8(self, what: str) -> int:
-        return self.take(1, what)[0]
+        if self.pos + 1 > len(self.data):
+            raise MessageFormatError(f"{what}: truncated message")
+        self.pos += 1
+        return self.data[self.pos - 1]
 
     def u32(self, what: str) -> int:
-        return int.from_bytes(self.take(4, what), "big")
+        if self.pos + 4 > len(self.data):
+            raise MessageFormatError(f"{what}: truncated message")
+        (value,) = _U32.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return value
 
     def count(self, entry_size: int, what: str) -> int:
         n = self.u32(what)

@@ -1,0 +1,258 @@
+"""The `feature_stats` query kind: federated count, mean, variance and standard deviation per feature,
+with optional equal-width histograms, for global feature scaling (seed 002, §4.1 and §5.3.2).
+
+Encoding. Every entry of a device's vector is in units of 2^K per example, so all coordinates share one
+scale: the count entry adds 2^K per present value, the first moment adds 2^K·(x − lower)/range, the
+second moment adds 2^K·((x − m)/range)², a histogram bin adds 2^K. Values are clipped to the public
+[lower, upper] bounds, and fractions are rounded stochastically (unbiased). K is chosen from the cap on
+examples per device so that one device's entries stay below 2^46 and a cohort of up to 2^15 devices fits
+the 62-bit ring; the rounding error is then ~2^-K of the range per example (≈1e-12 relative).
+
+Two rounds. Round 1 sums counts and first moments (and histograms); round 2 sums second moments about
+the global mean found in round 1. A single pass of Σx and Σx² loses precision by cancellation when the
+spread is small against the mean (var = E[x²] − E[x]²); centring on the true mean avoids that. See
+docs/feature_stats.md.
+
+Missing values (absent, None, NaN, ±inf, non-numeric) are counted as missing, never as zero.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from queries.kind import QueryKind, QueryKindError, RoundPlan, register
+
+DEVICE_BOUND_BITS = 46
+
+
+class FeatureSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    lower: float
+    upper: float
+
+    @field_validator("lower", "upper")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FeatureSpec:
+        if not self.lower < self.upper:
+            raise ValueError(f"lower ({self.lower}) must be below upper ({self.upper})")
+        return self
+
+
+class FeatureStatsParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    features: list[FeatureSpec] = Field(min_length=1, max_length=1000)
+    bins: int | None = Field(default=None, ge=1, le=1000)
+    max_examples_per_device: int = Field(default=100, ge=1, le=100_000)
+    min_count: int = Field(default=1, ge=0)
+    """Features with fewer (noisy) present values are suppressed and listed."""
+
+    @field_validator("features")
+    @classmethod
+    def _unique(cls, v: list[FeatureSpec]) -> list[FeatureSpec]:
+        names = [f.name for f in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate feature names: {', '.join(dupes)}")
+        return v
+
+    @property
+    def scale_exp(self) -> int:
+        return DEVICE_BOUND_BITS - math.ceil(math.log2(self.max_examples_per_device + 1))
+
+
+def _column(rows: list[Any], name: str) -> np.ndarray:
+    """The feature's values over the rows, NaN where missing or not a finite number."""
+    out = np.full(len(rows), np.nan)
+    for i, row in enumerate(rows):
+        value = row.get(name) if isinstance(row, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[i] = float(value)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    low = np.floor(x)
+    return (low + (rng.random(x.shape) < x - low)).astype(np.int64)
+
+
+class FeatureStatsKind(QueryKind):
+    name = "feature_stats"
+    Params = FeatureStatsParams
+
+    def rounds_upper_bound(self, params: FeatureStatsParams) -> int:  # type: ignore[override]
+        return 2
+
+    def initial_state(self, params: FeatureStatsParams) -> dict[str, Any]:  # type: ignore[override]
+        return {"stage": 0}
+
+    def plan_round(self, params: FeatureStatsParams, state: dict[str, Any], round_index: int) -> RoundPlan | None:  # type: ignore[override]
+        f = len(params.features)
+        k = params.scale_exp
+        m = params.max_examples_per_device
+        bins = params.bins or 0
+        task: dict[str, Any] = {
+            "features": [spec.model_dump() for spec in params.features],
+            "scale_exp": k,
+            "max_examples": m,
+        }
+        if state["stage"] == 0:
+            task |= {"stage": "first_moments", "bins": bins}
+            dim = f * (2 + bins)
+            per_example_l2 = math.sqrt(3.0)  # count, first moment, one histogram bin ≤ 2^K each
+        elif state["stage"] == 1:
+            task |= {"stage": "second_moments", "means": state["means"]}
+            dim = f
+            per_example_l2 = 1.0
+        else:
+            return None
+        unit = 1 << k
+        return RoundPlan(
+            round=round_index,
+            task=task,
+            dim=dim,
+            max_abs=m * unit,
+            l1_sensitivity=float(m * unit * (3 if state["stage"] == 0 else 1) * f),
+            l2_sensitivity=float(m * unit * per_example_l2 * math.sqrt(f)),
+        )
+
+    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+        try:
+            specs = [FeatureSpec.model_validate(s) for s in task["features"]]
+            k, m, stage = int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
+        rng = np.random.default_rng(int.from_bytes(os.urandom(16), "big"))
+        if len(rows) > m:
+            rows = [rows[i] for i in sorted(rng.choice(len(rows), size=m, replace=False))]
+        unit = float(1 << k)
+        parts = []
+        if stage == "first_moments":
+            bins = int(task.get("bins") or 0)
+            counts, firsts, hists = [], [], []
+            for spec in specs:
+                x = _column(rows, spec.name)
+                x = np.clip(x[~np.isnan(x)], spec.lower, spec.upper)
+                frac = (x - spec.lower) / (spec.upper - spec.lower)
+                counts.append(len(x) << k)
+                firsts.append(int(_stochastic_round(frac * unit, rng).sum()))
+                if bins:
+                    idx = np.minimum((frac * bins).astype(np.int64), bins - 1)
+                    hists.append(np.bincount(idx, minlength=bins).astype(np.int64) << k)
+            parts = [np.array(counts, dtype=np.int64), np.array(firsts, dtype=np.int64), *hists]
+        elif stage == "second_moments":
+            means = task["means"]
+            seconds = []
+            for spec, mean in zip(specs, means):
+                x = _column(rows, spec.name)
+                x = np.clip(x[~np.isnan(x)], spec.lower, spec.upper)
+                if mean is None:
+                    seconds.append(0)
+                    continue
+                z = ((x - mean) / (spec.upper - spec.lower)) ** 2
+                seconds.append(int(_stochastic_round(z * unit, rng).sum()))
+            parts = [np.array(seconds, dtype=np.int64)]
+        else:
+            raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
+        return np.concatenate(parts)
+
+    def decode_round(self, params: FeatureStatsParams, state: dict[str, Any], plan: RoundPlan, aggregate: np.ndarray, contributors: int) -> dict[str, Any]:  # type: ignore[override]
+        f = len(params.features)
+        unit = float(1 << params.scale_exp)
+        agg = np.asarray(aggregate, dtype=np.float64) / unit
+        if state["stage"] == 0:
+            counts, firsts = agg[:f], agg[f : 2 * f]
+            means = []
+            for spec, c, s in zip(params.features, counts, firsts):
+                if c < max(params.min_count, 1e-9):
+                    means.append(None)
+                else:
+                    mean = spec.lower + (spec.upper - spec.lower) * s / c
+                    means.append(float(min(max(mean, spec.lower), spec.upper)))
+            hist = None
+            if params.bins:
+                hist = agg[2 * f :].reshape(f, params.bins).tolist()
+            return {"stage": 1, "counts": counts.tolist(), "means": means, "histograms": hist,
+                    "contributors": [contributors]}
+        variances = []
+        for spec, c, mean, s2 in zip(params.features, state["counts"], state["means"], agg):
+            if mean is None:
+                variances.append(None)
+            else:
+                variances.append(float(max(s2, 0.0) * (spec.upper - spec.lower) ** 2 / c))
+        return {**state, "stage": 2, "vars": variances, "contributors": state["contributors"] + [contributors]}
+
+    def finalize(self, params: FeatureStatsParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        features: dict[str, Any] = {}
+        suppressed: list[str] = []
+        for i, spec in enumerate(params.features):
+            count, mean, var = state["counts"][i], state["means"][i], state["vars"][i]
+            if mean is None or var is None:
+                suppressed.append(spec.name)
+                continue
+            entry: dict[str, Any] = {
+                "count": count,
+                "mean": mean,
+                "var": var,
+                "sample_var": var * count / (count - 1) if count > 1 else None,
+                "std": math.sqrt(var),
+                "lower": spec.lower,
+                "upper": spec.upper,
+            }
+            if params.bins:
+                edges = np.linspace(spec.lower, spec.upper, params.bins + 1).tolist()
+                entry["histogram"] = {"edges": edges, "counts": state["histograms"][i]}
+            features[spec.name] = entry
+        names = list(features)
+        scaler = {
+            "feature_names_in_": names,
+            "n_features_in_": len(names),
+            "mean_": [features[n]["mean"] for n in names],
+            "var_": [features[n]["var"] for n in names],
+            "scale_": [features[n]["std"] if features[n]["std"] > 0 else 1.0 for n in names],
+            "n_samples_seen_": [features[n]["count"] for n in names],
+        }
+        return {"features": features, "scaler": scaler, "suppressed": suppressed,
+                "clients": max(state["contributors"]) if state["contributors"] else 0}
+
+
+class StandardScaling:
+    """Applies a finished feature_stats result on a device: (x − mean_) / scale_ per named feature."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        scaler = result.get("scaler") if isinstance(result, dict) else None
+        if not scaler or "feature_names_in_" not in scaler:
+            raise QueryKindError("result: not a finished feature_stats result (no scaler block)")
+        self.names: list[str] = list(scaler["feature_names_in_"])
+        self.mean = np.asarray(scaler["mean_"], dtype=np.float64)
+        self.scale = np.asarray(scaler["scale_"], dtype=np.float64)
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        """Rows of features in `names` order → standardised array."""
+        arr = np.asarray(x, dtype=np.float64)
+        if arr.shape[-1] != len(self.names):
+            raise QueryKindError(f"x: expected {len(self.names)} features, got {arr.shape[-1]}")
+        return (arr - self.mean) / self.scale
+
+    def transform_rows(self, rows: list[dict[str, Any]]) -> np.ndarray:
+        """Dict rows → standardised array; missing values become 0 (the mean after scaling)."""
+        cols = np.column_stack([_column(rows, n) for n in self.names]) if rows else np.empty((0, len(self.names)))
+        out = self.transform(cols)
+        return np.where(np.isnan(out), 0.0, out)
+
+
+register(FeatureStatsKind())

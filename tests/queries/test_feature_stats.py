@@ -1,0 +1,115 @@
+"""feature_stats: exactness against numpy on pooled clipped data, the scikit-learn scaler block,
+missing and non-finite values, and spec validation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+from queries.feature_stats import FeatureStatsKind, StandardScaling
+from queries.local_run import run_locally
+
+KIND = FeatureStatsKind()
+
+
+def label_skewed_devices(x: np.ndarray, y: np.ndarray, names: list[str], n_devices: int, seed: int):
+    """Each device holds mostly one class (80/20), so per-device statistics differ from the global ones."""
+    rng = np.random.default_rng(seed)
+    order = np.concatenate([rng.permutation(np.flatnonzero(y == c)) for c in (0, 1)])
+    chunks = np.array_split(order, n_devices)
+    return [[{n: float(v) for n, v in zip(names, x[i])} for i in chunk] for chunk in chunks]
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    data = load_breast_cancer()
+    names = [n.replace(" ", "_") for n in data.feature_names]
+    return data.data, data.target, names
+
+
+def spec_for(x: np.ndarray, names: list[str], margin: float = 0.0):
+    lo, hi = x.min(axis=0), x.max(axis=0)
+    return [{"name": n, "lower": float(a - margin * (b - a)), "upper": float(b + margin * (b - a))}
+            for n, a, b in zip(names, lo, hi)]
+
+
+def test_matches_numpy_on_pooled_clipped_data_and_sklearn_scaler(cancer):
+    x, y, names = cancer
+    devices = label_skewed_devices(x, y, names, 50, seed=3)
+    features = spec_for(x, names)
+    features[0]["upper"] = float(np.percentile(x[:, 0], 90))  # make clipping matter for one feature
+    result, contributors = run_locally(KIND, {"features": features, "max_examples_per_device": 20}, devices)
+    assert contributors == [50, 50]
+    clipped = np.column_stack([np.clip(x[:, j], f["lower"], f["upper"]) for j, f in enumerate(features)])
+    for j, name in enumerate(names):
+        got = result["features"][name]
+        assert got["count"] == len(x)
+        assert math.isclose(got["mean"], clipped[:, j].mean(), rel_tol=1e-6)
+        assert math.isclose(got["var"], clipped[:, j].var(), rel_tol=1e-6)
+        assert math.isclose(got["sample_var"], clipped[:, j].var(ddof=1), rel_tol=1e-6)
+        assert math.isclose(got["std"], clipped[:, j].std(), rel_tol=1e-6)
+
+    scaler = StandardScaler()
+    for attr in ("mean_", "var_", "scale_"):
+        setattr(scaler, attr, np.asarray(result["scaler"][attr]))
+    scaler.n_samples_seen_ = np.asarray(result["scaler"]["n_samples_seen_"])
+    scaler.n_features_in_ = result["scaler"]["n_features_in_"]
+    central = StandardScaler().fit(clipped)
+    np.testing.assert_allclose(scaler.transform(clipped), central.transform(clipped), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(StandardScaling(result).transform(clipped), central.transform(clipped), rtol=1e-5, atol=1e-6)
+
+
+def test_missing_and_non_finite_values_are_missing_not_zero():
+    devices = [
+        [{"a": 1.0, "b": float("nan")}, {"a": float("inf")}, {"b": 4.0}],
+        [{"a": 3.0, "b": None}, {"a": "x", "b": 6.0}, {"a": -float("inf"), "b": 5.0}],
+    ]
+    spec = {"features": [{"name": "a", "lower": 0, "upper": 10}, {"name": "b", "lower": 0, "upper": 10}]}
+    result, _ = run_locally(KIND, spec, devices)
+    assert result["features"]["a"]["count"] == 2 and math.isclose(result["features"]["a"]["mean"], 2.0)
+    assert result["features"]["b"]["count"] == 3 and math.isclose(result["features"]["b"]["mean"], 5.0)
+    assert math.isclose(result["features"]["b"]["var"], 2.0 / 3.0, rel_tol=1e-9)
+
+
+def test_precision_with_wide_bounds_around_a_large_mean():
+    """Spread 1 around 10,000 inside bounds [0, 20,000]: var/range² = 2.5e-9. Centring round 2 on the
+    global mean keeps this exact to ~1e-5; the precision floor is ~2^-K·range² per example."""
+    rng = np.random.default_rng(0)
+    values = 1e4 + rng.normal(0, 1.0, 2000)
+    devices = [[{"v": float(v)} for v in chunk] for chunk in np.array_split(values, 40)]
+    spec = {"features": [{"name": "v", "lower": 0, "upper": 2e4}]}
+    result, _ = run_locally(KIND, spec, devices)
+    assert math.isclose(result["features"]["v"]["mean"], values.mean(), rel_tol=1e-9)
+    assert math.isclose(result["features"]["v"]["var"], values.var(), rel_tol=1e-4)
+
+
+def test_histogram_bins_and_suppression():
+    devices = [[{"a": 0.5}, {"a": 9.9}], [{"a": 5.0}], [{"c": 1.0}]]
+    spec = {"features": [{"name": "a", "lower": 0, "upper": 10}, {"name": "c", "lower": 0, "upper": 1}],
+            "bins": 2, "min_count": 2}
+    result, _ = run_locally(KIND, spec, devices)
+    assert result["features"]["a"]["histogram"]["counts"] == [1.0, 2.0]
+    assert result["features"]["a"]["histogram"]["edges"] == [0.0, 5.0, 10.0]
+    assert result["suppressed"] == ["c"]
+
+
+@pytest.mark.parametrize(
+    "features, field",
+    [
+        ([{"name": "a", "lower": 1, "upper": 1}], "features.0"),
+        ([{"name": "a", "lower": float("nan"), "upper": 1}], "features.0.lower"),
+        ([{"name": "a", "lower": 0, "upper": float("inf")}], "features.0.upper"),
+        ([{"name": "a", "lower": 0, "upper": 1}, {"name": "a", "lower": 0, "upper": 2}], "features"),
+        ([], "features"),
+    ],
+)
+def test_bad_specs_name_the_field(features, field):
+    with pytest.raises(ValidationError) as exc:
+        KIND.parse_params({"features": features})
+    locs = {".".join(str(p) for p in err["loc"]) for err in exc.value.errors()}
+    assert field in locs
