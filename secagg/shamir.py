@@ -9,7 +9,7 @@ coefficients (for the complete graph that is every secret of the cohort).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from secagg.errors import AbortError
 
@@ -78,8 +78,3 @@ def secret_from_int(value: int, length: int = 32) -> bytes:
     if value >= 1 << (8 * length):
         raise ValueError("reconstructed value does not fit the secret length")
     return value.to_bytes(length, "big")
-
-
-def all_distinct(xs: Iterable[int]) -> bool:
-    seen = list(xs)
-    return len(seen) == len(set(seen))
