@@ -49,10 +49,10 @@ def to_modular(values: np.ndarray, bits: int) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind not in "iu":
         raise ConfigError(f"values: must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False)
     half = 1 << (bits - 1)
     if arr.size and (int(arr.max()) >= half or int(arr.min()) < -half):
         raise ConfigError(f"values: entries must lie in [-2^{bits - 1}, 2^{bits - 1}) for bits={bits}")
+    arr = arr.astype(np.int64, copy=False)
     return arr.view(np.uint64) & np.uint64((1 << bits) - 1)
 
 

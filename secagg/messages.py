@@ -196,6 +196,9 @@ class MaskedInput(Message):
 
 def encode_bitmap(members: frozenset[int] | set[int], n: int) -> bytes:
     out = bytearray((n + 7) // 8)
+    outside = sorted(p for p in members if not 1 <= p <= n)
+    if outside:
+        raise MessageFormatError(f"survivors: party ids {outside[:5]} are outside 1..{n}")
     for p in members:
         out[(p - 1) >> 3] |= 1 << ((p - 1) & 7)
     return _u32(n) + bytes(out)

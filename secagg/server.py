@@ -90,6 +90,7 @@ class ServerSession:
         self._digests: dict[int, bytes] = {}
         self._keys: dict[int, AdvertiseKeys] = {}
         self._key_owner: dict[bytes, int] = {}
+        self._probe_key = X25519PrivateKey.generate()
         self._cts: dict[int, dict[int, bytes]] = {}
         self._acc = np.zeros(config.dim, dtype=config.work_dtype)
         self._sigs: dict[int, bytes] = {}
@@ -157,6 +158,8 @@ class ServerSession:
                 raise SignatureError(f"party {party}: advertised keys must be signed by its identity key")
             payload = crypto.advertise_payload(self.config.session_id, party, msg.c_pk, msg.s_pk)
             crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s advertised keys")
+        for key in (msg.c_pk, msg.s_pk):
+            crypto.agree(self._probe_key, key)  # low-order keys would break every peer's key agreement
         for key in (msg.c_pk, msg.s_pk):
             owner = self._key_owner.get(key)
             if owner is not None or msg.c_pk == msg.s_pk:

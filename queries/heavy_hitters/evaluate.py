@@ -1,0 +1,273 @@
+"""Evaluation tool: runs heavy-hitter discovery in process against the ground truth and prints JSON.
+
+    python -m queries.heavy_hitters.evaluate --mode triehh|secagg --n N --population zipf \
+        --epsilon E --k K --seed S [--delta D] [--population-file PATH] [--mechanism skellam]
+
+It drives the same code the service runs: `plan_round` → every (sampled) device's `contribute` → the
+sum → (secagg mode) plus every contributor's noise share → `decode_round` … → `finalize`. Secure
+aggregation returns the exact sum of the contributors' vectors, so adding the integer vectors in the
+clear here is equivalent. For speed, devices holding the same string are grouped: `contribute` is
+deterministic, so one call per distinct string, weighted by the number of that string's devices that
+take part, gives the same sum. Sampling stays per device and per round: a string held by c devices
+contributes Binomial(c, q) voters, which is the distribution of c independent Bernoulli(q) draws.
+
+Noise (secagg mode): each of the t_min = n devices adds its share (calibrated so that the sum over
+t_min devices carries the target noise for ε over `rounds_upper_bound` rounds). Skellam shares sum
+exactly to one Skellam with the summed parameter (Poisson additivity), so one draw is exact. Discrete
+Gaussian shares are drawn per device when contributors × dim is small; above that, their sum is drawn as
+one discrete Gaussian with the summed variance (a close approximation, flagged in the output).
+
+Metrics at K: T = the K most frequent strings of the population (after the device's normalisation;
+strings tied with the K-th count also count as correct), F = the K highest-count discovered strings;
+recall = |F ∩ T| / K, precision = |F ∩ T| / |F| (0 when nothing is found), f1 their harmonic mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from queries.heavy_hitters import population as pop
+from queries.heavy_hitters.encoding import normalize
+from queries.heavy_hitters.kind import HeavyHittersKind, HeavyHittersParams
+
+KIND = HeavyHittersKind()
+PER_DEVICE_NOISE_LIMIT = 4_000_000
+"""Above this many (contributors × dim) noise draws per round, discrete-Gaussian shares are summed in law."""
+
+
+# --- noise and calibration backends -----------------------------------------------------------------
+# queries.dp (the project's DP module) is used when present; otherwise the local stand-ins below, which
+# are clearly simpler (Gaussian RDP accounting for both mechanisms; a float rejection sampler).
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseSetup:
+    mechanism: str
+    per_device_scale: float
+    """σ per device (discrete Gaussian) or μ per device (Skellam: Poisson(μ/2) − Poisson(μ/2))."""
+    per_device_var: float
+    epsilon: float
+    source: str
+
+
+def _local_calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
+    """Stand-in for queries.dp calibration: Gaussian RDP over `rounds` rounds, bisection on σ."""
+    import dp_accounting
+    from dp_accounting import rdp
+
+    def eps_of(sigma: float) -> float:
+        acc = rdp.RdpAccountant()
+        acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / l2), rounds))
+        return float(acc.get_epsilon(delta))
+
+    lo, hi = 1e-3, 1.0
+    while eps_of(hi) > epsilon:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if eps_of(mid) > epsilon else (lo, mid)
+    var_dev = hi * hi / t_min
+    scale = math.sqrt(var_dev) if mechanism == "discrete_gaussian" else var_dev
+    return NoiseSetup(mechanism, scale, var_dev, eps_of(hi), "local stand-in (Gaussian RDP)")
+
+
+def _local_sample_noise(mechanism: str, scale: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Stand-in for queries.dp.noise.sample_noise (simulation only: float arithmetic)."""
+    if mechanism == "skellam":
+        return rng.poisson(scale / 2, size) - rng.poisson(scale / 2, size)
+    if mechanism != "discrete_gaussian":
+        return np.zeros(size, dtype=np.int64)
+    # Canonne–Kamath–Steinke: discrete Laplace proposal with t = ⌊σ⌋ + 1, Bernoulli acceptance.
+    sigma = scale
+    t = math.floor(sigma) + 1
+    out = np.empty(0, dtype=np.int64)
+    p = 1 - math.exp(-1 / t)
+    while out.size < size:
+        k = max(2 * (size - out.size), 64)
+        y = rng.geometric(p, k) - rng.geometric(p, k)
+        accept = rng.random(k) < np.exp(-((np.abs(y) - sigma**2 / t) ** 2) / (2 * sigma**2))
+        out = np.concatenate([out, y[accept]])
+    return out[:size].astype(np.int64)
+
+
+def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, np.random.Generator], np.ndarray]]:
+    """queries.dp's calibration and sampler when that module exists, else the local stand-ins."""
+    try:
+        from queries.dp import calibrate as dp_calibrate  # type: ignore[attr-defined]
+        from queries.dp.noise import sample_noise
+    except ImportError:
+        return _local_calibrate, _local_sample_noise
+    calibrate_fn = getattr(dp_calibrate, "calibrate", dp_calibrate)
+
+    def calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
+        plan = calibrate_fn(mechanism, epsilon, delta, l1, l2, rounds, t_min)
+        scale = float(plan.per_device_scale)
+        var_dev = scale * scale if mechanism == "discrete_gaussian" else scale
+        return NoiseSetup(mechanism, scale, var_dev, float(plan.epsilon), "queries.dp")
+
+    return calibrate, sample_noise
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def run(
+    mode: str,
+    strings: list[str],
+    epsilon: float,
+    delta: float,
+    k: int,
+    seed: int,
+    max_length: int = 10,
+    mechanism: str = "skellam",
+    max_frontier: int = 256,
+) -> dict[str, Any]:
+    """Runs one query over devices holding `strings` (one each) and scores it against the truth."""
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    n = len(strings)
+    groups = pop.group(strings)
+    distinct = list(groups)
+    holders = np.array([groups[s] for s in distinct], dtype=np.int64)
+
+    raw: dict[str, Any] = {"mode": mode, "max_length": max_length, "max_frontier": max_frontier}
+    if mode == "triehh":
+        raw |= {"epsilon": epsilon, "delta": delta, "population_size": n}
+    params: HeavyHittersParams = KIND.parse_params(raw)  # type: ignore[assignment]
+
+    calibrate, sample_noise = _backends()
+    noise: NoiseSetup | None = None
+    approx_noise = False
+    if mode == "secagg":
+        first = KIND.plan_round(params, KIND.initial_state(params), 0)
+        assert first is not None
+        noise = calibrate(mechanism, epsilon, delta, first.l1_sensitivity, first.l2_sensitivity,
+                          KIND.rounds_upper_bound(params), n)
+
+    state = KIND.initial_state(params)
+    r = 0
+    while (plan := KIND.plan_round(params, state, r)) is not None:
+        if plan.sample_rate < 1.0:
+            voters = rng.binomial(holders, plan.sample_rate)
+        else:
+            voters = holders
+        total = np.zeros(plan.dim, dtype=np.int64)
+        for s, c in zip(distinct, voters):
+            if c:
+                vec = KIND.contribute(plan.task, [s])
+                total[np.flatnonzero(vec)] += int(c) * vec[np.flatnonzero(vec)]
+        contributors = int(voters.sum())
+        if noise is not None:
+            if mechanism == "skellam":
+                total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, rng)
+            elif contributors * plan.dim <= PER_DEVICE_NOISE_LIMIT:
+                for _ in range(contributors):
+                    total += sample_noise(mechanism, noise.per_device_scale, plan.dim, rng)
+            else:
+                approx_noise = True
+                total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, rng)
+            # What the server records for the kind: the standard deviation of the aggregate's noise.
+            plan = dataclasses.replace(plan, meta={**plan.meta, "noise_std": math.sqrt(noise.per_device_var * contributors)})
+        state = KIND.decode_round(params, state, plan, total, contributors)
+        r += 1
+    result = KIND.finalize(params, state)
+
+    scores = score(strings, [h["value"] for h in result["heavy_hitters"]], k, params.casefold)
+    out: dict[str, Any] = {
+        "mode": mode,
+        "n": n,
+        "k": k,
+        **scores,
+        "rounds": result["rounds"],
+        "epsilon": None,
+        "delta": delta,
+        "found": len(result["heavy_hitters"]),
+        "distinct_strings": len(groups),
+    }
+    if mode == "triehh":
+        block = KIND.privacy(params)
+        assert block is not None
+        out |= {"epsilon": block["epsilon"], "delta": block["delta"], "theta": block["theta"],
+                "sample_rate": block["sample_rate"], "expected_sample": block["expected_sample"]}
+    else:
+        assert noise is not None
+        out |= {"epsilon": noise.epsilon, "mechanism": mechanism, "noise_std_total": math.sqrt(noise.per_device_var * n),
+                "release_thresholds": result["thresholds"], "frontier_truncated": result["frontier_truncated"],
+                "noise_backend": noise.source, "noise_sum_approximated": approx_noise}
+    out["top"] = result["heavy_hitters"][:10]
+    out["seconds"] = round(time.perf_counter() - started, 2)
+    return out
+
+
+def score(strings: list[str], found_ranked: list[str], k: int, casefold: bool = True) -> dict[str, float]:
+    """recall@K, precision@K and F1 of the ranked discoveries against the population's top K."""
+    truth = Counter(normalize(s, casefold) for s in strings)
+    truth.pop("", None)
+    ranked = sorted(truth.items(), key=lambda kv: (-kv[1], kv[0]))
+    k_eff = min(k, len(ranked))
+    if k_eff == 0:
+        return {"recall": 0.0, "precision": 0.0, "f1": 0.0}
+    kth = ranked[k_eff - 1][1]
+    relevant = {s for s, c in ranked if c >= kth}
+    top_found = found_ranked[:k]
+    hits = sum(1 for s in top_found if s in relevant)
+    recall = min(hits, k_eff) / k_eff
+    precision = hits / len(top_found) if top_found else 0.0
+    f1 = 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+    return {"recall": recall, "precision": precision, "f1": f1}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m queries.heavy_hitters.evaluate", description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=["triehh", "secagg"], required=True)
+    ap.add_argument("--n", type=int, default=100_000, help="devices (synthetic population)")
+    ap.add_argument("--population", choices=["zipf"], default="zipf")
+    ap.add_argument("--population-file", help="one device's string per line; replaces the synthetic population")
+    ap.add_argument("--epsilon", type=float, required=True)
+    ap.add_argument("--delta", type=float, help="default 1/n²")
+    ap.add_argument("--k", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=None, help="default: from os.urandom")
+    ap.add_argument("--max-length", type=int, default=10)
+    ap.add_argument("--max-frontier", type=int, default=256)
+    ap.add_argument("--mechanism", choices=["skellam", "discrete_gaussian"], default="skellam")
+    ap.add_argument("--vocab", type=int, default=10_000, help="zipf: vocabulary size")
+    ap.add_argument("--zipf-exponent", type=float, default=1.1)
+    args = ap.parse_args(argv)
+
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(8), "big")
+    if args.population_file:
+        strings = pop.file_population(args.population_file)
+        population = f"file:{args.population_file}"
+    else:
+        if args.n < 1:
+            ap.error("--n: must be at least 1")
+        strings = pop.zipf_population(args.n, np.random.default_rng([seed, 1]), args.vocab, args.zipf_exponent,
+                                      args.max_length)
+        population = f"zipf(s={args.zipf_exponent}, vocab={args.vocab})"
+    if not strings:
+        ap.error("population: no devices")
+    delta = args.delta if args.delta is not None else 1.0 / len(strings) ** 2
+    try:
+        out = run(args.mode, strings, args.epsilon, delta, args.k, seed, args.max_length, args.mechanism,
+                  args.max_frontier)
+    except ValueError as exc:  # pydantic ValidationError and calibration errors name the field
+        print(json.dumps({"error": str(exc)}), file=sys.stderr)
+        return 2
+    out = {"population": population, "seed": seed, **out}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

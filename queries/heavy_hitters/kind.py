@@ -1,0 +1,290 @@
+"""The `heavy_hitters` query kind: TrieHH (sample and threshold) and hardened TrieHH (noisy secure histograms).
+
+The server grows a trie of popular prefixes one character per round. Round d hands devices the frontier
+(the released prefixes of length d); each device votes, through secure aggregation, for the next
+character of its string (or for "the string ends here") when the string's prefix is on the frontier,
+and sends an all-zero vector otherwise, so taking part reveals nothing by itself. The kind keeps the
+extensions whose (noisy) count reaches the round's threshold; a kept extension of length `max_length`
+or a kept end marker is a heavy hitter. At most `max_length` rounds (= the L of the TrieHH analysis).
+
+Modes:
+- `triehh` — Zhu et al. 2020: each round a Bernoulli(q) sample of the checked-in devices votes and an
+  extension needs ≥ θ votes; no noise is added. θ and q come from (ε, δ, L) by Corollary 1
+  (`calibration.py`), or are set by hand (`theta`, `sample_rate`) for tests and demos.
+- `secagg` — hardened TrieHH: every device votes every round, each adds its share of distributed
+  discrete-Gaussian/Skellam noise (calibrated by the server from `privacy` over `rounds_upper_bound`
+  rounds with the sensitivities in the RoundPlan), and an extension is released when its noisy count
+  reaches the release threshold. The frontier is capped at `max_frontier` prefixes (highest counts).
+
+See docs/heavy_hitters.md for the vector layout, the string rules and the privacy statements.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from queries.heavy_hitters import calibration as cal
+from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_vector
+from queries.kind import QueryKind, QueryKindError, RoundPlan
+from queries.release import count_threshold, noise_std
+
+END = "$"
+"""How the end marker is shown in docs and tests; never part of a string (the vector has its own slot)."""
+
+
+class HeavyHittersParams(BaseModel):
+    """`params` of a heavy_hitters query. Fields of the other mode are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["triehh", "secagg"]
+    max_length: int = Field(default=10, ge=1, le=64)
+    """L: longest string that can be found; also the number of rounds."""
+    alphabet: str = Field(default=DEFAULT_ALPHABET, min_length=1, max_length=128)
+    casefold: bool = True
+    max_words_per_device: int = Field(default=1, ge=1, le=16)
+    max_frontier: int = Field(default=256, ge=1, le=4096)
+    """Most prefixes carried into the next round (highest counts first); bounds the vector length."""
+
+    # mode "triehh": either (epsilon, delta[, population_size]) or (theta, sample_rate).
+    epsilon: float | None = Field(default=None, gt=0, le=100)
+    delta: float | None = Field(default=None, gt=0, lt=1)
+    population_size: int | None = Field(default=None, ge=1)
+    theta: int | None = Field(default=None, ge=1)
+    sample_rate: float | None = Field(default=None, gt=0, le=1)
+
+    # mode "secagg"
+    release_threshold: float | None = Field(default=None, gt=0)
+    """Fixed threshold on a noisy count; default: derived from the noise (see `false_release_rate`)."""
+    false_release_rate: float = Field(default=0.05, gt=0, lt=1)
+    """Default threshold: a slot with true count 0 is released in a round with at most this probability
+    summed over all the round's slots (Gaussian tail bound on the aggregate's noise)."""
+    min_release_count: int = Field(default=1, ge=1)
+    """Floor of the default threshold (the whole threshold when the query carries no noise)."""
+
+    _triehh: tuple[int, float] | None = PrivateAttr(default=None)
+
+    @field_validator("alphabet")
+    @classmethod
+    def _alphabet_ok(cls, v: str) -> str:
+        dupes = sorted({c for c in v if v.count(c) > 1})
+        if dupes:
+            raise ValueError(f"duplicate characters {''.join(dupes)!r}")
+        bad = sorted({c for c in v if not c.isprintable() or c.isspace()})
+        if bad:
+            raise ValueError(f"whitespace or non-printable characters {''.join(bad)!r} are not allowed")
+        return v
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> HeavyHittersParams:
+        triehh_only = ("epsilon", "delta", "population_size", "theta", "sample_rate")
+        secagg_only = ("release_threshold",)
+        if self.mode == "secagg":
+            for name in triehh_only:
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: only for mode 'triehh' (in mode 'secagg' the noise is calibrated from the"
+                        " query's privacy block)"
+                    )
+            return self
+        for name in secagg_only:
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only for mode 'secagg'")
+        by_privacy = self.epsilon is not None or self.delta is not None
+        by_hand = self.theta is not None or self.sample_rate is not None
+        if by_privacy and by_hand:
+            raise ValueError("theta: give either epsilon and delta, or theta and sample_rate, not both")
+        if by_privacy:
+            if self.epsilon is None:
+                raise ValueError("epsilon: required with delta in mode 'triehh'")
+            if self.delta is None:
+                raise ValueError("delta: required with epsilon in mode 'triehh'")
+            try:
+                c = cal.calibrate_triehh(
+                    self.epsilon, self.delta, self.max_length, self.population_size, self.max_words_per_device
+                )
+            except cal.CalibrationError as exc:
+                raise ValueError(str(exc)) from None
+            self._triehh = (c.theta, c.sample_rate)
+        elif by_hand:
+            if self.theta is None:
+                raise ValueError("theta: required with sample_rate in mode 'triehh'")
+            if self.sample_rate is None:
+                raise ValueError("sample_rate: required with theta in mode 'triehh'")
+            self._triehh = (self.theta, self.sample_rate)
+        else:
+            raise ValueError("epsilon: mode 'triehh' needs epsilon and delta (or theta and sample_rate)")
+        return self
+
+    @property
+    def triehh(self) -> tuple[int, float]:
+        """(θ, per-device sampling rate q) of mode triehh."""
+        if self._triehh is None:
+            raise QueryKindError("mode: θ and the sampling rate exist only in mode 'triehh'")
+        return self._triehh
+
+    @property
+    def width(self) -> int:
+        return len(self.alphabet) + 1
+
+
+class HeavyHittersKind(QueryKind):
+    name = "heavy_hitters"
+    Params = HeavyHittersParams
+
+    def rounds_upper_bound(self, params: HeavyHittersParams) -> int:  # type: ignore[override]
+        return params.max_length
+
+    def initial_state(self, params: HeavyHittersParams) -> dict[str, Any]:  # type: ignore[override]
+        return {
+            "depth": 0,
+            "frontier": [""],
+            "trie": {},
+            "found": {},
+            "rounds": 0,
+            "thresholds": [],
+            "contributors": [],
+            "frontier_truncated": 0,
+        }
+
+    def plan_round(self, params: HeavyHittersParams, state: dict[str, Any], round_index: int) -> RoundPlan | None:  # type: ignore[override]
+        depth, frontier = state["depth"], state["frontier"]
+        if not frontier or depth >= params.max_length:
+            return None
+        w = params.max_words_per_device
+        task = {
+            "mode": params.mode,
+            "depth": depth,
+            "frontier": list(frontier),
+            "alphabet": params.alphabet,
+            "max_length": params.max_length,
+            "max_words": w,
+            "casefold": params.casefold,
+        }
+        rate = params.triehh[1] if params.mode == "triehh" else 1.0
+        return RoundPlan(
+            round=round_index,
+            task=task,
+            dim=len(frontier) * params.width,
+            max_abs=1,
+            l1_sensitivity=float(w),
+            l2_sensitivity=math.sqrt(w),
+            sample_rate=rate,
+            meta={"depth": depth},
+        )
+
+    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+        try:
+            depth = int(task["depth"])
+            frontier = [str(p) for p in task["frontier"]]
+            alphabet = str(task["alphabet"])
+            max_length = int(task["max_length"])
+            max_words = int(task["max_words"])
+            casefold = bool(task.get("casefold", True))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed heavy_hitters task ({exc!r})") from None
+        if not alphabet or len(set(alphabet)) != len(alphabet):
+            raise QueryKindError("task.alphabet: must be non-empty with distinct characters")
+        if not 0 <= depth < max_length:
+            raise QueryKindError(f"task.depth: must be in [0, max_length), got {depth}")
+        if not 1 <= max_words <= 16:
+            raise QueryKindError(f"task.max_words: must be in [1, 16], got {max_words}")
+        if any(len(p) != depth for p in frontier) or len(set(frontier)) != len(frontier):
+            raise QueryKindError(f"task.frontier: prefixes must be distinct and of length depth={depth}")
+        words = choose_words(rows, alphabet, max_length, max_words, casefold)
+        return vote_vector(words, frontier, depth, alphabet)
+
+    def threshold(self, params: HeavyHittersParams, plan: RoundPlan, contributors: int) -> float:
+        """The count an extension needs in this round to be kept."""
+        if params.mode == "triehh":
+            return float(params.triehh[0])
+        if params.release_threshold is not None:
+            return params.release_threshold
+        return count_threshold(noise_std(plan, contributors), plan.dim, params.false_release_rate, params.min_release_count)
+
+    def decode_round(
+        self,
+        params: HeavyHittersParams,  # type: ignore[override]
+        state: dict[str, Any],
+        plan: RoundPlan,
+        aggregate: np.ndarray,
+        contributors: int,
+    ) -> dict[str, Any]:
+        frontier: list[str] = state["frontier"]
+        depth: int = state["depth"]
+        width = params.width
+        agg = np.asarray(aggregate, dtype=np.int64)
+        if agg.shape != (len(frontier) * width,):
+            raise QueryKindError(f"aggregate: expected length {len(frontier) * width}, got {agg.shape}")
+        tau = self.threshold(params, plan, contributors)
+        counts = agg.reshape(len(frontier), width)
+        trie = dict(state["trie"])
+        found = dict(state["found"])
+        extended: list[tuple[int, str]] = []
+        for i, j in zip(*np.nonzero(counts >= tau)):
+            prefix, count = frontier[i], int(counts[i, j])
+            if j == width - 1:
+                if prefix:  # the empty string is never eligible; a released root end marker is noise
+                    found[prefix] = count
+                continue
+            grown = prefix + params.alphabet[j]
+            trie[grown] = count
+            if len(grown) == params.max_length:
+                found[grown] = count  # no longer string exists, so this prefix is a whole string
+            else:
+                extended.append((count, grown))
+        extended.sort(key=lambda cp: (-cp[0], cp[1]))
+        return {
+            "depth": depth + 1,
+            "frontier": [p for _, p in extended[: params.max_frontier]],
+            "trie": trie,
+            "found": found,
+            "rounds": state["rounds"] + 1,
+            "thresholds": state["thresholds"] + [tau],
+            "contributors": state["contributors"] + [int(contributors)],
+            "frontier_truncated": state["frontier_truncated"] + max(0, len(extended) - params.max_frontier),
+        }
+
+    def finalize(self, params: HeavyHittersParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        hitters = sorted(state["found"].items(), key=lambda kv: (-kv[1], kv[0]))
+        return {
+            "heavy_hitters": [{"value": v, "count": c} for v, c in hitters],
+            "trie": dict(sorted(state["trie"].items())),
+            "rounds": state["rounds"],
+            "mode": params.mode,
+            "thresholds": state["thresholds"],
+            "contributors": state["contributors"],
+            "frontier_truncated": state["frontier_truncated"],
+        }
+
+    def privacy(self, params: HeavyHittersParams) -> dict[str, Any] | None:
+        """Mode triehh's privacy block (sampling + threshold, no noise); None in mode secagg (server's)."""
+        if params.mode != "triehh":
+            return None
+        theta, rate = params.triehh
+        block: dict[str, Any] = {
+            "mechanism": "triehh_sample_threshold",
+            "theta": theta,
+            "sample_rate": rate,
+            "rounds": params.max_length,
+            "max_words_per_device": params.max_words_per_device,
+        }
+        if params.epsilon is not None:
+            assert params.delta is not None
+            c = cal.calibrate_triehh(params.epsilon, params.delta, params.max_length, None, params.max_words_per_device)
+            block |= {"epsilon": c.epsilon, "delta": c.delta}
+            if params.population_size is not None:
+                block |= {"population_size": params.population_size,
+                          "expected_sample": rate * params.population_size}
+            return block
+        explicit = cal.privacy_of_explicit(theta, rate, params.max_length, params.max_words_per_device)
+        if explicit is None:
+            block |= {"epsilon": None, "delta": None,
+                      "note": "theta/sample_rate set by hand outside Theorem 1's conditions: no DP guarantee"}
+        else:
+            block |= {"epsilon": explicit[0], "delta": explicit[1]}
+        return block

@@ -1,0 +1,157 @@
+"""The `histogram` query kind: how many devices hold each of a fixed list of values.
+
+One round. Each device looks at its `source` collection, counts its local values that are in
+`params.buckets`, and sets a 1 in the slots of its `max_contributions_per_device` most frequent ones
+(ties broken by bucket order), so one device moves any count by at most 1 and at most that many counts
+(L1 sensitivity k, L2 √k). A device without matching values sends an all-zero vector: taking part
+reveals nothing by itself.
+
+Values that are not in the list: ignored by default; with `other_bucket` set they count towards that
+extra bucket. Rows may be strings, numbers (compared by their text, e.g. 3 → "3") or objects with a
+`"value"` field; anything else is ignored.
+
+Release: a count is released when its (noisy) value reaches the threshold — `release_threshold` when
+given, otherwise 0 without noise and the Gaussian tail bound of `queries.release` with noise. Buckets
+under the threshold are listed in `suppressed`, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from queries.kind import QueryKind, QueryKindError, RoundPlan, register
+from queries.release import count_threshold, noise_std
+
+MAX_BUCKETS = 100_000
+
+
+class HistogramParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    buckets: list[str] = Field(min_length=1, max_length=MAX_BUCKETS)
+    max_contributions_per_device: int = Field(default=1, ge=1, le=1000)
+    other_bucket: str | None = Field(default=None, min_length=1, max_length=256)
+    """Name of an extra bucket counting devices whose values are not in `buckets` (off by default)."""
+    release_threshold: float | None = Field(default=None, ge=0)
+    false_release_rate: float = Field(default=0.05, gt=0, lt=1)
+    """With noise and no fixed threshold: chance that any zero-count bucket is released."""
+    min_release_count: float = Field(default=0, ge=0)
+    """Floor of the derived threshold."""
+
+    @field_validator("buckets")
+    @classmethod
+    def _unique_nonempty(cls, v: list[str]) -> list[str]:
+        if any(not b for b in v):
+            raise ValueError("bucket names must be non-empty strings")
+        seen: set[str] = set()
+        dupes = sorted({b for b in v if b in seen or seen.add(b)})  # type: ignore[func-returns-value]
+        if dupes:
+            raise ValueError(f"duplicate buckets: {', '.join(dupes[:10])}")
+        return v
+
+    @model_validator(mode="after")
+    def _other_not_a_bucket(self) -> HistogramParams:
+        if self.other_bucket is not None and self.other_bucket in self.buckets:
+            raise ValueError(f"other_bucket {self.other_bucket!r} is already one of the buckets")
+        if self.max_contributions_per_device > len(self.slots):
+            raise ValueError(
+                f"max_contributions_per_device ({self.max_contributions_per_device}) exceeds the number of buckets"
+            )
+        return self
+
+    @property
+    def slots(self) -> list[str]:
+        return self.buckets + ([self.other_bucket] if self.other_bucket is not None else [])
+
+
+def _value_text(row: Any) -> str | None:
+    if isinstance(row, dict):
+        row = row.get("value")
+    if isinstance(row, bool):
+        return "true" if row else "false"
+    if isinstance(row, str):
+        return row
+    if isinstance(row, int):
+        return str(row)
+    if isinstance(row, float) and row.is_integer():
+        return str(int(row))
+    if isinstance(row, float):
+        return repr(row)
+    return None
+
+
+class HistogramKind(QueryKind):
+    name = "histogram"
+    Params = HistogramParams
+
+    def initial_state(self, params: HistogramParams) -> dict[str, Any]:  # type: ignore[override]
+        return {"done": False}
+
+    def plan_round(self, params: HistogramParams, state: dict[str, Any], round_index: int) -> RoundPlan | None:  # type: ignore[override]
+        if state["done"]:
+            return None
+        k = params.max_contributions_per_device
+        return RoundPlan(
+            round=round_index,
+            task={"buckets": params.buckets, "other_bucket": params.other_bucket, "max_contributions": k},
+            dim=len(params.slots),
+            max_abs=1,
+            l1_sensitivity=float(k),
+            l2_sensitivity=float(k) ** 0.5,
+        )
+
+    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+        try:
+            buckets = [str(b) for b in task["buckets"]]
+            other = task.get("other_bucket")
+            k = int(task["max_contributions"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed histogram task ({exc})") from None
+        index = {b: i for i, b in enumerate(buckets)}
+        other_slot = len(buckets) if other is not None else None
+        counts: Counter[int] = Counter()
+        for row in rows:
+            text = _value_text(row)
+            if text is None:
+                continue
+            slot = index.get(text, other_slot)
+            if slot is not None:
+                counts[slot] += 1
+        vec = np.zeros(len(buckets) + (other_slot is not None), dtype=np.int64)
+        chosen = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        for slot, _ in chosen:
+            vec[slot] = 1
+        return vec
+
+    def decode_round(self, params: HistogramParams, state: dict[str, Any], plan: RoundPlan, aggregate: np.ndarray, contributors: int) -> dict[str, Any]:  # type: ignore[override]
+        agg = np.asarray(aggregate, dtype=np.int64)
+        if agg.shape != (plan.dim,):
+            raise QueryKindError(f"aggregate: expected length {plan.dim}, got {agg.shape}")
+        std = noise_std(plan, contributors)
+        if params.release_threshold is not None:
+            tau = params.release_threshold
+        else:
+            tau = count_threshold(std, plan.dim, params.false_release_rate, params.min_release_count)
+        return {"done": True, "raw": agg.tolist(), "contributors": contributors, "threshold": tau, "noise_std": std}
+
+    def finalize(self, params: HistogramParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        counts: dict[str, int] = {}
+        suppressed: list[str] = []
+        for name, value in zip(params.slots, state.get("raw", [])):
+            if value >= state["threshold"]:
+                counts[name] = int(value)
+            else:
+                suppressed.append(name)
+        return {
+            "counts": counts,
+            "suppressed": suppressed,
+            "clients": int(state.get("contributors", 0)),
+            "threshold": state.get("threshold"),
+        }
+
+
+register(HistogramKind())

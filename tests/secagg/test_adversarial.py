@@ -1,0 +1,754 @@
+"""Adversarial tests of the secure-aggregation state machines.
+
+Each test plays a malicious server (towards a client) or a malicious / confused device (towards the
+server) by intercepting the real protocol bytes, altering them with `dataclasses.replace(...).encode()`
+and checking that the targeted defence rejects them with its typed error. Where it is natural, a
+counterpart test removes the defence with `monkeypatch` and shows that the attack then succeeds (the
+server recovers one party's input, or reads a share meant for another party), so the defence is shown
+to be what stops it.
+
+Cohorts: n=5 semi-honest on the complete graph (threshold t=3), n=7 active (t=5), and n=30 on a
+sparse graph of degree 6 (t=4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from secagg import (
+    ClientSession,
+    ConfigError,
+    ConflictError,
+    DecryptionError,
+    DoubleRevealError,
+    DuplicateKeyError,
+    InconsistentSetsError,
+    MessageFormatError,
+    SecAggConfig,
+    ServerSession,
+    SignatureError,
+    UnknownPartyError,
+    WrongPhaseError,
+    WrongSessionError,
+    crypto,
+    encoding,
+    shamir,
+)
+from secagg.messages import (
+    AdvertiseKeys,
+    ConsistencySignature,
+    MaskedInput,
+    PeerKeys,
+    RoutedShares,
+    ShareKeys,
+    ShareKind,
+    UnmaskRequest,
+    UnmaskShares,
+    decode,
+    encode_bitmap,
+)
+from secagg.phases import Phase
+
+DIM, BITS = 4, 16
+
+
+@dataclass
+class Cohort:
+    """Every party of one session, driven by hand so that messages can be intercepted."""
+
+    cfg: SecAggConfig
+    inputs: dict[int, np.ndarray]
+    clients: dict[int, ClientSession]
+    server: ServerSession
+    identities: dict[int, Ed25519PrivateKey] = field(default_factory=dict)
+
+    @property
+    def sid(self) -> bytes:
+        return self.cfg.session_id
+
+    @property
+    def t(self) -> int:
+        return self.cfg.share_threshold
+
+    def advance(self, outgoing: dict[int, bytes]) -> dict[int, bytes]:
+        """The server takes the parties' messages and closes the phase; returns its next messages."""
+        for p, msg in outgoing.items():
+            self.server.receive(p, msg)
+        return self.server.close_phase()
+
+    def reply(self, incoming: dict[int, bytes], skip: frozenset[int] | set[int] = frozenset()) -> dict[int, bytes]:
+        return {p: self.clients[p].receive(m) for p, m in incoming.items() if p not in skip}
+
+    def bitmap(self, members: set[int]) -> bytes:
+        return encode_bitmap(set(members), self.cfg.n)
+
+    def sign_survivors(self, signer: int, bitmap: bytes) -> bytes:
+        return crypto.sign(self.identities[signer], crypto.consistency_payload(self.sid, bitmap))
+
+
+def make_cohort(
+    n: int = 5, *, active: bool = False, graph: str = "auto", degree: int | None = None, sid: bytes | None = None
+) -> Cohort:
+    cfg = SecAggConfig(
+        sid or os.urandom(16), n, DIM, BITS, graph=graph, degree=degree,
+        threat_model="active" if active else "semi_honest",
+    )  # fmt: skip
+    rng = np.random.default_rng(n)
+    inputs = {p: rng.integers(0, 1 << BITS, DIM, dtype=np.uint64) for p in range(1, n + 1)}
+    identities: dict[int, Ed25519PrivateKey] = {}
+    public_ids = None
+    if active:
+        identities = {p: Ed25519PrivateKey.generate() for p in inputs}
+        public_ids = {p: crypto.ed25519_public_bytes(k) for p, k in identities.items()}
+    clients = {p: ClientSession(cfg, p, v, identities.get(p), public_ids) for p, v in inputs.items()}
+    return Cohort(cfg, inputs, clients, ServerSession(cfg, public_ids), identities)
+
+
+@dataclass
+class Transcript:
+    """What a server holds after the masked-input phase (semi-honest) or consistency check (active)."""
+
+    cohort: Cohort
+    adverts: dict[int, bytes]
+    peer_keys: dict[int, bytes]
+    share_keys: dict[int, bytes]
+    routed: dict[int, bytes]
+    masked: dict[int, bytes]
+    unmask_requests: dict[int, bytes]
+    consistency_requests: dict[int, bytes] = field(default_factory=dict)
+    signatures: dict[int, bytes] = field(default_factory=dict)
+
+
+def run_to_unmasking(cohort: Cohort, drop_before_input: set[int] = frozenset()) -> Transcript:
+    c = cohort
+    adverts = {p: cl.start() for p, cl in c.clients.items()}
+    peer_keys = c.advance(adverts)
+    share_keys = c.reply(peer_keys)
+    routed = c.advance(share_keys)
+    masked = c.reply(routed, skip=drop_before_input)
+    after_input = c.advance(masked)
+    if not c.cfg.active:
+        return Transcript(c, adverts, peer_keys, share_keys, routed, masked, after_input)
+    sigs = c.reply(after_input)
+    unmask = c.advance(sigs)
+    return Transcript(c, adverts, peer_keys, share_keys, routed, masked, unmask, after_input, sigs)
+
+
+def flip(data: bytes, index: int) -> bytes:
+    out = bytearray(data)
+    out[index] ^= 0x01
+    return bytes(out)
+
+
+def expect_abandoned(client: ClientSession) -> None:
+    """After a fatal violation the client answers nothing more in this session."""
+    assert client.phase is Phase.ABORTED
+
+
+# ---------------------------------------------------------------------------------------------------
+# 1. The client checks the sets the server shows it.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _to_share_keys() -> tuple[Cohort, dict[int, bytes]]:
+    c = make_cohort()
+    return c, c.advance({p: cl.start() for p, cl in c.clients.items()})
+
+
+def test_client_rejects_peer_keys_below_threshold():
+    c, peer_keys = _to_share_keys()
+    msg = decode(peer_keys[1])
+    short = dataclasses.replace(msg, peers=tuple(p for p in msg.peers if p.party in (1, 2)))
+    assert len(short.peers) < c.t
+    with pytest.raises(InconsistentSetsError, match="below the threshold"):
+        c.clients[1].receive(short.encode())
+    expect_abandoned(c.clients[1])
+
+
+def test_client_rejects_peer_keys_that_alter_its_own_keys():
+    c, peer_keys = _to_share_keys()
+    msg = decode(peer_keys[1])
+    _, fake = crypto.x25519_keypair()
+    peers = tuple(dataclasses.replace(p, c_pk=fake) if p.party == 1 else p for p in msg.peers)
+    with pytest.raises(InconsistentSetsError, match="own keys"):
+        c.clients[1].receive(dataclasses.replace(msg, peers=peers).encode())
+
+
+def test_client_rejects_peer_keys_naming_a_non_neighbour():
+    """SecAgg+: the graph is recomputed by each client, so the server cannot add a stranger."""
+    c = make_cohort(30, graph="sparse", degree=6)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    msg = decode(peer_keys[1])
+    stranger = next(p for p in range(1, 31) if p not in c.cfg.neighbour_graph.closed(1))
+    entry = decode(c.clients[stranger].start())
+    extra = msg.peers + ((dataclasses.replace(msg.peers[0], party=stranger, c_pk=entry.c_pk, s_pk=entry.s_pk)),)
+    with pytest.raises(InconsistentSetsError, match="not neighbours"):
+        c.clients[1].receive(dataclasses.replace(msg, peers=extra).encode())
+
+
+def test_client_rejects_routed_shares_from_a_sender_outside_its_key_set():
+    c, peer_keys = _to_share_keys()
+    # Party 1 is shown keys of {1, 2, 3, 4} only; everyone else sees the whole cohort.
+    pk1 = decode(peer_keys[1])
+    peer_keys[1] = dataclasses.replace(pk1, peers=tuple(p for p in pk1.peers if p.party != 5)).encode()
+    share_keys = c.reply(peer_keys)
+    sk5 = dict(decode(share_keys[5]).ciphertexts)
+    # The server routes party 5's (genuine) ciphertext for party 1 although 5 was not in 1's key set.
+    others = [(u, dict(decode(share_keys[u]).ciphertexts)[1]) for u in (2, 3, 4)]
+    injected = RoutedShares(c.sid, 1, tuple(others + [(5, sk5[1])]))
+    with pytest.raises(InconsistentSetsError, match="not in the key set"):
+        c.clients[1].receive(injected.encode())
+    expect_abandoned(c.clients[1])
+
+
+def test_client_rejects_routed_shares_below_threshold():
+    c, peer_keys = _to_share_keys()
+    share_keys = c.reply(peer_keys)
+    routed = decode(c.advance(share_keys)[1])
+    short = dataclasses.replace(routed, ciphertexts=routed.ciphertexts[:1])  # U2 = {1, one sender} < t
+    with pytest.raises(InconsistentSetsError, match="below the threshold"):
+        c.clients[1].receive(short.encode())
+    expect_abandoned(c.clients[1])
+
+
+def _client1_with_u2_without_5() -> Cohort:
+    """Everyone has sent a masked input; party 1 got shares from {2, 3, 4} only, so its U2 is {1..4}."""
+    c, peer_keys = _to_share_keys()
+    routed = c.advance(c.reply(peer_keys))
+    r1 = decode(routed[1])
+    routed[1] = dataclasses.replace(r1, ciphertexts=tuple(x for x in r1.ciphertexts if x[0] != 5)).encode()
+    c.reply(routed)
+    return c
+
+
+@pytest.mark.parametrize(
+    ("survivors", "reason"),
+    [
+        ({1, 2, 3, 4, 5}, "not a subset"),  # 5 never shared keys with party 1
+        ({2, 3, 4}, "missing"),  # omits party 1: it would reveal its own mask-key share
+        ({1, 2}, "below the threshold"),
+    ],
+    ids=["not-subset-of-U2", "omits-self", "below-threshold"],
+)
+def test_client_rejects_inconsistent_survivor_sets(survivors, reason):
+    c = _client1_with_u2_without_5()
+    request = UnmaskRequest(c.sid, 1, c.bitmap(survivors), ())
+    with pytest.raises(InconsistentSetsError, match=reason):
+        c.clients[1].receive(request.encode())
+    expect_abandoned(c.clients[1])
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. The client never reveals both shares of one peer; identical retries get identical replies.
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_client_refuses_to_reveal_the_other_share_of_a_peer():
+    c = make_cohort()
+    tr = run_to_unmasking(c)
+    first = c.clients[1].receive(tr.unmask_requests[1])
+    assert {(v, k) for v, k, _ in decode(first).shares} >= {(5, ShareKind.SELF_MASK_SEED)}
+    altered = UnmaskRequest(c.sid, 1, c.bitmap({1, 2, 3, 4}), ())  # now claims 5 dropped
+    with pytest.raises(DoubleRevealError, match="party 5"):
+        c.clients[1].receive(altered.encode())
+    expect_abandoned(c.clients[1])
+
+
+def test_identical_retries_get_byte_identical_replies():
+    c = make_cohort()
+    adverts = {p: cl.start() for p, cl in c.clients.items()}
+    assert c.clients[1].start() == adverts[1]
+    peer_keys = c.advance(adverts)
+    share_keys = c.reply(peer_keys)
+    assert c.clients[1].receive(peer_keys[1]) == share_keys[1]  # no fresh polynomial, no new seed
+    routed = c.advance(share_keys)
+    masked = c.reply(routed)
+    assert c.clients[1].receive(routed[1]) == masked[1]
+    requests = c.advance(masked)
+    shares = c.reply(requests)
+    assert c.clients[1].receive(requests[1]) == shares[1]
+    assert c.clients[1].receive(requests[1]) == shares[1]
+    c.advance(shares)
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 6)))
+
+
+def _plain_sum(c: Cohort, parties) -> np.ndarray:
+    return sum(c.inputs[p] for p in parties) & np.uint64(c.cfg.modulus_mask)
+
+
+def _unmask_party(tr: Transcript, v: int, b_shares: dict[int, int], s_shares: dict[int, int]) -> np.ndarray:
+    """What a server can do with t self-mask shares and t key shares of v: strip v's masks."""
+    c = tr.cohort
+    cfg = c.cfg
+    rec = shamir.BatchReconstructor(c.t)
+    seed = shamir.secret_from_int(rec.reconstruct(b_shares, "b", "attack"))
+    s_sk = X25519PrivateKey.from_private_bytes(shamir.secret_from_int(rec.reconstruct(s_shares, "s", "attack")))
+    y = encoding.unpack(decode(tr.masked[v]).packed, cfg.dim, cfg.bits, cfg.work_dtype).copy()
+    stream = crypto.MaskStream(cfg.dim, cfg.work_dtype)
+    stream.add_into(y, crypto.self_mask_key(seed, c.sid, v), -1)
+    for u in sorted(tr.adverts):
+        if u != v:
+            shared = s_sk.exchange(X25519PublicKey.from_public_bytes(decode(tr.adverts[u]).s_pk))
+            stream.add_into(y, crypto.pair_mask_key(shared, c.sid, v, u), -1 if v < u else +1)
+    return y.astype(np.uint64) & np.uint64(cfg.modulus_mask)
+
+
+def _double_reveal_attack(c: Cohort) -> tuple[Transcript, dict[int, int], dict[int, int]]:
+    """Server asks t parties for v=5's self-mask share (5 survived), then for its key share (5 'dropped')."""
+    tr = run_to_unmasking(c)
+    b_shares, s_shares = {}, {}
+    for w in (1, 2, 3):
+        for v, kind, share in decode(c.clients[w].receive(tr.unmask_requests[w])).shares:
+            if v == 5 and kind == ShareKind.SELF_MASK_SEED:
+                b_shares[w] = shamir.from_bytes(share)
+        try:
+            reply = c.clients[w].receive(UnmaskRequest(c.sid, w, c.bitmap({1, 2, 3, 4}), ()).encode())
+        except DoubleRevealError:
+            continue
+        for v, kind, share in decode(reply).shares:
+            if v == 5 and kind == ShareKind.MASK_KEY:
+                s_shares[w] = shamir.from_bytes(share)
+    return tr, b_shares, s_shares
+
+
+def test_double_reveal_attack_yields_no_key_shares():
+    c = make_cohort()
+    _, b_shares, s_shares = _double_reveal_attack(c)
+    assert len(b_shares) == c.t and s_shares == {}
+
+
+class _Amnesia(dict):
+    """A reveal log that forgets everything: the client without double-reveal tracking."""
+
+    def get(self, key, default=None):
+        return default
+
+    def update(self, *args, **kwargs):
+        pass
+
+
+def test_without_double_reveal_tracking_the_server_recovers_a_single_input(monkeypatch):
+    """Counterpart: remove the tracking and the same attack unmasks party 5's individual input."""
+    c = make_cohort()
+    for w in (1, 2, 3):
+        monkeypatch.setattr(c.clients[w], "_revealed", _Amnesia())
+    tr, b_shares, s_shares = _double_reveal_attack(c)
+    assert len(b_shares) == len(s_shares) == c.t
+    assert np.array_equal(_unmask_party(tr, 5, b_shares, s_shares), c.inputs[5])
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. Duplicate public keys.
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_server_rejects_a_public_key_already_advertised():
+    c = make_cohort()
+    a1 = decode(c.clients[1].start())
+    c.server.receive(1, a1.encode())
+    a2 = decode(c.clients[2].start())
+    for copied in (dataclasses.replace(a2, c_pk=a1.c_pk), dataclasses.replace(a2, s_pk=a1.s_pk),
+                   dataclasses.replace(a2, s_pk=a1.c_pk), dataclasses.replace(a2, s_pk=a2.c_pk)):  # fmt: skip
+        with pytest.raises(DuplicateKeyError):
+            c.server.receive(2, copied.encode())
+    c.server.receive(2, a2.encode())  # the party's genuine keys are still accepted
+    assert c.server.received() == {1, 2}
+
+
+def test_client_rejects_peer_keys_with_a_repeated_key():
+    for target, source_party, source_field in (("c_pk", 2, "c_pk"), ("s_pk", 2, "s_pk"), ("s_pk", 3, "c_pk")):
+        c, peer_keys = _to_share_keys()
+        msg = decode(peer_keys[1])
+        copied = getattr(next(p for p in msg.peers if p.party == source_party), source_field)
+        peers = tuple(dataclasses.replace(p, **{target: copied}) if p.party == 3 else p for p in msg.peers)
+        with pytest.raises(DuplicateKeyError):
+            c.clients[1].receive(dataclasses.replace(msg, peers=peers).encode())
+        expect_abandoned(c.clients[1])
+
+
+# ---------------------------------------------------------------------------------------------------
+# 4. Signatures (active threat model).
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_server_rejects_bad_advertised_key_signatures():
+    c = make_cohort(7, active=True)
+    a1 = decode(c.clients[1].start())
+    _, fake = crypto.x25519_keypair()
+    forged_by_2 = crypto.sign(c.identities[2], crypto.advertise_payload(c.sid, 1, a1.c_pk, a1.s_pk))
+    for bad in (
+        dataclasses.replace(a1, signature=flip(a1.signature, 7)),
+        dataclasses.replace(a1, c_pk=fake),  # keys swapped, signature kept
+        dataclasses.replace(a1, signature=forged_by_2),  # signed by another party's identity
+        dataclasses.replace(a1, signature=b""),
+    ):
+        with pytest.raises(SignatureError):
+            c.server.receive(1, bad.encode())
+    c.server.receive(1, a1.encode())
+
+
+def _active_peer_keys() -> tuple[Cohort, PeerKeys]:
+    c = make_cohort(7, active=True)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    return c, decode(peer_keys[1])
+
+
+def _swap_c_pk_of_3(msg: PeerKeys, new_c_pk: bytes) -> bytes:
+    peers = tuple(dataclasses.replace(p, c_pk=new_c_pk) if p.party == 3 else p for p in msg.peers)
+    return dataclasses.replace(msg, peers=peers).encode()
+
+
+def test_client_rejects_peer_keys_with_a_substituted_key():
+    c, msg = _active_peer_keys()
+    _, server_pk = crypto.x25519_keypair()
+    with pytest.raises(SignatureError, match="party 3"):
+        c.clients[1].receive(_swap_c_pk_of_3(msg, server_pk))
+    expect_abandoned(c.clients[1])
+
+
+def test_without_key_signatures_the_server_reads_shares_meant_for_another_party(monkeypatch):
+    """Counterpart: with verification removed, a server that substitutes its own channel key for
+    party 3's decrypts party 1's shares for party 3 (a man-in-the-middle on the share channel)."""
+    c, msg = _active_peer_keys()
+    server_sk, server_pk = crypto.x25519_keypair()
+    monkeypatch.setattr(crypto, "verify", lambda *args, **kwargs: None)
+    share_keys = decode(c.clients[1].receive(_swap_c_pk_of_3(msg, server_pk)))
+    c_pk_1 = next(p.c_pk for p in msg.peers if p.party == 1)
+    key = crypto.channel_key(crypto.agree(server_sk, c_pk_1), c.sid, 1, 3)
+    plaintext = crypto.open_share(key, c.sid, 1, 3, dict(share_keys.ciphertexts)[3])
+    assert plaintext[:8] == (1).to_bytes(4, "big") + (3).to_bytes(4, "big")
+
+
+def _active_unmask_stage() -> tuple[Cohort, Transcript]:
+    """n=7, t=5; party 7 shares keys but drops before its masked input, so U3 = {1..6}."""
+    c = make_cohort(7, active=True)
+    return c, run_to_unmasking(c, drop_before_input={7})
+
+
+def test_server_rejects_invalid_consistency_signatures():
+    c = make_cohort(7, active=True)
+    adverts = {p: cl.start() for p, cl in c.clients.items()}
+    routed = c.advance(c.reply(c.advance(adverts)))
+    requests = c.advance(c.reply(routed))
+    sig1 = decode(c.clients[1].receive(requests[1]))
+    other_bitmap = c.bitmap({1, 2, 3, 4, 5, 6})
+    for bad in (
+        flip(sig1.signature, 0),
+        c.sign_survivors(1, other_bitmap),  # party 1's signature on a different survivor set
+        c.sign_survivors(2, decode(requests[1]).survivors),  # party 2's signature sent as party 1's
+    ):
+        with pytest.raises(SignatureError, match="party 1"):
+            c.server.receive(1, ConsistencySignature(c.sid, 1, bad).encode())
+    c.server.receive(1, sig1.encode())
+
+
+@pytest.mark.parametrize("case", ["non_survivor", "repeated"])
+def test_client_rejects_consistency_signatures_from_non_survivors_or_repeated_signers(case):
+    c, tr = _active_unmask_stage()
+    req = decode(tr.unmask_requests[1])
+    genuine = dict(req.signatures)
+    assert set(genuine) == {1, 2, 3, 4, 5, 6}
+    four = [(p, genuine[p]) for p in (1, 2, 3, 4)]
+    # Party 7 did take part in sharing keys and really signs the set, but it is not a survivor; or a
+    # survivor's signature is counted twice. Either way t=5 entries hide only 4 surviving signers.
+    extra = (7, c.sign_survivors(7, req.survivors)) if case == "non_survivor" else four[0]
+    forged = dataclasses.replace(req, signatures=tuple(four + [extra]))
+    with pytest.raises(InconsistentSetsError, match="repeated or non-surviving"):
+        c.clients[1].receive(forged.encode())
+    expect_abandoned(c.clients[1])
+
+
+def test_client_rejects_an_invalid_consistency_signature():
+    c, tr = _active_unmask_stage()
+    req = decode(tr.unmask_requests[1])
+    sigs = tuple((p, flip(s, 9) if p == 4 else s) for p, s in req.signatures)
+    with pytest.raises(SignatureError, match="party 4"):
+        c.clients[1].receive(dataclasses.replace(req, signatures=sigs).encode())
+    expect_abandoned(c.clients[1])
+
+
+def test_client_rejects_fewer_than_threshold_consistency_signatures():
+    c, tr = _active_unmask_stage()
+    req = decode(tr.unmask_requests[1])
+    short = dataclasses.replace(req, signatures=req.signatures[: c.t - 1])
+    with pytest.raises(SignatureError, match="below the threshold"):
+        c.clients[1].receive(short.encode())
+    # The genuine request is still refused: the client abandoned the session.
+    with pytest.raises(WrongPhaseError):
+        c.clients[1].receive(tr.unmask_requests[1])
+
+
+def test_active_session_with_genuine_signatures_completes():
+    """Control for the signature tests: the unaltered transcript is accepted and sums correctly."""
+    c, tr = _active_unmask_stage()
+    c.advance(c.reply(tr.unmask_requests))
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 7)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# 5. Share ciphertexts.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _routed_to_1() -> tuple[Cohort, RoutedShares, dict[int, dict[int, bytes]]]:
+    c, peer_keys = _to_share_keys()
+    share_keys = c.reply(peer_keys)
+    sent = {u: dict(decode(m).ciphertexts) for u, m in share_keys.items()}
+    return c, decode(c.advance(share_keys)[1]), sent
+
+
+# Byte offsets in a share ciphertext: 0–7 sender/receiver ids, 8–40 self-mask share, 41–73 key share,
+# 74–89 the GCM tag.
+@pytest.mark.parametrize("index", [0, 5, 20, 60, 89])
+def test_client_rejects_a_tampered_share_ciphertext(index):
+    c, routed, _ = _routed_to_1()
+    cts = tuple((u, flip(ct, index) if u == 3 else ct) for u, ct in routed.ciphertexts)
+    with pytest.raises(DecryptionError, match="party 3"):
+        c.clients[1].receive(dataclasses.replace(routed, ciphertexts=cts).encode())
+    expect_abandoned(c.clients[1])
+
+
+@pytest.mark.parametrize("attack", ["other-receiver", "relabelled-sender"])
+def test_client_rejects_a_rerouted_share_ciphertext(attack):
+    c, routed, sent = _routed_to_1()
+    if attack == "other-receiver":  # party 2's ciphertext for party 4, given to party 1 as from 2
+        cts = tuple((u, sent[2][4] if u == 2 else ct) for u, ct in routed.ciphertexts)
+    else:  # party 2's ciphertext for party 1, labelled as coming from party 3
+        cts = tuple((u, sent[2][1] if u == 3 else ct) for u, ct in routed.ciphertexts)
+    with pytest.raises(DecryptionError):
+        c.clients[1].receive(dataclasses.replace(routed, ciphertexts=cts).encode())
+    expect_abandoned(c.clients[1])
+
+
+# ---------------------------------------------------------------------------------------------------
+# 6. Replays, impersonation and conflicting messages.
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_server_rejects_messages_from_another_session():
+    c = make_cohort()
+    other = make_cohort()
+    with pytest.raises(WrongSessionError):
+        c.server.receive(1, other.clients[1].start())  # replayed from a concurrent cohort
+    relabelled = dataclasses.replace(decode(c.clients[1].start()), session_id=other.sid)
+    with pytest.raises(WrongSessionError):
+        c.server.receive(1, relabelled.encode())
+    c.server.receive(1, c.clients[1].start())
+    assert c.server.received() == {1}
+
+
+def test_client_rejects_messages_from_another_session():
+    c, peer_keys = _to_share_keys()
+    replayed = dataclasses.replace(decode(peer_keys[1]), session_id=os.urandom(16))
+    with pytest.raises(WrongSessionError):
+        c.clients[1].receive(replayed.encode())
+    assert c.clients[1].phase is Phase.ADVERTISE_KEYS  # not fatal: the genuine message still works
+    assert isinstance(decode(c.clients[1].receive(peer_keys[1])), ShareKeys)
+
+
+def test_server_rejects_earlier_phase_messages_in_later_phases():
+    c = make_cohort()
+    adverts = {p: cl.start() for p, cl in c.clients.items()}
+    share_keys = c.reply(c.advance(adverts))
+    with pytest.raises(WrongPhaseError, match="AdvertiseKeys"):
+        c.server.receive(1, adverts[1])
+    routed = c.advance(share_keys)
+    masked = c.reply(routed)
+    for stale in (adverts[2], share_keys[2]):
+        with pytest.raises(WrongPhaseError):
+            c.server.receive(2, stale)
+    requests = c.advance(masked)
+    with pytest.raises(WrongPhaseError, match="MaskedInput"):
+        c.server.receive(3, masked[3])
+    c.advance(c.reply(requests))
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 6)))
+
+
+def test_client_rejects_earlier_phase_messages_in_later_phases():
+    c = make_cohort()
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    routed = c.advance(c.reply(peer_keys))
+    masked = c.reply(routed)
+    # Replaying PeerKeys must not make the client share a fresh self-mask seed.
+    with pytest.raises(WrongPhaseError, match="PeerKeys"):
+        c.clients[1].receive(peer_keys[1])
+    with pytest.raises(WrongPhaseError, match="RoutedShares"):
+        c.clients[1].receive(_readdress(routed[2], 1))  # another RoutedShares after the masked input
+    assert c.clients[1].phase is Phase.MASKED_INPUT
+    requests = c.advance(masked)
+    c.advance(c.reply(requests))
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 6)))
+
+
+def _readdress(data: bytes, party: int) -> bytes:
+    return dataclasses.replace(decode(data), party=party).encode()
+
+
+def test_server_rejects_a_message_submitted_under_another_party():
+    c = make_cohort()
+    a1 = c.clients[1].start()
+    with pytest.raises(UnknownPartyError, match="names party 1"):
+        c.server.receive(2, a1)
+    for outsider in (0, 6, -1):
+        with pytest.raises(UnknownPartyError):
+            c.server.receive(outsider, a1)
+    assert c.server.received() == frozenset()
+    c.server.receive(1, a1)
+    c.server.receive(2, c.clients[2].start())
+
+
+def test_server_rejects_parties_that_dropped_earlier():
+    c = make_cohort()
+    adverts = {p: c.clients[p].start() for p in (1, 2, 3, 4)}  # party 5 never advertised
+    share_keys = c.reply(c.advance(adverts))
+    # Party 5 tries to join late with well-formed ciphertexts for everyone.
+    late = ShareKeys(c.sid, 5, tuple((v, bytes(90)) for v in (1, 2, 3, 4)))
+    with pytest.raises(UnknownPartyError, match="not expected"):
+        c.server.receive(5, late.encode())
+    routed = c.advance(share_keys)
+    assert set(routed) == {1, 2, 3, 4} and all(5 not in dict(decode(m).ciphertexts) for m in routed.values())
+
+
+def test_client_rejects_a_message_addressed_to_another_party():
+    c, peer_keys = _to_share_keys()
+    with pytest.raises(UnknownPartyError, match="addressed to party 2"):
+        c.clients[1].receive(peer_keys[2])
+    assert isinstance(decode(c.clients[1].receive(peer_keys[1])), ShareKeys)
+
+
+def test_server_rejects_a_different_second_message_in_the_same_phase():
+    c = make_cohort()
+    first = c.clients[1].start()
+    c.server.receive(1, first)
+    second = ClientSession(c.cfg, 1, c.inputs[1]).start()  # same party, fresh keys
+    with pytest.raises(ConflictError, match="party 1"):
+        c.server.receive(1, second)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items() if p != 1} | {1: first})
+    kept = {p.party: p.c_pk for p in decode(peer_keys[2]).peers}[1]
+    assert kept == decode(first).c_pk
+
+
+def test_server_accepts_an_identical_resend_once():
+    c = make_cohort()
+    adverts = {p: cl.start() for p, cl in c.clients.items()}
+    c.server.receive(1, adverts[1])
+    routed = c.advance(c.reply(c.advance(adverts)))
+    masked = c.reply(routed)
+    c.server.receive(1, masked[1])
+    c.server.receive(1, masked[1])  # retried upload: accepted silently, counted once
+    requests = c.advance(masked)
+    c.advance(c.reply(requests))
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 6)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# 7. Server-side validation of what devices upload.
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_server_rejects_masked_input_of_the_wrong_shape():
+    c = make_cohort()
+    routed = c.advance(c.reply(c.advance({p: cl.start() for p, cl in c.clients.items()})))
+    masked = c.reply(routed)
+    m1 = decode(masked[1])
+    assert (m1.bits, m1.dim) == (16, 4)
+    for bad in (
+        dataclasses.replace(m1, bits=32, dim=2),  # same 8 bytes, read as two 32-bit entries
+        dataclasses.replace(m1, bits=8, dim=8),
+        dataclasses.replace(m1, dim=5),
+        dataclasses.replace(m1, packed=m1.packed + b"\x00"),
+        dataclasses.replace(m1, packed=m1.packed[:-1]),
+    ):
+        with pytest.raises(MessageFormatError, match="vector"):
+            c.server.receive(1, bad.encode())
+    requests = c.advance(masked)
+    c.advance(c.reply(requests))
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 6)))
+
+
+def test_server_rejects_share_keys_to_the_wrong_receivers():
+    c = make_cohort()
+    adverts = {p: c.clients[p].start() for p in (1, 2, 3, 4)}  # party 5 dropped: U1 = {1..4}
+    share_keys = c.reply(c.advance(adverts))
+    msg = decode(share_keys[1])
+    cts = msg.ciphertexts
+    assert [v for v, _ in cts] == [2, 3, 4]
+    for bad in (
+        cts[:2],  # misses party 4
+        cts + ((1, cts[0][1]),),  # to itself
+        cts + ((5, cts[0][1]),),  # to a party that dropped
+        cts + ((9, cts[0][1]),),  # to a party outside the cohort
+        cts[:2] + ((3, cts[2][1]),),  # twice to party 3, none to party 4
+    ):
+        with pytest.raises(UnknownPartyError, match="exactly its 3 peers"):
+            c.server.receive(1, dataclasses.replace(msg, ciphertexts=bad).encode())
+    with pytest.raises(MessageFormatError, match="ciphertext for 2"):
+        c.server.receive(1, dataclasses.replace(msg, ciphertexts=((2, cts[0][1][:-1]),) + cts[1:]).encode())
+    c.server.receive(1, share_keys[1])
+
+
+def test_server_rejects_unmask_shares_that_do_not_match_the_survivor_set():
+    c = make_cohort()
+    tr = run_to_unmasking(c, drop_before_input={5})  # U2 = {1..5}, U3 = {1..4}
+    msg = decode(c.clients[1].receive(tr.unmask_requests[1]))
+    shares = msg.shares
+    assert {(v, k) for v, k, _ in shares} == {(1, 1), (2, 1), (3, 1), (4, 1), (5, 2)}
+    kinds_swapped = tuple((v, ShareKind.SELF_MASK_SEED if v == 5 else k, s) for v, k, s in shares)
+    for bad in (
+        kinds_swapped,  # the self-mask share of a party that dropped: both secrets would be revealed
+        tuple((v, ShareKind.MASK_KEY if v == 2 else k, s) for v, k, s in shares),  # key share of a survivor
+        shares[:-1],  # missing party 5
+        shares + ((6, 1, shares[0][2]),),  # unknown party
+        shares[:1] + shares[:-1],  # party 1 twice, 5 missing
+        shares + shares[-1:],  # party 5 twice
+    ):
+        with pytest.raises(UnknownPartyError, match="do not match the survivor set"):
+            c.server.receive(1, dataclasses.replace(msg, shares=bad).encode())
+    too_big = shamir.to_bytes(shamir.PRIME)
+    with pytest.raises(MessageFormatError, match="out of the field"):
+        c.server.receive(1, dataclasses.replace(msg, shares=((1, 1, too_big),) + shares[1:]).encode())
+    c.server.receive(1, msg.encode())
+    c.advance(c.reply({p: m for p, m in tr.unmask_requests.items() if p != 1}))
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 5)))
+
+
+# -- fixes for findings of this file's review -------------------------------------------------------
+
+
+@pytest.mark.parametrize("low_order", [bytes(32), (1).to_bytes(32, "little")])
+def test_server_refuses_low_order_keys_at_advertise_time_and_the_cohort_survives(low_order):
+
+    cfg = SecAggConfig(session_id=os.urandom(16), n=5, dim=3, bits=16)
+    server = ServerSession(cfg)
+    clients = {p: ClientSession(cfg, p, np.full(3, p, dtype=np.uint64)) for p in range(1, 6)}
+    bad = AdvertiseKeys(cfg.session_id, 5, low_order, os.urandom(32), b"").encode()
+    with pytest.raises(DecryptionError, match="unusable"):
+        server.receive(5, bad)
+    outgoing = {p: c.start() for p, c in clients.items() if p != 5}
+    while server.phase is not Phase.DONE:
+        for p, m in outgoing.items():
+            server.receive(p, m)
+        delivered = server.close_phase()
+        outgoing = {p: r for p, m in delivered.items() if (r := clients[p].receive(m)) is not None}
+    assert server.result.vector.tolist() == [10, 10, 10]
+
+
+def test_to_modular_refuses_unsigned_values_outside_the_signed_range():
+    from secagg.encoding import to_modular
+
+    with pytest.raises(ConfigError):
+        to_modular(np.array([2**64 - 1], dtype=np.uint64), 62)
+
+
+def test_bitmap_refuses_party_ids_outside_the_cohort():
+    with pytest.raises(MessageFormatError):
+        encode_bitmap({0, 1}, 4)
+    with pytest.raises(MessageFormatError):
+        encode_bitmap({5}, 4)

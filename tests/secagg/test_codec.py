@@ -1,0 +1,383 @@
+"""The wire codec and the integer encodings under hostile or edge-case input.
+
+`secagg.messages.decode`: every message type round-trips; truncations, trailing bytes, bad magic,
+version or type, counts beyond the message and malformed fields raise MessageFormatError, and random
+bytes (hypothesis) never raise anything else. `secagg.encoding`: bit packing, two's complement in and
+out of the ring, no-wrap sizing and unbiased stochastic rounding. Also: the Shamir field modulus is
+prime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from secagg import ConfigError, MessageFormatError, encoding, shamir
+from secagg.config import MAX_BITS
+from secagg.messages import (
+    HEADER,
+    MAGIC,
+    VERSION,
+    AdvertiseKeys,
+    ConsistencyRequest,
+    ConsistencySignature,
+    MaskedInput,
+    Message,
+    MsgType,
+    PeerEntry,
+    PeerKeys,
+    RoutedShares,
+    ShareKeys,
+    UnmaskRequest,
+    UnmaskShares,
+    decode,
+    decode_bitmap,
+    encode_bitmap,
+)
+
+SID = bytes(range(16))
+KEY_A, KEY_B, KEY_C, KEY_D = (bytes([i]) * 32 for i in (0xA1, 0xB2, 0xC3, 0xD4))
+SIG = bytes(range(64))
+CT = bytes(range(90))
+SHARE = bytes(range(33))
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+SAMPLES: list[Message] = [
+    AdvertiseKeys(SID, 1, KEY_A, KEY_B, b""),
+    AdvertiseKeys(SID, 7, KEY_A, KEY_B, SIG),
+    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D, b""))),
+    PeerKeys(SID, 2, ()),
+    ShareKeys(SID, 3, ((1, CT), (2, CT[::-1]))),
+    RoutedShares(SID, 4, ((5, CT), (6, b""))),
+    MaskedInput(SID, 5, 13, 3, bytes(5)),
+    ConsistencyRequest(SID, 6, encode_bitmap({1, 3, 9}, 10)),
+    ConsistencySignature(SID, 7, SIG),
+    UnmaskRequest(SID, 8, encode_bitmap({2}, 3), ((1, SIG), (2, SIG[::-1]))),
+    UnmaskRequest(SID, 8, encode_bitmap({2}, 3), ()),
+    UnmaskShares(SID, 9, ((1, 1, SHARE), (2, 2, SHARE[::-1]))),
+]
+ENCODED = [m.encode() for m in SAMPLES]
+IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)]
+
+
+def test_samples_cover_every_message_type():
+    assert {type(m).TYPE for m in SAMPLES} == set(MsgType)
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=IDS)
+def test_every_message_round_trips(msg):
+    data = msg.encode()
+    assert data[:2] == MAGIC and data[2] == VERSION and data[3] == msg.TYPE
+    assert decode(data) == msg
+    assert decode(bytearray(data)) == msg and decode(memoryview(data)) == msg
+
+
+@pytest.mark.parametrize("data", ENCODED, ids=IDS)
+def test_every_truncation_is_rejected(data):
+    msg = decode(data)
+    for cut in range(len(data)):
+        if isinstance(msg, MaskedInput) and cut >= HEADER.size + 5:
+            # The vector takes the rest of the message; its length is checked against the session's
+            # dim and bits (and rejected there, see test_adversarial).
+            short = decode(data[:cut])
+            with pytest.raises(MessageFormatError, match="vector"):
+                encoding.unpack(short.packed, msg.dim, msg.bits)
+            continue
+        with pytest.raises(MessageFormatError):
+            decode(data[:cut])
+
+
+@pytest.mark.parametrize("data", [d for d, m in zip(ENCODED, SAMPLES) if not isinstance(m, MaskedInput)])
+def test_trailing_bytes_are_rejected(data):
+    for extra in (b"\x00", b"\xff" * 7, data):
+        with pytest.raises(MessageFormatError, match="trailing"):
+            decode(data + extra)
+
+
+def test_bad_magic_version_and_type_are_rejected():
+    data = ENCODED[0]
+    with pytest.raises(MessageFormatError, match="magic"):
+        decode(b"SB" + data[2:])
+    for version in (0, 2, 255):
+        with pytest.raises(MessageFormatError, match="version"):
+            decode(data[:2] + bytes([version]) + data[3:])
+    for mtype in (0, 6, 10, 15, 255):
+        with pytest.raises(MessageFormatError, match="unknown type"):
+            decode(data[:3] + bytes([mtype]) + data[4:])
+    for not_bytes in ("SA", None, 42, [1, 2]):
+        with pytest.raises(MessageFormatError):
+            decode(not_bytes)
+
+
+def _with_u32(data: bytes, offset: int, value: int) -> bytes:
+    return data[:offset] + struct.pack(">I", value) + data[offset + 4 :]
+
+
+H = HEADER.size
+
+
+@pytest.mark.parametrize(
+    ("msg", "offset", "field"),
+    [
+        (SAMPLES[2], H, "peers"),
+        (SAMPLES[4], H, "ciphertexts"),
+        (SAMPLES[5], H, "ciphertexts"),
+        (SAMPLES[11], H, "shares"),
+        (SAMPLES[7], H, "survivors"),
+        (SAMPLES[1], H + 64, "signature"),
+        (SAMPLES[4], H + 8, "ciphertext"),  # the first ciphertext's length prefix
+        (SAMPLES[9], H + 4 + len(SAMPLES[9].survivors), "signatures"),
+    ],
+)
+def test_counts_larger_than_the_message_are_rejected_before_use(msg, offset, field):
+    data = msg.encode()
+    remaining = len(data) - offset - 4
+    for count in (remaining + 1, 0x7FFFFFFF, 0xFFFFFFFF):
+        with pytest.raises(MessageFormatError, match=f"{field}: count {count} exceeds"):
+            decode(_with_u32(data, offset, count))
+
+
+def test_malformed_fields_are_rejected():
+    with pytest.raises(MessageFormatError, match="signature"):
+        decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B, SIG[:10]).encode())
+    with pytest.raises(MessageFormatError, match="signature"):
+        decode(PeerKeys(SID, 1, (PeerEntry(1, KEY_A, KEY_B, SIG + b"x"),)).encode())
+    for kind in (0, 3, 255):
+        with pytest.raises(MessageFormatError, match="share kind"):
+            decode(UnmaskShares(SID, 1, ((1, kind, SHARE),)).encode())
+
+
+def test_survivor_bitmaps_round_trip_and_reject_mismatches():
+    for n in (1, 7, 8, 9, 64, 1000):
+        members = frozenset(range(1, n + 1, 3))
+        assert decode_bitmap(encode_bitmap(members, n), n) == members
+    bitmap = encode_bitmap({1, 5}, 10)
+    with pytest.raises(MessageFormatError, match="cohort size"):
+        decode_bitmap(bitmap, 11)
+    with pytest.raises(MessageFormatError, match="cohort size"):
+        decode_bitmap(bitmap[:-1], 10)
+    with pytest.raises(MessageFormatError, match="beyond n"):
+        decode_bitmap(bitmap[:-1] + bytes([bitmap[-1] | 0x80]), 10)
+
+
+def _decodes_canonically_or_rejects(data: bytes) -> None:
+    try:
+        msg = decode(data)
+    except MessageFormatError:
+        return
+    assert msg.encode() == data  # the codec is canonical: accepted bytes are exactly re-encoded
+
+
+@FUZZ
+@given(st.binary(max_size=400))
+def test_random_bytes_only_raise_message_format_error(data):
+    _decodes_canonically_or_rejects(data)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(MsgType)), st.integers(0, 255), st.integers(0, 2**32 - 1), st.binary(max_size=300))
+def test_random_bodies_after_a_valid_header_only_raise_message_format_error(mtype, version_noise, party, body):
+    version = VERSION if version_noise < 230 else version_noise
+    _decodes_canonically_or_rejects(HEADER.pack(MAGIC, version, mtype, SID, party) + body)
+
+
+@FUZZ
+@given(
+    st.sampled_from(ENCODED),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=6),
+    st.integers(0, 10**6),
+    st.binary(max_size=8),
+)
+def test_mutated_valid_messages_only_raise_message_format_error(data, edits, cut, tail):
+    out = bytearray(data)
+    for pos, value in edits:
+        out[pos % len(out)] = value
+    out = bytes(out[: max(0, len(out) - cut % 40)]) + tail
+    _decodes_canonically_or_rejects(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# encoding
+# ---------------------------------------------------------------------------------------------------
+
+
+def _reference_pack(values: np.ndarray, bits: int) -> bytes:
+    """Entry i occupies bits [i·bits, (i+1)·bits) of a little-endian bit string."""
+    acc = 0
+    for i, v in enumerate(values.tolist()):
+        acc |= int(v) << (i * bits)
+    return acc.to_bytes(encoding.packed_size(len(values), bits), "little")
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.integers(1, MAX_BITS), st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_pack_unpack_round_trip_with_exact_bit_layout(bits, dim, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 1 << bits, dim, dtype=np.uint64)
+    values[: min(dim, 2)] = [(1 << bits) - 1, 0][: min(dim, 2)]  # extremes
+    packed = encoding.pack(values, bits)
+    assert len(packed) == encoding.packed_size(dim, bits)
+    assert packed == _reference_pack(values, bits)
+    assert np.array_equal(encoding.unpack(packed, dim, bits), values)
+    if bits <= 32:
+        narrow = encoding.unpack(packed, dim, bits, np.dtype(np.uint32))
+        assert narrow.dtype == np.uint32 and np.array_equal(narrow, values)
+        assert encoding.pack(values.astype(np.uint32), bits) == packed
+
+
+def test_unpack_rejects_wrong_lengths():
+    packed = encoding.pack(np.arange(5, dtype=np.uint64), 13)
+    for bad in (packed[:-1], packed + b"\x00", b""):
+        with pytest.raises(MessageFormatError, match="vector"):
+            encoding.unpack(bad, 5, 13)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, MAX_BITS), st.data())
+def test_to_modular_from_modular_round_trip(bits, data):
+    half = 1 << (bits - 1)
+    values = np.array(data.draw(st.lists(st.integers(-half, half - 1), max_size=20)) + [-half, half - 1], np.int64)
+    ring = encoding.to_modular(values, bits)
+    assert ring.dtype == np.uint64
+    assert all(int(r) == int(v) % (1 << bits) for r, v in zip(ring, values))
+    assert np.array_equal(encoding.from_modular(ring, bits), values)
+
+
+def test_to_modular_refuses_out_of_range_and_non_integer_values():
+    for values in ([128], [-129], [1000]):
+        with pytest.raises(ConfigError, match="values"):
+            encoding.to_modular(np.array(values), 8)
+    with pytest.raises(ConfigError, match="integers"):
+        encoding.to_modular(np.array([0.5]), 8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10**6), st.integers(0, 2**45), st.booleans())
+def test_bits_for_is_the_smallest_width_that_cannot_wrap(n, max_abs, signed):
+    try:
+        bits = encoding.bits_for(n, max_abs, signed)
+    except ConfigError:
+        assert encoding.bits_needed(n, max_abs, signed) > MAX_BITS
+        with pytest.raises(ConfigError):
+            encoding.check_no_wrap(n, max_abs, MAX_BITS, signed)
+        return
+    encoding.check_no_wrap(n, max_abs, bits, signed)
+    # The extreme sums survive the trip through the ring …
+    extremes = [n * max_abs, -n * max_abs] if signed else [n * max_abs]
+    ring = [x % (1 << bits) for x in extremes]
+    if signed:
+        assert encoding.from_modular(np.array(ring, np.uint64), bits).tolist() == extremes
+    else:
+        assert ring == extremes
+    # … and one bit fewer is refused (when that width exists and the sum is not trivially zero).
+    if bits > 1:
+        with pytest.raises(ConfigError, match="bits"):
+            encoding.check_no_wrap(n, max_abs, bits - 1, signed)
+
+
+def test_check_no_wrap_refuses_wrapping_configurations():
+    encoding.check_no_wrap(1000, 2**20, 31)  # 1000·2^20 < 2^30
+    with pytest.raises(ConfigError, match="need 33 bits"):
+        encoding.check_no_wrap(2048, 2**20, 31)  # ±2^31 needs 33 signed bits (2^31 - 1 is the 32-bit max)
+    with pytest.raises(ConfigError, match="bits"):
+        encoding.check_no_wrap(2, 128, 8, signed=False)  # 256 wraps to 0 modulo 2^8
+    encoding.check_no_wrap(2, 127, 8, signed=False)
+    for bits in (0, MAX_BITS + 1):
+        with pytest.raises(ConfigError, match="bits"):
+            encoding.check_no_wrap(1, 1, bits)
+    with pytest.raises(ConfigError, match="more than 62"):
+        encoding.bits_for(2**20, 2**45)
+
+
+def test_fixed_point_stochastic_rounding_is_unbiased():
+    # Each encoded entry is floor(x·s) + Bernoulli(frac(x·s)), so the sample mean of N entries has standard
+    # deviation sqrt(f(1-f)/N) ≤ 0.5/sqrt(N) ≈ 0.00112 for N = 200,000. A tolerance of 0.006 is more than
+    # 5 such deviations (false-failure probability < 1e-7; the seed is fixed anyway), while nearest or
+    # floor rounding of these values is off by at least 0.2 units.
+    n, tol = 200_000, 0.006
+    fp = encoding.FixedPoint(clip=2.0, scale=10.0)
+    rng = np.random.default_rng(20240601)
+    for x in (0.03, -0.03, 0.123, -1.777, 1.98):
+        encoded = fp.encode(np.full(n, x), rng)
+        assert encoded.dtype == np.int64
+        assert set(np.unique(encoded).tolist()) <= {int(np.floor(x * 10)), int(np.floor(x * 10)) + 1}
+        assert abs(encoded.mean() - x * 10) < tol, x
+        assert abs(fp.decode(encoded).mean() - x) < tol / 10
+
+
+def test_fixed_point_clips_and_refuses_bad_values():
+    fp = encoding.FixedPoint(clip=1.5, scale=4.0)
+    assert fp.max_abs == 6
+    assert fp.encode(np.array([10.0, -10.0, 1.5, -1.5]), np.random.default_rng(0)).tolist() == [6, -6, 6, -6]
+    with pytest.raises(ConfigError, match="finite"):
+        fp.encode(np.array([np.nan]))
+    for clip, scale in ((0, 1), (1, -1), (np.inf, 1), (1, np.nan)):
+        with pytest.raises(ConfigError):
+            encoding.FixedPoint(clip, scale)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the Shamir field
+# ---------------------------------------------------------------------------------------------------
+
+# The first 40 primes. Miller–Rabin with these fixed bases is deterministic below 3.3·10^24 (bases up to 41
+# suffice there); for a 257-bit number no composite is known to pass all of them, and each base alone lets
+# a composite through with probability ≤ 1/4, so a false "prime" would need all 40 to fail (≤ 2^-80).
+# A "composite" verdict is a certificate and is never wrong.
+BASES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101,
+         103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163, 167, 173]  # fmt: skip
+
+
+def miller_rabin(n: int) -> bool:
+    if n < 2:
+        return False
+    for p in BASES:
+        if n % p == 0:
+            return n == p
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for a in BASES:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def test_miller_rabin_itself():
+    assert [k for k in range(200) if miller_rabin(k)] == [k for k in range(200) if all(k % d for d in range(2, k))
+                                                          and k > 1]  # fmt: skip
+    assert miller_rabin(2**61 - 1) and miller_rabin(2**127 - 1)
+    # Carmichael numbers and a strong pseudoprime to bases 2, 3, 5, 7, 11 (but not 13).
+    for composite in (561, 41041, 825265, 2152302898747, 2**67 - 1, (2**61 - 1) * (2**31 - 1)):
+        assert not miller_rabin(composite)
+
+
+def test_shamir_prime_is_the_smallest_prime_above_2_256():
+    assert shamir.PRIME > 2**256
+    assert miller_rabin(shamir.PRIME)
+    assert not any(miller_rabin(k) for k in range(2**256 + 1, shamir.PRIME))
+
+
+def test_shamir_shares_fit_the_wire_format():
+    assert (shamir.PRIME - 1).bit_length() <= 8 * shamir.SHARE_BYTES
+    shares = shamir.split(2**256 - 1, [1, 2, 3, 4, 5], 3)
+    assert shamir.BatchReconstructor(3).reconstruct({x: shares[x] for x in (2, 4, 5)}, "s", "test") == 2**256 - 1
+    for s in shares.values():
+        assert shamir.from_bytes(shamir.to_bytes(s)) == s
+
+
+def test_message_dataclasses_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SAMPLES[0].party = 2  # type: ignore[misc]
