@@ -3,3 +3,4 @@
 import queries.feature_stats  # noqa: F401
 import queries.heavy_hitters  # noqa: F401
 import queries.histogram  # noqa: F401
+import queries.training  # noqa: F401

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from queries import dp
 from queries.heavy_hitters import population as pop
 from queries.heavy_hitters.encoding import normalize
 from queries.heavy_hitters.kind import HeavyHittersKind, HeavyHittersParams
@@ -46,77 +47,30 @@ PER_DEVICE_NOISE_LIMIT = 4_000_000
 """Above this many (contributors × dim) noise draws per round, discrete-Gaussian shares are summed in law."""
 
 
-# --- noise and calibration backends -----------------------------------------------------------------
-# queries.dp (the project's DP module) is used when present; otherwise the local stand-ins below, which
-# are clearly simpler (Gaussian RDP accounting for both mechanisms; a float rejection sampler).
+# --- noise and calibration (queries.dp) ---------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class NoiseSetup:
     mechanism: str
     per_device_scale: float
-    """σ per device (discrete Gaussian) or μ per device (Skellam: Poisson(μ/2) − Poisson(μ/2))."""
+    """σ per device (discrete Gaussian) or μ per device (Skellam: Poisson(μ/2) − Poisson(μ/2), variance μ)."""
     per_device_var: float
     epsilon: float
     source: str
 
 
-def _local_calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
-    """Stand-in for queries.dp calibration: Gaussian RDP over `rounds` rounds, bisection on σ."""
-    import dp_accounting
-    from dp_accounting import rdp
-
-    def eps_of(sigma: float) -> float:
-        acc = rdp.RdpAccountant()
-        acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / l2), rounds))
-        return float(acc.get_epsilon(delta))
-
-    lo, hi = 1e-3, 1.0
-    while eps_of(hi) > epsilon:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if eps_of(mid) > epsilon else (lo, mid)
-    var_dev = hi * hi / t_min
-    scale = math.sqrt(var_dev) if mechanism == "discrete_gaussian" else var_dev
-    return NoiseSetup(mechanism, scale, var_dev, eps_of(hi), "local stand-in (Gaussian RDP)")
-
-
-def _local_sample_noise(mechanism: str, scale: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Stand-in for queries.dp.noise.sample_noise (simulation only: float arithmetic)."""
-    if mechanism == "skellam":
-        return rng.poisson(scale / 2, size) - rng.poisson(scale / 2, size)
-    if mechanism != "discrete_gaussian":
-        return np.zeros(size, dtype=np.int64)
-    # Canonne–Kamath–Steinke: discrete Laplace proposal with t = ⌊σ⌋ + 1, Bernoulli acceptance.
-    sigma = scale
-    t = math.floor(sigma) + 1
-    out = np.empty(0, dtype=np.int64)
-    p = 1 - math.exp(-1 / t)
-    while out.size < size:
-        k = max(2 * (size - out.size), 64)
-        y = rng.geometric(p, k) - rng.geometric(p, k)
-        accept = rng.random(k) < np.exp(-((np.abs(y) - sigma**2 / t) ** 2) / (2 * sigma**2))
-        out = np.concatenate([out, y[accept]])
-    return out[:size].astype(np.int64)
+def _calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
+    """queries.dp calibration over `rounds` rounds; the noise of a round with sensitivities (l1, l2)."""
+    cal = dp.calibrate_query(mechanism, epsilon, delta, rounds, t_min)
+    noise = dp.round_noise(cal, l1, l2)
+    return NoiseSetup(mechanism, noise.per_device_scale, noise.per_device_std**2,
+                      dp.epsilon_spent(cal, rounds), "queries.dp")
 
 
 def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, np.random.Generator], np.ndarray]]:
-    """queries.dp's calibration and sampler when that module exists, else the local stand-ins."""
-    try:
-        from queries.dp import calibrate as dp_calibrate  # type: ignore[attr-defined]
-        from queries.dp.noise import sample_noise
-    except ImportError:
-        return _local_calibrate, _local_sample_noise
-    calibrate_fn = getattr(dp_calibrate, "calibrate", dp_calibrate)
-
-    def calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
-        plan = calibrate_fn(mechanism, epsilon, delta, l1, l2, rounds, t_min)
-        scale = float(plan.per_device_scale)
-        var_dev = scale * scale if mechanism == "discrete_gaussian" else scale
-        return NoiseSetup(mechanism, scale, var_dev, float(plan.epsilon), "queries.dp")
-
-    return calibrate, sample_noise
+    """Calibration and sampler (queries.dp)."""
+    return _calibrate, dp.sample_noise
 
 
 # --- the run --------------------------------------------------------------------------------------

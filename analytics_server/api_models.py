@@ -1,0 +1,69 @@
+"""Pydantic models of the analyst API responses (request body: `queries.spec.QuerySpec`); /v1/openapi.json
+is generated from these."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+
+
+class Progress(BaseModel):
+    round: int = Field(description="index of the current round (0-based)")
+    rounds_upper_bound: int
+    rounds_done: int
+    contributors: int = Field(description="devices that contributed to the current round so far")
+    need: int | None = Field(default=None, description="contributors the current round needs")
+    cohorts: dict[str, int] = Field(default_factory=dict, description="cohorts of the current round by outcome")
+    phase: str | None = Field(default=None, description="forming, or the secagg phase of the running cohort")
+    devices_eligible: int | None = None
+
+
+class QueryView(BaseModel):
+    id: str
+    kind: str
+    name: str | None = None
+    source: str
+    status: Status
+    progress: Progress
+    error: str | None = None
+    created_at: str
+    finished_at: str | None = None
+
+
+class QueryCreated(QueryView):
+    pass
+
+
+class QueryList(BaseModel):
+    queries: list[QueryView]
+
+
+class ResultView(BaseModel):
+    id: str
+    kind: str
+    result: dict[str, Any]
+    privacy: dict[str, Any]
+
+
+class TokenRequest(BaseModel):
+    role: Literal["analyst", "admin"]
+    label: str | None = Field(default=None, max_length=200)
+
+
+class TokenCreated(BaseModel):
+    token: str
+    role: str
+
+
+class Contributors(BaseModel):
+    query_id: str
+    rounds: dict[str, list[str]] = Field(description="round index → device ids whose input is in the round's sum")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    queries_running: int
+    cohorts_running: int

@@ -1,0 +1,89 @@
+"""Builds the aiohttp application: state, routes, middleware, startup (migration check, recovery) and cleanup."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from analytics_server import openapi
+from analytics_server.api_models import Health
+from analytics_server.auth import DeviceAuth
+from analytics_server.db.engine import check_migrated, make_engine
+from analytics_server.db.store import Store
+from analytics_server.http import analyst, device
+from analytics_server.http.common import make_error_middleware
+from analytics_server.metrics import Metrics
+from analytics_server.orchestrator import Orchestrator
+from analytics_server.pool import DevicePool
+from analytics_server.settings import Settings
+from analytics_server.state import STATE, AppState
+
+
+OPENAPI = web.AppKey("openapi", dict)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    st: AppState = request.app[STATE]
+    body = Health(status="ok", queries_running=st.orchestrator.running_count(), cohorts_running=sum(
+        1 for c in st.orchestrator.cohorts.values() if c.status == "running"))
+    return web.json_response(body.model_dump())
+
+
+async def metrics(request: web.Request) -> web.Response:
+    st: AppState = request.app[STATE]
+    text = st.metrics.render(await st.store.count_queries_by_status())
+    return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+
+
+async def openapi_doc(request: web.Request) -> web.Response:
+    return web.json_response(request.app[OPENAPI])
+
+
+def create_app(settings: Settings) -> web.Application:
+    metrics_ = Metrics()
+    app = web.Application(
+        client_max_size=max(settings.binary_body_limit, settings.json_body_limit),
+        middlewares=[make_error_middleware(metrics_)],
+    )
+    app[OPENAPI] = openapi.build()
+
+    async def startup(app: web.Application) -> None:
+        engine = make_engine(settings.db_url)
+        await check_migrated(engine, settings.db_url)
+        store = Store(engine)
+        executor = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="fa-cpu")
+        auth = DeviceAuth(store, settings.signature_window_s)
+        await auth.start()
+        pool = DevicePool(fresh_s=settings.retry_after_s + 2.0)
+        orch = Orchestrator(store, settings, pool, metrics_, executor, device_keys=_key_lookup(auth))
+        app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor)
+        await orch.start()
+
+    async def cleanup(app: web.Application) -> None:
+        st: AppState | None = app.get(STATE)
+        if st is None:
+            return
+        await st.orchestrator.stop()
+        await st.auth.stop()
+        st.executor.shutdown(wait=False, cancel_futures=True)
+        await st.store.engine.dispose()
+
+    app.on_startup.append(startup)
+    app.on_cleanup.append(cleanup)
+    app.router.add_routes(analyst.routes)
+    app.router.add_routes(device.routes)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/openapi.json", openapi_doc)
+    return app
+
+
+def _key_lookup(auth: DeviceAuth):  # type: ignore[no-untyped-def]
+    def lookup(device_id: str) -> bytes:
+        key = auth.public_key(device_id)
+        if key is None:
+            raise KeyError(f"no identity key cached for device {device_id}")
+        return key
+
+    return lookup

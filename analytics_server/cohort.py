@@ -1,0 +1,209 @@
+"""One running cohort: drives a `secagg.ServerSession` through its phases over HTTP.
+
+Devices POST their message for the current phase (`submit`) and long-poll for the server's next message
+(`next_message`). A phase closes when every expected party has answered or at its deadline
+(`cohort.phase_timeout_s`); `close_phase` (Shamir reconstruction, unmasking) runs in the executor. A
+finished cohort's sum is stored atomically with its round (`Store.finish_cohort`); an aborted cohort is
+recorded with its reason and its devices are freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from analytics_server.db.store import Store
+from analytics_server.errors import HttpError
+from analytics_server.metrics import Metrics
+from analytics_server.plain import PlainSession
+from queries.envelope import Assignment
+from secagg import encoding
+from secagg.errors import AbortError, ConflictError, SecAggError
+from secagg.phases import Phase
+from secagg.server import ServerSession
+
+log = logging.getLogger(__name__)
+OFFLOAD_BYTES = 256 * 1024
+"""Messages larger than this are decoded and accumulated in the executor."""
+
+
+@dataclass(frozen=True)
+class NextMessage:
+    kind: Literal["message", "finished", "pending"]
+    body: bytes = b""
+    phase: int = 0
+    contributed: bool = False
+
+
+class CohortRuntime:
+    def __init__(
+        self,
+        cohort_id: str,
+        query_id: str,
+        round_id: int,
+        session: ServerSession | PlainSession,
+        bits: int,
+        members: dict[str, int],
+        phase_timeout_s: float,
+        store: Store,
+        metrics: Metrics,
+        executor: Executor,
+        on_end: Callable[[CohortRuntime], None],
+    ) -> None:
+        self.id = cohort_id
+        self.query_id = query_id
+        self.round_id = round_id
+        self.session = session
+        self.bits = bits
+        self.members = members
+        self.parties = {p: d for d, p in members.items()}
+        self.phase_timeout_s = phase_timeout_s
+        self.store = store
+        self.metrics = metrics
+        self.executor = executor
+        self.on_end = on_end
+        self.phase = int(session.phase)
+        self.status: Literal["running", "finished", "aborted"] = "running"
+        self.reason: str | None = None
+        self.contributors: frozenset[int] = frozenset()
+        self._outboxes: dict[int, tuple[int, dict[int, bytes]]] = {}
+        self._lock = asyncio.Lock()
+        self._all_in = asyncio.Event()
+        self._changed = asyncio.Event()
+        self.started = time.time()
+        self.ended: float | None = None
+        self.mode = "secagg"
+        self.secagg_dict: dict[str, Any] = {}
+        self.assignments: dict[str, Assignment] = {}
+
+    # -- device side ----------------------------------------------------------------------------
+
+    def still_expects(self, device_id: str) -> bool:
+        party = self.members.get(device_id)
+        return self.status == "running" and party is not None and party in self.session.expected()
+
+    async def submit(self, device_id: str, phase: int, data: bytes) -> None:
+        party = self._party(device_id)
+        if self.status != "running":
+            raise HttpError(410, f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
+        async with self._lock:
+            if phase != self.phase:
+                raise HttpError(409, f"phase {phase} is not open; the cohort is in phase {self.phase} ({Phase(self.phase).label})")
+            if party not in self.session.expected():
+                raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")
+            try:
+                if len(data) > OFFLOAD_BYTES:
+                    await asyncio.get_running_loop().run_in_executor(self.executor, self.session.receive, party, data)
+                else:
+                    self.session.receive(party, data)
+            except ConflictError as exc:
+                raise HttpError(409, f"conflicting message: {exc}") from None
+            except (SecAggError, ValueError) as exc:
+                raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
+            if len(self.session.received()) >= len(self.session.expected()):
+                self._all_in.set()
+
+    async def next_message(self, device_id: str, phase: int, wait_s: float) -> NextMessage:
+        party = self._party(device_id)
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self.status == "aborted":
+                raise HttpError(410, f"cohort {self.id} aborted: {self.reason}")
+            box = self._outboxes.get(phase)
+            if box is not None:
+                next_phase, messages = box
+                msg = messages.get(party)
+                if msg is not None:
+                    return NextMessage("message", msg, next_phase)
+                if next_phase == Phase.DONE:
+                    return NextMessage("finished", phase=next_phase, contributed=party in self.contributors)
+                raise HttpError(410, f"party {party} was dropped from cohort {self.id} in phase {Phase(phase).label}")
+            if phase != self.phase or self.status != "running":
+                raise HttpError(409, f"no message after phase {phase}; the cohort is in phase {self.phase}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return NextMessage("pending")
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                return NextMessage("pending")
+
+    def _party(self, device_id: str) -> int:
+        party = self.members.get(device_id)
+        if party is None:
+            raise HttpError(403, f"device is not a member of cohort {self.id}")
+        return party
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- driver ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                started = loop.time()
+                if len(self.session.received()) < len(self.session.expected()):
+                    try:
+                        await asyncio.wait_for(self._all_in.wait(), self.phase_timeout_s)
+                    except TimeoutError:
+                        pass
+                async with self._lock:
+                    closing = self.session.phase
+                    try:
+                        out = await loop.run_in_executor(self.executor, self.session.close_phase)
+                    except AbortError as exc:
+                        await self._end_aborted(str(exc))
+                        return
+                    self.metrics.observe_phase(closing.label, loop.time() - started)
+                    if self.session.phase is Phase.DONE and self.session.result is not None:
+                        self.contributors = self.session.result.contributors
+                    self._outboxes[int(closing)] = (int(self.session.phase), out)
+                    for old in [p for p in self._outboxes if p < int(closing) - 1]:
+                        del self._outboxes[old]
+                    self.phase = int(self.session.phase)
+                    self._all_in = asyncio.Event()
+                if self.session.phase is Phase.DONE:
+                    await self._end_finished()
+                    return
+                self._notify()
+        except asyncio.CancelledError:
+            await asyncio.shield(self._end_aborted(self.reason or "cancelled"))
+            raise
+        except Exception as exc:  # a bug must not leave devices stuck in a cohort
+            log.exception("cohort %s failed", self.id)
+            await asyncio.shield(self._end_aborted(f"internal error: {type(exc).__name__}: {exc}"))
+            raise
+
+    async def _end_aborted(self, reason: str) -> None:
+        if self.status != "running":
+            return
+        self.status, self.reason = "aborted", reason
+        self.metrics.cohorts["aborted"] += 1
+        self.ended = time.time()
+        self._notify()
+        try:
+            await self.store.abort_cohort(self.id, reason)
+        finally:
+            self.on_end(self)
+
+    async def _end_finished(self) -> None:
+        result = self.session.result
+        assert result is not None
+        total = encoding.from_modular(result.vector, self.bits)
+        dropped: dict[str, Any] = {Phase(p).label: sorted(v) for p, v in result.dropped.items() if v}
+        await self.store.finish_cohort(self.id, total, result.contributors, dropped)
+        self.contributors = result.contributors
+        self.status = "finished"
+        self.ended = time.time()
+        self.metrics.cohorts["finished"] += 1
+        self._notify()
+        self.on_end(self)

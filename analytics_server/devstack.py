@@ -1,0 +1,127 @@
+"""Local process stack for end-to-end tests, the demo and the HTTP benchmark: a real `fa-server serve` on a
+database URL (migrated from scratch), `fa-sim` fleets as subprocesses, token creation through the CLI.
+
+Imports nothing from device_sdk: it only starts the console scripts installed next to this interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+
+from analytics_server.db.engine import alembic_config, migrate
+
+BIN = Path(sys.executable).parent
+SERVER_ENV = {
+    "FA_RETRY_AFTER_S": "1",
+    "FA_COHORT_FORMATION_WAIT_S": "1.5",
+    "FA_CHECKIN_MAX_WAIT_S": "5",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fresh_database(url: str) -> None:
+    """Migrate `url` from scratch (PostgreSQL databases are reused between tests: downgrade first)."""
+    if url.startswith("postgresql"):
+        command.downgrade(alembic_config(url), "base")
+    migrate(url)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, env={**os.environ, **(env or {})},
+                         timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return out.stdout
+
+
+class Server:
+    def __init__(self, db_url: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.db_url = db_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.env = {**os.environ, **SERVER_ENV, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Server:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(BIN / "fa-server"), "serve", "--db", self.db_url, "--port", str(self.port)],
+            stdout=log, stderr=subprocess.STDOUT, env=self.env,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not become healthy")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def log_has_tracebacks(self) -> bool:
+        return "Traceback" in self.log_path.read_text(errors="replace")
+
+    def token(self, role: str = "analyst") -> str:
+        return cli("fa-server", "token", "create", "--role", role, "--db", self.db_url).strip()
+
+
+class Fleet:
+    def __init__(self, server_url: str, n: int, tmp: Path, scenario: str = "words", dropout: float = 0.0, seed: int = 1,
+                 checkin_wait: float = 3.0, extra: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.truth_path = tmp / f"truth-{seed}.json"
+        self.log = open(tmp / f"fleet-{seed}.log", "ab")
+        args = [str(BIN / "fa-sim"), "--server", server_url, "--devices", str(n), "--scenario", scenario,
+                "--dropout", str(dropout), "--seed", str(seed), "--truth-file", str(self.truth_path),
+                "--checkin-wait", str(checkin_wait), *(extra or [])]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + 120
+        while not self.truth_path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("fa-sim did not start")
+            time.sleep(0.1)
+
+    def truth(self) -> dict[str, dict[str, list[Any]]]:
+        return json.loads(self.truth_path.read_text())["devices"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()

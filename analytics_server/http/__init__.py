@@ -1,0 +1,1 @@
+"""HTTP layer: analyst routes, device routes, shared request parsing and error rendering."""

@@ -1,0 +1,203 @@
+"""Analyst API (design.md §3): submit, list, status, result, cancel, events (SSE); plus admin routes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from analytics_server import privacy
+from analytics_server.api_models import Contributors, Progress, QueryList, QueryView, ResultView, TokenCreated, TokenRequest
+from analytics_server.auth import require_token
+from analytics_server.db.models import Query
+from analytics_server.db.store import TERMINAL
+from analytics_server.errors import HttpError
+from analytics_server.http.common import parse_json_body, parse_model, read_body, validation_message
+from analytics_server.state import STATE, AppState
+from queries.kind import QueryKindError, get_kind
+from queries.spec import QuerySpec
+from secagg.phases import Phase
+
+ANALYST = ("analyst", "admin")
+ADMIN = ("admin",)
+routes = web.RouteTableDef()
+
+
+def _state(request: web.Request) -> AppState:
+    return request.app[STATE]
+
+
+async def _query_or_404(st: AppState, query_id: str) -> Query:
+    if len(query_id) > 64:
+        raise HttpError(404, "unknown query id")
+    q = await st.store.get_query(query_id)
+    if q is None:
+        raise HttpError(404, f"unknown query id {query_id!r}")
+    return q
+
+
+async def _view(st: AppState, q: Query) -> QueryView:
+    live = st.orchestrator.live.get(q.id, {})
+    cohorts: dict[str, int] = {}
+    contributors, need, index = 0, None, q.current_round
+    rnd = await st.store.get_round(q.id, index)
+    if rnd is None and index > 0:  # between rounds or finished: show the last round
+        index -= 1
+        rnd = await st.store.get_round(q.id, index)
+    if rnd is not None:
+        contributors, need = rnd.contributors, rnd.need
+        for c in await st.store.cohorts_of_round(rnd.id):
+            cohorts[c.status] = cohorts.get(c.status, 0) + 1
+    progress = Progress(
+        round=index,
+        rounds_upper_bound=q.rounds_upper_bound,
+        rounds_done=q.current_round,
+        contributors=contributors,
+        need=need,
+        cohorts=cohorts,
+        phase=_live_phase(st, live),
+        devices_eligible=live.get("devices_eligible"),
+    )
+    return QueryView(
+        id=q.id,
+        kind=q.kind,
+        name=q.name,
+        source=q.source,
+        status=q.status,  # type: ignore[arg-type]
+        progress=progress,
+        error=q.error,
+        created_at=q.created_at.isoformat(),
+        finished_at=q.finished_at.isoformat() if q.finished_at else None,
+    )
+
+
+def _live_phase(st: AppState, live: dict[str, Any]) -> str | None:
+    cohort = st.orchestrator.cohorts.get(live.get("cohort") or "")
+    if cohort is not None and cohort.status == "running":
+        return Phase(cohort.phase).label
+    return live.get("phase")
+
+
+def _json(model: Any, status: int = 200) -> web.Response:
+    return web.json_response(model.model_dump(mode="json"), status=status)
+
+
+@routes.post("/v1/queries")
+async def submit(request: web.Request) -> web.Response:
+    st = _state(request)
+    token = await require_token(request, st.store, ANALYST)
+    raw = parse_json_body(request, await read_body(request, st.settings.json_body_limit))
+    spec = parse_model(QuerySpec, raw)
+    try:
+        kind = get_kind(spec.kind)
+    except QueryKindError as exc:
+        raise HttpError(422, str(exc), [{"field": "kind", "message": str(exc)}]) from None
+    try:
+        params = kind.parse_params(spec.params)
+    except ValidationError as exc:
+        msg, details = validation_message(exc, "params")
+        raise HttpError(422, msg, details) from None
+    except (QueryKindError, ValueError, TypeError) as exc:
+        raise HttpError(422, f"params: {exc}") from None
+    try:
+        calibration = privacy.check_and_calibrate(spec, kind, params, st.settings.profile)
+    except privacy.PrivacyPolicyError as exc:
+        raise HttpError(422, str(exc)) from None
+    q = await st.store.create_query(
+        kind=spec.kind,
+        name=spec.name,
+        source=spec.source,
+        spec=spec.model_dump(mode="json"),
+        state=kind.initial_state(params),
+        rounds_upper_bound=kind.rounds_upper_bound(params),
+        calibration=calibration,
+        created_by=token.id,
+    )
+    st.orchestrator.spawn(q.id)
+    return _json(await _view(st, q), 201)
+
+
+@routes.get("/v1/queries")
+async def list_queries(request: web.Request) -> web.Response:
+    st = _state(request)
+    await require_token(request, st.store, ANALYST)
+    views = [await _view(st, q) for q in await st.store.list_queries()]
+    return _json(QueryList(queries=views))
+
+
+@routes.get("/v1/queries/{id}")
+async def get_query(request: web.Request) -> web.Response:
+    st = _state(request)
+    await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"])
+    return _json(await _view(st, q))
+
+
+@routes.get("/v1/queries/{id}/result")
+async def get_result(request: web.Request) -> web.Response:
+    st = _state(request)
+    await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"])
+    if q.status != "succeeded" or q.result is None:
+        detail = f": {q.error}" if q.error else ""
+        raise HttpError(409, f"query {q.id} has no result: status is {q.status}{detail}")
+    return _json(ResultView(id=q.id, kind=q.kind, result=q.result, privacy=q.privacy or {}))
+
+
+@routes.post("/v1/queries/{id}/cancel")
+async def cancel(request: web.Request) -> web.Response:
+    st = _state(request)
+    await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"])
+    if q.status in TERMINAL:
+        raise HttpError(409, f"query {q.id} is already {q.status}")
+    if not await st.orchestrator.cancel(q.id):
+        fresh = await _query_or_404(st, q.id)
+        raise HttpError(409, f"query {q.id} is already {fresh.status}")
+    return _json(await _view(st, await _query_or_404(st, q.id)))
+
+
+@routes.get("/v1/queries/{id}/events")
+async def events(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: `progress` whenever the status view changes, `end` when the query is terminal."""
+    st = _state(request)
+    await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"])
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    last = None
+    while True:
+        q = await _query_or_404(st, q.id)
+        view = (await _view(st, q)).model_dump(mode="json")
+        text = json.dumps(view, sort_keys=True)
+        if text != last:
+            await resp.write(f"event: progress\ndata: {text}\n\n".encode())
+            last = text
+        if q.status in TERMINAL:
+            await resp.write(f"event: end\ndata: {json.dumps({'status': q.status})}\n\n".encode())
+            break
+        await asyncio.sleep(0.5)
+    await resp.write_eof()
+    return resp
+
+
+@routes.post("/v1/admin/tokens")
+async def create_token(request: web.Request) -> web.Response:
+    st = _state(request)
+    await require_token(request, st.store, ADMIN)
+    body = parse_model(TokenRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
+    token = await st.store.create_token(body.role, body.label)
+    return _json(TokenCreated(token=token, role=body.role), 201)
+
+
+@routes.get("/v1/admin/queries/{id}/contributors")
+async def contributors(request: web.Request) -> web.Response:
+    """Which devices' inputs are inside each round's sum (admin only: it reveals participation)."""
+    st = _state(request)
+    await require_token(request, st.store, ADMIN)
+    q = await _query_or_404(st, request.match_info["id"])
+    rounds = await st.store.contributors(q.id)
+    return _json(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()}))

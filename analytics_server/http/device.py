@@ -1,0 +1,143 @@
+"""Device API (docs/protocol.md): registration, check-in, and the secure-aggregation phase messages.
+
+Every request but registration is signed by the device key (analytics_server.auth.DeviceAuth); registration
+is signed by the key being registered (proof of possession). Phase messages are binary
+(`application/octet-stream`): the device POSTs its secagg bytes for the phase and long-polls
+`…/next` for the server's message of the following phase.
+"""
+
+from __future__ import annotations
+
+import math
+
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from analytics_server.cohort import CohortRuntime
+from analytics_server.errors import HttpError
+from analytics_server.http.common import parse_json_body, parse_model, read_body
+from analytics_server.state import STATE, AppState
+from queries.envelope import (
+    HDR_DEVICE,
+    HDR_PHASE,
+    CheckinRequest,
+    CheckinResponse,
+    CohortStatus,
+    RegisterRequest,
+    RegisterResponse,
+    b64d,
+    device_id_for,
+)
+
+routes = web.RouteTableDef()
+MAX_PHASE = 4
+
+
+def _state(request: web.Request) -> AppState:
+    return request.app[STATE]
+
+
+def _json(model: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(model.model_dump(mode="json", exclude_none=True), status=status, headers=headers)  # type: ignore[attr-defined]
+
+
+@routes.post("/v1/device/register")
+async def register(request: web.Request) -> web.Response:
+    st = _state(request)
+    body = await read_body(request, st.settings.json_body_limit)
+    req = parse_model(RegisterRequest, parse_json_body(request, body))
+    try:
+        raw = b64d(req.public_key, "public_key", 32)
+        key = Ed25519PublicKey.from_public_bytes(raw)
+    except ValueError as exc:
+        raise HttpError(422, str(exc)) from None
+    if request.headers.get(HDR_DEVICE):
+        raise HttpError(400, f"{HDR_DEVICE} must not be sent when registering")
+    _, nonce = st.auth.check_signature(key, request, body)
+    device_id = device_id_for(raw)
+    st.auth.remember_nonce(device_id, nonce)
+    await st.store.register_device(device_id, raw)
+    return _json(RegisterResponse(device_id=device_id), 201)
+
+
+@routes.post("/v1/device/checkin")
+async def checkin(request: web.Request) -> web.Response:
+    st = _state(request)
+    body = await read_body(request, st.settings.json_body_limit)
+    device_id = await st.auth.verify(request, body)
+    req = parse_model(CheckinRequest, parse_json_body(request, body))
+    st.metrics.checkins += 1
+    assignment = st.pool.current(device_id)
+    waited = False
+    if assignment is None and device_id not in st.pool.busy:
+        wait_s = min(req.wait_s, st.settings.checkin_max_wait_s)
+        assignment = await st.pool.wait(device_id, wait_s)
+        waited = wait_s > 0
+    running = st.orchestrator.running_count()
+    if assignment is not None:
+        return _json(CheckinResponse(assignment=assignment, queries_running=running))
+    # after a full long-poll the device may come straight back; otherwise it waits retry_after_s
+    retry = 0.0 if waited else st.settings.retry_after_s
+    return _json(
+        CheckinResponse(retry_after=retry, queries_running=running),
+        headers={"Retry-After": str(math.ceil(retry))},
+    )
+
+
+def _cohort(st: AppState, cohort_id: str) -> CohortRuntime:
+    cohort = st.orchestrator.cohorts.get(cohort_id)
+    if cohort is None:
+        raise HttpError(404, f"unknown cohort {cohort_id[:64]!r} (it ended long ago or the server restarted)")
+    return cohort
+
+
+def _phase(request: web.Request) -> int:
+    text = request.match_info["phase"]
+    if not text.isdigit() or int(text) > MAX_PHASE:
+        raise HttpError(400, f"phase: must be an integer 0..{MAX_PHASE}, got {text[:20]!r}")
+    return int(text)
+
+
+@routes.get("/v1/device/cohorts/{cohort_id}")
+async def cohort_status(request: web.Request) -> web.Response:
+    st = _state(request)
+    device_id = await st.auth.verify(request, await read_body(request, st.settings.json_body_limit))
+    cohort = _cohort(st, request.match_info["cohort_id"])
+    if device_id not in cohort.members:
+        raise HttpError(403, f"device is not a member of cohort {cohort.id}")
+    return _json(CohortStatus(cohort_id=cohort.id, status=cohort.status, phase=cohort.phase, reason=cohort.reason))
+
+
+@routes.post("/v1/device/cohorts/{cohort_id}/phases/{phase}")
+async def post_message(request: web.Request) -> web.Response:
+    st = _state(request)
+    body = await read_body(request, st.settings.binary_body_limit)
+    device_id = await st.auth.verify(request, body)
+    phase = _phase(request)
+    if request.content_type != "application/octet-stream":
+        raise HttpError(415, f"Content-Type must be application/octet-stream, got {request.content_type or 'none'}")
+    if not body:
+        raise HttpError(400, "empty body: expected the secagg message bytes")
+    cohort = _cohort(st, request.match_info["cohort_id"])
+    await cohort.submit(device_id, phase, body)
+    return web.json_response({"accepted": True, "phase": phase}, status=202)
+
+
+@routes.get("/v1/device/cohorts/{cohort_id}/phases/{phase}/next")
+async def next_message(request: web.Request) -> web.StreamResponse:
+    st = _state(request)
+    device_id = await st.auth.verify(request, await read_body(request, st.settings.json_body_limit))
+    phase = _phase(request)
+    try:
+        wait_s = float(request.query.get("wait", "0"))
+    except ValueError:
+        raise HttpError(400, "wait: must be a number of seconds") from None
+    if not 0 <= wait_s <= 60:
+        raise HttpError(400, "wait: must be between 0 and 60 seconds")
+    cohort = _cohort(st, request.match_info["cohort_id"])
+    nxt = await cohort.next_message(device_id, phase, wait_s)
+    if nxt.kind == "message":
+        return web.Response(body=nxt.body, content_type="application/octet-stream", headers={HDR_PHASE: str(nxt.phase)})
+    if nxt.kind == "finished":
+        return web.json_response({"status": "finished", "contributed": nxt.contributed})
+    return web.json_response({"status": "pending", "retry_after": 0.5}, status=202)

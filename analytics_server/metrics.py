@@ -1,0 +1,50 @@
+"""In-process counters rendered in the Prometheus text format at `/metrics`."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+PHASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.checkins = 0
+        self.cohorts: Counter[str] = Counter()
+        self.http_responses: Counter[tuple[str, int]] = Counter()
+        self._phase_buckets: dict[str, list[int]] = {}
+        self._phase_sum: Counter[str] = Counter()
+        self._phase_count: Counter[str] = Counter()
+
+    def observe_phase(self, phase: str, seconds: float) -> None:
+        buckets = self._phase_buckets.setdefault(phase, [0] * len(PHASE_BUCKETS))
+        for i, edge in enumerate(PHASE_BUCKETS):
+            if seconds <= edge:
+                buckets[i] += 1
+        self._phase_sum[phase] += seconds
+        self._phase_count[phase] += 1
+
+    def render(self, queries_by_status: dict[str, int]) -> str:
+        lines = ["# HELP fa_queries Queries by status.", "# TYPE fa_queries gauge"]
+        for status in ("pending", "running", "succeeded", "failed", "cancelled"):
+            lines.append(f'fa_queries{{status="{status}"}} {queries_by_status.get(status, 0)}')
+        lines += ["# HELP fa_cohorts_total Cohorts by outcome.", "# TYPE fa_cohorts_total counter"]
+        for outcome in ("finished", "aborted"):
+            lines.append(f'fa_cohorts_total{{outcome="{outcome}"}} {self.cohorts[outcome]}')
+        lines += [
+            "# HELP fa_device_checkins_total Device check-ins.",
+            "# TYPE fa_device_checkins_total counter",
+            f"fa_device_checkins_total {self.checkins}",
+            "# HELP fa_phase_duration_seconds Secure-aggregation phase durations (formation to close).",
+            "# TYPE fa_phase_duration_seconds histogram",
+        ]
+        for phase in sorted(self._phase_buckets):
+            for edge, n in zip(PHASE_BUCKETS, self._phase_buckets[phase]):
+                lines.append(f'fa_phase_duration_seconds_bucket{{phase="{phase}",le="{edge}"}} {n}')
+            lines.append(f'fa_phase_duration_seconds_bucket{{phase="{phase}",le="+Inf"}} {self._phase_count[phase]}')
+            lines.append(f'fa_phase_duration_seconds_sum{{phase="{phase}"}} {self._phase_sum[phase]:.6f}')
+            lines.append(f'fa_phase_duration_seconds_count{{phase="{phase}"}} {self._phase_count[phase]}')
+        lines += ["# HELP fa_http_responses_total HTTP responses by route class and status.", "# TYPE fa_http_responses_total counter"]
+        for (route, status), n in sorted(self.http_responses.items()):
+            lines.append(f'fa_http_responses_total{{route="{route}",status="{status}"}} {n}')
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,87 @@
+"""`/v1/openapi.json`: an OpenAPI 3.1 document built from the pydantic models and the route table below."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from analytics_server import api_models as am
+from queries import envelope as env
+from queries.spec import QuerySpec
+
+# (method, path, summary, request model or "binary", response model or "binary"/None, security)
+ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
+    ("post", "/v1/queries", "Submit a query", QuerySpec, am.QueryCreated, "bearer"),
+    ("get", "/v1/queries", "List queries", None, am.QueryList, "bearer"),
+    ("get", "/v1/queries/{id}", "Query status and progress", None, am.QueryView, "bearer"),
+    ("get", "/v1/queries/{id}/result", "Result (409 until succeeded)", None, am.ResultView, "bearer"),
+    ("post", "/v1/queries/{id}/cancel", "Cancel a query (409 when finished)", None, am.QueryView, "bearer"),
+    ("get", "/v1/queries/{id}/events", "Server-sent progress events", None, "sse", "bearer"),
+    ("post", "/v1/admin/tokens", "Create a token (admin)", am.TokenRequest, am.TokenCreated, "bearer"),
+    ("get", "/v1/admin/queries/{id}/contributors", "Contributing devices per round (admin)", None, am.Contributors, "bearer"),
+    ("post", "/v1/device/register", "Register a device identity key", env.RegisterRequest, env.RegisterResponse, "signed"),
+    ("post", "/v1/device/checkin", "Check in; long-poll for an assignment", env.CheckinRequest, env.CheckinResponse, "signed"),
+    ("get", "/v1/device/cohorts/{cohort_id}", "Cohort status", None, env.CohortStatus, "signed"),
+    ("post", "/v1/device/cohorts/{cohort_id}/phases/{phase}", "Send this device's secagg message", "binary", None, "signed"),
+    ("get", "/v1/device/cohorts/{cohort_id}/phases/{phase}/next", "Long-poll the server's next secagg message", None, "binary", "signed"),
+    ("get", "/healthz", "Liveness", None, am.Health, "none"),
+    ("get", "/metrics", "Prometheus metrics", None, "text", "none"),
+    ("get", "/v1/openapi.json", "This document", None, None, "none"),
+]
+
+_ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def build() -> dict[str, Any]:
+    models = {m for _, _, _, req, resp, _ in ROUTES for m in (req, resp) if isinstance(m, type)} | {env.ErrorBody}
+    _, defs = models_json_schema(
+        [(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
+        ref_template="#/components/schemas/{model}",
+    )
+    paths: dict[str, Any] = {}
+    for method, path, summary, req, resp, security in ROUTES:
+        op: dict[str, Any] = {"summary": summary, "responses": {"4XX": _ERROR}}
+        params = [seg[1:-1] for seg in path.split("/") if seg.startswith("{")]
+        if params:
+            op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
+        if isinstance(req, type):
+            op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(req)}}}
+        elif req == "binary":
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        ok = "201" if method == "post" and path in ("/v1/queries", "/v1/admin/tokens", "/v1/device/register") else "200"
+        if isinstance(resp, type):
+            op["responses"][ok] = {"description": "ok", "content": {"application/json": {"schema": _ref(resp)}}}
+        elif resp == "binary":
+            op["responses"][ok] = {
+                "description": "the server's secagg message",
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        elif resp == "sse":
+            op["responses"][ok] = {"description": "event stream", "content": {"text/event-stream": {}}}
+        elif resp == "text":
+            op["responses"][ok] = {"description": "metrics", "content": {"text/plain": {}}}
+        else:
+            op["responses"]["202" if req == "binary" else ok] = {"description": "ok"}
+        if security == "bearer":
+            op["security"] = [{"bearer": []}]
+        elif security == "signed":
+            op["description"] = "Signed with the device's Ed25519 key; see docs/protocol.md."
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "fed-analytics server", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": defs.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

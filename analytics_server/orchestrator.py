@@ -1,0 +1,295 @@
+"""Runs queries: per query one asyncio task that plans rounds, forms cohorts, and decodes/finalizes.
+
+Round r: `kind.plan_round` → stored Round (plan, noise, bit width, `need` contributors) → cohorts of
+uniformly sampled free devices (Bernoulli `plan.sample_rate`, at most `cohort.max_clients`, each needing
+≥ `need` survivors so every sum the server sees covers at least the minimum number of devices) until the
+round's stored aggregate covers ≥ `need` contributors → `kind.decode_round` → next round or `finalize`.
+Everything needed to continue is stored, so after a restart the task resumes from the database: cohorts
+that were in flight are aborted ("server restarted"), finished sums stay, seats in finished cohorts keep
+their devices out of the rest of the round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import secrets
+import time
+from concurrent.futures import Executor
+from dataclasses import asdict
+from typing import Any
+
+from analytics_server import privacy
+from analytics_server.cohort import CohortRuntime
+from analytics_server.db.models import Query, Round
+from analytics_server.db.store import Store, vec_from_bytes
+from analytics_server.metrics import Metrics
+from analytics_server.plain import PlainSession
+from analytics_server.pool import DevicePool
+from analytics_server.settings import Settings, bench_unmasked
+from queries.envelope import Assignment, b64e
+from queries.kind import QueryKind, RoundPlan, get_kind
+from queries.spec import QuerySpec
+from secagg.config import SecAggConfig
+from secagg.phases import Phase
+from secagg.server import ServerSession
+
+log = logging.getLogger(__name__)
+FORMATION_POLL_S = 0.1
+ENDED_KEEP_S = 600.0
+_sysrand = secrets.SystemRandom()
+
+
+class QueryFailed(Exception):
+    """A query that cannot continue; the message is stored as the query's error."""
+
+
+class Orchestrator:
+    def __init__(
+        self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor, device_keys: Any
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.pool = pool
+        self.metrics = metrics
+        self.executor = executor
+        self.device_keys = device_keys
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.cohorts: dict[str, CohortRuntime] = {}
+        self.live: dict[str, dict[str, Any]] = {}
+        self._coins: dict[int, dict[str, bool]] = {}
+        self._stopping = False
+
+    async def start(self) -> None:
+        aborted = await self.store.abort_running_cohorts("server restarted")
+        if aborted:
+            log.info("aborted %d cohorts that were in flight before the restart", aborted)
+        for q in await self.store.queries_with_status(("pending", "running")):
+            self.spawn(q.id)
+
+    async def stop(self) -> None:
+        """Graceful shutdown: running cohorts abort ("server shutting down"); queries resume at next start."""
+        self._stopping = True
+        for task in list(self.tasks.values()):
+            task.cancel()
+        for task in list(self.tasks.values()):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def spawn(self, query_id: str) -> None:
+        if query_id in self.tasks:
+            return
+        self.tasks[query_id] = asyncio.create_task(self._run_query(query_id), name=f"query-{query_id}")
+
+    async def cancel(self, query_id: str) -> bool:
+        ok = await self.store.set_query_status(query_id, "cancelled")
+        task = self.tasks.get(query_id)
+        if task is not None:
+            task.cancel()
+        return ok
+
+    def running_count(self) -> int:
+        return len(self.tasks)
+
+    # -- per query ------------------------------------------------------------------------------
+
+    async def _run_query(self, query_id: str) -> None:
+        try:
+            q = await self.store.get_query(query_id)
+            if q is None or q.status not in ("pending", "running"):
+                return
+            if q.status == "pending":
+                await self.store.set_query_status(query_id, "running")
+            await self._drive(q)
+        except asyncio.CancelledError:
+            raise
+        except QueryFailed as exc:
+            await self.store.set_query_status(query_id, "failed", str(exc))
+        except Exception as exc:
+            log.exception("query %s failed", query_id)
+            await self.store.set_query_status(query_id, "failed", f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            self.tasks.pop(query_id, None)
+            self.live.pop(query_id, None)
+
+    async def _drive(self, q: Query) -> None:
+        spec = QuerySpec.model_validate(q.spec)
+        kind = get_kind(spec.kind)
+        params = kind.parse_params(spec.params)
+        state = dict(q.state)
+        index = q.current_round
+        live = self.live.setdefault(q.id, {})
+        while True:
+            rnd = await self.store.get_round(q.id, index)
+            if rnd is None:
+                try:
+                    plan = kind.plan_round(params, state, index)
+                except ValueError as exc:
+                    raise QueryFailed(f"round {index}: planning failed: {exc}") from None
+                if plan is None:
+                    await self._finish(q, spec, kind, params, state)
+                    return
+                rnd = await self._new_round(q, spec, plan, index)
+            plan = RoundPlan(**rnd.plan)
+            live.update(round=index, need=rnd.need, contributors=rnd.contributors, phase=None)
+            while rnd.contributors < rnd.need:
+                await self._run_cohort(q, spec, rnd, plan, live)
+                fresh = await self.store.get_round_by_id(rnd.id)
+                assert fresh is not None
+                rnd = fresh
+                live.update(contributors=rnd.contributors)
+            plan.meta.update(privacy.decode_meta(rnd.noise, rnd.contributors))
+            decode = functools.partial(
+                kind.decode_round, params, state, plan, vec_from_bytes(rnd.aggregate), rnd.contributors
+            )
+            try:  # kinds may do real work here (model updates): keep it off the event loop
+                state = await asyncio.get_running_loop().run_in_executor(self.executor, decode)
+            except ValueError as exc:
+                raise QueryFailed(f"round {index}: decode failed: {exc}") from None
+            index += 1
+            await self.store.decode_round(rnd.id, q.id, state, index)
+            self._coins.pop(rnd.id, None)
+
+    async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
+        need = plan.min_clients or spec.cohort.min_clients
+        if need > spec.cohort.max_clients:
+            raise QueryFailed(f"round {index} needs {need} clients but cohort.max_clients is {spec.cohort.max_clients}")
+        noise = privacy.round_noise(q.calibration, plan)
+        try:
+            bits = privacy.choose_bits(spec.cohort.max_clients, plan, noise)
+        except ValueError as exc:
+            raise QueryFailed(f"round {index}: {exc}") from None
+        stored_plan = asdict(plan)
+        return await self.store.create_round(q.id, index, stored_plan, noise, bits, need, plan.dim)
+
+    async def _finish(self, q: Query, spec: QuerySpec, kind: QueryKind, params: Any, state: dict[str, Any]) -> None:
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(kind.finalize, params, state)
+            )
+        except ValueError as exc:
+            raise QueryFailed(f"finalize failed: {exc}") from None
+        noises, contributors, bits = [], [], []
+        for i in range(q.rounds_upper_bound + 1000):
+            r = await self.store.get_round(q.id, i)
+            if r is None:
+                break
+            noises.append(r.noise)
+            contributors.append(r.contributors)
+            bits.append(r.bits)
+        block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits)
+        await self.store.finish_query(q.id, result, block)
+
+    # -- cohorts --------------------------------------------------------------------------------
+
+    def _eligible(self, rnd: Round, plan: RoundPlan, seated: set[str]) -> list[str]:
+        coins = self._coins.setdefault(rnd.id, {})
+        out = []
+        for d in self.pool.available():
+            if d in seated:
+                continue
+            if plan.sample_rate < 1.0:
+                if d not in coins:
+                    coins[d] = _sysrand.random() < plan.sample_rate
+                if not coins[d]:
+                    continue
+            out.append(d)
+        return out
+
+    async def _run_cohort(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, live: dict[str, Any]) -> None:
+        seated = await self.store.round_members(rnd.id)
+        need, cap = rnd.need, spec.cohort.max_clients
+        enough_since: float | None = None
+        live.update(phase="forming")
+        while True:
+            eligible = self._eligible(rnd, plan, seated)
+            live["devices_eligible"] = len(eligible)
+            if len(eligible) >= need:
+                enough_since = enough_since or time.monotonic()
+                if len(eligible) >= cap or time.monotonic() - enough_since >= self.settings.cohort_formation_wait_s:
+                    break
+            else:
+                enough_since = None
+            await asyncio.sleep(FORMATION_POLL_S)
+        chosen = _sysrand.sample(eligible, min(cap, len(eligible)))
+        members = {d: i + 1 for i, d in enumerate(chosen)}
+        cohort = self._make_cohort(q, spec, rnd, plan, members)
+        await self.store.create_cohort(cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members)
+        self.cohorts[cohort.id] = cohort
+        for d, party in members.items():
+            self.pool.assign(d, cohort.assignments[d], cohort)
+        live.update(phase=Phase(cohort.phase).label, cohort=cohort.id, cohort_size=len(members))
+        task = asyncio.create_task(cohort.run(), name=f"cohort-{cohort.id}")
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cohort.reason = "server shutting down" if self._stopping else "query cancelled"
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+            raise
+        except Exception:
+            pass  # recorded as an aborted cohort by the runtime; the round forms another
+        live.update(phase=None, cohort=None)
+
+    def _make_cohort(
+        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int]
+    ) -> CohortRuntime:
+        n, threat = len(members), self.settings.threat_model
+        session_id = secrets.token_bytes(16)
+        cohort_id = session_id.hex()
+        if bench_unmasked():
+            session: ServerSession | PlainSession = PlainSession(n, plan.dim, rnd.bits, rnd.need)
+            cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=rnd.need)
+            mode = "plain"
+        else:
+            cfg = SecAggConfig(
+                session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, threat_model=threat, min_survivors=rnd.need
+            )
+            ids = None
+            if cfg.active:
+                ids = {p: self.device_keys(d) for d, p in members.items()}
+            session = ServerSession(cfg, ids)
+            mode = "secagg"
+        peer_ids = None
+        if cfg.active and mode == "secagg":
+            peer_ids = {str(p): b64e(self.device_keys(d)) for d, p in members.items()}
+        noise_block = privacy.device_noise_block(rnd.noise)
+        cohort = CohortRuntime(
+            cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
+            self.store, self.metrics, self.executor, self._cohort_ended,
+        )
+        cohort.mode = mode
+        cohort.secagg_dict = cfg.to_dict()
+        cohort.assignments = {
+            d: Assignment(
+                query_id=q.id,
+                round=rnd.index,
+                cohort_id=cohort_id,
+                party_id=p,
+                kind=spec.kind,
+                source=spec.source,
+                task=plan.task,
+                secagg=cohort.secagg_dict,
+                threat_model=cfg.threat_model,
+                mode=mode,
+                first_phase=int(session.phase),
+                phase_timeout_s=spec.cohort.phase_timeout_s,
+                noise=noise_block,
+                peer_identity_keys=peer_ids,
+            )
+            for d, p in members.items()
+        }
+        return cohort
+
+    def _cohort_ended(self, cohort: CohortRuntime) -> None:
+        """Free the devices; the runtime stays reachable for a while so late pollers learn the outcome."""
+        self.pool.release(list(cohort.members), cohort)
+        cutoff = time.time() - ENDED_KEEP_S
+        for cid in [c.id for c in self.cohorts.values() if c.ended is not None and c.ended < cutoff]:
+            del self.cohorts[cid]

@@ -1,0 +1,34 @@
+"""Server settings from environment variables (prefix `FA_`) and `fa-server` flags (flags win)."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+BENCH_UNMASKED_ENV = "FA_BENCH_UNMASKED"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FA_", extra="ignore")
+
+    db_url: str = "sqlite+aiosqlite:///./fa.db"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    json_body_limit: int = Field(default=1 << 20, ge=1024, description="bytes; larger JSON bodies get 413")
+    binary_body_limit: int = Field(default=64 << 20, ge=1024, description="bytes; larger phase messages get 413")
+    cohort_formation_wait_s: float = Field(default=2.0, ge=0, description="after enough devices wait, wait this long for more")
+    retry_after_s: float = Field(default=5.0, gt=0, description="`retry_after` given to devices with nothing to do")
+    checkin_max_wait_s: float = Field(default=20.0, ge=0, description="cap on a device's long-poll")
+    signature_window_s: float = Field(default=300.0, gt=0, description="accepted clock skew of signed device requests")
+    threat_model: Literal["semi_honest", "active"] = "semi_honest"
+    profile: Literal["demo", "production"] = "demo"
+    workers: int = Field(default=2, ge=1, le=64, description="threads for CPU-heavy protocol work")
+
+
+def bench_unmasked() -> bool:
+    """Benchmark-only switch: run cohorts without masking. Read from the server process environment only;
+    no query field can select it."""
+    return os.environ.get(BENCH_UNMASKED_ENV) == "1"

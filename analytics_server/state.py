@@ -1,0 +1,29 @@
+"""The objects one server process shares between its routes (stored on the aiohttp app as "state")."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from analytics_server.auth import DeviceAuth
+from analytics_server.db.store import Store
+from analytics_server.metrics import Metrics
+from analytics_server.orchestrator import Orchestrator
+from analytics_server.pool import DevicePool
+from analytics_server.settings import Settings
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    store: Store
+    auth: DeviceAuth
+    pool: DevicePool
+    metrics: Metrics
+    orchestrator: Orchestrator
+    executor: Executor
+
+
+STATE = web.AppKey("state", AppState)

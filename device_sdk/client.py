@@ -1,0 +1,284 @@
+"""`DeviceClient`: registers the device, checks in, and runs its assigned secure-aggregation cohorts.
+
+One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: compute the
+contribution with the query kind, add the DP noise share (device_sdk.noise), mask it with
+`secagg.ClientSession`, and exchange phase messages. `run_forever()` repeats, honours `retry_after`, and
+backs off exponentially with full jitter on network errors. Every request is signed with the device's
+Ed25519 key (kept in the store, so the registration survives restarts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from device_sdk.noise import add_noise
+from device_sdk.plain import PlainClient, plain_allowed
+from device_sdk.store import LocalStore
+from queries.envelope import (
+    HDR_DEVICE,
+    HDR_NONCE,
+    HDR_PHASE,
+    HDR_SIGNATURE,
+    HDR_TIMESTAMP,
+    Assignment,
+    CheckinResponse,
+    b64d,
+    b64e,
+    device_id_for,
+    signing_payload,
+)
+from queries.kind import get_kind
+from secagg import encoding
+from secagg.client import ClientSession
+from secagg.config import SecAggConfig
+from secagg.errors import SecAggError
+from secagg.phases import Phase
+
+log = logging.getLogger(__name__)
+KEY_META = "device_key"
+ID_META = "device_id"
+REGISTERED_META = "registered_at"
+
+DropoutFn = Callable[[Assignment], int | None]
+"""Simulation hook: the phase before which this device stops answering, or None."""
+
+
+class ServerError(Exception):
+    """An HTTP error answer from the server that the device cannot act on."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Literal["idle", "finished", "dropped", "aborted", "rejected"]
+    retry_after: float = 0.0
+    cohort_id: str | None = None
+    contributed: bool | None = None
+    detail: str = ""
+    queries_running: int = 0
+
+
+class DeviceClient:
+    def __init__(
+        self,
+        server_url: str,
+        store: LocalStore,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        checkin_wait_s: float = 10.0,
+        dropout: DropoutFn | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 30.0,
+        request_timeout_s: float = 120.0,
+    ) -> None:
+        self.server = server_url.rstrip("/")
+        self.store = store
+        self._session = session
+        self._own_session = session is None
+        self.checkin_wait_s = checkin_wait_s
+        self.dropout = dropout
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._abandoned: set[str] = set()
+        self._jitter = random.Random()
+        raw = store.get_meta(KEY_META)
+        if raw is None:
+            key = Ed25519PrivateKey.generate()
+            store.set_meta(KEY_META, b64e(key.private_bytes_raw()))
+        else:
+            key = Ed25519PrivateKey.from_private_bytes(b64d(raw, KEY_META, 32))
+        self.key = key
+        self.public_key = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.device_id = device_id_for(self.public_key)
+
+    # -- transport ------------------------------------------------------------------------------
+
+    async def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        return self._session
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        content_type: str | None = None,
+        query: dict[str, Any] | None = None,
+        register: bool = False,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Signed request → (status, headers, body). Raises aiohttp.ClientError on network errors."""
+        path_qs = path + ("?" + urlencode(query) if query else "")
+        ts, nonce = str(int(time.time())), secrets.token_urlsafe(16)
+        headers = {
+            HDR_TIMESTAMP: ts,
+            HDR_NONCE: nonce,
+            HDR_SIGNATURE: b64e(self.key.sign(signing_payload(method, path_qs, ts, nonce, body))),
+        }
+        if not register:
+            headers[HDR_DEVICE] = self.device_id
+        if content_type:
+            headers["Content-Type"] = content_type
+        http = await self._http()
+        async with http.request(method, self.server + path_qs, data=body or None, headers=headers, timeout=self.timeout) as resp:
+            return resp.status, dict(resp.headers), await resp.read()
+
+    async def _json(self, method: str, path: str, payload: dict[str, Any], register: bool = False) -> tuple[int, Any]:
+        status, _, raw = await self.request(method, path, json.dumps(payload).encode(), "application/json", register=register)
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, {"error": raw[:200].decode("utf-8", "replace")}
+
+    # -- protocol -------------------------------------------------------------------------------
+
+    async def ensure_registered(self) -> str:
+        if self.store.get_meta(REGISTERED_META + ":" + self.server) is not None:
+            return self.device_id
+        status, body = await self._json("POST", "/v1/device/register", {"public_key": b64e(self.public_key)}, register=True)
+        if status not in (200, 201):
+            raise ServerError(status, _msg(body))
+        if body.get("device_id") != self.device_id:
+            raise ServerError(status, f"server assigned unexpected device id {body.get('device_id')!r}")
+        self.store.set_meta(ID_META, self.device_id)
+        self.store.set_meta(REGISTERED_META + ":" + self.server, str(time.time()))
+        return self.device_id
+
+    async def run_once(self) -> Outcome:
+        """One check-in; runs the assigned cohort to its end when there is one."""
+        await self.ensure_registered()
+        payload = {"wait_s": self.checkin_wait_s, "sources": self.store.collections()}
+        status, body = await self._json("POST", "/v1/device/checkin", payload)
+        if status == 401 and "unknown device" in _msg(body):
+            self.store.delete_meta(REGISTERED_META + ":" + self.server)  # server lost us: register again
+            raise ServerError(status, _msg(body))
+        if status != 200:
+            raise ServerError(status, _msg(body))
+        resp = CheckinResponse.model_validate(body)
+        a = resp.assignment
+        if a is None or a.cohort_id in self._abandoned:
+            retry = resp.retry_after if resp.retry_after is not None else 1.0
+            return Outcome("idle", retry_after=retry, queries_running=resp.queries_running)
+        out = await self.run_assignment(a)
+        return Outcome(out.status, out.retry_after, out.cohort_id, out.contributed, out.detail, resp.queries_running)
+
+    async def run_assignment(self, a: Assignment) -> Outcome:
+        try:
+            return await self._run_assignment(a)
+        finally:
+            self._abandoned.add(a.cohort_id)
+            if len(self._abandoned) > 1000:
+                self._abandoned = set(list(self._abandoned)[-100:])
+
+    async def _run_assignment(self, a: Assignment) -> Outcome:
+        try:
+            cfg = SecAggConfig.from_dict(a.secagg)
+            kind = get_kind(a.kind)
+            vec = add_noise(kind.contribute(a.task, self.store.rows(a.source)), a.noise)
+            modular = encoding.to_modular(vec, cfg.bits)
+            if a.mode == "plain":
+                if not plain_allowed():
+                    return Outcome("rejected", cohort_id=a.cohort_id, detail="refusing an unmasked (plain) assignment")
+                client: ClientSession | PlainClient = PlainClient(cfg.bits, modular)
+            else:
+                peers = None
+                if cfg.active:
+                    if not a.peer_identity_keys:
+                        return Outcome("rejected", cohort_id=a.cohort_id, detail="active model without peer identity keys")
+                    peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
+                client = ClientSession(cfg, a.party_id, modular, self.key if cfg.active else None, peers)
+            message: bytes | None = client.start()
+        except (ValueError, KeyError, RuntimeError) as exc:
+            return Outcome("rejected", cohort_id=a.cohort_id, detail=f"cannot take part: {exc}")
+        drop_at = self.dropout(a) if self.dropout else None
+        phase = a.first_phase
+        base = f"/v1/device/cohorts/{a.cohort_id}/phases"
+        wait = min(60.0, max(1.0, a.phase_timeout_s + 5.0))
+        while True:
+            if drop_at is not None and phase >= drop_at:
+                return Outcome("dropped", cohort_id=a.cohort_id, detail=f"stopped before phase {phase}")
+            if message is not None:
+                status, _, raw = await self.request("POST", f"{base}/{phase}", message, "application/octet-stream")
+                if status != 202:
+                    return _ended(status, raw, a.cohort_id)
+            while True:
+                status, headers, raw = await self.request("GET", f"{base}/{phase}/next", query={"wait": wait})
+                if status != 202:
+                    break
+            if status != 200:
+                return _ended(status, raw, a.cohort_id)
+            if headers.get("Content-Type", "").startswith("application/json"):
+                info = json.loads(raw)
+                return Outcome("finished", cohort_id=a.cohort_id, contributed=bool(info.get("contributed")))
+            try:
+                message = client.receive(raw)
+            except SecAggError as exc:
+                return Outcome("rejected", cohort_id=a.cohort_id, detail=f"refused server message: {exc}")
+            phase = int(headers.get(HDR_PHASE, phase + 1))
+            if client.phase is Phase.DONE and message is None:
+                return Outcome("finished", cohort_id=a.cohort_id, contributed=True)
+
+    async def run_forever(self, stop: asyncio.Event | None = None, offline_after_drop_s: float = 0.0) -> None:
+        failures = 0
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                out = await self.run_once()
+                failures = 0
+            except (aiohttp.ClientError, asyncio.TimeoutError, ServerError) as exc:
+                failures += 1
+                delay = self._jitter.uniform(0, min(self.backoff_cap_s, self.backoff_base_s * 2**failures))
+                log.debug("device %s: %s; retrying in %.1fs", self.device_id[:8], exc, delay)
+                await _sleep(stop, delay)
+                continue
+            if out.status == "idle":
+                await _sleep(stop, out.retry_after)
+            elif out.status == "dropped" and offline_after_drop_s:
+                await _sleep(stop, offline_after_drop_s)
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    if seconds <= 0:
+        await asyncio.sleep(0)
+        return
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+def _msg(body: Any) -> str:
+    if isinstance(body, dict):
+        return str(body.get("error", body))
+    return str(body)
+
+
+def _ended(status: int, raw: bytes, cohort_id: str) -> Outcome:
+    try:
+        text = _msg(json.loads(raw))
+    except ValueError:
+        text = raw[:200].decode("utf-8", "replace")
+    return Outcome("aborted", cohort_id=cohort_id, detail=f"HTTP {status}: {text}")

@@ -1,0 +1,193 @@
+"""A fleet of simulated devices in one asyncio loop (or several processes), for tests, demo and bench.
+
+Each device has an in-memory `LocalStore` filled by a scenario (device_sdk.scenarios) and a real
+`DeviceClient`. Dropout: with probability `dropout` per cohort, a device stops answering before a
+uniformly chosen phase, then stays offline for a while. `truth` maps device id → its local data, so the
+caller can recompute the exact answer over the devices the server reports as contributors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from device_sdk.client import KEY_META, DeviceClient, Outcome
+from device_sdk.scenarios import generate
+from device_sdk.store import LocalStore
+from queries.envelope import Assignment, b64e
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FleetStats:
+    outcomes: dict[str, int] = field(default_factory=dict)
+    last_assignment: float = field(default_factory=time.monotonic)
+    queries_running: int = 0
+
+    def record(self, out: Outcome) -> None:
+        self.outcomes[out.status] = self.outcomes.get(out.status, 0) + 1
+        self.queries_running = out.queries_running
+        if out.status != "idle":
+            self.last_assignment = time.monotonic()
+
+
+def make_devices(n: int, scenario: str, seed: int, start: int = 0) -> list[tuple[bytes, dict[str, list[Any]]]]:
+    """(private key bytes, local data) per device; keys from the OS CSPRNG, data from the seeded scenario."""
+    return [(Ed25519PrivateKey.generate().private_bytes_raw(), generate(scenario, seed, start + i)) for i in range(n)]
+
+
+def dropout_policy(p: float, rng: random.Random) -> Any:
+    def decide(a: Assignment) -> int | None:
+        if p <= 0 or rng.random() >= p:
+            return None
+        phases = [0, 1, 2, 3, 4] if a.threat_model == "active" else [0, 1, 2, 4]
+        if a.mode == "plain":
+            phases = [2]
+        return rng.choice(phases)
+
+    return decide
+
+
+async def run_fleet(
+    server: str,
+    devices: Sequence[tuple[bytes, dict[str, list[Any]]]],
+    dropout: float = 0.0,
+    seed: int = 0,
+    until_idle: bool = False,
+    idle_s: float = 10.0,
+    checkin_wait_s: float = 10.0,
+    stop: asyncio.Event | None = None,
+    parent_pid: int | None = None,
+) -> FleetStats:
+    stop = stop or asyncio.Event()
+    stats = FleetStats()
+    rng = random.Random(seed)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        clients = []
+        for key, data in devices:
+            store = LocalStore(":memory:")
+            store.set_meta(KEY_META, b64e(key))
+            for coll, rows in data.items():
+                store.add_many(coll, rows)
+            clients.append(
+                DeviceClient(server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng))
+            )
+
+        async def one(c: DeviceClient) -> None:
+            await asyncio.sleep(rng.random() * 0.5)
+            failures = 0
+            while not stop.is_set():
+                try:
+                    out = await c.run_once()
+                    failures = 0
+                except Exception as exc:  # network errors and server refusals: back off and retry
+                    failures += 1
+                    log.debug("device %s: %s", c.device_id[:8], exc)
+                    await _sleep(stop, rng.uniform(0, min(30.0, 0.5 * 2**failures)))
+                    continue
+                stats.record(out)
+                if out.status == "idle":
+                    await _sleep(stop, out.retry_after)
+                elif out.status == "dropped":
+                    await _sleep(stop, 30.0)  # offline for a while: the cohort goes on without it
+
+        async def watchdog() -> None:
+            while not stop.is_set():
+                await asyncio.sleep(0.5)
+                if until_idle and stats.queries_running == 0 and time.monotonic() - stats.last_assignment > idle_s:
+                    stop.set()
+                if parent_pid is not None and os.getppid() != parent_pid:
+                    stop.set()  # the fa-sim parent is gone: do not keep polling as an orphan
+
+        tasks = [asyncio.create_task(one(c)) for c in clients]
+        wd = asyncio.create_task(watchdog())
+        await stop.wait()
+        for t in tasks + [wd]:
+            t.cancel()
+        await asyncio.gather(*tasks, wd, return_exceptions=True)
+    return stats
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), max(0.0, seconds))
+    except TimeoutError:
+        pass
+
+
+def truth_of(devices: Sequence[tuple[bytes, dict[str, list[Any]]]]) -> dict[str, dict[str, list[Any]]]:
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from queries.envelope import device_id_for
+
+    out = {}
+    for key, data in devices:
+        pub = Ed25519PrivateKey.from_private_bytes(key).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        out[device_id_for(pub)] = data
+    return out
+
+
+def write_truth(path: str | Path, scenario: str, seed: int, devices: Sequence[tuple[bytes, dict[str, list[Any]]]]) -> None:
+    payload = {"scenario": scenario, "seed": seed, "devices": truth_of(devices)}
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    tmp.replace(path)
+
+
+def _child(args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int]) -> dict[str, int]:
+    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent = args
+    stats = asyncio.run(run_fleet(server, devices, dropout, seed, until_idle, idle_s, wait_s, parent_pid=parent))
+    return stats.outcomes
+
+
+def run_fleet_processes(
+    server: str,
+    devices: Sequence[tuple[bytes, dict[str, list[Any]]]],
+    processes: int,
+    dropout: float,
+    seed: int,
+    until_idle: bool,
+    idle_s: float,
+    checkin_wait_s: float,
+) -> dict[str, int]:
+    chunks = [list(devices[i::processes]) for i in range(processes)]
+    ctx = mp.get_context("spawn")
+    stopped = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    pool = ctx.Pool(processes)
+    results: list[dict[str, int]] = []
+    try:
+        pending = pool.map_async(
+            _child,
+            [(server, c, dropout, seed * 1000 + i, until_idle, idle_s, checkin_wait_s, os.getpid()) for i, c in enumerate(chunks)],
+        )
+        while not pending.ready() and not stopped.is_set():
+            pending.wait(0.5)
+        if pending.ready():
+            results = pending.get()
+    finally:
+        pool.terminate()
+        pool.join()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    total: dict[str, int] = {}
+    for r in results:
+        for k, v in r.items():
+            total[k] = total.get(k, 0) + v
+    return total

@@ -1,0 +1,132 @@
+"""Privacy-budget math for the per-source ledger and the server's privacy policy (storage is the server's).
+
+Ledger semantics: every source has a total (ε, δ). A query is charged its target (ε, δ) when it is
+submitted (it may run all its rounds); the charge is composed with what the source already spent and the
+query is refused (`BudgetExceeded`, message with the remaining budget) if the result exceeds the total.
+Composition is *basic* (ε and δ add up; Dwork–Roth Thm 3.16): valid for any mix of mechanisms, δ's and
+accountants, and simple to reproduce from stored rows. It overstates the cost of many small queries;
+`compose_rdp` gives the tighter RDP composition for queries calibrated by this library (same accountant
+as their calibration) — a ledger that stores each query's calibration can use it instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from queries.dp import rdp
+from queries.dp.calibrate import QueryCalibration
+from queries.dp.errors import BudgetExceeded, PrivacyError
+
+TOLERANCE = 1e-9
+"""Relative slack when comparing a composed cost with the budget (float sums of stored values)."""
+
+
+@dataclass(frozen=True)
+class PrivacyCost:
+    epsilon: float
+    delta: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"epsilon": self.epsilon, "delta": self.delta}
+
+
+CostLike = PrivacyCost | tuple[float, float]
+
+
+def _cost(c: CostLike, name: str = "cost") -> PrivacyCost:
+    eps, delta = (c.epsilon, c.delta) if isinstance(c, PrivacyCost) else c
+    if not (math.isfinite(eps) and eps >= 0):
+        raise PrivacyError(f"{name}.epsilon: must be a finite number ≥ 0, got {eps!r}")
+    if not (0 <= delta < 1):
+        raise PrivacyError(f"{name}.delta: must be in [0, 1), got {delta!r}")
+    return PrivacyCost(float(eps), float(delta))
+
+
+def compose_costs(costs: Iterable[CostLike]) -> PrivacyCost:
+    """Basic composition: (Σε, Σδ)."""
+    eps = delta = 0.0
+    for i, c in enumerate(costs):
+        cost = _cost(c, f"costs[{i}]")
+        eps += cost.epsilon
+        delta += cost.delta
+    return PrivacyCost(eps, delta)
+
+
+def compose_rdp(queries: Sequence[tuple[QueryCalibration, int]], delta: float) -> float:
+    """ε at δ of several calibrated queries with their rounds run, composed with RDP (tighter than basic)."""
+    if not 0 < delta < 1:
+        raise PrivacyError(f"delta: must be in (0, 1), got {delta!r}")
+    curve = np.zeros(len(rdp.ORDERS))
+    for cal, rounds_run in queries:
+        curve = curve + cal.rdp_curve(rounds_run)
+    return rdp.epsilon_of_curve(curve, delta) if np.any(curve > 0) else 0.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A source's total (ε, δ)."""
+
+    total_epsilon: float
+    total_delta: float
+
+    def __post_init__(self) -> None:
+        _cost((self.total_epsilon, self.total_delta), "budget")
+
+    def remaining(self, spent: CostLike | Sequence[CostLike]) -> PrivacyCost:
+        s = _spent(spent)
+        return PrivacyCost(max(0.0, self.total_epsilon - s.epsilon), max(0.0, self.total_delta - s.delta))
+
+    def check(self, spent: CostLike | Sequence[CostLike], new: CostLike) -> PrivacyCost:
+        """Remaining budget after charging `new` on top of `spent`; raises BudgetExceeded if it does not fit."""
+        s = _spent(spent)
+        n = _cost(new, "privacy")
+        eps, delta = s.epsilon + n.epsilon, s.delta + n.delta
+        over_eps = eps > self.total_epsilon * (1 + TOLERANCE)
+        over_delta = delta > self.total_delta * (1 + TOLERANCE)
+        if over_eps or over_delta:
+            left = self.remaining(s)
+            what = "epsilon" if over_eps else "delta"
+            raise BudgetExceeded(
+                f"privacy.{what}: the query costs (epsilon={n.epsilon:g}, delta={n.delta:g}) but the source's budget "
+                f"has only (epsilon={left.epsilon:g}, delta={left.delta:g}) remaining of "
+                f"(epsilon={self.total_epsilon:g}, delta={self.total_delta:g})",
+                left.epsilon,
+                left.delta,
+            )
+        return PrivacyCost(max(0.0, self.total_epsilon - eps), max(0.0, self.total_delta - delta))
+
+
+def _spent(spent: CostLike | Sequence[CostLike]) -> PrivacyCost:
+    if isinstance(spent, PrivacyCost):
+        return spent
+    if isinstance(spent, tuple) and len(spent) == 2 and all(isinstance(v, (int, float)) for v in spent):
+        return _cost(spent, "spent")
+    return compose_costs(spent)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PrivacyPolicy:
+    """Server policy: refuse queries without noise and/or above a maximum (ε, δ) per query.
+
+    Off (all None/False) in the demo profile; production should set require_noise=True and caps."""
+
+    require_noise: bool = False
+    max_epsilon: float | None = None
+    max_delta: float | None = None
+
+    def check(self, mechanism: str, epsilon: float | None, delta: float | None) -> None:
+        if mechanism == "none" or epsilon is None:
+            if self.require_noise:
+                raise PrivacyError(
+                    "privacy.mechanism: this server requires differential privacy; "
+                    "use 'discrete_gaussian' or 'skellam' with epsilon and delta"
+                )
+            return
+        if self.max_epsilon is not None and epsilon > self.max_epsilon:
+            raise PrivacyError(f"privacy.epsilon: {epsilon:g} exceeds this server's maximum of {self.max_epsilon:g} per query")
+        if self.max_delta is not None and delta is not None and delta > self.max_delta:
+            raise PrivacyError(f"privacy.delta: {delta:g} exceeds this server's maximum of {self.max_delta:g} per query")

@@ -1,0 +1,122 @@
+"""The device ↔ server envelope: check-in, assignment, phase-message headers and request signing.
+
+Both `analytics_server` and `device_sdk` import this module (and `secagg` for the protocol bytes); it
+imports neither. Device requests are signed with the device's Ed25519 key over
+`signing_payload(method, path_qs, timestamp, nonce, body)`; see docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+SIGNING_DOMAIN = b"fa-device-request/v1"
+
+HDR_DEVICE = "X-FA-Device"
+HDR_TIMESTAMP = "X-FA-Timestamp"
+HDR_NONCE = "X-FA-Nonce"
+HDR_SIGNATURE = "X-FA-Signature"
+HDR_PHASE = "X-FA-Phase"
+"""On a server phase message: the phase the device's reply belongs to."""
+
+SessionMode = Literal["secagg", "plain"]
+
+
+def b64e(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64d(text: str, what: str, length: int | None = None) -> bytes:
+    """Strict base64 → bytes; ValueError naming `what` on bad input or wrong length."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise ValueError(f"{what}: not valid base64") from None
+    if length is not None and len(raw) != length:
+        raise ValueError(f"{what}: expected {length} bytes, got {len(raw)}")
+    return raw
+
+
+def signing_payload(method: str, path_qs: str, timestamp: str, nonce: str, body: bytes) -> bytes:
+    """The exact bytes a device signs: domain, method, path with query string, timestamp, nonce, sha256(body)."""
+    return b"\n".join(
+        [
+            SIGNING_DOMAIN,
+            method.upper().encode("ascii"),
+            path_qs.encode("utf-8"),
+            timestamp.encode("ascii"),
+            nonce.encode("ascii"),
+            hashlib.sha256(body).hexdigest().encode("ascii"),
+        ]
+    )
+
+
+def device_id_for(public_key: bytes) -> str:
+    """Device ids are derived from the identity key, so registration is idempotent."""
+    return hashlib.sha256(b"fa-device-id/v1" + public_key).hexdigest()[:32]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RegisterRequest(_Model):
+    public_key: str = Field(description="base64 of the device's 32-byte Ed25519 public key")
+
+
+class RegisterResponse(_Model):
+    device_id: str
+
+
+class CheckinRequest(_Model):
+    wait_s: float = Field(default=0.0, ge=0, le=60, description="long-poll up to this many seconds")
+    sources: list[str] | None = Field(default=None, max_length=1000, description="collections the device holds")
+
+
+class NoiseBlock(_Model):
+    """Distributed DP noise each device adds to its encoded vector before masking."""
+
+    mechanism: Literal["discrete_gaussian", "skellam", "none"]
+    scale: float = Field(ge=0, description="per-device scale passed to queries.dp.sample_noise")
+    std: float | None = Field(default=None, ge=0, description="standard deviation of one device's share")
+
+
+class Assignment(_Model):
+    query_id: str
+    round: int
+    cohort_id: str
+    party_id: int
+    kind: str
+    source: str
+    task: dict[str, Any]
+    secagg: dict[str, Any] = Field(description="secagg.SecAggConfig.to_dict()")
+    threat_model: Literal["semi_honest", "active"]
+    mode: SessionMode = "secagg"
+    first_phase: int = 0
+    phase_timeout_s: float
+    noise: NoiseBlock | None = None
+    peer_identity_keys: dict[str, str] | None = Field(
+        default=None, description="active model: party id → base64 Ed25519 identity key"
+    )
+
+
+class CheckinResponse(_Model):
+    assignment: Assignment | None = None
+    retry_after: float | None = None
+    queries_running: int = 0
+
+
+class CohortStatus(_Model):
+    cohort_id: str
+    status: Literal["running", "finished", "aborted"]
+    phase: int
+    reason: str | None = None
+
+
+class ErrorBody(_Model):
+    error: str
+    detail: Any = None

@@ -1,0 +1,267 @@
+"""Device side of the `training` kind: local rows → local objective → one round's int64 vector.
+
+Rows. White-box models take `{"x": [floats] | {feature: value}, "y": int | float}`; dict rows are put in
+`features` order, and when the task carries a scaler (from a feature_stats result) every row is
+standardised by name with `queries.feature_stats.StandardScaling` (missing values become the mean).
+Malformed rows (no y, wrong length, non-finite values, a label outside the classes) are skipped.
+Black-box models take whatever their registered loss takes (see `queries.training.blackbox`).
+
+Split. A row is held out for evaluation when a hash of its canonical JSON falls below
+`holdout_fraction`, so a row is always on the same side in every round; training never sees it.
+
+All randomness here (which rows when over the cap, mini-batch order, stochastic rounding) comes from a
+numpy Generator seeded from os.urandom per contribution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from queries.feature_stats import StandardScaling
+from queries.kind import QueryKindError
+from queries.training import encoding
+from queries.training.blackbox import BlackBoxModel, known_blackbox, get_blackbox
+from queries.training.finite_diff import central_gradient
+from queries.training.models import Model, build_model
+from secagg.encoding import FixedPoint
+
+
+def device_rng() -> np.random.Generator:
+    return np.random.default_rng(int.from_bytes(os.urandom(16), "big"))
+
+
+def model_from_spec(spec: dict[str, Any]) -> Model | BlackBoxModel:
+    name = spec.get("name")
+    if isinstance(name, str) and name in known_blackbox():
+        return get_blackbox(name)
+    return build_model(spec)
+
+
+def is_holdout(row: Any, fraction: float) -> bool:
+    if fraction <= 0:
+        return False
+    digest = hashlib.sha256(json.dumps(row, sort_keys=True, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < fraction
+
+
+def split_rows(rows: list[Any], fraction: float) -> tuple[list[Any], list[Any]]:
+    """(training rows, evaluation rows); with fraction 0 both are all rows."""
+    if fraction <= 0:
+        return list(rows), list(rows)
+    train, held = [], []
+    for row in rows:
+        (held if is_holdout(row, fraction) else train).append(row)
+    return train, held
+
+
+def cap_rows(rows: list[Any], cap: int, rng: np.random.Generator) -> list[Any]:
+    if len(rows) <= cap:
+        return rows
+    return [rows[i] for i in sorted(rng.choice(len(rows), size=cap, replace=False))]
+
+
+class LocalObjective(ABC):
+    """A device's loss over its rows under given weights."""
+
+    n: int
+
+    @abstractmethod
+    def loss_grad(self, theta: np.ndarray, idx: np.ndarray | None) -> tuple[float, np.ndarray]:
+        """Mean loss over the rows `idx` (all when None) and its gradient (exact or estimated)."""
+
+    @abstractmethod
+    def per_example_loss(self, theta: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def correct(self, theta: np.ndarray) -> np.ndarray | None: ...
+
+    def metrics(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        return {}
+
+
+def parse_xy(rows: list[Any], n_features: int, features: list[str] | None, scaler: StandardScaling | None) -> tuple[np.ndarray, np.ndarray]:
+    xs: list[np.ndarray] = []
+    ys: list[float] = []
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        y, x = row.get("y"), row.get("x")
+        if isinstance(y, bool) or not isinstance(y, (int, float)) or not np.isfinite(y):
+            continue
+        if isinstance(x, dict):
+            if features is None:
+                continue
+            vals = [x.get(f) for f in features]
+            vec = np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in vals])
+            vec[~np.isfinite(vec)] = np.nan
+            if scaler is None and np.isnan(vec).any():
+                continue
+        elif isinstance(x, list) and len(x) == n_features:
+            try:
+                vec = np.asarray(x, dtype=np.float64)
+            except (TypeError, ValueError):
+                continue
+            if not np.all(np.isfinite(vec)):
+                continue
+        else:
+            continue
+        if len(vec) != n_features:
+            continue
+        xs.append(vec)
+        ys.append(float(y))
+    X = np.vstack(xs) if xs else np.empty((0, n_features))
+    if scaler is not None and len(X):
+        X = np.where(np.isnan(X), 0.0, scaler.transform(X))
+    return X, np.asarray(ys)
+
+
+class WhiteBoxObjective(LocalObjective):
+    def __init__(self, model: Model, rows: list[Any], task: dict[str, Any]) -> None:
+        self.model = model
+        scaler = StandardScaling({"scaler": task["scaling"]}) if task.get("scaling") else None
+        n_features = int(getattr(model, "n_features"))
+        X, y = parse_xy(rows, n_features, task.get("features"), scaler)
+        if model.n_classes is not None and len(y):
+            ok = (y == np.round(y)) & (y >= 0) & (y < model.n_classes)
+            X, y = X[ok], y[ok]
+        self.X, self.y, self.n = X, y, len(y)
+        cw = task.get("class_weights")
+        self.sample_weight = np.asarray(cw, dtype=np.float64)[y.astype(np.int64)] if cw and self.n else None
+
+    def loss_grad(self, theta, idx):  # type: ignore[no-untyped-def]
+        if idx is None:
+            return self.model.loss_grad(theta, self.X, self.y, self.sample_weight)
+        sw = None if self.sample_weight is None else self.sample_weight[idx]
+        return self.model.loss_grad(theta, self.X[idx], self.y[idx], sw)
+
+    def per_example_loss(self, theta):  # type: ignore[no-untyped-def]
+        return self.model.per_example_loss(theta, self.X, self.y)
+
+    def correct(self, theta):  # type: ignore[no-untyped-def]
+        if self.model.n_classes is None:
+            return None
+        return (self.model.predict(theta, self.X) == self.y).astype(np.float64)
+
+
+class BlackBoxObjective(LocalObjective):
+    def __init__(self, model: BlackBoxModel, rows: list[Any]) -> None:
+        self.model = model
+        self.rows = rows
+        self.batch = model.prepare(rows)
+        self.n = int(model.size(self.batch))
+
+    def _batch(self, idx: np.ndarray | None) -> Any:
+        if idx is None:
+            return self.batch
+        if self.model.subset is not None:
+            return self.model.subset(self.batch, idx)
+        return self.model.prepare([self.rows[i] for i in idx])
+
+    def loss_grad(self, theta, idx):  # type: ignore[no-untyped-def]
+        batch = self._batch(idx)
+
+        def mean_loss(w: np.ndarray) -> float:
+            return float(np.mean(self.model.loss(w, batch)))
+
+        return mean_loss(theta), central_gradient(mean_loss, theta, self.model.fd_step)
+
+    def per_example_loss(self, theta):  # type: ignore[no-untyped-def]
+        return np.asarray(self.model.loss(theta, self.batch), dtype=np.float64)
+
+    def correct(self, theta):  # type: ignore[no-untyped-def]
+        return None if self.model.correct is None else np.asarray(self.model.correct(theta, self.batch), dtype=np.float64)
+
+    def metrics(self, theta):  # type: ignore[no-untyped-def]
+        return {name: np.clip(m.fn(theta, self.batch), 0.0, m.bound) / m.bound for name, m in self.model.metrics.items()}
+
+
+def objective(model: Model | BlackBoxModel, rows: list[Any], task: dict[str, Any]) -> LocalObjective:
+    if isinstance(model, BlackBoxModel):
+        return BlackBoxObjective(model, rows)
+    return WhiteBoxObjective(model, rows, task)
+
+
+def local_update(obj: LocalObjective, theta0: np.ndarray, epochs: int, batch_size: int, lr: float, rng: np.random.Generator) -> np.ndarray:
+    """θ_E − θ_0 after E epochs of mini-batch SGD (batch_size 0 = full batch)."""
+    theta = theta0.copy()
+    if obj.n == 0:
+        return np.zeros_like(theta)
+    for _ in range(epochs):
+        if batch_size <= 0 or batch_size >= obj.n:
+            theta -= lr * obj.loss_grad(theta, None)[1]
+            continue
+        order = rng.permutation(obj.n)
+        for start in range(0, obj.n, batch_size):
+            theta -= lr * obj.loss_grad(theta, order[start : start + batch_size])[1]
+    return theta - theta0
+
+
+def clip_l2(v: np.ndarray, c: float) -> np.ndarray:
+    norm = float(np.linalg.norm(v))
+    return v * (c / norm) if norm > c else v
+
+
+def _weight(n: int, cap: int) -> float:
+    return min(n, cap) / cap
+
+
+def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+    """The whole device side of one round (see the layouts in `queries.training.encoding`)."""
+    try:
+        phase = task["phase"]
+        model = model_from_spec(task["model"])
+        pb = int(task["precision_bits"])
+        cap = int(task["client"]["max_examples"])
+        holdout = float(task["holdout_fraction"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise QueryKindError(f"task: malformed training task ({exc})") from None
+    rng = device_rng()
+    train_rows, eval_rows = split_rows(list(rows), holdout)
+    u = encoding.unit(pb)
+
+    if phase == "label_counts":
+        k = int(task["n_classes"])
+        obj = objective(model, cap_rows(train_rows, cap, rng), task)
+        if not isinstance(obj, WhiteBoxObjective) or obj.n == 0:
+            return np.zeros(k, dtype=np.int64)
+        frac = np.bincount(obj.y.astype(np.int64), minlength=k)[:k] / obj.n
+        return FixedPoint(1.0, u).encode(_weight(obj.n, cap) * frac, rng)
+
+    theta = np.asarray(task["weights"], dtype=np.float64)
+    if phase == "train":
+        c = float(task["clip_norm"])
+        obj = objective(model, cap_rows(train_rows, cap, rng), task)
+        client = task["client"]
+        delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
+        if task["votes"] == "sign":
+            return np.sign(delta).astype(np.int64)
+        weighted = task["weighting"] == "examples"
+        omega = _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
+        upd = FixedPoint(c, u / c).encode(omega * clip_l2(delta, c), rng)
+        if not weighted:
+            return upd
+        w = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array([omega]), rng)
+        return np.concatenate([upd, w])
+
+    if phase == "eval":
+        loss_cap = float(task["loss_cap"])
+        metric_names: list[str] = list(task["metrics"])
+        tr = objective(model, cap_rows(train_rows, cap, rng), task)
+        ev = objective(model, cap_rows(eval_rows, cap, rng), task)
+        wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
+        ltr = float(np.mean(np.minimum(tr.per_example_loss(theta), loss_cap))) / loss_cap if tr.n else 0.0
+        lev = float(np.mean(np.minimum(ev.per_example_loss(theta), loss_cap))) / loss_cap if ev.n else 0.0
+        cor = ev.correct(theta) if ev.n else None
+        acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
+        mets = ev.metrics(theta) if ev.n else {}
+        vals = [wt * ltr, we * lev, we * acc] + [we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names]
+        vals += [wt, we]
+        return FixedPoint(1.0, u).encode(np.asarray(vals), rng)
+
+    raise QueryKindError(f"task: unknown training phase {phase!r}")

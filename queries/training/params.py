@@ -1,0 +1,265 @@
+"""The analyst's `params` for a `training` query (pydantic) and their resolution against the model.
+
+`TrainingParams` validates the shape of every field; `resolve(params)` builds the model and turns the
+name-or-index forms (initial steps, change caps, projections) into per-weight vectors, checking that
+they fit the model — both run when the spec is parsed, so a bad spec is refused with the field named.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from queries.training.blackbox import BlackBoxModel, known_blackbox, get_blackbox
+from queries.training.models import Model, build_model
+
+PerWeight = float | list[float] | dict[str, float]
+"""One value for all weights, one per weight, or by parameter name (others keep the default)."""
+
+
+class ModelSpec(BaseModel):
+    """`name` picks a registered model; other keys go to its factory (n_features, n_classes, hidden…)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=128)
+    initial_weights: list[float] | dict[str, float] | None = None
+    """Start from these weights (a full list, or by name for black-box models) instead of the default."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the (simulation-grade) random initialisation of models that need one (mlp)."""
+
+
+class ClientSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(default=1, ge=1, le=100)
+    batch_size: int = Field(default=0, ge=0, le=100_000)
+    """0 = the whole local data set in one batch (E=1, B=0 is FedSGD)."""
+    lr: float = Field(default=0.1, gt=0, le=1e6)
+    max_examples: int = Field(default=1000, ge=1, le=1_000_000)
+    """Cap on examples a device trains on and on its weight (examples mode)."""
+
+
+class FedAvgSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["fedavg"]
+    lr: float = Field(default=1.0, gt=0, le=1e6)
+
+
+class AdamSpec(BaseModel):
+    """FedAdam of Reddi et al. (2021): Adam on the averaged update, adaptivity τ, no bias correction."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["adam"]
+    lr: float = Field(default=0.01, gt=0, le=1e6)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.99, ge=0, lt=1)
+    tau: float = Field(default=1e-3, gt=0)
+    bias_correction: bool = False
+
+
+class RPropSpec(BaseModel):
+    """Rprop on the sign of the aggregate (seed 000 §3.5, §4.4; defaults η+=1.2, η−=0.5 of Igel & Hüsken)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["rprop"]
+    initial_step: PerWeight = 0.01
+    increase: float = Field(default=1.2, gt=1)
+    decrease: float = Field(default=0.5, gt=0, lt=1)
+    step_min: float = Field(default=1e-6, gt=0)
+    step_max: PerWeight = 50.0
+    """Largest step (one value, one per weight, or by name)."""
+    votes: Literal["sign", "clipped"] = "sign"
+    """sign: devices send a vote in {−1, 0, +1} per weight; clipped: the clipped update, like fedavg."""
+
+
+
+ServerOptimizer = Annotated[FedAvgSpec | AdamSpec | RPropSpec, Field(discriminator="name")]
+
+
+class SafeguardSpec(BaseModel):
+    """Applied to every round's new weights (seed 003 §5.6), in this order: change cap, then projections."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_change: PerWeight | None = None
+    """Largest |Δθ_i| one round may apply."""
+    nonnegative: bool | list[int | str] = False
+    """True: every weight ≥ 0; a list: these weights (index or name)."""
+    ordered_groups: list[list[int | str]] = Field(default_factory=list)
+    """Each group must stay non-increasing in the listed order (e.g. newest bucket first ≥ … ≥ oldest)."""
+
+
+class TrainingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSpec
+    rounds: int = Field(ge=1, le=100_000)
+    """Training rounds (evaluation and label-count rounds come on top, see rounds_upper_bound)."""
+    clients_per_round: int | None = Field(default=None, ge=1)
+    """Minimum contributors of a round (overrides cohort.min_clients)."""
+    sample_rate: float = Field(default=1.0, gt=0, le=1)
+    """Bernoulli sampling of checked-in devices per round (what DP accounting amplifies with)."""
+    features: list[str] | None = Field(default=None, min_length=1)
+    """Feature order for dict rows `{"x": {name: value}}` (and the order of list rows when scaling)."""
+    scaling: dict[str, Any] | None = None
+    """A feature_stats result's `features` block (or the whole result): standardise by name on device."""
+    client: ClientSpec = Field(default_factory=ClientSpec)
+    server_optimizer: ServerOptimizer = Field(default_factory=lambda: FedAvgSpec(name="fedavg"))
+    clip_norm: float = Field(default=1.0, gt=0, le=1e9)
+    """L2 clip of one device's update (before weighting)."""
+    weighting: Literal["examples", "uniform"] = "examples"
+    """examples: weight min(n, max_examples)/max_examples; uniform: every device 1 (use with DP)."""
+    precision_bits: int = Field(default=20, ge=4, le=40)
+    """A clipped update's largest coordinate maps to 2^precision_bits (fixed point)."""
+    weight_share: float = Field(default=0.25, gt=0, le=1)
+    """The weight entry's scale relative to the update's (keeps the update dominant in sensitivity)."""
+    eval_every: int = Field(default=5, ge=0)
+    """Evaluate before training, every eval_every training rounds and after the last; 0 = never."""
+    patience: int | None = Field(default=None, ge=1)
+    """Stop after this many evaluations without improvement of the eval loss (keeping the best weights)."""
+    min_delta: float = Field(default=0.0, ge=0)
+    holdout_fraction: float = Field(default=0.2, ge=0, le=0.9)
+    """Share of each device's rows (chosen by a hash of the row) kept out of training for evaluation; 0 =
+    evaluate on the training rows."""
+    loss_cap: float = Field(default=10.0, gt=0)
+    """Per-example loss is clipped to this in evaluation reports (bounds a device's contribution)."""
+    class_weighting: bool = False
+    """First round sums label counts securely; training then weights classes n/(K·n_k) ("balanced")."""
+    safeguards: SafeguardSpec = Field(default_factory=SafeguardSpec)
+
+    @model_validator(mode="after")
+    def _resolve(self) -> TrainingParams:
+        resolve(self)  # raises ValueError (QueryKindError) naming the field
+        return self
+
+
+@dataclass(frozen=True)
+class Resolved:
+    model: Model | BlackBoxModel
+    blackbox: bool
+    param_names: list[str]
+    initial: np.ndarray
+    max_change: np.ndarray | None
+    nonnegative: np.ndarray  # indices
+    groups: list[np.ndarray]
+    rprop_initial_step: np.ndarray | None
+    rprop_step_max: np.ndarray | None
+    scaling: dict[str, Any] | None
+
+    @property
+    def n_params(self) -> int:
+        return len(self.initial)
+
+
+def _per_weight(value: PerWeight, names: list[str], default: float, field: str, positive: bool) -> np.ndarray:
+    n = len(names)
+    if isinstance(value, (int, float)):
+        out = np.full(n, float(value))
+    elif isinstance(value, list):
+        if len(value) != n:
+            raise ValueError(f"{field}: expected {n} values (one per weight), got {len(value)}")
+        out = np.asarray(value, dtype=np.float64)
+    else:
+        out = np.full(n, float(default))
+        for key, v in value.items():
+            if key not in names:
+                raise ValueError(f"{field}: unknown weight name {key!r}")
+            out[names.index(key)] = float(v)
+    if not np.all(np.isfinite(out)) or np.any(out <= 0 if positive else out < 0):
+        raise ValueError(f"{field}: values must be finite and {'> 0' if positive else '≥ 0'}")
+    return out
+
+
+def _index(ref: int | str, names: list[str], field: str) -> int:
+    if isinstance(ref, str):
+        if ref not in names:
+            raise ValueError(f"{field}: unknown weight name {ref!r}")
+        return names.index(ref)
+    if not 0 <= ref < len(names):
+        raise ValueError(f"{field}: weight index {ref} out of range [0, {len(names)})")
+    return ref
+
+
+def _scaling_block(params: TrainingParams) -> dict[str, Any] | None:
+    if params.scaling is None:
+        return None
+    block = params.scaling.get("features", params.scaling)
+    if params.features is None:
+        raise ValueError("scaling: needs params.features (the feature order) to apply scaling by name")
+    missing = [n for n in params.features if not isinstance(block.get(n), dict) or "mean" not in block[n]]
+    if missing:
+        raise ValueError(f"scaling: no mean/std for feature(s) {', '.join(missing)} in the feature_stats block")
+    names = list(params.features)
+    stds = [float(block[n].get("std") or 0.0) for n in names]
+    return {
+        "feature_names_in_": names,
+        "mean_": [float(block[n]["mean"]) for n in names],
+        "scale_": [s if s > 0 and math.isfinite(s) else 1.0 for s in stds],
+    }
+
+
+def resolve(params: TrainingParams) -> Resolved:
+    spec = params.model.model_dump()
+    name = params.model.name
+    blackbox = name in known_blackbox()
+    model: Model | BlackBoxModel
+    if blackbox:
+        model = get_blackbox(name)
+        names = list(model.param_names)
+        initial = np.asarray(model.initial_weights, dtype=np.float64)
+    else:
+        model = build_model(spec)
+        names = [f"w{i}" for i in range(model.n_params)]
+        initial = model.initial_weights(np.random.default_rng(params.model.seed))
+        if params.features is not None and len(params.features) != getattr(model, "n_features", len(params.features)):
+            raise ValueError(f"features: {len(params.features)} names but model.n_features is {getattr(model, 'n_features')}")
+        if params.class_weighting and model.n_classes is None:
+            raise ValueError("class_weighting: needs a classifier model")
+    iw = params.model.initial_weights
+    if isinstance(iw, list):
+        if len(iw) != len(names):
+            raise ValueError(f"model.initial_weights: expected {len(names)} values, got {len(iw)}")
+        initial = np.asarray(iw, dtype=np.float64)
+    elif isinstance(iw, dict):
+        initial = initial.copy()
+        for key, v in iw.items():
+            initial[_index(key, names, "model.initial_weights")] = float(v)
+    if not np.all(np.isfinite(initial)):
+        raise ValueError("model.initial_weights: must be finite")
+
+    sg = params.safeguards
+    max_change = None if sg.max_change is None else _per_weight(sg.max_change, names, math.inf, "safeguards.max_change", True)
+    if sg.nonnegative is True:
+        nonneg = np.arange(len(names))
+    elif sg.nonnegative is False:
+        nonneg = np.arange(0)
+    else:
+        nonneg = np.asarray(sorted({_index(r, names, "safeguards.nonnegative") for r in sg.nonnegative}), dtype=np.int64)
+    groups = []
+    for g, group in enumerate(sg.ordered_groups):
+        idx = [_index(r, names, f"safeguards.ordered_groups[{g}]") for r in group]
+        if len(set(idx)) != len(idx) or len(idx) < 2:
+            raise ValueError(f"safeguards.ordered_groups[{g}]: needs at least two distinct weights")
+        shared = set(idx) & {int(i) for grp in groups for i in grp}
+        if shared:
+            raise ValueError(f"safeguards.ordered_groups[{g}]: shares weight(s) {sorted(shared)} with an earlier group")
+        groups.append(np.asarray(idx, dtype=np.int64))
+    if np.any(initial[nonneg] < 0):
+        raise ValueError("model.initial_weights: violate safeguards.nonnegative")
+    for g, idx in enumerate(groups):
+        if np.any(np.diff(initial[idx]) > 0):
+            raise ValueError(f"model.initial_weights: violate safeguards.ordered_groups[{g}] (must be non-increasing)")
+
+    opt = params.server_optimizer
+    steps = step_max = None
+    if isinstance(opt, RPropSpec):
+        steps = _per_weight(opt.initial_step, names, 0.01, "server_optimizer.initial_step", True)
+        step_max = _per_weight(opt.step_max, names, 50.0, "server_optimizer.step_max", True)
+        if np.any(step_max < opt.step_min):
+            raise ValueError(f"server_optimizer.step_max: must not be below step_min ({opt.step_min})")
+        steps = np.clip(steps, opt.step_min, step_max)
+    return Resolved(model, blackbox, names, initial, max_change, nonneg, groups, steps, step_max, _scaling_block(params))

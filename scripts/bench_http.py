@@ -1,0 +1,177 @@
+"""HTTP benchmark (`make bench`): one histogram round over loopback with 1,000 and 5,000 simulated devices.
+
+For each fleet size: wall time of the round (submit → succeeded, and the sum of the secagg phase
+durations), check-ins per second the server answered while the fleet polled, server CPU seconds during the
+round (from /proc/<pid>/stat), and the same round with masking off. Masking off is a benchmark-only switch:
+FA_BENCH_UNMASKED=1 in the environment of the server and simulator processes started here; no query field
+selects it and ordinary devices refuse it. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import threading
+from datetime import datetime, timezone
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analytics_server.devstack import Fleet, Server, fresh_database  # noqa: E402
+from device_sdk.analyst_cli import AnalystClient  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+class CpuSampler:
+    """Samples a process's CPU seconds every 50 ms, so CPU can be read at the server's own event times."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), cpu_seconds(self.pid)))
+            self._stop.wait(0.05)
+
+    def at(self, when: float) -> float:
+        before = [c for t, c in self.samples if t <= when]
+        return before[-1] if before else self.samples[0][1]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def phase_seconds(url: str) -> dict[str, float]:
+    text = urllib.request.urlopen(url + "/metrics", timeout=60).read().decode()
+    out = {}
+    for m in re.finditer(r'^fa_phase_duration_seconds_sum\{phase="([a-z_]+)"\} ([0-9.e+-]+)$', text, re.M):
+        out[m.group(1)] = round(float(m.group(2)), 2)
+    return out
+
+
+def metric(url: str, name: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics", timeout=60).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def server_events(db_path: Path, query_id: str) -> dict[str, datetime]:
+    with sqlite3.connect(db_path) as db:
+        rows = db.execute("SELECT type, created_at FROM events WHERE query_id = ? ORDER BY id", (query_id,)).fetchall()
+    return {t: datetime.fromisoformat(ts).replace(tzinfo=timezone.utc) for t, ts in reversed(rows)}
+
+
+def server_timeline(db_path: Path, query_id: str) -> dict[str, float]:
+    """Seconds between the server's own events of the query (no client polling latency)."""
+    when = server_events(db_path, query_id)  # first occurrence of each event type
+    base = when["query.submitted"]
+    span = lambda a, b: round((when[b] - when[a]).total_seconds(), 2)  # noqa: E731
+    return {
+        "submit_to_cohort_formed_s": span("query.submitted", "cohort.formed"),
+        "cohort_s": span("cohort.formed", "cohort.finished"),
+        "cohort_finished_to_result_s": span("cohort.finished", "query.succeeded"),
+        "round_wall_s": round((when["query.succeeded"] - base).total_seconds(), 2),
+    }
+
+
+def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
+    env = {"FA_BENCH_UNMASKED": "1"} if unmasked else {}
+    with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
+        fresh_database(url)
+        server = Server(url, tmp / "server.log", env={**env, "FA_RETRY_AFTER_S": "0.2", "FA_COHORT_FORMATION_WAIT_S": "2"}).start()
+        fleet = None
+        try:
+            admin = AnalystClient(server.url, server.token("admin"), timeout_s=120)
+            # 1) check-in throughput: the fleet polls without long-polling (retry_after 0.2 s) for a fixed window
+            fleet = Fleet(server.url, n, tmp, scenario="words", seed=1, checkin_wait=0, env=env,
+                          extra=["--processes", str(processes)])
+            deadline = time.monotonic() + 300
+            while metric(server.url, "fa_device_checkins_total") < 2 * n and time.monotonic() < deadline:
+                time.sleep(0.5)
+            c0, t0 = metric(server.url, "fa_device_checkins_total"), time.monotonic()
+            time.sleep(5)
+            checkins_per_s = (metric(server.url, "fa_device_checkins_total") - c0) / (time.monotonic() - t0)
+            fleet.stop()
+            # 2) the round, with the fleet long-polling its check-ins as real devices do
+            fleet = Fleet(server.url, n, tmp, scenario="words", seed=2, checkin_wait=10, env=env,
+                          extra=["--processes", str(processes)])
+            c1 = metric(server.url, "fa_device_checkins_total")
+            while metric(server.url, "fa_device_checkins_total") < c1 + n and time.monotonic() < deadline:
+                time.sleep(0.5)
+            spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star", "cloud"]},
+                    "cohort": {"min_clients": int(n * 0.9), "max_clients": n, "phase_timeout_s": 300}}
+            assert server.proc is not None
+            sampler = CpuSampler(server.proc.pid)
+            start = time.perf_counter()
+            qid = admin.submit(spec)["id"]
+            final = admin.wait(qid, timeout_s=1800, poll_s=0.2)
+            wall = time.perf_counter() - start
+            sampler.stop()
+            ev = server_events(tmp / "fa.db", qid)
+            cpu = sampler.at(ev["query.succeeded"].timestamp()) - sampler.at(ev["query.submitted"].timestamp())
+            res = admin.result(qid) if final["status"] == "succeeded" else {"result": {}}
+            return {
+                "devices": n,
+                "masking": not unmasked,
+                "status": final["status"],
+                "clients": res["result"].get("clients"),
+                **server_timeline(tmp / "fa.db", qid),
+                "client_observed_wall_s": round(wall, 2),
+                "phases_wall_s": round(metric(server.url, "fa_phase_duration_seconds_sum"), 2),
+                "phase_s": phase_seconds(server.url),
+                "server_cpu_s": round(cpu, 2),
+                "checkins_per_s": round(checkins_per_s, 1),
+            }
+        finally:
+            if fleet is not None:
+                fleet.stop()
+            server.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--devices", type=int, nargs="+", default=[1000, 5000])
+    p.add_argument("--processes", type=int, default=2)
+    args = p.parse_args()
+    runs = []
+    for n in args.devices:
+        masked = one_round(n, False, args.processes)
+        print(f"[bench_http] {masked}", file=sys.stderr, flush=True)
+        plain = one_round(n, True, args.processes)
+        print(f"[bench_http] {plain}", file=sys.stderr, flush=True)
+        ratio = {
+            "wall_masked_over_unmasked": round(masked["round_wall_s"] / plain["round_wall_s"], 2) if plain["round_wall_s"] else None,
+            "server_cpu_masked_over_unmasked": round(masked["server_cpu_s"] / plain["server_cpu_s"], 2) if plain["server_cpu_s"] else None,
+        }
+        runs.append({"devices": n, "masked": masked, "unmasked": plain, "ratio": ratio})
+    print(json.dumps({"http_rounds": runs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Storage invariants and the cohort runtime driven in process (no HTTP): exact sums, drops, aborts."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from analytics_server.cohort import CohortRuntime
+from analytics_server.db.engine import make_engine
+from analytics_server.db.store import Store, vec_from_bytes
+from analytics_server.errors import HttpError
+from analytics_server.metrics import Metrics
+from secagg import ClientSession, SecAggConfig, ServerSession, encoding
+from secagg.phases import Phase
+
+
+async def _setup(url: str, n: int, dim: int = 3) -> tuple[Store, str, int, list[str]]:
+    store = Store(make_engine(url))
+    q = await store.create_query("histogram", None, "words", {}, {}, 1, None, None)
+    r = await store.create_round(q.id, 0, {}, None, 20, need=2, dim=dim)
+    devices = [f"dev{i:03d}" for i in range(n)]
+    for d in devices:
+        await store.register_device(d, d.encode().ljust(32, b"\0"))
+    return store, q.id, r.id, devices
+
+
+async def test_seats_unique_per_round_and_freed_on_abort(migrated_url: str) -> None:
+    store, qid, rid, devs = await _setup(migrated_url, 4)
+    await store.create_cohort("c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
+    with pytest.raises(IntegrityError):
+        await store.create_cohort("c2", qid, rid, {}, "secagg", {devs[1]: 1, devs[2]: 2})
+    assert await store.round_members(rid) == {devs[0], devs[1]}
+    assert await store.abort_running_cohorts("server restarted") == 1
+    assert await store.round_members(rid) == set()
+    (c1,) = await store.cohorts_of_round(rid)
+    assert (c1.status, c1.reason) == ("aborted", "server restarted")
+    await store.create_cohort("c3", qid, rid, {}, "secagg", {devs[1]: 1, devs[2]: 2})
+    await store.engine.dispose()
+
+
+async def test_finished_sums_accumulate_atomically(migrated_url: str) -> None:
+    store, qid, rid, devs = await _setup(migrated_url, 4)
+    await store.create_cohort("c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
+    await store.finish_cohort("c1", np.array([1, -2, 3]), [1, 2], {})
+    await store.create_cohort("c2", qid, rid, {}, "secagg", {devs[2]: 1, devs[3]: 2})
+    await store.finish_cohort("c2", np.array([10, 20, 30]), [2], {"masked_input": [1]})
+    with pytest.raises(RuntimeError, match="not running"):
+        await store.finish_cohort("c2", np.array([1, 1, 1]), [1], {})
+    r = await store.get_round_by_id(rid)
+    assert r is not None and r.contributors == 3
+    assert vec_from_bytes(r.aggregate).tolist() == [11, 18, 33]
+    assert await store.contributors(qid) == {0: sorted([devs[0], devs[1], devs[3]])}
+    await store.engine.dispose()
+
+
+async def _drive(
+    migrated_url: str, n: int, drop_before: dict[int, Phase], min_survivors: int
+) -> tuple[CohortRuntime, dict[int, np.ndarray], Store]:
+    dim, bits = 4, 16
+    store, qid, rid, devs = await _setup(migrated_url, n, dim)
+    cfg = SecAggConfig(session_id=b"s" * 16, n=n, dim=dim, bits=bits, min_survivors=min_survivors)
+    members = {d: i + 1 for i, d in enumerate(devs)}
+    await store.create_cohort("c", qid, rid, cfg.to_dict(), "secagg", members)
+    ended: list[CohortRuntime] = []
+    cohort = CohortRuntime("c", qid, rid, ServerSession(cfg), bits, members, 0.7, store, Metrics(),
+                           ThreadPoolExecutor(2), ended.append)
+    rng = np.random.default_rng(0)
+    inputs = {p: rng.integers(-5, 6, size=dim) for p in members.values()}
+    runner = asyncio.create_task(cohort.run())
+
+    async def device(d: str, p: int) -> None:
+        client = ClientSession(cfg, p, encoding.to_modular(inputs[p], bits))
+        msg, phase = client.start(), 0
+        while True:
+            if drop_before.get(p) is not None and phase >= drop_before[p]:
+                return
+            await cohort.submit(d, phase, msg)
+            nxt = await cohort.next_message(d, phase, 10)
+            if nxt.kind != "message":
+                return
+            msg, phase = client.receive(nxt.body), nxt.phase
+
+    await asyncio.gather(*(device(d, p) for d, p in members.items()), return_exceptions=True)
+    await runner
+    assert ended == [cohort]
+    return cohort, inputs, store
+
+
+async def test_cohort_runtime_exact_with_drops(migrated_url: str) -> None:
+    drops = {1: Phase.SHARE_KEYS, 2: Phase.MASKED_INPUT, 3: Phase.UNMASKING}
+    cohort, inputs, store = await _drive(migrated_url, 8, drops, 4)
+    assert cohort.status == "finished"
+    expected_parties = set(inputs) - {1, 2}  # 3 sent its masked input before dropping
+    assert cohort.contributors == expected_parties
+    (row,) = await store.cohorts_of_round(cohort.round_id)
+    assert vec_from_bytes(row.sum).tolist() == sum(inputs[p] for p in expected_parties).tolist()
+    await store.engine.dispose()
+
+
+async def test_cohort_runtime_aborts_with_reason(migrated_url: str) -> None:
+    drops = {p: Phase.MASKED_INPUT for p in range(1, 5)}
+    cohort, _, store = await _drive(migrated_url, 6, drops, 4)
+    assert cohort.status == "aborted" and "needed at least 4" in (cohort.reason or "")
+    assert await store.round_members(cohort.round_id) == set()
+    with pytest.raises(HttpError) as exc:
+        await cohort.next_message("dev005", 2, 0)
+    assert exc.value.status == 410
+    await store.engine.dispose()

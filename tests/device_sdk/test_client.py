@@ -1,0 +1,189 @@
+"""DeviceClient against the real app in process: registration persisted, a full cohort, back-off."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import numpy as np
+from aiohttp.test_utils import TestServer
+
+from analytics_server.state import STATE
+from device_sdk.analyst_cli import format_result
+from device_sdk.client import REGISTERED_META, DeviceClient
+from device_sdk.store import LocalStore
+from queries.kind import get_kind
+from queries.local_run import run_locally
+
+SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"], "other_bucket": "other"},
+        "cohort": {"min_clients": 5, "max_clients": 50, "phase_timeout_s": 3}}
+
+
+async def test_registration_is_persisted(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = str(app_server.make_url(""))
+    store = LocalStore(tmp_path / "d.db")
+    a = DeviceClient(url, store, checkin_wait_s=0)
+    assert await a.ensure_registered() == a.device_id
+    assert store.get_meta(REGISTERED_META + ":" + url.rstrip("/")) is not None
+    out = await a.run_once()
+    assert out.status == "idle" and out.retry_after == 0.5
+    await a.close()
+    b = DeviceClient(url, LocalStore(tmp_path / "d.db"), checkin_wait_s=0)
+    assert b.device_id == a.device_id
+    await b.close()
+
+
+async def test_devices_complete_a_histogram(app_server: TestServer) -> None:
+    url = str(app_server.make_url(""))
+    st = app_server.app[STATE]
+    token = await st.store.create_token("admin")
+    rng = np.random.default_rng(3)
+    data = [[str(w) for w in rng.choice(["moon", "sun", "star"], size=int(rng.integers(1, 4)))] for _ in range(8)]
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as http:
+        clients = []
+        for rows in data:
+            store = LocalStore()
+            store.add_many("words", rows)
+            clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+        fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
+        hdr = {"Authorization": f"Bearer {token}"}
+        r = await http.post(url + "/v1/queries", json=SPEC, headers=hdr)
+        assert r.status == 201, await r.text()
+        qid = (await r.json())["id"]
+        for _ in range(300):
+            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
+            if status["status"] not in ("pending", "running"):
+                break
+            await asyncio.sleep(0.1)
+        assert status["status"] == "succeeded", status
+        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        stop.set()
+        await asyncio.gather(*fleet)
+    expected, _ = run_locally(get_kind("histogram"), SPEC["params"], data)
+    assert res["result"] == expected  # no dropouts: every device contributed
+    assert "counts.moon" in format_result(res, "csv") and json.loads(format_result(res, "json"))["kind"] == "histogram"
+    assert "histogram result" in format_result(res, "table")
+
+
+async def test_network_errors_back_off_exponentially() -> None:
+    client = DeviceClient("http://127.0.0.1:9", LocalStore(), backoff_base_s=0.01, backoff_cap_s=0.2)
+    calls = 0
+    original = client.run_once
+
+    async def counting() -> object:
+        nonlocal calls
+        calls += 1
+        return await original()
+
+    client.run_once = counting  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(client.run_forever(stop))
+    await asyncio.sleep(1.0)
+    stop.set()
+    await task
+    await client.close()
+    # full jitter with base 10 ms, cap 200 ms: a few dozen attempts a second, never a hot loop
+    assert 3 <= calls <= 200, calls
+
+
+async def test_active_threat_model_and_sse(migrated_url: str) -> None:
+    """FA_THREAT_MODEL=active: devices sign with their registration key; SSE reports progress then the end."""
+    from analytics_server.app import create_app
+    from analytics_server.settings import Settings
+
+    settings = Settings(db_url=migrated_url, threat_model="active", retry_after_s=0.5, cohort_formation_wait_s=0.3,
+                        checkin_max_wait_s=2)
+    server = TestServer(create_app(settings))
+    await server.start_server()
+    url = str(server.make_url(""))
+    token = await server.app[STATE].store.create_token("analyst")
+    hdr = {"Authorization": f"Bearer {token}"}
+    stop = asyncio.Event()
+    data = [["moon"], ["sun", "moon"], ["star"], ["moon"], [], ["sun"]]
+    try:
+        async with aiohttp.ClientSession() as http:
+            r = await http.post(url + "/v1/queries", json={**SPEC, "cohort": {"min_clients": 4, "phase_timeout_s": 3}}, headers=hdr)
+            qid = (await r.json())["id"]
+            clients = []
+            for rows in data:
+                store = LocalStore()
+                store.add_many("words", rows)
+                clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+            fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
+            events = []
+            async with http.get(f"{url}/v1/queries/{qid}/events", headers=hdr) as resp:
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+                async for line in resp.content:
+                    if line.startswith(b"event: "):
+                        events.append(line[7:].strip().decode())
+            assert events[0] == "progress" and events[-1] == "end" and len(events) >= 3
+            res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+            stop.set()
+            await asyncio.gather(*fleet)
+        (cohort,) = await server.app[STATE].store.cohorts_of_round(1)
+        assert cohort.secagg["threat_model"] == "active"
+        expected, _ = run_locally(get_kind("histogram"), SPEC["params"], data)
+        assert res["result"] == expected
+    finally:
+        await server.close()
+
+
+async def test_fleet_until_idle_exits_and_truth_matches_keys(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from device_sdk.simulator import make_devices, run_fleet, write_truth
+
+    devices = make_devices(4, "words", seed=3)
+    write_truth(tmp_path / "truth.json", "words", 3, devices)
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    stats = await asyncio.wait_for(
+        run_fleet(str(app_server.make_url("")), devices, until_idle=True, idle_s=1.5, checkin_wait_s=0.2), 20
+    )
+    assert stats.outcomes.get("idle", 0) >= 4
+    registered = {d for d in truth["devices"] if await app_server.app[STATE].store.device_key(d) is not None}
+    assert registered == set(truth["devices"]) and len(registered) == 4
+
+
+async def test_distributed_noise_reaches_devices_and_result(app_server: TestServer) -> None:
+    """A discrete-Gaussian query: the assignment carries the noise block, devices add their share, the result
+    reports (ε, δ) and the per-round noise."""
+    url = str(app_server.make_url(""))
+    st = app_server.app[STATE]
+    token = await st.store.create_token("analyst")
+    hdr = {"Authorization": f"Bearer {token}"}
+    spec = {**SPEC, "privacy": {"epsilon": 2.0, "delta": 1e-6, "mechanism": "discrete_gaussian"},
+            "cohort": {"min_clients": 6, "max_clients": 50, "phase_timeout_s": 3}}
+    stop = asyncio.Event()
+    seen_noise = []
+    async with aiohttp.ClientSession() as http:
+        clients = []
+        for i in range(8):
+            store = LocalStore()
+            store.add_many("words", ["moon"] if i % 2 else ["sun"])
+            c = DeviceClient(url, store, session=http, checkin_wait_s=1)
+            original = c.run_assignment
+
+            async def spy(a, original=original):  # type: ignore[no-untyped-def]
+                seen_noise.append(a.noise)
+                return await original(a)
+
+            c.run_assignment = spy  # type: ignore[method-assign]
+            clients.append(c)
+        fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
+        r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
+        assert r.status == 201, await r.text()
+        qid = (await r.json())["id"]
+        for _ in range(300):
+            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
+            if status["status"] not in ("pending", "running"):
+                break
+            await asyncio.sleep(0.1)
+        assert status["status"] == "succeeded", status
+        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        stop.set()
+        await asyncio.gather(*fleet)
+    assert seen_noise and all(n is not None and n.mechanism == "discrete_gaussian" and n.scale > 0 for n in seen_noise)
+    priv = res["privacy"]
+    assert priv["mechanism"] == "discrete_gaussian" and priv["epsilon"] == 2.0 and priv["delta"] == 1e-6
+    assert priv["contributors"] == [res["result"]["clients"]] and priv["noise"][0]["sigma"] > 0
+    assert set(res["result"]["counts"]) | set(res["result"]["suppressed"]) == {"moon", "sun", "other"}

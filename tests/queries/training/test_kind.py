@@ -1,0 +1,246 @@
+"""The `training` kind through the QueryKind interface: specs, bounds, schedule, state, finalize."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from queries.kind import get_kind
+from queries.local_run import run_locally
+from queries.training import urlbar_sim
+from queries.training.frecency import HANDCRAFTED, PARAM_NAMES, example_params
+from secagg.encoding import bits_for
+
+KIND = get_kind("training")
+
+
+def _rows(rng, n, d=3, classes=2):
+    X = rng.normal(size=(n, d))
+    y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(int) if classes == 2 else rng.integers(0, classes, n)
+    return [{"x": X[i].tolist(), "y": int(y[i])} for i in range(n)]
+
+
+def _params(**over):
+    base = {"model": {"name": "logistic", "n_features": 3}, "rounds": 4, "eval_every": 2, "holdout_fraction": 0.0}
+    return base | over
+
+
+def _plan_for(params_raw, phase):
+    params = KIND.parse_params(params_raw)
+    state = KIND.initial_state(params)
+    state["phase"] = phase
+    state["class_weights"] = None
+    return params, KIND.plan_round(params, state, 0)
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        (_params(model={"name": "nope"}), "model.name"),
+        (_params(model={"name": "logistic", "n_features": 0}), "model.n_features"),
+        (_params(model={"name": "logistic", "n_features": 3, "initial_weights": [1, 2]}), "model.initial_weights"),
+        (_params(rounds=0), "rounds"),
+        (_params(server_optimizer={"name": "sgd"}), "server_optimizer"),
+        (_params(server_optimizer={"name": "rprop", "increase": 0.9}), "increase"),
+        (_params(server_optimizer={"name": "rprop", "initial_step": [1.0]}), "server_optimizer.initial_step"),
+        (_params(safeguards={"ordered_groups": [[0, 9]]}), "safeguards.ordered_groups[0]"),
+        (_params(safeguards={"nonnegative": ["w0", "zz"]}), "safeguards.nonnegative"),
+        (_params(safeguards={"nonnegative": True}, model={"name": "logistic", "n_features": 3, "initial_weights": [-1, 0, 0, 0]}), "nonnegative"),
+        (_params(scaling={"a": {"mean": 0, "std": 1}}), "scaling"),
+        (_params(features=["a", "b"]), "features"),
+        (_params(class_weighting=True, model={"name": "linear", "n_features": 3}), "class_weighting"),
+        (_params(bogus=1), "bogus"),
+    ],
+)
+def test_bad_specs_name_the_field(raw, field):
+    with pytest.raises(ValidationError) as info:
+        KIND.parse_params(raw)
+    assert field in str(info.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 40),
+    lr=st.floats(0.01, 1e4),
+    clip=st.floats(0.01, 100),
+    pb=st.integers(4, 30),
+    weighting=st.sampled_from(["examples", "uniform"]),
+    votes=st.sampled_from([None, "sign", "clipped"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_device_vectors_respect_plan_bounds(n, lr, clip, pb, weighting, votes, seed):
+    rng = np.random.default_rng(seed)
+    opt = {"name": "fedavg"} if votes is None else {"name": "rprop", "votes": votes}
+    raw = _params(
+        model={"name": "mlp", "n_features": 3, "hidden": 4, "n_classes": 3},
+        client={"lr": lr, "max_examples": 25, "epochs": 2, "batch_size": 4},
+        clip_norm=clip,
+        precision_bits=pb,
+        weighting=weighting,
+        server_optimizer=opt,
+        holdout_fraction=0.3,
+        class_weighting=True,
+    )
+    rows = _rows(rng, n, classes=3)
+    for phase in ("label_counts", "train", "eval"):
+        params, plan = _plan_for(raw, phase)
+        vec = KIND.contribute(plan.task, rows)
+        assert vec.dtype == np.int64 and vec.shape == (plan.dim,)
+        assert np.abs(vec).max(initial=0) <= plan.max_abs
+        assert np.abs(vec).sum() <= plan.l1_sensitivity + 1e-9
+        assert np.linalg.norm(vec.astype(float)) <= plan.l2_sensitivity + 1e-9
+        if phase == "train" and votes == "sign":
+            assert plan.max_abs == 1 and plan.l1_sensitivity == plan.dim
+            assert plan.l2_sensitivity == pytest.approx(math.sqrt(plan.dim))
+
+
+def test_update_mode_bounds_are_dominated_by_the_update():
+    params, plan = _plan_for(_params(clip_norm=2.0, precision_bits=20), "train")
+    u = 1 << 20
+    assert plan.dim == 5 and plan.max_abs == u
+    assert plan.l2_sensitivity < 1.04 * u  # the weight entry adds ≤ 3 %
+    _, plan_u = _plan_for(_params(weighting="uniform"), "train")
+    assert plan_u.dim == 4  # no weight entry: the server divides by the exact contributor count
+
+
+def test_schedule_and_rounds_upper_bound():
+    rng = np.random.default_rng(1)
+    devices = [_rows(rng, 10) for _ in range(6)]
+    raw = _params(rounds=5, eval_every=2, class_weighting=True)
+    params = KIND.parse_params(raw)
+    result, contributors = run_locally(KIND, raw, devices)
+    # label counts + evals at t = 0, 2, 4, 5 + 5 training rounds
+    assert KIND.rounds_upper_bound(params) == 1 + 5 + 4 == len(contributors)
+    assert [h["round"] for h in result["history"]] == [0, 2, 4, 5]
+    assert result["rounds"] == 5 and result["stop_reason"] == "completed"
+    assert result["class_weights"] is not None and len(result["class_weights"]) == 2
+    raw0 = _params(rounds=3, eval_every=0)
+    assert KIND.rounds_upper_bound(KIND.parse_params(raw0)) == 3
+    assert len(run_locally(KIND, raw0, devices)[1]) == 3
+
+
+def test_class_weights_from_label_counts():
+    rows = [{"x": [0.0, 0.0, 0.0], "y": 0}] * 30 + [{"x": [1.0, 0.0, 0.0], "y": 1}] * 10
+    params = KIND.parse_params(_params(class_weighting=True))
+    state = KIND.initial_state(params)
+    plan = KIND.plan_round(params, state, 0)
+    agg = sum(KIND.contribute(plan.task, rows[i::4]) for i in range(4))
+    state = KIND.decode_round(params, state, plan, agg, 4)
+    np.testing.assert_allclose(state["label_shares"], [0.75, 0.25], atol=1e-5)
+    w = np.array(state["class_weights"])
+    assert w[1] / w[0] == pytest.approx(3.0, rel=1e-4)
+
+
+def test_state_is_json_and_resume_gives_the_same_schedule():
+    """A server restart reloads state from JSON between any two rounds and carries on."""
+    rng = np.random.default_rng(2)
+    devices = [_rows(rng, 12) for _ in range(5)]
+    raw = _params(rounds=4, server_optimizer={"name": "adam", "lr": 0.1})
+    params = KIND.parse_params(raw)
+    state = KIND.initial_state(params)
+    r = 0
+    while (plan := KIND.plan_round(params, state, r)) is not None:
+        json.dumps(plan.task)
+        agg = sum(KIND.contribute(plan.task, d) for d in devices)
+        state = json.loads(json.dumps(KIND.decode_round(params, state, plan, agg, len(devices))))
+        # re-planning the same round from stored state gives the same plan (idempotent)
+        r += 1
+    assert state["phase"] == "done" and state["t"] == 4 and state["opt"]["t"] == 4
+    result = KIND.finalize(params, state)
+    json.dumps(result)
+    assert result["history"][-1]["eval_loss"] < result["history"][0]["eval_loss"]
+
+
+def test_stale_or_empty_round_changes_nothing():
+    params = KIND.parse_params(_params())
+    state = KIND.initial_state(params)
+    plan = KIND.plan_round(params, state, 0)
+    assert KIND.decode_round(params, state, plan, np.zeros(plan.dim, dtype=np.int64), 0) == state
+    other = {**state, "phase": "train"}
+    assert KIND.decode_round(params, other, plan, np.zeros(plan.dim, dtype=np.int64), 3) == other
+
+
+def test_finalize_from_any_state_and_server_stop():
+    params = KIND.parse_params(_params())
+    state = KIND.initial_state(params)
+    result = KIND.finalize(params, state)
+    assert result["weights"] == [0.0] * 4 and result["stop_reason"] == "interrupted"
+    stopped = {**state, "stopped": "privacy budget exhausted"}
+    assert KIND.plan_round(params, stopped, 0) is None
+    result = KIND.finalize(params, stopped)
+    assert result["stopped"] == "privacy budget exhausted" == result["stop_reason"]
+
+
+def test_early_stopping_keeps_best_weights():
+    """Labels are noise, a huge server lr makes every update worse: stop after `patience` evals."""
+    rng = np.random.default_rng(3)
+    devices = [[{"x": rng.normal(size=3).tolist(), "y": int(rng.integers(0, 2))} for _ in range(10)] for _ in range(8)]
+    raw = _params(rounds=50, eval_every=1, patience=2, server_optimizer={"name": "fedavg", "lr": 200.0}, clip_norm=5.0)
+    result, contributors = run_locally(KIND, raw, devices)
+    assert result["stop_reason"] == "early_stopping"
+    assert result["rounds"] < 50 and len(contributors) < KIND.rounds_upper_bound(KIND.parse_params(raw))
+    losses = [h["eval_loss"] for h in result["history"]]
+    best = int(np.argmin(losses))
+    assert result["best_round"] == result["history"][best]["round"]
+    assert len(losses) - 1 - best == 2  # two evaluations without improvement
+
+
+def test_decode_is_robust_to_noise():
+    """Distributed noise (added by the platform) may make sums negative; decode never fails or divides by ~0."""
+    rng = np.random.default_rng(4)
+    params = KIND.parse_params(_params())
+    state = KIND.initial_state(params)
+    for r in range(12):
+        plan = KIND.plan_round(params, state, r)
+        if plan is None:
+            break
+        agg = rng.normal(0, plan.max_abs * 3, size=plan.dim).astype(np.int64)
+        state = KIND.decode_round(params, state, plan, agg, 3)
+        assert np.all(np.isfinite(state["weights"]))
+    assert state["phase"] == "done"
+
+
+def test_sign_votes_sum_exactly_and_use_few_bits():
+    rng = np.random.default_rng(5)
+    devices = urlbar_sim.make_population(rng, 20, n_interactions=4)
+    params = KIND.parse_params(example_params(rounds=1, eval_every=0))
+    state = KIND.initial_state(params)
+    plan = KIND.plan_round(params, state, 0)
+    votes = [KIND.contribute(plan.task, d) for d in devices]
+    assert all(set(np.unique(v)) <= {-1, 0, 1} for v in votes)
+    total = np.sum(votes, axis=0)
+    assert plan.dim == len(PARAM_NAMES) and plan.max_abs == 1
+    assert bits_for(300, plan.max_abs) == 10  # |vote sum| ≤ 300 needs 10 signed bits
+    state = KIND.decode_round(params, state, plan, total, len(devices))
+    moved = np.array(state["weights"]) - np.array(HANDCRAFTED)
+    step0 = np.array([params.server_optimizer.initial_step[n] for n in PARAM_NAMES])
+    # Rprop uses only the sign of the vote sum: each weight moves by its initial step that way (or less,
+    # when a safeguard trims it; type_other sits at 0 and cannot go below)
+    assert np.all(np.abs(moved) <= step0 + 1e-12)
+    assert np.all((moved == 0) | (np.sign(moved) == np.sign(total)))
+    assert np.all(moved[total == 0] == 0)
+    assert np.count_nonzero(np.isclose(np.abs(moved), step0)) >= 5
+
+
+def test_frecency_safeguards_every_round():
+    rng = np.random.default_rng(6)
+    devices = urlbar_sim.make_population(rng, 30, n_interactions=4)
+    raw = example_params(rounds=6, eval_every=0)
+    params = KIND.parse_params(raw)
+    state = KIND.initial_state(params)
+    r = 0
+    while (plan := KIND.plan_round(params, state, r)) is not None:
+        old = np.array(state["weights"])
+        state = KIND.decode_round(params, state, plan, sum(KIND.contribute(plan.task, d) for d in devices), 30)
+        new = np.array(state["weights"])
+        caps = np.array([3.0] * 5 + [0.1] * 4)
+        assert np.all(np.abs(new - old) <= caps + 1e-9)
+        assert np.all(new >= 0)
+        assert np.all(np.diff(new[:5]) <= 0)
+        r += 1
