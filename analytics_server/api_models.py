@@ -67,3 +67,30 @@ class Health(BaseModel):
     status: Literal["ok"]
     queries_running: int
     cohorts_running: int
+
+
+class BudgetView(BaseModel):
+    """A source's privacy-budget ledger (basic composition of its queries' target (ε, δ))."""
+
+    source: str
+    total_epsilon: float
+    total_delta: float
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+    queries_charged: int = Field(description="noisy queries currently charged (refunded ones excluded)")
+    configured: bool = Field(description="true when an admin set the total; false: the server default")
+
+
+class BudgetList(BaseModel):
+    budgets: list[BudgetView]
+    default_epsilon: float
+    default_delta: float
+
+
+class BudgetRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    epsilon: float = Field(gt=0, allow_inf_nan=False, description="the source's total ε")
+    delta: float = Field(ge=0, lt=1, description="the source's total δ")

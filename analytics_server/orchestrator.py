@@ -125,6 +125,10 @@ class Orchestrator:
         while True:
             rnd = await self.store.get_round(q.id, index)
             if rnd is None:
+                if not privacy.budget_allows(q.calibration, index + 1):  # ε would be exceeded: stop before
+                    state = {**state, "stopped": "privacy budget exhausted"}  # this round runs or applies
+                    await self._finish(q, spec, kind, params, state)
+                    return
                 try:
                     plan = kind.plan_round(params, state, index)
                 except ValueError as exc:
@@ -142,9 +146,10 @@ class Orchestrator:
                 rnd = fresh
                 live.update(contributors=rnd.contributors)
             plan.meta.update(privacy.decode_meta(rnd.noise, rnd.contributors))
-            decode = functools.partial(
-                kind.decode_round, params, state, plan, vec_from_bytes(rnd.aggregate), rnd.contributors
-            )
+            if q.calibration is not None and rnd.contributors < int(q.calibration["t_min"]):
+                raise QueryFailed(f"round {index}: {rnd.contributors} contributors, fewer than t_min; nothing released")
+            aggregate = privacy.unscale(rnd.noise, vec_from_bytes(rnd.aggregate))  # ÷ encoding scale
+            decode = functools.partial(kind.decode_round, params, state, plan, aggregate, rnd.contributors)
             try:  # kinds may do real work here (model updates): keep it off the event loop
                 state = await asyncio.get_running_loop().run_in_executor(self.executor, decode)
             except ValueError as exc:
@@ -155,6 +160,8 @@ class Orchestrator:
 
     async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
         need = plan.min_clients or spec.cohort.min_clients
+        if q.calibration is not None:  # every sum the server sees must cover ≥ t_min noise shares
+            need = max(need, int(q.calibration["t_min"]))
         if need > spec.cohort.max_clients:
             raise QueryFailed(f"round {index} needs {need} clients but cohort.max_clients is {spec.cohort.max_clients}")
         noise = privacy.round_noise(q.calibration, plan)
@@ -180,7 +187,15 @@ class Orchestrator:
             noises.append(r.noise)
             contributors.append(r.contributors)
             bits.append(r.bits)
-        block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits)
+        thresholds = {"min_contributors": spec.cohort.min_clients}
+        for key in ("threshold", "thresholds"):  # the kinds' release thresholds, as they report them
+            if isinstance(result, dict) and key in result:
+                thresholds["release_" + key] = result[key]
+        budget = None
+        if q.calibration is not None:
+            budget = (await self.store.get_budget(spec.source, self.settings.default_budget())).to_dict()
+        block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits, thresholds, budget)
+        block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
         await self.store.finish_query(q.id, result, block)
 
     # -- cohorts --------------------------------------------------------------------------------

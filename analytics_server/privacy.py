@@ -1,15 +1,25 @@
 """The one place where differential privacy plugs into the server.
 
 The orchestrator calls exactly these functions: `check_and_calibrate` at submit, `round_noise` and
-`choose_bits` when a round is planned, `decode_meta` before the kind decodes a round, `privacy_block` when
-the query finishes. The math lives in `queries.dp` (calibration, noise, bit width, accounting); this module
-only adapts it to stored JSON and applies the server's policy (profile "production" refuses mechanism none).
+`choose_bits` when a round is planned, `unscale` + `decode_meta` before the kind decodes a round,
+`privacy_block` when the query finishes. The math lives in `queries.dp` (calibration, noise, bit width,
+accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`).
+
+Encoding amplification: the discrete mechanisms pay an overhead when each device's share is tiny (large
+t_min), so every noisy round gets an integer factor s = `dp.suggest_scale` (stored as `encoding_scale`
+in the round's noise). Devices multiply the kind's vector by s before adding their share; noise and bit
+width are computed for s·Δ1, s·Δ2, s·max_abs; the server divides the aggregate by s (rounding half up,
+post-processing) before the kind decodes, and reports the noise in the kind's units (divided by s).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+
+from queries import dp
 from queries.kind import QueryKind, RoundPlan
 from queries.spec import QuerySpec
 from secagg.encoding import bits_for
@@ -19,67 +29,126 @@ class PrivacyPolicyError(ValueError):
     """A privacy block the server refuses; the message names the field (→ 422)."""
 
 
-def _dp() -> Any:
-    try:
-        from queries import dp
-    except ImportError:
-        return None
-    return dp
+def policy_for(profile: str, require_noise: bool | None, max_epsilon: float | None) -> dp.PrivacyPolicy:
+    """The server's policy: explicit settings win; otherwise production requires noise and caps ε at
+    `PRODUCTION_MAX_EPSILON`, demo allows everything."""
+    production = profile == "production"
+    return dp.PrivacyPolicy(
+        require_noise=production if require_noise is None else require_noise,
+        max_epsilon=(PRODUCTION_MAX_EPSILON if production else None) if max_epsilon is None else max_epsilon,
+    )
 
 
-def check_and_calibrate(spec: QuerySpec, kind: QueryKind, params: Any, profile: str) -> dict[str, Any] | None:
+PRODUCTION_MAX_EPSILON = 2.0
+
+
+def check_and_calibrate(
+    spec: QuerySpec, kind: QueryKind, params: Any, profile: str, policy: dp.PrivacyPolicy | None = None
+) -> dict[str, Any] | None:
     """Validate the privacy block against policy; return the stored calibration (None without noise)."""
+    policy = policy or policy_for(profile, None, None)
     mech = spec.privacy.mechanism
-    if mech == "none":
-        if profile == "production":
-            raise PrivacyPolicyError("privacy.mechanism: 'none' is refused by the production profile")
-        return None
-    dp = _dp()
-    if dp is None:
-        raise PrivacyPolicyError(f"privacy.mechanism: {mech!r} is not available in this build (queries.dp missing)")
+    own = kind.privacy(params) if mech == "none" else None  # a kind's own guarantee (TrieHH: sample+threshold)
     try:
-        cal = dp.calibrate_query(
-            mech,
-            spec.privacy.epsilon,
-            spec.privacy.delta,
-            rounds=kind.rounds_upper_bound(params),
-            t_min=spec.cohort.min_clients,
-        )
+        if own is not None and own.get("epsilon") is not None:
+            policy.check(str(own["mechanism"]), float(own["epsilon"]), own.get("delta"))
+        else:
+            policy.check(mech, None if mech == "none" else spec.privacy.epsilon, spec.privacy.delta)
+    except dp.PrivacyError as exc:
+        raise PrivacyPolicyError(str(exc)) from None
+    if mech == "none":
+        return None
+    try:
+        if spec.privacy.noise_multiplier is not None:  # analyst's z: run until the budget is spent
+            cal = dp.fixed_calibration(
+                mech, spec.privacy.epsilon, spec.privacy.delta, spec.privacy.noise_multiplier,
+                rounds=kind.rounds_upper_bound(params), t_min=spec.cohort.min_clients,
+            )
+        else:
+            cal = dp.calibrate_query(
+                mech,
+                spec.privacy.epsilon,
+                spec.privacy.delta,
+                rounds=kind.rounds_upper_bound(params),
+                t_min=spec.cohort.min_clients,
+            )
     except ValueError as exc:
         raise PrivacyPolicyError(str(exc)) from None
     return dict(cal.to_dict())
 
 
+def budget_allows(calibration: dict[str, Any] | None, rounds_run: int) -> bool:
+    """Whether `rounds_run` noisy rounds fit the query's ε (always true without noise or with a z that was
+    calibrated over the kind's round bound). The orchestrator asks before starting each round."""
+    if calibration is None:
+        return True
+    cal = dp.QueryCalibration.from_dict(calibration)
+    return rounds_run <= cal.rounds and dp.epsilon_spent(cal, rounds_run) <= cal.epsilon * (1 + 1e-9)
+
+
+def query_cost(spec: QuerySpec, kind: QueryKind | None = None, params: Any = None) -> dp.PrivacyCost | None:
+    """What a query charges to its source's budget: its target (ε, δ); with mechanism none, the kind's own
+    finite guarantee if it has one (TrieHH), else nothing (no noise, no guarantee, no charge)."""
+    if spec.privacy.mechanism == "none":
+        own = kind.privacy(params) if kind is not None else None
+        if own and own.get("epsilon") is not None:
+            return dp.PrivacyCost(float(own["epsilon"]), float(own.get("delta") or 0.0))
+        return None
+    return dp.PrivacyCost(float(spec.privacy.epsilon), float(spec.privacy.delta))  # type: ignore[arg-type]
+
+
+def encoding_scale(noise: dict[str, Any] | None) -> int:
+    """The integer factor devices multiply their vector by in this round (1 without noise)."""
+    return 1 if noise is None else int(noise.get("encoding_scale", 1))
+
+
 def round_noise(calibration: dict[str, Any] | None, plan: RoundPlan) -> dict[str, Any] | None:
-    """Stored noise description of one round (None without noise). Devices get `device_noise_block` of it."""
+    """Stored noise of one round (None without noise): `RoundNoise` fields for s·Δ plus `encoding_scale` s."""
     if calibration is None:
         return None
-    dp = _dp()
     cal = dp.QueryCalibration.from_dict(calibration)
-    return dict(dp.round_noise(cal, plan.l1_sensitivity, plan.l2_sensitivity, dim=plan.dim).to_dict())
+    s = dp.suggest_scale(cal, plan.l1_sensitivity, plan.l2_sensitivity)
+    noise = dp.round_noise(cal, s * plan.l1_sensitivity, s * plan.l2_sensitivity, dim=plan.dim)
+    return {**noise.to_dict(), "encoding_scale": s}
 
 
 def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The `noise` block of an assignment: what each device passes to `queries.dp.sample_noise`."""
+    """The `noise` block of an assignment: what each device passes to `queries.dp.sample_noise`, and s."""
     if noise is None:
         return None
-    return dict(_dp().RoundNoise.from_dict(noise).task_block())
+    return {**dp.RoundNoise.from_dict(noise).task_block(), "encoding_scale": encoding_scale(noise)}
 
 
 def choose_bits(n: int, plan: RoundPlan, noise: dict[str, Any] | None) -> int:
-    """Bit width of the secagg ring for n contributions of this round (wider with noise)."""
+    """Bit width of the secagg ring for n contributions of this round (wider with noise and scale)."""
     if noise is None:
         return bits_for(n, plan.max_abs)
-    dp = _dp()
-    return int(dp.choose_bits(n, plan.max_abs, dp.RoundNoise.from_dict(noise), dim=plan.dim))
+    return int(dp.choose_bits(n, encoding_scale(noise) * plan.max_abs, dp.RoundNoise.from_dict(noise), dim=plan.dim))
+
+
+def unscale(noise: dict[str, Any] | None, aggregate: np.ndarray) -> np.ndarray:
+    """The aggregate in the kind's units: ⌊(a + s/2) / s⌋ (round half up; identity for s = 1)."""
+    s = encoding_scale(noise)
+    agg = np.asarray(aggregate, dtype=np.int64)
+    return agg if s == 1 else (agg + s // 2) // s
 
 
 def decode_meta(noise: dict[str, Any] | None, contributors: int) -> dict[str, Any]:
-    """Extra `plan.meta` for the kind's decode: the summed noise's standard deviation."""
+    """Extra `plan.meta` for the kind's decode: the summed noise's standard deviation in the kind's units and
+    the stored round noise (`round_noise`), from which `queries.release` derives rigorous thresholds."""
     if noise is None:
         return {"noise_std": 0.0}
-    dp = _dp()
-    return {"noise_std": float(dp.RoundNoise.from_dict(noise).std(contributors))}
+    std = dp.RoundNoise.from_dict(noise).std(contributors) / encoding_scale(noise)
+    return {"noise_std": float(std), "round_noise": dict(noise)}
+
+
+def noise_halfwidth(noise: dict[str, Any] | None, contributors: int, confidence: float = 0.999) -> int:
+    """h with P(|released count − true count| ≥ h) ≤ 1 − confidence, in the kind's units (after unscale)."""
+    if noise is None:
+        return 0
+    s = encoding_scale(noise)
+    h = dp.confidence_halfwidth(dp.RoundNoise.from_dict(noise), contributors, confidence)
+    return int(math.ceil(h / s + 0.5)) if s > 1 else int(h)
 
 
 def privacy_block(
@@ -88,24 +157,33 @@ def privacy_block(
     noises: list[dict[str, Any] | None],
     contributors: list[int],
     bits: list[int] | None = None,
+    thresholds: dict[str, Any] | None = None,
+    epsilon_spent_source: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The `privacy` object of a result.
+    """The `privacy` object of a result (dp.privacy_block plus the server's extras).
 
-    Without noise: epsilon null (no finite guarantee; JSON has no infinity), delta null, mechanism none,
-    the per-round contributor counts and bit widths, and the minimum cohort size that was enforced.
+    Without noise: epsilon null (no finite guarantee; JSON has no infinity), delta null, mechanism none.
+    Always: the per-round contributor counts and bit widths, `t_min`/`min_clients` (the enforced minimum
+    number of contributors), thresholds applied, and — when given — the source's budget after this query.
+    With noise, σ/μ and sensitivities are those of the scaled encoding; `encoding_scale` per round says by
+    what the aggregate was divided, and `noise_std_released` is the noise std in released units.
     """
-    dp = _dp()
     if calibration is None:
-        block: dict[str, Any]
-        if dp is None:
-            block = {"epsilon": None, "delta": None, "mechanism": "none", "contributors": contributors}
-        else:
-            block = dict(dp.privacy_block(None, [None] * len(contributors), contributors, bits=bits))
-        block["min_clients"] = spec.cohort.min_clients
-        return block
-    cal = dp.QueryCalibration.from_dict(calibration)
-    rounds = [None if n is None else dp.RoundNoise.from_dict(n) for n in noises]
-    block = dict(dp.privacy_block(cal, rounds, contributors, bits=bits))
-    block.setdefault("mechanism", spec.privacy.mechanism)
-    block.setdefault("contributors", contributors)
+        block = dict(dp.privacy_block(None, [None] * len(contributors), contributors, thresholds, bits=bits))
+    else:
+        cal = dp.QueryCalibration.from_dict(calibration)
+        rounds = [None if n is None else dp.RoundNoise.from_dict(n) for n in noises]
+        block = dict(dp.privacy_block(cal, rounds, contributors, thresholds, bits=bits))
+        for entry, n, c in zip(block.get("noise", []), noises, contributors):
+            if entry is not None and n is not None:
+                s = encoding_scale(n)
+                entry["encoding_scale"] = s
+                entry["noise_std_released"] = dp.RoundNoise.from_dict(n).std(c) / s
+        first = next((n for n in noises if n is not None), None)
+        if first is not None:
+            block["encoding_scale"] = encoding_scale(first)
+    block["min_clients"] = spec.cohort.min_clients
+    block.setdefault("t_min", spec.cohort.min_clients)
+    if epsilon_spent_source is not None:
+        block["source_budget"] = epsilon_spent_source
     return block

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from queries.dp import Budget, PrivacyPolicy
+
 BENCH_UNMASKED_ENV = "FA_BENCH_UNMASKED"
 
 
@@ -26,6 +28,21 @@ class Settings(BaseSettings):
     threat_model: Literal["semi_honest", "active"] = "semi_honest"
     profile: Literal["demo", "production"] = "demo"
     workers: int = Field(default=2, ge=1, le=64, description="threads for CPU-heavy protocol work")
+    budget_epsilon: float = Field(default=10.0, gt=0, description="default total ε per source (privacy-budget ledger)")
+    budget_delta: float = Field(default=1e-5, ge=0, lt=1, description="default total δ per source")
+    require_noise: bool | None = Field(default=None, description="refuse mechanism none; default: on in production")
+    max_epsilon_per_query: float | None = Field(
+        default=None, gt=0, description="refuse queries above this ε; default: 2.0 in production, none in demo"
+    )
+
+    def default_budget(self) -> Budget:
+        """Total (ε, δ) of a source without an admin-set budget."""
+        return Budget(self.budget_epsilon, self.budget_delta)
+
+    def privacy_policy(self) -> PrivacyPolicy:
+        from analytics_server.privacy import policy_for
+
+        return policy_for(self.profile, self.require_noise, self.max_epsilon_per_query)
 
 
 def bench_unmasked() -> bool:

@@ -70,3 +70,9 @@ def generate(name: str, seed: int, index: int) -> Rows:
     except KeyError:
         raise ValueError(f"scenario: unknown {name!r} (known: {', '.join(sorted(SCENARIOS))})") from None
     return fn(np.random.default_rng([seed, index]), index)
+
+
+# Scenarios of the training kind (breast_cancer_train, digits, frecency) live in their own module.
+from device_sdk import training_data as _training_data  # noqa: E402,F401
+# Scenarios of feature_stats and heavy_hitters (breast_cancer, zipf_words, planted) live in their own module.
+from device_sdk import stats_data as _stats_data  # noqa: E402,F401

@@ -83,6 +83,9 @@ class NoiseBlock(_Model):
     mechanism: Literal["discrete_gaussian", "skellam", "none"]
     scale: float = Field(ge=0, description="per-device scale passed to queries.dp.sample_noise")
     std: float | None = Field(default=None, ge=0, description="standard deviation of one device's share")
+    encoding_scale: int = Field(
+        default=1, ge=1, le=1 << 16, description="integer factor the device multiplies its vector by before adding noise"
+    )
 
 
 class Assignment(_Model):

@@ -28,6 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from queries.kind import QueryKind, QueryKindError, RoundPlan, register
 
 DEVICE_BOUND_BITS = 46
+NOISY_PRECISION_BITS = 16
+"""Fixed-point bits per example under DP noise: the noise (≥ one example's worth) dwarfs a 2^-16 rounding
+step, and a 2^40-wide unit would push the devices' noise shares beyond what the samplers accept."""
 
 
 class FeatureSpec(BaseModel):
@@ -59,6 +62,9 @@ class FeatureStatsParams(BaseModel):
     max_examples_per_device: int = Field(default=100, ge=1, le=100_000)
     min_count: int = Field(default=1, ge=0)
     """Features with fewer (noisy) present values are suppressed and listed."""
+    precision_bits: int | None = Field(default=None, ge=8, le=40)
+    """Fixed-point unit 2^precision_bits per example instead of the widest that fits. Set to
+    `NOISY_PRECISION_BITS` at submit for noisy queries (see `bind_privacy`)."""
 
     @field_validator("features")
     @classmethod
@@ -71,7 +77,8 @@ class FeatureStatsParams(BaseModel):
 
     @property
     def scale_exp(self) -> int:
-        return DEVICE_BOUND_BITS - math.ceil(math.log2(self.max_examples_per_device + 1))
+        widest = DEVICE_BOUND_BITS - math.ceil(math.log2(self.max_examples_per_device + 1))
+        return widest if self.precision_bits is None else min(widest, self.precision_bits)
 
 
 def _column(rows: list[Any], name: str) -> np.ndarray:
@@ -96,6 +103,12 @@ class FeatureStatsKind(QueryKind):
 
     def rounds_upper_bound(self, params: FeatureStatsParams) -> int:  # type: ignore[override]
         return 2
+
+    def bind_privacy(self, raw_params: dict[str, Any], privacy: Any) -> dict[str, Any]:
+        """Noisy queries get `precision_bits = NOISY_PRECISION_BITS` unless the analyst chose one."""
+        if privacy.mechanism == "none" or not isinstance(raw_params, dict) or "precision_bits" in raw_params:
+            return raw_params
+        return {**raw_params, "precision_bits": NOISY_PRECISION_BITS}
 
     def initial_state(self, params: FeatureStatsParams) -> dict[str, Any]:  # type: ignore[override]
         return {"stage": 0}

@@ -11,7 +11,7 @@ extra bucket. Rows may be strings, numbers (compared by their text, e.g. 3 → "
 `"value"` field; anything else is ignored.
 
 Release: a count is released when its (noisy) value reaches the threshold — `release_threshold` when
-given, otherwise 0 without noise and the Gaussian tail bound of `queries.release` with noise. Buckets
+given, otherwise 0 without noise and `queries.release.plan_threshold` with noise. Buckets
 under the threshold are listed in `suppressed`, never silently dropped.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from queries.kind import QueryKind, QueryKindError, RoundPlan, register
-from queries.release import count_threshold, noise_std
+from queries.release import noise_std, plan_threshold
 
 MAX_BUCKETS = 100_000
 
@@ -135,7 +135,7 @@ class HistogramKind(QueryKind):
         if params.release_threshold is not None:
             tau = params.release_threshold
         else:
-            tau = count_threshold(std, plan.dim, params.false_release_rate, params.min_release_count)
+            tau = plan_threshold(plan, contributors, params.false_release_rate, params.min_release_count)
         return {"done": True, "raw": agg.tolist(), "contributors": contributors, "threshold": tau, "noise_std": std}
 
     def finalize(self, params: HistogramParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]

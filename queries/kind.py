@@ -60,6 +60,19 @@ class QueryKind(ABC):
         """How many rounds the query can run at most; DP composes its cost over these."""
         return 1
 
+    def bind_privacy(self, raw_params: dict[str, Any], privacy: Any) -> dict[str, Any]:
+        """Optional hook, called at submit before `parse_params`: copy what the kind needs from the spec's
+        `privacy` block (a `queries.spec.PrivacySpec`) into its raw params, or refuse a combination it
+        cannot honour (raise QueryKindError naming the field). The returned params are what is stored.
+        Default: params unchanged (the server's distributed noise is the kind's only privacy)."""
+        return raw_params
+
+    def privacy(self, params: BaseModel) -> dict[str, Any] | None:
+        """Optional hook: the kind's own privacy block (e.g. TrieHH's sample-and-threshold guarantee), merged
+        over the server's block in the released result; the server also accepts mechanism "none" in the
+        production profile when this block carries a finite epsilon. Default None (server's block only)."""
+        return None
+
     @abstractmethod
     def initial_state(self, params: BaseModel) -> dict[str, Any]:
         """JSON-serialisable state before the first round."""

@@ -21,6 +21,9 @@ class PrivacySpec(BaseModel):
     epsilon: float | None = Field(default=None, gt=0)
     delta: float | None = Field(default=None, gt=0, lt=1)
     mechanism: Mechanism = "none"
+    noise_multiplier: float | None = Field(default=None, gt=0)
+    """Fix the noise multiplier z instead of calibrating it over the kind's round bound: the query then
+    stops (keeping what it has) before a round that would exceed epsilon (multi-round kinds, e.g. training)."""
 
     @model_validator(mode="after")
     def _needs_budget(self) -> PrivacySpec:
@@ -28,6 +31,8 @@ class PrivacySpec(BaseModel):
             missing = [f for f in ("epsilon", "delta") if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"{' and '.join(missing)} required when mechanism is {self.mechanism!r}")
+        elif self.noise_multiplier is not None:
+            raise ValueError("noise_multiplier: only meaningful with a noisy mechanism (mechanism is 'none')")
         return self
 
 

@@ -26,19 +26,46 @@ from device_sdk import analyst_cli  # noqa: E402
 from device_sdk.analyst_cli import AnalystClient, _flatten  # noqa: E402
 from queries.kind import get_kind  # noqa: E402
 from queries.local_run import run_locally  # noqa: E402
+from scripts import demo_training  # noqa: E402
 
 DEVICES = 1000
 SCENARIO = "mixed"
 DEMOS: list[dict[str, Any]] = [
     {
-        "title": "Which words do people type? (histogram, 1,000 devices, 5 % dropping mid-protocol)",
+        "title": "Which words do people type? (histogram, distributed DP skellam ε=1 δ=1e-6, 1,000 devices, 5 % dropping)",
         "spec": {
             "kind": "histogram",
             "name": "demo words",
             "source": "words",
             "params": {"buckets": ["moon", "sun", "star", "cloud", "rain", "snow", "wind", "storm"],
                        "other_bucket": "other", "max_contributions_per_device": 2},
-            "privacy": {"mechanism": "none"},
+            "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 10},
+        },
+    },
+    {
+        "title": "Scaling parameters of age, income, sessions (feature_stats, two rounds, skellam ε=1 δ=1e-6)",
+        "spec": {
+            "kind": "feature_stats",
+            "name": "demo feature scaling",
+            "source": "features",
+            "params": {"features": [{"name": "age", "lower": 18, "upper": 90},
+                                    {"name": "income", "lower": 0, "upper": 200000},
+                                    {"name": "sessions", "lower": 0, "upper": 20}],
+                       "max_examples_per_device": 3, "bins": 4},
+            "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 10},
+        },
+    },
+    {
+        "title": "Popular words without a dictionary (heavy_hitters, hardened TrieHH, skellam ε=1 δ=1e-6)",
+        "spec": {
+            "kind": "heavy_hitters",
+            "name": "demo heavy hitters",
+            "source": "words",
+            "params": {"mode": "secagg", "max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyz",
+                       "max_frontier": 32},
+            "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
             "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 10},
         },
     },
@@ -70,9 +97,27 @@ def compare(console: Console, admin: AnalystClient, qid: str, spec: dict[str, An
         cells.append(str(exp_a.get(key)))
         table.add_row(*cells)
     console.print(table)
-    if contrib_truth is not None:
+    if res["privacy"].get("mechanism", "none") != "none":
+        show_privacy(console, admin, res, spec, got, exp_c)
+    elif contrib_truth is not None:
         verdict = "EXACT" if res["result"] == contrib_truth else "MISMATCH"
         console.print(f"[bold]{verdict}[/bold]: server result vs truth over contributors; privacy = {json.dumps(res['privacy'])}")
+
+
+def show_privacy(console: Console, admin: AnalystClient, res: dict[str, Any], spec: dict[str, Any],
+                 got: dict[str, Any], exp_c: dict[str, Any]) -> None:
+    """Noisy result: the error against the contributors' truth, the privacy block, the source's budget."""
+    errors = [abs(got[k] - exp_c[k]) for k in got
+              if k.startswith("counts.") and isinstance(exp_c.get(k), (int, float))]
+    std = [r.get("noise_std_released") for r in res["privacy"].get("noise", []) if r]
+    if errors and std:
+        console.print(f"[bold]NOISY[/bold] ({res['privacy']['mechanism']}): max |released − truth over contributors| "
+                      f"= {max(errors)}, noise std in released units {std[0]:.2f}")
+    console.print("privacy block:", json.dumps(res["privacy"], indent=1))
+    budget = admin.call("GET", f"/v1/budgets/{spec['source']}")
+    console.print(f"budget of source {spec['source']!r}: spent ε={budget['spent_epsilon']:g} δ={budget['spent_delta']:g}, "
+                  f"remaining ε={budget['remaining_epsilon']:g} δ={budget['remaining_delta']:g} "
+                  f"of ε={budget['total_epsilon']:g} δ={budget['total_delta']:g}")
 
 
 def main() -> int:
@@ -103,6 +148,9 @@ def main() -> int:
                     continue
                 qid = admin_client.call("GET", "/v1/queries")["queries"][0]["id"]
                 compare(console, admin_client, qid, demo["spec"], truth)
+            fleet.stop()  # the training demos bring fleets of their own (collections examples, urlbar)
+            fleet = None
+            failures += demo_training.run(console, server, analyst, admin_client, tmp)
             return 1 if failures else 0
         finally:
             if fleet is not None:

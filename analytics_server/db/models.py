@@ -131,3 +131,30 @@ class Event(Base):
     type: Mapped[str] = mapped_column(String(64))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PrivacyBudget(Base):
+    """An admin-set total (ε, δ) for a source; sources without a row use the configured default."""
+
+    __tablename__ = "privacy_budgets"
+
+    source: Mapped[str] = mapped_column(String(128), primary_key=True)
+    total_epsilon: Mapped[float] = mapped_column(Float)
+    total_delta: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PrivacyCharge(Base):
+    """One query's cost against its source's budget: `charged` at submit, `refunded` if it was cancelled or
+    failed before any cohort finished (the server never saw a noisy sum of it)."""
+
+    __tablename__ = "privacy_charges"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(String(128), index=True)
+    query_id: Mapped[str] = mapped_column(ForeignKey("queries.id"), unique=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # charged | refunded
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    refunded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -22,7 +22,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from analytics_server.db.engine import session_factory
-from analytics_server.db.models import Cohort, CohortMember, Device, Event, Nonce, Query, Round, Token
+from analytics_server.db.models import (
+    Cohort,
+    CohortMember,
+    Device,
+    Event,
+    Nonce,
+    PrivacyBudget,
+    PrivacyCharge,
+    Query,
+    Round,
+    Token,
+)
+from queries import dp
 
 ROLES = ("analyst", "admin")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -48,6 +60,26 @@ def vec_from_bytes(data: bytes) -> np.ndarray:
 class TokenInfo:
     id: int
     role: str
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """A source's ledger: total (admin-set or the configured default), spent (basic composition of the
+    charged queries), remaining."""
+
+    source: str
+    total_epsilon: float
+    total_delta: float
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+    queries_charged: int
+    configured: bool
+    """True when an admin set this source's total; False when it is the server default."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 class Store:
@@ -114,7 +146,14 @@ class Store:
         rounds_upper_bound: int,
         calibration: dict[str, Any] | None,
         created_by: int | None,
+        cost: dp.PrivacyCost | None = None,
+        default_budget: dp.Budget | None = None,
     ) -> Query:
+        """Insert the query; with a `cost`, charge it to the source's budget in the same transaction.
+
+        The check (spent + cost ≤ total, basic composition) and the charge happen under the store's write
+        lock inside one transaction, so two concurrent submits cannot both pass. Raises dp.BudgetExceeded
+        (message names the remaining budget) and inserts nothing when the cost does not fit."""
         q = Query(
             id=secrets.token_hex(8),
             kind=kind,
@@ -131,9 +170,62 @@ class Store:
             updated_at=now(),
         )
         async with self._tx() as s:
+            if cost is not None:
+                if default_budget is None:
+                    raise ValueError("default_budget: required when charging a cost")
+                budget, spent, _, _ = await self._ledger(s, source, default_budget)
+                budget.check(spent, cost)  # raises BudgetExceeded → the transaction rolls back
             s.add(q)
-            s.add(Event(query_id=q.id, type="query.submitted", data={"kind": kind}, created_at=now()))
+            await s.flush()
+            if cost is not None:
+                s.add(PrivacyCharge(source=source, query_id=q.id, epsilon=cost.epsilon, delta=cost.delta,
+                                    status="charged", created_at=now()))
+            data: dict[str, Any] = {"kind": kind}
+            if cost is not None:
+                data["charged"] = cost.to_dict()
+            s.add(Event(query_id=q.id, type="query.submitted", data=data, created_at=now()))
         return q
+
+    # -- privacy-budget ledger ------------------------------------------------------------------
+
+    @staticmethod
+    async def _ledger(s: AsyncSession, source: str, default: dp.Budget) -> tuple[dp.Budget, dp.PrivacyCost, int, bool]:
+        row = await s.get(PrivacyBudget, source)
+        budget = default if row is None else dp.Budget(row.total_epsilon, row.total_delta)
+        charges = (
+            await s.execute(
+                select(PrivacyCharge.epsilon, PrivacyCharge.delta).where(
+                    PrivacyCharge.source == source, PrivacyCharge.status == "charged"
+                )
+            )
+        ).all()
+        return budget, dp.compose_costs([(e, d) for e, d in charges]), len(charges), row is not None
+
+    async def get_budget(self, source: str, default: dp.Budget) -> BudgetState:
+        async with self.sessions() as s:
+            budget, spent, n, configured = await self._ledger(s, source, default)
+        left = budget.remaining(spent)
+        return BudgetState(source, budget.total_epsilon, budget.total_delta, spent.epsilon, spent.delta,
+                           left.epsilon, left.delta, n, configured)
+
+    async def list_budgets(self, default: dp.Budget) -> list[BudgetState]:
+        """Every source with an admin-set total or at least one charge, by name."""
+        async with self.sessions() as s:
+            names = set((await s.execute(select(PrivacyBudget.source))).scalars())
+            names |= set((await s.execute(select(PrivacyCharge.source).distinct())).scalars())
+        return [await self.get_budget(name, default) for name in sorted(names)]
+
+    async def set_budget(self, source: str, total_epsilon: float, total_delta: float) -> None:
+        """Set a source's total (may be below what is already spent: then nothing more fits)."""
+        dp.Budget(total_epsilon, total_delta)  # validates
+        async with self._tx() as s:
+            row = await s.get(PrivacyBudget, source)
+            if row is None:
+                s.add(PrivacyBudget(source=source, total_epsilon=total_epsilon, total_delta=total_delta, updated_at=now()))
+            else:
+                row.total_epsilon, row.total_delta, row.updated_at = total_epsilon, total_delta, now()
+            s.add(Event(type="budget.set", data={"source": source, "epsilon": total_epsilon, "delta": total_delta},
+                        created_at=now()))
 
     async def get_query(self, query_id: str) -> Query | None:
         async with self.sessions() as s:
@@ -165,7 +257,27 @@ class Store:
             )
             if res.rowcount:
                 s.add(Event(query_id=query_id, type=f"query.{status}", data={"error": error}, created_at=now()))
+                if status in ("cancelled", "failed"):
+                    await self._refund_if_unseen(s, query_id)
             return bool(res.rowcount)
+
+    @staticmethod
+    async def _refund_if_unseen(s: AsyncSession, query_id: str) -> None:
+        """Refund the query's charge when no cohort of it finished: the server never saw a noisy sum."""
+        finished = (
+            await s.execute(
+                select(func.count()).select_from(Cohort).where(Cohort.query_id == query_id, Cohort.status == "finished")
+            )
+        ).scalar_one()
+        if finished:
+            return
+        res = await s.execute(
+            update(PrivacyCharge)
+            .where(PrivacyCharge.query_id == query_id, PrivacyCharge.status == "charged")
+            .values(status="refunded", refunded_at=now())
+        )
+        if res.rowcount:
+            s.add(Event(query_id=query_id, type="budget.refunded", data={}, created_at=now()))
 
     async def finish_query(self, query_id: str, result: dict[str, Any], privacy: dict[str, Any]) -> bool:
         async with self._tx() as s:
@@ -367,4 +479,4 @@ class _Tx:
             self.store._write.release()
 
 
-__all__ = ["IntegrityError", "Store", "TokenInfo", "ROLES", "TERMINAL", "vec_from_bytes", "vec_to_bytes"]
+__all__ = ["BudgetState", "IntegrityError", "Store", "TokenInfo", "ROLES", "TERMINAL", "vec_from_bytes", "vec_to_bytes"]

@@ -10,13 +10,25 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from analytics_server import privacy
-from analytics_server.api_models import Contributors, Progress, QueryList, QueryView, ResultView, TokenCreated, TokenRequest
+from analytics_server.api_models import (
+    BudgetList,
+    BudgetRequest,
+    BudgetView,
+    Contributors,
+    Progress,
+    QueryList,
+    QueryView,
+    ResultView,
+    TokenCreated,
+    TokenRequest,
+)
 from analytics_server.auth import require_token
 from analytics_server.db.models import Query
 from analytics_server.db.store import TERMINAL
 from analytics_server.errors import HttpError
 from analytics_server.http.common import parse_json_body, parse_model, read_body, validation_message
 from analytics_server.state import STATE, AppState
+from queries import dp
 from queries.kind import QueryKindError, get_kind
 from queries.spec import QuerySpec
 from secagg.phases import Phase
@@ -96,6 +108,7 @@ async def submit(request: web.Request) -> web.Response:
     except QueryKindError as exc:
         raise HttpError(422, str(exc), [{"field": "kind", "message": str(exc)}]) from None
     try:
+        spec = spec.model_copy(update={"params": kind.bind_privacy(spec.params, spec.privacy)})
         params = kind.parse_params(spec.params)
     except ValidationError as exc:
         msg, details = validation_message(exc, "params")
@@ -103,19 +116,26 @@ async def submit(request: web.Request) -> web.Response:
     except (QueryKindError, ValueError, TypeError) as exc:
         raise HttpError(422, f"params: {exc}") from None
     try:
-        calibration = privacy.check_and_calibrate(spec, kind, params, st.settings.profile)
+        calibration = privacy.check_and_calibrate(
+            spec, kind, params, st.settings.profile, st.settings.privacy_policy()
+        )
     except privacy.PrivacyPolicyError as exc:
         raise HttpError(422, str(exc)) from None
-    q = await st.store.create_query(
-        kind=spec.kind,
-        name=spec.name,
-        source=spec.source,
-        spec=spec.model_dump(mode="json"),
-        state=kind.initial_state(params),
-        rounds_upper_bound=kind.rounds_upper_bound(params),
-        calibration=calibration,
-        created_by=token.id,
-    )
+    try:
+        q = await st.store.create_query(
+            kind=spec.kind,
+            name=spec.name,
+            source=spec.source,
+            spec=spec.model_dump(mode="json"),
+            state=kind.initial_state(params),
+            rounds_upper_bound=kind.rounds_upper_bound(params),
+            calibration=calibration,
+            created_by=token.id,
+            cost=privacy.query_cost(spec, kind, params),
+            default_budget=st.settings.default_budget(),
+        )
+    except dp.BudgetExceeded as exc:
+        raise HttpError(422, f"source {spec.source!r}: {exc}") from None
     st.orchestrator.spawn(q.id)
     return _json(await _view(st, q), 201)
 
@@ -201,3 +221,40 @@ async def contributors(request: web.Request) -> web.Response:
     q = await _query_or_404(st, request.match_info["id"])
     rounds = await st.store.contributors(q.id)
     return _json(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()}))
+
+
+@routes.get("/v1/budgets")
+async def list_budgets(request: web.Request) -> web.Response:
+    """Every source with a set total or a charged query; other sources have the default total."""
+    st = _state(request)
+    await require_token(request, st.store, ANALYST)
+    default = st.settings.default_budget()
+    views = [BudgetView(**b.to_dict()) for b in await st.store.list_budgets(default)]
+    return _json(BudgetList(budgets=views, default_epsilon=default.total_epsilon, default_delta=default.total_delta))
+
+
+def _source(request: web.Request) -> str:
+    source = request.match_info["source"]
+    if not source or len(source) > 128:
+        raise HttpError(404, "source: must be 1 to 128 characters")
+    return source
+
+
+@routes.get("/v1/budgets/{source}")
+async def get_budget(request: web.Request) -> web.Response:
+    st = _state(request)
+    await require_token(request, st.store, ANALYST)
+    budget = await st.store.get_budget(_source(request), st.settings.default_budget())
+    return _json(BudgetView(**budget.to_dict()))
+
+
+@routes.put("/v1/admin/budgets/{source}")
+async def set_budget(request: web.Request) -> web.Response:
+    """Set a source's total (ε, δ) (admin). Spent charges stay; a total below them leaves nothing to spend."""
+    st = _state(request)
+    await require_token(request, st.store, ADMIN)
+    source = _source(request)
+    body = parse_model(BudgetRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
+    await st.store.set_budget(source, body.epsilon, body.delta)
+    budget = await st.store.get_budget(source, st.settings.default_budget())
+    return _json(BudgetView(**budget.to_dict()))

@@ -11,7 +11,9 @@ from queries.dp.calibrate import (
     RoundNoise,
     calibrate_query,
     epsilon_spent,
+    fixed_calibration,
     round_noise,
+    rounds_affordable,
     suggest_scale,
 )
 from queries.dp.errors import BudgetExceeded, InsufficientContributors, PrivacyError
@@ -53,9 +55,11 @@ __all__ = [
     "device_rng",
     "discrete_gaussian_variance",
     "epsilon_spent",
+    "fixed_calibration",
     "privacy_block",
     "release_threshold",
     "round_noise",
+    "rounds_affordable",
     "sample_discrete_gaussian",
     "sample_noise",
     "sample_skellam",

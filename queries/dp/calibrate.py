@@ -250,3 +250,40 @@ def suggest_scale(cal: QueryCalibration, l1: float, l2: float, max_inflation: fl
     while s < max_scale and round_noise(cal, s * l1, s * l2).inflation > max_inflation:
         s *= 2
     return s
+
+
+def fixed_calibration(
+    mechanism: str, epsilon: float, delta: float, noise_multiplier: float, rounds: int, t_min: int,
+    sample_rate: float = 1.0,
+) -> QueryCalibration:
+    """A calibration with the analyst's own noise multiplier z instead of one fitted to `rounds`.
+
+    The query then runs until the accountant says the next round would exceed ε (`rounds_affordable`);
+    refused if not even one round fits."""
+    mechanism = _mechanism(mechanism)
+    z = _positive("privacy.noise_multiplier", noise_multiplier)
+    if z > MAX_NOISE_MULTIPLIER:
+        raise PrivacyError(f"privacy.noise_multiplier: at most {MAX_NOISE_MULTIPLIER:g}, got {z!r}")
+    epsilon = _positive("privacy.epsilon", epsilon)
+    delta = _positive("privacy.delta", delta)
+    if delta >= 1:
+        raise PrivacyError(f"privacy.delta: must be below 1, got {delta!r}")
+    cal = QueryCalibration(mechanism, epsilon, delta, _count("rounds", rounds), _count("t_min (cohort.min_clients)", t_min),
+                           _positive("sample_rate", sample_rate), z)
+    if rounds_affordable(cal) < 1:
+        raise PrivacyError(
+            f"privacy.noise_multiplier: {z:g} is too small for even one round within epsilon={epsilon:g} at "
+            f"delta={delta:g} (one round costs {epsilon_spent(cal, 1):.3g})")
+    return cal
+
+
+def rounds_affordable(cal: QueryCalibration) -> int:
+    """Largest k ≤ cal.rounds such that k rounds of this calibration spend at most cal.epsilon."""
+    lo, hi = 0, cal.rounds  # epsilon_spent grows with k: bisect for the last k within budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if epsilon_spent(cal, mid) <= cal.epsilon * (1 + 1e-12):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -58,14 +58,19 @@ class NoiseSetup:
     per_device_var: float
     epsilon: float
     source: str
+    encoding_scale: int = 1
+    """Devices multiply their vector by this before adding noise; the aggregate is divided by it (dp.suggest_scale)."""
+    round_noise: dict[str, Any] | None = None
+    """The round's dp.RoundNoise fields + encoding_scale, as the server stores them (rigorous thresholds)."""
 
 
 def _calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
     """queries.dp calibration over `rounds` rounds; the noise of a round with sensitivities (l1, l2)."""
     cal = dp.calibrate_query(mechanism, epsilon, delta, rounds, t_min)
-    noise = dp.round_noise(cal, l1, l2)
+    s = dp.suggest_scale(cal, l1, l2)
+    noise = dp.round_noise(cal, s * l1, s * l2)
     return NoiseSetup(mechanism, noise.per_device_scale, noise.per_device_std**2,
-                      dp.epsilon_spent(cal, rounds), "queries.dp")
+                      dp.epsilon_spent(cal, rounds), "queries.dp", s, {**noise.to_dict(), "encoding_scale": s})
 
 
 def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, np.random.Generator], np.ndarray]]:
@@ -123,6 +128,8 @@ def run(
                 total[np.flatnonzero(vec)] += int(c) * vec[np.flatnonzero(vec)]
         contributors = int(voters.sum())
         if noise is not None:
+            s = noise.encoding_scale
+            total *= s
             if mechanism == "skellam":
                 total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, rng)
             elif contributors * plan.dim <= PER_DEVICE_NOISE_LIMIT:
@@ -132,7 +139,12 @@ def run(
                 approx_noise = True
                 total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, rng)
             # What the server records for the kind: the standard deviation of the aggregate's noise.
-            plan = dataclasses.replace(plan, meta={**plan.meta, "noise_std": math.sqrt(noise.per_device_var * contributors)})
+            if s > 1:  # as the server does (analytics_server.privacy.unscale): round half up
+                total = (total + s // 2) // s
+            plan = dataclasses.replace(
+                plan, meta={**plan.meta, "noise_std": math.sqrt(noise.per_device_var * contributors) / s,
+                            "round_noise": noise.round_noise}
+            )
         state = KIND.decode_round(params, state, plan, total, contributors)
         r += 1
     result = KIND.finalize(params, state)
@@ -156,7 +168,8 @@ def run(
                 "sample_rate": block["sample_rate"], "expected_sample": block["expected_sample"]}
     else:
         assert noise is not None
-        out |= {"epsilon": noise.epsilon, "mechanism": mechanism, "noise_std_total": math.sqrt(noise.per_device_var * n),
+        out |= {"epsilon": noise.epsilon, "mechanism": mechanism, "noise_std_total": math.sqrt(noise.per_device_var * n) / noise.encoding_scale,
+                "encoding_scale": noise.encoding_scale,
                 "release_thresholds": result["thresholds"], "frontier_truncated": result["frontier_truncated"],
                 "noise_backend": noise.source, "noise_sum_approximated": approx_noise}
     out["top"] = result["heavy_hitters"][:10]

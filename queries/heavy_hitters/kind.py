@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from queries.heavy_hitters import calibration as cal
 from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_vector
 from queries.kind import QueryKind, QueryKindError, RoundPlan
-from queries.release import count_threshold, noise_std
+from queries.release import plan_threshold
 
 END = "$"
 """How the end marker is shown in docs and tests; never part of a string (the vector has its own slot)."""
@@ -204,7 +204,7 @@ class HeavyHittersKind(QueryKind):
             return float(params.triehh[0])
         if params.release_threshold is not None:
             return params.release_threshold
-        return count_threshold(noise_std(plan, contributors), plan.dim, params.false_release_rate, params.min_release_count)
+        return plan_threshold(plan, contributors, params.false_release_rate, params.min_release_count)
 
     def decode_round(
         self,
@@ -261,7 +261,36 @@ class HeavyHittersKind(QueryKind):
             "frontier_truncated": state["frontier_truncated"],
         }
 
-    def privacy(self, params: HeavyHittersParams) -> dict[str, Any] | None:
+    def bind_privacy(self, raw_params: dict[str, Any], privacy: Any) -> dict[str, Any]:
+        """Mode triehh: its guarantee comes from sampling and θ, not from noise, so the spec's privacy
+        mechanism must be "none"; the spec's privacy epsilon/delta (when given) are copied into the params
+        that calibrate θ and the sampling rate. Mode secagg: unchanged (the server's noise applies)."""
+        if not isinstance(raw_params, dict) or raw_params.get("mode") != "triehh":
+            return raw_params
+        if privacy.mechanism != "none":
+            raise QueryKindError(
+                f"privacy.mechanism: mode 'triehh' adds no noise (its privacy comes from sampling and the"
+                f" threshold theta), so {privacy.mechanism!r} cannot apply; use 'none' (with epsilon and delta"
+                " to calibrate theta and sample_rate) or mode 'secagg'"
+            )
+        if privacy.epsilon is None and privacy.delta is None:
+            return raw_params
+        out = dict(raw_params)
+        for name in ("epsilon", "delta"):
+            given, wanted = out.get(name), getattr(privacy, name)
+            if wanted is None:
+                continue
+            if given is not None and given != wanted:
+                raise QueryKindError(f"params.{name}: {given} disagrees with privacy.{name} = {wanted}")
+            out[name] = wanted
+        if out.get("theta") is not None or out.get("sample_rate") is not None:
+            raise QueryKindError(
+                "params.theta: give either privacy epsilon/delta (theta and sample_rate are then calibrated)"
+                " or theta and sample_rate by hand, not both"
+            )
+        return out
+
+    def privacy(self, params: HeavyHittersParams) -> dict[str, Any] | None:  # type: ignore[override]
         """Mode triehh's privacy block (sampling + threshold, no noise); None in mode secagg (server's)."""
         if params.mode != "triehh":
             return None
@@ -270,7 +299,7 @@ class HeavyHittersKind(QueryKind):
             "mechanism": "triehh_sample_threshold",
             "theta": theta,
             "sample_rate": rate,
-            "rounds": params.max_length,
+            "rounds_calibrated": params.max_length,
             "max_words_per_device": params.max_words_per_device,
         }
         if params.epsilon is not None:

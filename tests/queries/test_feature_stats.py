@@ -113,3 +113,18 @@ def test_bad_specs_name_the_field(features, field):
         KIND.parse_params({"features": features})
     locs = {".".join(str(p) for p in err["loc"]) for err in exc.value.errors()}
     assert field in locs
+
+
+def test_bind_privacy_coarsens_precision_only_for_noisy_queries() -> None:
+    from queries.feature_stats import NOISY_PRECISION_BITS, FeatureStatsParams
+    from queries.kind import get_kind
+    from queries.spec import PrivacySpec
+
+    kind = get_kind("feature_stats")
+    raw = {"features": [{"name": "a", "lower": 0.0, "upper": 1.0}]}
+    assert kind.bind_privacy(raw, PrivacySpec()) == raw
+    noisy = kind.bind_privacy(raw, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam"))
+    assert FeatureStatsParams.model_validate(noisy).scale_exp == NOISY_PRECISION_BITS
+    assert FeatureStatsParams.model_validate(raw).scale_exp > NOISY_PRECISION_BITS
+    chosen = {**raw, "precision_bits": 20}
+    assert kind.bind_privacy(chosen, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam")) == chosen

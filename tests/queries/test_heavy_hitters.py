@@ -338,3 +338,26 @@ def test_evaluate_cli_prints_json(tmp_path, capsys):
     assert [h["value"] for h in out["top"]][:2] == ["moon", "sun"]
     assert evaluate.main(["--mode", "triehh", "--n", "500", "--epsilon", "1", "--seed", "1"]) == 2
     assert "population_size" in capsys.readouterr().err
+
+
+# --- binding the spec's privacy block (QueryKind.bind_privacy) ------------------------------------------
+
+
+def test_bind_privacy_triehh_copies_epsilon_delta_and_refuses_noise() -> None:
+    from queries.kind import QueryKindError
+    from queries.spec import PrivacySpec
+
+    raw = {"mode": "triehh", "max_length": 6}
+    bound = KIND.bind_privacy(raw, PrivacySpec(epsilon=4.0, delta=1e-6))
+    assert bound == {**raw, "epsilon": 4.0, "delta": 1e-6}
+    c = cal.calibrate_triehh(4.0, 1e-6, 6)
+    assert KIND.parse_params(bound).triehh == (c.theta, pytest.approx(c.sample_rate))
+    assert KIND.bind_privacy(raw, PrivacySpec()) == raw  # nothing to copy
+    with pytest.raises(QueryKindError, match="privacy.mechanism"):
+        KIND.bind_privacy(raw, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam"))
+    with pytest.raises(QueryKindError, match="params.epsilon"):
+        KIND.bind_privacy({**raw, "epsilon": 2.0}, PrivacySpec(epsilon=1.0, delta=1e-6))
+    with pytest.raises(QueryKindError, match="params.theta"):
+        KIND.bind_privacy({**raw, "theta": 5, "sample_rate": 0.1}, PrivacySpec(epsilon=1.0, delta=1e-6))
+    secagg = {"mode": "secagg"}
+    assert KIND.bind_privacy(secagg, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam")) == secagg

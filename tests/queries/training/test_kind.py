@@ -132,9 +132,9 @@ def test_class_weights_from_label_counts():
     plan = KIND.plan_round(params, state, 0)
     agg = sum(KIND.contribute(plan.task, rows[i::4]) for i in range(4))
     state = KIND.decode_round(params, state, plan, agg, 4)
-    np.testing.assert_allclose(state["label_shares"], [0.75, 0.25], atol=1e-5)
+    np.testing.assert_allclose(state["label_shares"], [0.75, 0.25], atol=1e-4)  # stochastic rounding at 2^-precision_bits
     w = np.array(state["class_weights"])
-    assert w[1] / w[0] == pytest.approx(3.0, rel=1e-4)
+    assert w[1] / w[0] == pytest.approx(3.0, rel=1e-3)
 
 
 def test_state_is_json_and_resume_gives_the_same_schedule():

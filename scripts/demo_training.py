@@ -1,0 +1,129 @@
+"""`make demo` (training part, called by scripts/demo_server.py after the single-round demos): on the same
+server, with fleets of their own, submitted through the `fa` CLI code path:
+
+1. breast cancer over 50 label-skewed devices: a `feature_stats` query for the scaling, then logistic
+   regression (FedSGD, 10 rounds) — prints the history and the test ROC AUC beside scikit-learn's;
+2. the frecency example (Rprop on secure sign votes) over 300 simulated browsers, 6 rounds — prints the
+   curve (round, eval loss, mean rank) and the fresh-interaction metrics before/after.
+Returns the number of failed demos.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from analytics_server.devstack import Fleet, Server
+from device_sdk import analyst_cli
+from device_sdk.analyst_cli import AnalystClient
+from device_sdk.scenarios import generate
+from device_sdk.training_data import breast_cancer_feature_bounds, breast_cancer_split
+
+BC_DEVICES = 50
+FRECENCY_DEVICES = 300
+
+
+def breast_cancer_specs(scaling: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(feature_stats spec, training spec) of the demo; the training spec's `scaling` is filled in later."""
+    sp = breast_cancer_split()
+    cohort = {"min_clients": 45, "max_clients": BC_DEVICES, "phase_timeout_s": 10}
+    stats = {"kind": "feature_stats", "name": "demo bc scaling", "source": "features", "cohort": cohort,
+             "params": {"features": [{"name": n, "lower": lo, "upper": hi}
+                                     for n, (lo, hi) in breast_cancer_feature_bounds().items()],
+                        "max_examples_per_device": 50}}
+    train = {"kind": "training", "name": "demo bc logistic", "source": "examples", "cohort": cohort,
+             "params": {"model": {"name": "logistic", "n_features": 30, "l2": 1.0 / len(sp.y_train)},
+                        "rounds": 10, "features": sp.feature_names, "scaling": scaling,
+                        "client": {"epochs": 1, "batch_size": 0, "lr": 1.0},
+                        "server_optimizer": {"name": "fedavg", "lr": 3.0}, "clip_norm": 10.0,
+                        "eval_every": 5, "holdout_fraction": 0.0}}
+    return stats, train
+
+
+def _submit(console: Console, server: Server, token: str, admin: AnalystClient, tmp: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    path = tmp / "spec.json"
+    path.write_text(json.dumps(spec))
+    started = time.perf_counter()
+    code = analyst_cli.main(["--server", server.url, "--token", token, "submit", str(path), "--wait"])
+    console.print(f"(fa submit --wait: exit {code}, {time.perf_counter() - started:.1f} s)")
+    if code != 0:
+        return None
+    qid = admin.call("GET", "/v1/queries")["queries"][0]["id"]
+    return admin.result(qid)
+
+
+def _history_table(title: str, history: list[dict[str, Any]], keys: list[str]) -> Table:
+    table = Table(title=title)
+    for k in ["round", *keys]:
+        table.add_column(k, justify="right")
+    for h in history:
+        table.add_row(*[str(h["round"]), *[f"{h[k]:.4g}" for k in keys]])
+    return table
+
+
+def breast_cancer_demo(console: Console, server: Server, token: str, admin: AnalystClient, tmp: Path) -> bool:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    from queries.training import TrainedModel
+
+    console.rule(f"Training: logistic regression on breast cancer over {BC_DEVICES} label-skewed devices")
+    fleet = Fleet(server.url, BC_DEVICES, tmp, scenario="breast_cancer_train", seed=7)
+    try:
+        stats_spec, _ = breast_cancer_specs()
+        stats = _submit(console, server, token, admin, tmp, stats_spec)
+        if stats is None:
+            return False
+        _, train_spec = breast_cancer_specs(stats["result"])
+        out = _submit(console, server, token, admin, tmp, train_spec)
+    finally:
+        fleet.stop()
+    if out is None:
+        return False
+    res, sp = out["result"], breast_cancer_split()
+    console.print(_history_table("history (federated evaluation)", res["history"], ["loss", "eval_loss", "accuracy"]))
+    mean, std = sp.X_train.mean(axis=0), sp.X_train.std(axis=0)
+    ref = LogisticRegression(max_iter=5000).fit((sp.X_train - mean) / std, sp.y_train)
+    auc_ref = roc_auc_score(sp.y_test, ref.decision_function((sp.X_test - mean) / std))
+    auc_fed = roc_auc_score(sp.y_test, TrainedModel(res).scores(sp.X_test))
+    console.print(f"[bold]test ROC AUC[/bold]: federated {auc_fed:.4f} after {res['rounds']} rounds "
+                  f"({res['server_rounds']} server rounds) vs scikit-learn centrally {auc_ref:.4f}")
+    return abs(auc_fed - auc_ref) <= 0.01
+
+
+def frecency_demo(console: Console, server: Server, token: str, admin: AnalystClient, tmp: Path) -> bool:
+    from queries.training import frecency, urlbar_sim
+
+    console.rule(f"Training: frecency (Rprop on secure sign votes) over {FRECENCY_DEVICES} simulated browsers")
+    spec = {"kind": "training", "name": "demo frecency", "source": "urlbar",
+            "params": frecency.example_params(rounds=6, eval_every=2),
+            "cohort": {"min_clients": 250, "max_clients": FRECENCY_DEVICES, "phase_timeout_s": 15}}
+    fleet = Fleet(server.url, FRECENCY_DEVICES, tmp, scenario="frecency", seed=3, extra=["--processes", "2"])
+    try:
+        out = _submit(console, server, token, admin, tmp, spec)
+    finally:
+        fleet.stop()
+    if out is None:
+        return False
+    res = out["result"]
+    console.print(_history_table("curve (held-out interactions)", res["history"], ["eval_loss", "mean_rank", "chars_typed"]))
+    fresh = [row for i in range(10_000, 10_100) for row in generate("frecency", 3, i)["urlbar"]]
+    before, after = urlbar_sim.evaluate(frecency.HANDCRAFTED, fresh), urlbar_sim.evaluate(res["weights"], fresh)
+    console.print(f"fresh interactions: handcrafted {json.dumps(before)}\n                    learned     {json.dumps(after)}")
+    console.print(f"learned weights: {dict(zip(res['weight_names'], (round(w, 2) for w in res['weights'])))}")
+    return after["mean_rank"] < before["mean_rank"]
+
+
+def run(console: Console, server: Server, token: str, admin: AnalystClient, tmp: Path) -> int:
+    """Both training demos; the caller must have stopped other fleets (their devices lack these collections)."""
+    failures = 0
+    for demo in (breast_cancer_demo, frecency_demo):
+        if not demo(console, server, token, admin, tmp):
+            console.print(f"[bold red]{demo.__name__} failed[/bold red]")
+            failures += 1
+    return failures

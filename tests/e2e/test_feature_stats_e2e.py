@@ -1,0 +1,161 @@
+"""Acceptance (issue 6): feature_stats over HTTP on sklearn's breast-cancer data, label-skewed over 50
+devices with NaN/inf/missing values injected. No noise: count/mean/var equal numpy on the pooled clipped
+data to 1e-6 relative and the scaler block loads into a StandardScaler that transforms like a central one.
+With DP (ε = 1, Skellam): each released mean lies in its 99.9 % interval. Bad specs → 422 naming the field.
+One server process for the module."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.preprocessing import StandardScaler
+
+from device_sdk.analyst_cli import AnalystClient, ApiError
+from device_sdk.stats_data import breast_cancer_feature_names, feature_matrix
+from device_sdk.training_data import BREAST_CANCER_SHARDS, breast_cancer_feature_bounds
+from queries.feature_stats import NOISY_PRECISION_BITS, FeatureStatsParams
+from tests.e2e.harness import Fleet, Server, fresh_database
+
+pytestmark = pytest.mark.e2e
+DEVICES = BREAST_CANCER_SHARDS  # 50: the fleet holds every row once
+
+
+@pytest.fixture(scope="module")
+def fs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("fs")
+    url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
+    fresh_database(url)
+    srv = Server(url, tmp / "server.log").start()
+    yield srv
+    srv.stop()
+    assert not srv.log_has_tracebacks(), (tmp / "server.log").read_text()[-5000:]
+
+
+def _features(names: list[str]) -> list[dict[str, Any]]:
+    bounds = breast_cancer_feature_bounds()
+    out = []
+    for name in names:
+        lo, hi = bounds[name]
+        if name == "mean_radius":
+            hi = 20.0  # below the data's max (28.1): clipping must happen
+        out.append({"name": name, "lower": lo, "upper": hi})
+    return out
+
+
+def _spec(features: list[dict[str, Any]], privacy: dict[str, Any], min_count: int = 1) -> dict[str, Any]:
+    return {
+        "kind": "feature_stats",
+        "source": "features",
+        "params": {"features": features, "max_examples_per_device": 12, "min_count": min_count},
+        "privacy": privacy,
+        "cohort": {"min_clients": DEVICES, "max_clients": DEVICES, "phase_timeout_s": 10},
+    }
+
+
+def _pooled(fleet: Fleet, admin: AnalystClient, qid: str, features: list[dict[str, Any]]) -> np.ndarray:
+    """The clipped pooled matrix over the devices that contributed (the same set in both rounds)."""
+    rounds = admin.call("GET", f"/v1/admin/queries/{qid}/contributors")["rounds"]
+    assert set(rounds["0"]) == set(rounds["1"]) and len(rounds["0"]) == DEVICES
+    truth = fleet.truth()
+    rows = [row for d in rounds["0"] for row in truth[d]["features"]]
+    X = feature_matrix(rows, [f["name"] for f in features])
+    return np.clip(X, [f["lower"] for f in features], [f["upper"] for f in features])
+
+
+def test_no_noise_matches_numpy_and_sklearn(fs_server: Server, tmp_path: Path) -> None:
+    admin = AnalystClient(fs_server.url, fs_server.token("admin"))
+    features = _features(breast_cancer_feature_names())
+    spec = _spec(features, {"mechanism": "none"})
+    fleet = Fleet(fs_server.url, DEVICES, tmp_path, scenario="breast_cancer", seed=5)
+    try:
+        qid = AnalystClient(fs_server.url, fs_server.token("analyst")).submit(spec)["id"]
+        final = admin.wait(qid, timeout_s=180)
+        assert final["status"] == "succeeded", final
+        res = admin.result(qid)
+        X = _pooled(fleet, admin, qid, features)
+    finally:
+        fleet.stop()
+    assert np.isnan(X).sum() > 0, "the scenario should inject missing values"
+    got = res["result"]["features"]
+    count = (~np.isnan(X)).sum(axis=0)
+    mean = np.nanmean(X, axis=0)
+    var = np.nanvar(X, axis=0)
+    for j, f in enumerate(features):
+        g = got[f["name"]]
+        assert g["count"] == pytest.approx(count[j], rel=1e-9), f["name"]
+        assert g["mean"] == pytest.approx(mean[j], rel=1e-6), f["name"]
+        assert g["var"] == pytest.approx(var[j], rel=1e-6), f["name"]
+        assert g["std"] == pytest.approx(math.sqrt(var[j]), rel=1e-6), f["name"]
+    assert np.nanmax(X[:, 0]) == 20.0  # clipped
+
+    central = StandardScaler().fit(X)
+    block = res["result"]["scaler"]
+    loaded = StandardScaler()
+    for attr in ("mean_", "var_", "scale_", "n_samples_seen_"):
+        setattr(loaded, attr, np.asarray(block[attr]))
+    loaded.n_features_in_ = block["n_features_in_"]
+    np.testing.assert_allclose(loaded.transform(X), central.transform(X), rtol=1e-6, atol=1e-9)
+    assert res["privacy"]["mechanism"] == "none"
+
+
+def test_dp_means_within_their_999_intervals(fs_server: Server, tmp_path: Path) -> None:
+    admin = AnalystClient(fs_server.url, fs_server.token("admin"))
+    names = ["mean_radius", "mean_texture", "mean_smoothness", "worst_area", "mean_symmetry"]
+    features = _features(names)
+    spec = _spec(features, {"epsilon": 1.0, "delta": 1e-6, "mechanism": "skellam"}, min_count=50)
+    fleet = Fleet(fs_server.url, DEVICES, tmp_path, scenario="breast_cancer", seed=6)
+    try:
+        qid = AnalystClient(fs_server.url, fs_server.token("analyst")).submit(spec)["id"]
+        final = admin.wait(qid, timeout_s=180)
+        assert final["status"] == "succeeded", final
+        res = admin.result(qid)
+        X = _pooled(fleet, admin, qid, features)
+    finally:
+        fleet.stop()
+    privacy = res["privacy"]
+    assert privacy["mechanism"] == "skellam" and privacy["epsilon"] == pytest.approx(1.0, rel=1e-6)
+    bound = {**spec["params"], "precision_bits": NOISY_PRECISION_BITS}  # what the server stored (bind_privacy)
+    unit = float(1 << FeatureStatsParams.model_validate(bound).scale_exp)
+    sigma = privacy["noise"][0]["noise_std_released"] / unit  # round 1 noise, in examples
+    z = NormalDist().inv_cdf(1 - 0.001 / 4)  # count and sum each within z·σ: jointly ≥ 99.9 %
+    released = res["result"]["features"]
+    assert set(released) | set(res["result"]["suppressed"]) == set(names)
+    errors = {}
+    for j, f in enumerate(features):
+        if f["name"] not in released:
+            continue
+        lo, hi = f["lower"], f["upper"]
+        x = X[:, j][~np.isnan(X[:, j])]
+        c, s = len(x), float(((x - lo) / (hi - lo)).sum())
+        low = lo + (hi - lo) * max(0.0, (s - z * sigma) / (c + z * sigma))
+        high = hi if c - z * sigma <= 0 else lo + (hi - lo) * min(1.0, (s + z * sigma) / (c - z * sigma))
+        m = released[f["name"]]["mean"]
+        assert low - 1e-9 <= m <= high + 1e-9, (f["name"], m, low, high)
+        errors[f["name"]] = m - float(x.mean())
+    print("feature_stats DP ε=1 σ(examples)=%.2f mean errors: %s" % (sigma, errors))
+    assert errors, "every feature was suppressed"
+
+
+@pytest.mark.parametrize(
+    ("features", "field"),
+    [
+        ([{"name": "a", "lower": 1.0, "upper": 1.0}], "lower"),
+        ([{"name": "a", "lower": 2.0, "upper": 1.0}], "lower"),
+        ([{"name": "a", "lower": "NaN", "upper": 1.0}], "lower"),
+        ([{"name": "a", "lower": 0.0, "upper": "Infinity"}], "upper"),
+        ([{"name": "a", "lower": 0, "upper": 1}, {"name": "a", "lower": 0, "upper": 2}], "duplicate"),
+        ([], "features"),
+    ],
+)
+def test_bad_specs_are_422(fs_server: Server, features: list[dict[str, Any]], field: str) -> None:
+    client = AnalystClient(fs_server.url, fs_server.token("analyst"))
+    with pytest.raises(ApiError) as info:
+        client.submit(_spec(features, {"mechanism": "none"}))
+    assert info.value.status == 422
+    assert field in info.value.message and "features" in info.value.message, info.value.message
