@@ -40,7 +40,7 @@ DEMOS: list[dict[str, Any]] = [
             "params": {"buckets": ["moon", "sun", "star", "cloud", "rain", "snow", "wind", "storm"],
                        "other_bucket": "other", "max_contributions_per_device": 2},
             "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
-            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 10},
+            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 6},
         },
     },
     {
@@ -54,7 +54,7 @@ DEMOS: list[dict[str, Any]] = [
                                     {"name": "sessions", "lower": 0, "upper": 20}],
                        "max_examples_per_device": 3, "bins": 4},
             "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
-            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 10},
+            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 6},
         },
     },
     {
@@ -66,7 +66,7 @@ DEMOS: list[dict[str, Any]] = [
             "params": {"mode": "secagg", "max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyz",
                        "max_frontier": 32},
             "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
-            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 10},
+            "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 6},
         },
     },
 ]

@@ -182,7 +182,7 @@ def test_wrong_vector_length_and_content_type_in_a_live_cohort(srv: Server, toke
     admin = AnalystClient(srv.url, tokens["admin"])
     fleet = Fleet(srv.url, 20, tmp_path, seed=21)
     try:
-        spec = {**GOOD, "cohort": {"min_clients": 15, "max_clients": 100, "phase_timeout_s": 8}}
+        spec = {**GOOD, "cohort": {"min_clients": 15, "max_clients": 100, "phase_timeout_s": 30}}
         qid = admin.submit(spec)["id"]
         dev = SyncDevice(srv.url)
         dev.register()

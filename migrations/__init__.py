@@ -1,0 +1,1 @@
+"""Alembic migrations of the analytics server schema (`fa-server migrate`)."""
