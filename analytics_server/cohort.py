@@ -10,6 +10,7 @@ recorded with its reason and its devices are freed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -72,6 +73,8 @@ class CohortRuntime:
         self.reason: str | None = None
         self.contributors: frozenset[int] = frozenset()
         self._outboxes: dict[int, tuple[int, dict[int, bytes]]] = {}
+        self._accepted: dict[tuple[int, int], bytes] = {}
+        """sha256 of each (phase, party) message the session accepted, so identical retries stay harmless."""
         self._lock = asyncio.Lock()
         self._all_in = asyncio.Event()
         self._changed = asyncio.Event()
@@ -89,6 +92,9 @@ class CohortRuntime:
 
     async def submit(self, device_id: str, phase: int, data: bytes) -> None:
         party = self._party(device_id)
+        digest = hashlib.sha256(data).digest()
+        if self._accepted.get((phase, party)) == digest:
+            return  # a retry of a message already accepted (possibly after its phase closed) is harmless
         if self.status != "running":
             raise HttpError(410, f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         async with self._lock:
@@ -105,6 +111,7 @@ class CohortRuntime:
                 raise HttpError(409, f"conflicting message: {exc}") from None
             except (SecAggError, ValueError) as exc:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
+            self._accepted[(phase, party)] = digest
             if len(self.session.received()) >= len(self.session.expected()):
                 self._all_in.set()
 

@@ -58,7 +58,8 @@ async def test_finished_sums_accumulate_atomically(migrated_url: str) -> None:
 
 
 async def _drive(
-    migrated_url: str, n: int, drop_before: dict[int, Phase], min_survivors: int
+    migrated_url: str, n: int, drop_before: dict[int, Phase], min_survivors: int,
+    sent: dict[int, tuple[int, bytes]] | None = None,
 ) -> tuple[CohortRuntime, dict[int, np.ndarray], Store]:
     dim, bits = 4, 16
     store, qid, rid, devs = await _setup(migrated_url, n, dim)
@@ -79,6 +80,8 @@ async def _drive(
             if drop_before.get(p) is not None and phase >= drop_before[p]:
                 return
             await cohort.submit(d, phase, msg)
+            if sent is not None:
+                sent[p] = (phase, msg)
             nxt = await cohort.next_message(d, phase, 10)
             if nxt.kind != "message":
                 return
@@ -109,4 +112,17 @@ async def test_cohort_runtime_aborts_with_reason(migrated_url: str) -> None:
     with pytest.raises(HttpError) as exc:
         await cohort.next_message("dev005", 2, 0)
     assert exc.value.status == 410
+    await store.engine.dispose()
+
+
+async def test_identical_retry_after_the_phase_closed_is_harmless(migrated_url: str) -> None:
+    sent: dict[int, tuple[int, bytes]] = {}
+    cohort, _, store = await _drive(migrated_url, 5, {}, 3, sent)
+    assert cohort.status == "finished"
+    phase, msg = sent[1]
+    assert phase == int(Phase.UNMASKING)
+    await cohort.submit("dev000", phase, msg)  # the device lost the 202 and retries: accepted again
+    with pytest.raises(HttpError) as exc:
+        await cohort.submit("dev000", phase, msg + b"x")  # a different message is not
+    assert exc.value.status in (409, 410)
     await store.engine.dispose()
