@@ -26,8 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analytics_server.devstack import Fleet, Server, fresh_database  # noqa: E402
 from device_sdk.analyst_cli import AnalystClient  # noqa: E402
+from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -18,11 +18,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from analytics_server.devstack import Fleet, Server
 from device_sdk import analyst_cli
 from device_sdk.analyst_cli import AnalystClient
 from device_sdk.scenarios import generate
-from device_sdk.training_data import breast_cancer_feature_bounds, breast_cancer_split
+from device_sdk.scenarios.datasets import breast_cancer_feature_bounds, breast_cancer_split
+from scripts.devstack import Fleet, Server
 
 BC_DEVICES = 50
 FRECENCY_DEVICES = 300

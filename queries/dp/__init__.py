@@ -4,20 +4,18 @@ release thresholds, budget math and the released `privacy` block (see docs/priva
 Pure library: no I/O. The server calibrates (`calibrate_query`, `round_noise`, `choose_bits`), devices
 sample (`sample_noise` with `device_rng()`), the server thresholds and reports (`release_threshold`,
 `apply_count_threshold`, `privacy_block`) and keeps the ledger (`Budget`, `compose_costs`).
+
+Devices need only the samplers: importing this package loads `errors` and `noise` (numpy); the
+server-side names below load their module, and with it dp_accounting and scipy, on first access
+(PEP 562 module `__getattr__`), so the device import path never pulls in the accountant.
 """
 
-from queries.dp.calibrate import (
-    QueryCalibration,
-    RoundNoise,
-    calibrate_query,
-    epsilon_spent,
-    fixed_calibration,
-    round_noise,
-    rounds_affordable,
-    suggest_scale,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from queries.dp.errors import BudgetExceeded, InsufficientContributors, PrivacyError
-from queries.dp.ledger import Budget, PrivacyCost, PrivacyPolicy, compose_costs, compose_rdp
 from queries.dp.noise import (
     MECHANISMS,
     device_rng,
@@ -26,14 +24,64 @@ from queries.dp.noise import (
     sample_noise,
     sample_skellam,
 )
-from queries.dp.report import privacy_block
-from queries.dp.tails import (
-    apply_count_threshold,
-    check_min_contributors,
-    choose_bits,
-    confidence_halfwidth,
-    release_threshold,
-)
+
+_SERVER_SIDE: dict[str, tuple[str, ...]] = {
+    "queries.dp.calibrate": (
+        "QueryCalibration",
+        "RoundNoise",
+        "calibrate_query",
+        "epsilon_spent",
+        "fixed_calibration",
+        "round_noise",
+        "rounds_affordable",
+        "suggest_scale",
+    ),
+    "queries.dp.ledger": ("Budget", "PrivacyCost", "PrivacyPolicy", "compose_costs", "compose_rdp"),
+    "queries.dp.report": ("privacy_block",),
+    "queries.dp.tails": (
+        "apply_count_threshold",
+        "check_min_contributors",
+        "choose_bits",
+        "confidence_halfwidth",
+        "release_threshold",
+    ),
+}
+_LAZY = {name: module for module, names in _SERVER_SIDE.items() for name in names}
+
+if TYPE_CHECKING:
+    from queries.dp.calibrate import (
+        QueryCalibration,
+        RoundNoise,
+        calibrate_query,
+        epsilon_spent,
+        fixed_calibration,
+        round_noise,
+        rounds_affordable,
+        suggest_scale,
+    )
+    from queries.dp.ledger import Budget, PrivacyCost, PrivacyPolicy, compose_costs, compose_rdp
+    from queries.dp.report import privacy_block
+    from queries.dp.tails import (
+        apply_count_threshold,
+        check_min_contributors,
+        choose_bits,
+        confidence_halfwidth,
+        release_threshold,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "MECHANISMS",

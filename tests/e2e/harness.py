@@ -1,4 +1,4 @@
-"""End-to-end helpers: the process stack (analytics_server.devstack) plus truth checks and a hand-driven device."""
+"""End-to-end helpers: the process stack (scripts/devstack.py) plus truth checks and a hand-driven device."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 import urllib.request
 from typing import Any
 
-from analytics_server.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
 from device_sdk.analyst_cli import AnalystClient
 from queries.kind import get_kind
 from queries.local_run import run_locally
+from scripts.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
 
 
 def expected_result(kind: str, params: dict[str, Any], source: str, truth: dict[str, dict[str, list[Any]]],

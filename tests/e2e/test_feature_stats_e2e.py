@@ -17,8 +17,12 @@ import pytest
 from sklearn.preprocessing import StandardScaler
 
 from device_sdk.analyst_cli import AnalystClient, ApiError
-from device_sdk.stats_data import breast_cancer_feature_names, feature_matrix
-from device_sdk.training_data import BREAST_CANCER_SHARDS, breast_cancer_feature_bounds
+from device_sdk.scenarios.datasets import (
+    BREAST_CANCER_SHARDS,
+    breast_cancer_feature_bounds,
+    breast_cancer_feature_names,
+    feature_matrix,
+)
 from queries.feature_stats import NOISY_PRECISION_BITS, FeatureStatsParams
 from tests.e2e.harness import Fleet, Server, fresh_database
 

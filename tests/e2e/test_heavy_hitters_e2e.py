@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from device_sdk.analyst_cli import AnalystClient, ApiError
-from device_sdk.stats_data import PLANTED, WORD_ALPHABET, WORD_MAX_LENGTH
+from device_sdk.scenarios.words import PLANTED, WORD_ALPHABET, WORD_MAX_LENGTH
 from queries.heavy_hitters.encoding import choose_words
 from tests.e2e.harness import Fleet, Server, fresh_database
 

@@ -24,7 +24,7 @@ import pytest
 
 from device_sdk.analyst_cli import AnalystClient
 from device_sdk.scenarios import generate
-from device_sdk.training_data import breast_cancer_feature_bounds, breast_cancer_split
+from device_sdk.scenarios.datasets import breast_cancer_feature_bounds, breast_cancer_split
 from queries.training import TrainedModel, frecency, urlbar_sim
 from tests.e2e.harness import Fleet, Server, fresh_database
 

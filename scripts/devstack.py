@@ -1,7 +1,8 @@
 """Local process stack for end-to-end tests, the demo and the HTTP benchmark: a real `fa-server serve` on a
 database URL (migrated from scratch), `fa-sim` fleets as subprocesses, token creation through the CLI.
 
-Imports nothing from device_sdk: it only starts the console scripts installed next to this interpreter.
+Development tooling, not shipped (the installed packages hold no fleet launcher). Imports nothing from
+device_sdk: it only starts the console scripts installed next to this interpreter.
 """
 
 from __future__ import annotations
