@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from analytics_server.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
@@ -12,6 +15,20 @@ from device_sdk.analyst_cli import AnalystClient
 from queries.kind import get_kind
 from queries.local_run import run_locally
 from tests.signed_device import SignedDevice
+
+
+@contextmanager
+def server_on_fresh_sqlite(tmp: Path, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A server process on a new, migrated SQLite file in `tmp` (for a module's tests); stopped at the end,
+    when its log must hold no traceback."""
+    url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
+    fresh_database(url)
+    srv = Server(url, tmp / "server.log", env=env).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+    assert not srv.log_has_tracebacks(), (tmp / "server.log").read_text()[-5000:]
 
 
 def expected_result(kind: str, params: dict[str, Any], source: str, truth: dict[str, dict[str, list[Any]]],
