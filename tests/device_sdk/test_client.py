@@ -24,6 +24,20 @@ SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "
         "cohort": {"min_clients": 5, "max_clients": 50, "phase_timeout_s": 3}}
 
 
+async def _run_query(http: aiohttp.ClientSession, url: str, spec: dict[str, Any], hdr: dict[str, str]) -> dict[str, Any]:
+    """Submit `spec`, poll until it ends (≤ 30 s), require success; its result."""
+    r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
+    assert r.status == 201, await r.text()
+    qid = (await r.json())["id"]
+    for _ in range(300):
+        status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
+        if status["status"] not in ("pending", "running"):
+            break
+        await asyncio.sleep(0.1)
+    assert status["status"] == "succeeded", status
+    return await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+
+
 async def test_registration_is_persisted(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = str(app_server.make_url(""))
     store = LocalStore(tmp_path / "d.db")
@@ -53,16 +67,7 @@ async def test_devices_complete_a_histogram(app_server: TestServer) -> None:
             clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
         hdr = {"Authorization": f"Bearer {token}"}
-        r = await http.post(url + "/v1/queries", json=SPEC, headers=hdr)
-        assert r.status == 201, await r.text()
-        qid = (await r.json())["id"]
-        for _ in range(300):
-            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-            if status["status"] not in ("pending", "running"):
-                break
-            await asyncio.sleep(0.1)
-        assert status["status"] == "succeeded", status
-        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        res = await _run_query(http, url, SPEC, hdr)
         stop.set()
         await asyncio.gather(*fleet)
     expected, _ = run_locally(get_kind("histogram"), SPEC["params"], data)
@@ -215,16 +220,7 @@ async def test_distributed_noise_reaches_devices_and_result(app_server: TestServ
             c.run_assignment = spy  # type: ignore[method-assign]
             clients.append(c)
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
-        r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
-        assert r.status == 201, await r.text()
-        qid = (await r.json())["id"]
-        for _ in range(300):
-            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-            if status["status"] not in ("pending", "running"):
-                break
-            await asyncio.sleep(0.1)
-        assert status["status"] == "succeeded", status
-        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        res = await _run_query(http, url, spec, hdr)
         stop.set()
         await asyncio.gather(*fleet)
     assert seen_noise and all(n is not None and n.mechanism == "discrete_gaussian" and n.scale > 0 for n in seen_noise)
