@@ -211,7 +211,7 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 def _last_event_id(request: web.Request) -> int:
     text = request.headers.get("Last-Event-ID", "").strip() or "0"
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise HttpError(400, f"Last-Event-ID: must be the id of an event of this stream, got {text[:20]!r}")
     return int(text)
 

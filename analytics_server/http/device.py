@@ -104,7 +104,8 @@ def _cohort(st: AppState, cohort_id: str) -> CohortRuntime:
 
 def _phase(request: web.Request) -> int:
     text = request.match_info["phase"]
-    if not text.isdigit() or int(text) > Phase.UNMASKING:  # the last phase a device sends a message in
+    # Phase.UNMASKING is the last phase a device sends a message in; "²".isdigit() is True but int() refuses it
+    if not (text.isascii() and text.isdigit()) or int(text) > Phase.UNMASKING:
         raise HttpError(400, f"phase: must be an integer 0..{int(Phase.UNMASKING)}, got {text[:20]!r}")
     return int(text)
 
