@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench test-postgres clean
+.PHONY: venv test test-fast demo bench test-postgres clean
 
 venv: $(STAMP)
 
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Everything but the end-to-end tier (real server processes and fleets): under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not e2e" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) scripts/demo.py

@@ -4,7 +4,8 @@ Devices POST their message for the current phase (`submit`) and long-poll for th
 (`next_message`). A phase closes when every expected party has answered or at its deadline
 (`cohort.phase_timeout_s`); `close_phase` (Shamir reconstruction, unmasking) runs in the executor. A
 finished cohort's sum is stored atomically with its round (`Store.finish_cohort`); an aborted cohort is
-recorded with its reason and its devices are freed.
+recorded with its reason and the phase that failed, and its devices are freed. Each phase the cohort
+opens is recorded on its row (and as a `cohort.phase` event) once the devices have been woken for it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any, Literal
 from analytics_server.db.store import Store
 from analytics_server.errors import HttpError
 from analytics_server.metrics import Metrics
-from analytics_server.plain import PlainSession
 from queries.envelope import Assignment
 from secagg import encoding
 from secagg.errors import AbortError, ConflictError, SecAggError
 from secagg.phases import Phase
+from secagg.plain import PlainServerSession
 from secagg.server import ServerSession
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class CohortRuntime:
         cohort_id: str,
         query_id: str,
         round_id: int,
-        session: ServerSession | PlainSession,
+        session: ServerSession | PlainServerSession,
         bits: int,
         members: dict[str, int],
         phase_timeout_s: float,
@@ -182,6 +183,7 @@ class CohortRuntime:
                     await self._end_finished()
                     return
                 self._notify()
+                await self.store.set_cohort_phase(self.id, self.phase)  # after waking the devices
         except asyncio.CancelledError:
             await asyncio.shield(self._end_aborted(self.reason or "cancelled"))
             raise
@@ -198,7 +200,7 @@ class CohortRuntime:
         self.ended = time.time()
         self._notify()
         try:
-            await self.store.abort_cohort(self.id, reason)
+            await self.store.abort_cohort(self.id, reason, self.phase)
         finally:
             self.on_end(self)
 

@@ -18,7 +18,7 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("get", "/v1/queries/{id}", "Query status and progress", None, am.QueryView, "bearer"),
     ("get", "/v1/queries/{id}/result", "Result (409 until succeeded)", None, am.ResultView, "bearer"),
     ("post", "/v1/queries/{id}/cancel", "Cancel a query (409 when finished)", None, am.QueryView, "bearer"),
-    ("get", "/v1/queries/{id}/events", "Server-sent progress events", None, "sse", "bearer"),
+    ("get", "/v1/queries/{id}/events", "Server-sent events: progress, the query's stored events, end", None, "sse", "bearer"),
     ("post", "/v1/admin/tokens", "Create a token (admin)", am.TokenRequest, am.TokenCreated, "bearer"),
     ("get", "/v1/admin/queries/{id}/contributors", "Contributing devices per round (admin)", None, am.Contributors, "bearer"),
     ("get", "/v1/budgets", "Privacy-budget ledgers of all sources", None, am.BudgetList, "bearer"),
@@ -77,7 +77,10 @@ def build() -> dict[str, Any]:
         if security == "bearer":
             op["security"] = [{"bearer": []}]
         elif security == "signed":
-            op["description"] = "Signed with the device's Ed25519 key; see docs/protocol.md."
+            op["description"] = (
+                f"Signed with the device's Ed25519 key; header {env.HDR_PROTOCOL}: {env.PROTOCOL_VERSION} "
+                "(any other version gets 400); see docs/protocol.md."
+            )
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",

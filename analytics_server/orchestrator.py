@@ -25,14 +25,14 @@ from analytics_server.cohort import CohortRuntime
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
 from analytics_server.metrics import Metrics
-from analytics_server.plain import PlainSession
 from analytics_server.pool import DevicePool
-from analytics_server.settings import Settings, bench_unmasked
+from analytics_server.settings import Settings
 from queries.envelope import Assignment, b64e
 from queries.kind import QueryKind, RoundPlan, get_kind
 from queries.spec import QuerySpec
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
+from secagg.plain import PlainServerSession, bench_unmasked
 from secagg.server import ServerSession
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ class Orchestrator:
         chosen = _sysrand.sample(eligible, min(cap, len(eligible)))
         members = {d: i + 1 for i, d in enumerate(chosen)}
         cohort = self._make_cohort(q, spec, rnd, plan, members)
-        await self.store.create_cohort(cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members)
+        await self.store.create_cohort(cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase)
         self.cohorts[cohort.id] = cohort
         for d, party in members.items():
             self.pool.assign(d, cohort.assignments[d], cohort)
@@ -259,7 +259,7 @@ class Orchestrator:
         session_id = secrets.token_bytes(16)
         cohort_id = session_id.hex()
         if bench_unmasked():
-            session: ServerSession | PlainSession = PlainSession(n, plan.dim, rnd.bits, rnd.need)
+            session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)
             cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=rnd.need)
             mode = "plain"
         else:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queries.dp import Budget, PrivacyPolicy
-
-BENCH_UNMASKED_ENV = "FA_BENCH_UNMASKED"
 
 
 class Settings(BaseSettings):
@@ -43,9 +40,3 @@ class Settings(BaseSettings):
         from analytics_server.privacy import policy_for
 
         return policy_for(self.profile, self.require_noise, self.max_epsilon_per_query)
-
-
-def bench_unmasked() -> bool:
-    """Benchmark-only switch: run cohorts without masking. Read from the server process environment only;
-    no query field can select it."""
-    return os.environ.get(BENCH_UNMASKED_ENV) == "1"

@@ -25,14 +25,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from device_sdk.noise import add_noise
-from device_sdk.plain import PlainClient, plain_allowed
 from device_sdk.store import LocalStore
 from queries.envelope import (
     HDR_DEVICE,
     HDR_NONCE,
     HDR_PHASE,
+    HDR_PROTOCOL,
     HDR_SIGNATURE,
     HDR_TIMESTAMP,
+    MAX_LONG_POLL_S,
+    PROTOCOL_VERSION,
     Assignment,
     CheckinResponse,
     b64d,
@@ -46,6 +48,7 @@ from secagg.client import ClientSession
 from secagg.config import SecAggConfig
 from secagg.errors import SecAggError
 from secagg.phases import Phase
+from secagg.plain import PlainClientSession, bench_unmasked
 
 log = logging.getLogger(__name__)
 KEY_META = "device_key"
@@ -63,6 +66,14 @@ class ServerError(Exception):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+
+
+class ProtocolVersionError(ServerError):
+    """The server speaks another version of the device protocol: retrying cannot help, this SDK must be updated."""
+
+    def __init__(self, status: int, message: str, server_version: str) -> None:
+        super().__init__(status, message)
+        self.server_version = server_version
 
 
 @dataclass(frozen=True)
@@ -130,10 +141,12 @@ class DeviceClient:
         query: dict[str, Any] | None = None,
         register: bool = False,
     ) -> tuple[int, dict[str, str], bytes]:
-        """Signed request → (status, headers, body). Raises aiohttp.ClientError on network errors."""
+        """Signed request → (status, headers, body). Raises aiohttp.ClientError on network errors and
+        ProtocolVersionError when the server refuses this SDK's protocol version."""
         path_qs = path + ("?" + urlencode(query) if query else "")
         ts, nonce = str(int(time.time())), secrets.token_urlsafe(16)
         headers = {
+            HDR_PROTOCOL: str(PROTOCOL_VERSION),
             HDR_TIMESTAMP: ts,
             HDR_NONCE: nonce,
             HDR_SIGNATURE: b64e(self.key.sign(signing_payload(method, path_qs, ts, nonce, body))),
@@ -144,7 +157,11 @@ class DeviceClient:
             headers["Content-Type"] = content_type
         http = await self._http()
         async with http.request(method, self.server + path_qs, data=body or None, headers=headers, timeout=self.timeout) as resp:
-            return resp.status, dict(resp.headers), await resp.read()
+            status, answer_headers, answer = resp.status, dict(resp.headers), await resp.read()
+        server_version = answer_headers.get(HDR_PROTOCOL)
+        if status == 400 and server_version is not None and server_version != str(PROTOCOL_VERSION):
+            raise ProtocolVersionError(status, _error_text(answer), server_version)
+        return status, answer_headers, answer
 
     async def _json(self, method: str, path: str, payload: dict[str, Any], register: bool = False) -> tuple[int, Any]:
         status, _, raw = await self.request(method, path, json.dumps(payload).encode(), "application/json", register=register)
@@ -200,9 +217,9 @@ class DeviceClient:
             vec = add_noise(kind.contribute(a.task, self.store.rows(a.source)), a.noise)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
-                if not plain_allowed():
+                if not bench_unmasked():
                     return Outcome("rejected", cohort_id=a.cohort_id, detail="refusing an unmasked (plain) assignment")
-                client: ClientSession | PlainClient = PlainClient(cfg.bits, modular)
+                client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
             else:
                 peers = None
                 if cfg.active:
@@ -216,7 +233,7 @@ class DeviceClient:
         drop_at = self.dropout(a) if self.dropout else None
         phase = a.first_phase
         base = f"/v1/device/cohorts/{a.cohort_id}/phases"
-        wait = min(60.0, max(1.0, a.phase_timeout_s + 5.0))
+        wait = min(MAX_LONG_POLL_S, max(1.0, a.phase_timeout_s + 5.0))
         while True:
             if drop_at is not None and phase >= drop_at:
                 return Outcome("dropped", cohort_id=a.cohort_id, detail=f"stopped before phase {phase}")
@@ -242,12 +259,15 @@ class DeviceClient:
                 return Outcome("finished", cohort_id=a.cohort_id, contributed=True)
 
     async def run_forever(self, stop: asyncio.Event | None = None, offline_after_drop_s: float = 0.0) -> None:
+        """Check in until `stop` is set; raises ProtocolVersionError (retrying cannot help), backs off on the rest."""
         failures = 0
         stop = stop or asyncio.Event()
         while not stop.is_set():
             try:
                 out = await self.run_once()
                 failures = 0
+            except ProtocolVersionError:
+                raise
             except (aiohttp.ClientError, asyncio.TimeoutError, ServerError) as exc:
                 failures += 1
                 delay = self._jitter.uniform(0, min(self.backoff_cap_s, self.backoff_base_s * 2**failures))
@@ -276,9 +296,13 @@ def _msg(body: Any) -> str:
     return str(body)
 
 
-def _ended(status: int, raw: bytes, cohort_id: str) -> Outcome:
+def _error_text(raw: bytes) -> str:
+    """The server's message from an answer body: JSON `{"error": …}`, or the start of the text."""
     try:
-        text = _msg(json.loads(raw))
+        return _msg(json.loads(raw))
     except ValueError:
-        text = raw[:200].decode("utf-8", "replace")
-    return Outcome("aborted", cohort_id=cohort_id, detail=f"HTTP {status}: {text}")
+        return raw[:200].decode("utf-8", "replace")
+
+
+def _ended(status: int, raw: bytes, cohort_id: str) -> Outcome:
+    return Outcome("aborted", cohort_id=cohort_id, detail=f"HTTP {status}: {_error_text(raw)}")

@@ -14,8 +14,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 PROTOCOL_VERSION = 1
+"""Version of this device wire protocol; sent by devices in `HDR_PROTOCOL`, the server refuses any other."""
 SIGNING_DOMAIN = b"fa-device-request/v1"
+MAX_LONG_POLL_S = 60.0
+"""Longest wait a device may ask for: check-in `wait_s` and the `wait` of `…/phases/{p}/next`."""
 
+HDR_PROTOCOL = "X-FA-Protocol"
+"""On every device request: `PROTOCOL_VERSION`. On a refusal for a mismatch: the version the server speaks."""
 HDR_DEVICE = "X-FA-Device"
 HDR_TIMESTAMP = "X-FA-Timestamp"
 HDR_NONCE = "X-FA-Nonce"
@@ -73,7 +78,7 @@ class RegisterResponse(_Model):
 
 
 class CheckinRequest(_Model):
-    wait_s: float = Field(default=0.0, ge=0, le=60, description="long-poll up to this many seconds")
+    wait_s: float = Field(default=0.0, ge=0, le=MAX_LONG_POLL_S, description="long-poll up to this many seconds")
     sources: list[str] | None = Field(default=None, max_length=1000, description="collections the device holds")
 
 

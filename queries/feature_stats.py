@@ -1,5 +1,7 @@
 """The `feature_stats` query kind: federated count, mean, variance and standard deviation per feature,
-with optional equal-width histograms, for global feature scaling (seed 002, §4.1 and §5.3.2).
+with optional equal-width histograms, for global feature scaling (Fritsch, Halder, Hartmann, Petukhov,
+"Federated Learning: Collaborative Machine Learning without Centralized Training Data", TUM Data
+Innovation Lab 2018, §4.1 and §5.3.2).
 
 Encoding. Every entry of a device's vector is in units of 2^K per example, so all coordinates share one
 scale: the count entry adds 2^K per present value, the first moment adds 2^K·(x − lower)/range, the

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from device_sdk.analyst_cli import AnalystClient  # noqa: E402
 from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
+from secagg.plain import BENCH_UNMASKED_ENV  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -98,7 +99,7 @@ def server_timeline(db_path: Path, query_id: str) -> dict[str, float]:
 
 
 def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
-    env = {"FA_BENCH_UNMASKED": "1"} if unmasked else {}
+    env = {BENCH_UNMASKED_ENV: "1"} if unmasked else {}
     with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s:
         tmp = Path(tmp_s)
         url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"

@@ -35,6 +35,7 @@ from analytics_server.db.models import (
     Token,
 )
 from queries import dp
+from secagg.phases import Phase
 
 ROLES = ("analyst", "admin")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -359,8 +360,10 @@ class Store:
         secagg: dict[str, Any],
         mode: str,
         members: dict[str, int],
+        phase: int = Phase.ADVERTISE_KEYS,
     ) -> None:
-        """Insert the cohort and its seats; IntegrityError if a device already has a seat in this round."""
+        """Insert the cohort (open in `phase`) and its seats; IntegrityError if a device already has a seat in
+        this round."""
         async with self._tx() as s:
             s.add(
                 Cohort(
@@ -371,7 +374,7 @@ class Store:
                     n=len(members),
                     secagg=secagg,
                     mode=mode,
-                    phase=0,
+                    phase=int(phase),
                     contributors=0,
                     created_at=now(),
                 )
@@ -387,18 +390,29 @@ class Store:
             s.add(Event(query_id=query_id, cohort_id=cohort_id, type="cohort.formed", data={"n": len(members)}, created_at=now()))
 
     async def set_cohort_phase(self, cohort_id: str, phase: int) -> None:
+        """Record that a running cohort opened `phase` (its row and a `cohort.phase` event)."""
         async with self._tx() as s:
-            await s.execute(update(Cohort).where(Cohort.id == cohort_id).values(phase=phase))
+            c = await s.get(Cohort, cohort_id)
+            if c is None or c.status != "running":
+                return
+            c.phase = int(phase)
+            s.add(Event(query_id=c.query_id, cohort_id=cohort_id, type="cohort.phase",
+                        data={"phase": Phase(phase).label}, created_at=now()))
 
-    async def abort_cohort(self, cohort_id: str, reason: str) -> None:
-        """Record the abort and free the seats so the devices may join another cohort of the round."""
+    async def abort_cohort(self, cohort_id: str, reason: str, phase: int | None = None) -> None:
+        """Record the abort and free the seats so the devices may join another cohort of the round.
+
+        `phase` is the phase that could not complete; without it the cohort keeps the last phase recorded."""
         async with self._tx() as s:
             c = await s.get(Cohort, cohort_id)
             if c is None or c.status != "running":
                 return
             c.status, c.reason, c.finished_at = "aborted", reason, now()
+            if phase is not None:
+                c.phase = int(phase)
             await s.execute(delete(CohortMember).where(CohortMember.cohort_id == cohort_id))
-            s.add(Event(query_id=c.query_id, cohort_id=cohort_id, type="cohort.aborted", data={"reason": reason}, created_at=now()))
+            s.add(Event(query_id=c.query_id, cohort_id=cohort_id, type="cohort.aborted",
+                        data={"reason": reason, "phase": Phase(c.phase).label}, created_at=now()))
 
     async def finish_cohort(
         self, cohort_id: str, total: np.ndarray, contributor_parties: Iterable[int], dropped: dict[str, list[int]]
@@ -417,7 +431,7 @@ class Store:
             r.aggregate = vec_to_bytes(agg + total)
             r.contributors = r.contributors + len(parties)
             c.status, c.sum, c.contributors, c.dropped, c.finished_at = "finished", vec_to_bytes(total), len(parties), dropped, now()
-            c.phase = 5
+            c.phase = int(Phase.DONE)
             if parties:
                 await s.execute(
                     update(CohortMember)

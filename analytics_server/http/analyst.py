@@ -1,4 +1,4 @@
-"""Analyst API (design.md §3): submit, list, status, result, cancel, events (SSE); plus admin routes."""
+"""Analyst API (docs/server.md): submit, list, status, result, cancel, events (SSE); plus budget and admin routes."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from analytics_server.auth import require_token
 from analytics_server.db.models import Query
 from analytics_server.db.store import TERMINAL
 from analytics_server.errors import HttpError
-from analytics_server.http.common import parse_json_body, parse_model, read_body, validation_message
-from analytics_server.state import STATE, AppState
+from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body, validation_message
+from analytics_server.state import AppState
 from queries import dp
 from queries.kind import QueryKindError, get_kind
 from queries.spec import QuerySpec
@@ -35,11 +35,9 @@ from secagg.phases import Phase
 
 ANALYST = ("analyst", "admin")
 ADMIN = ("admin",)
+SSE_POLL_S = 0.5
+"""How often the event stream looks for new stored events and a changed status view."""
 routes = web.RouteTableDef()
-
-
-def _state(request: web.Request) -> AppState:
-    return request.app[STATE]
 
 
 async def _query_or_404(st: AppState, query_id: str) -> Query:
@@ -93,13 +91,9 @@ def _live_phase(st: AppState, live: dict[str, Any]) -> str | None:
     return live.get("phase")
 
 
-def _json(model: Any, status: int = 200) -> web.Response:
-    return web.json_response(model.model_dump(mode="json"), status=status)
-
-
 @routes.post("/v1/queries")
 async def submit(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = app_state(request)
     token = await require_token(request, st.store, ANALYST)
     raw = parse_json_body(request, await read_body(request, st.settings.json_body_limit))
     spec = parse_model(QuerySpec, raw)
@@ -137,39 +131,39 @@ async def submit(request: web.Request) -> web.Response:
     except dp.BudgetExceeded as exc:
         raise HttpError(422, f"source {spec.source!r}: {exc}") from None
     st.orchestrator.spawn(q.id)
-    return _json(await _view(st, q), 201)
+    return json_model(await _view(st, q), 201)
 
 
 @routes.get("/v1/queries")
 async def list_queries(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ANALYST)
     views = [await _view(st, q) for q in await st.store.list_queries()]
-    return _json(QueryList(queries=views))
+    return json_model(QueryList(queries=views))
 
 
 @routes.get("/v1/queries/{id}")
 async def get_query(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ANALYST)
     q = await _query_or_404(st, request.match_info["id"])
-    return _json(await _view(st, q))
+    return json_model(await _view(st, q))
 
 
 @routes.get("/v1/queries/{id}/result")
 async def get_result(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ANALYST)
     q = await _query_or_404(st, request.match_info["id"])
     if q.status != "succeeded" or q.result is None:
         detail = f": {q.error}" if q.error else ""
         raise HttpError(409, f"query {q.id} has no result: status is {q.status}{detail}")
-    return _json(ResultView(id=q.id, kind=q.kind, result=q.result, privacy=q.privacy or {}))
+    return json_model(ResultView(id=q.id, kind=q.kind, result=q.result, privacy=q.privacy or {}))
 
 
 @routes.post("/v1/queries/{id}/cancel")
 async def cancel(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ANALYST)
     q = await _query_or_404(st, request.match_info["id"])
     if q.status in TERMINAL:
@@ -177,15 +171,21 @@ async def cancel(request: web.Request) -> web.Response:
     if not await st.orchestrator.cancel(q.id):
         fresh = await _query_or_404(st, q.id)
         raise HttpError(409, f"query {q.id} is already {fresh.status}")
-    return _json(await _view(st, await _query_or_404(st, q.id)))
+    return json_model(await _view(st, await _query_or_404(st, q.id)))
 
 
 @routes.get("/v1/queries/{id}/events")
 async def events(request: web.Request) -> web.StreamResponse:
-    """Server-sent events: `progress` whenever the status view changes, `end` when the query is terminal."""
-    st = _state(request)
+    """Server-sent events: the query's stored history and its live status.
+
+    Each row of the `events` table for the query (`query.submitted`, `round.started`, `cohort.formed`,
+    `cohort.phase`, `cohort.finished`, …) is sent once, in order, as `event: <type>` with `id: <row id>`, so a
+    client that reconnects with `Last-Event-ID` gets only what it missed; `progress` (the status view) is sent
+    whenever it changes; `end` once the query is terminal and every stored event has been sent."""
+    st = app_state(request)
     await require_token(request, st.store, ANALYST)
     q = await _query_or_404(st, request.match_info["id"])
+    after = _last_event_id(request)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     last = None
@@ -194,43 +194,60 @@ async def events(request: web.Request) -> web.StreamResponse:
         view = (await _view(st, q)).model_dump(mode="json")
         text = json.dumps(view, sort_keys=True)
         if text != last:
-            await resp.write(f"event: progress\ndata: {text}\n\n".encode())
+            await resp.write(_sse("progress", text))
             last = text
+        while batch := await st.store.events(q.id, after):  # read after the query row: includes its last event
+            for ev in batch:
+                data = {"type": ev.type, "at": ev.created_at.isoformat(), "cohort_id": ev.cohort_id, "data": ev.data}
+                await resp.write(_sse(ev.type, json.dumps(data), ev.id))
+                after = ev.id
         if q.status in TERMINAL:
-            await resp.write(f"event: end\ndata: {json.dumps({'status': q.status})}\n\n".encode())
+            await resp.write(_sse("end", json.dumps({"status": q.status})))
             break
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(SSE_POLL_S)
     await resp.write_eof()
     return resp
 
 
+def _last_event_id(request: web.Request) -> int:
+    text = request.headers.get("Last-Event-ID", "").strip() or "0"
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise HttpError(400, f"Last-Event-ID: must be the id of an event of this stream, got {text[:20]!r}")
+    return int(text)
+
+
+def _sse(event: str, data: str, event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+
+
 @routes.post("/v1/admin/tokens")
 async def create_token(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ADMIN)
     body = parse_model(TokenRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
     token = await st.store.create_token(body.role, body.label)
-    return _json(TokenCreated(token=token, role=body.role), 201)
+    return json_model(TokenCreated(token=token, role=body.role), 201)
 
 
 @routes.get("/v1/admin/queries/{id}/contributors")
 async def contributors(request: web.Request) -> web.Response:
     """Which devices' inputs are inside each round's sum (admin only: it reveals participation)."""
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ADMIN)
     q = await _query_or_404(st, request.match_info["id"])
     rounds = await st.store.contributors(q.id)
-    return _json(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()}))
+    return json_model(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()}))
 
 
 @routes.get("/v1/budgets")
 async def list_budgets(request: web.Request) -> web.Response:
     """Every source with a set total or a charged query; other sources have the default total."""
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ANALYST)
     default = st.settings.default_budget()
     views = [BudgetView(**b.to_dict()) for b in await st.store.list_budgets(default)]
-    return _json(BudgetList(budgets=views, default_epsilon=default.total_epsilon, default_delta=default.total_delta))
+    return json_model(BudgetList(budgets=views, default_epsilon=default.total_epsilon, default_delta=default.total_delta))
 
 
 def _source(request: web.Request) -> str:
@@ -242,19 +259,19 @@ def _source(request: web.Request) -> str:
 
 @routes.get("/v1/budgets/{source}")
 async def get_budget(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ANALYST)
     budget = await st.store.get_budget(_source(request), st.settings.default_budget())
-    return _json(BudgetView(**budget.to_dict()))
+    return json_model(BudgetView(**budget.to_dict()))
 
 
 @routes.put("/v1/admin/budgets/{source}")
 async def set_budget(request: web.Request) -> web.Response:
     """Set a source's total (ε, δ) (admin). Spent charges stay; a total below them leaves nothing to spend."""
-    st = _state(request)
+    st = app_state(request)
     await require_token(request, st.store, ADMIN)
     source = _source(request)
     body = parse_model(BudgetRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
     await st.store.set_budget(source, body.epsilon, body.delta)
     budget = await st.store.get_budget(source, st.settings.default_budget())
-    return _json(BudgetView(**budget.to_dict()))
+    return json_model(BudgetView(**budget.to_dict()))

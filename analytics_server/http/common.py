@@ -1,8 +1,9 @@
-"""Request parsing and error rendering shared by all routes: never a 5xx for bad input.
+"""Request parsing, response rendering and error rendering shared by all routes: never a 5xx for bad input.
 
-`read_json` enforces content type (415), size (413), syntax (400) and the pydantic model (422, message
-naming the field path). The middleware renders `HttpError`s and aiohttp's own HTTP exceptions as JSON
-`{"error": ...}`; anything else is a server bug and is logged as such.
+`read_body` enforces size (413), `parse_json_body` content type (415) and syntax (400), `parse_model` the
+pydantic model (422, message naming the field path); `json_model` renders a pydantic model and
+`app_state` gives a route the process's shared objects. The middleware renders `HttpError`s and aiohttp's
+own HTTP exceptions as JSON `{"error": ...}`; anything else is a server bug and is logged as such.
 """
 
 from __future__ import annotations
@@ -15,9 +16,21 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from analytics_server.errors import HttpError
+from analytics_server.state import STATE, AppState
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
+
+
+def app_state(request: web.Request) -> AppState:
+    return request.app[STATE]
+
+
+def json_model(
+    model: BaseModel, status: int = 200, headers: dict[str, str] | None = None, exclude_none: bool = False
+) -> web.Response:
+    """A pydantic model as a JSON response (`exclude_none` drops unset optional fields, as the device API does)."""
+    return web.json_response(model.model_dump(mode="json", exclude_none=exclude_none), status=status, headers=headers)
 
 
 def error_json(status: int, message: str, detail: Any = None, headers: dict[str, str] | None = None) -> web.Response:

@@ -1,7 +1,9 @@
 """Device API (docs/protocol.md): registration, check-in, and the secure-aggregation phase messages.
 
-Every request but registration is signed by the device key (analytics_server.auth.DeviceAuth); registration
-is signed by the key being registered (proof of possession). Phase messages are binary
+Every request names the protocol version it speaks (`X-FA-Protocol`; any other than
+`queries.envelope.PROTOCOL_VERSION` gets 400 naming the supported one). Every request but registration is
+signed by the device key (analytics_server.auth.DeviceAuth); registration is signed by the key being
+registered (proof of possession). Phase messages are binary
 (`application/octet-stream`): the device POSTs its secagg bytes for the phase and long-polls
 `…/next` for the server's message of the following phase.
 """
@@ -15,11 +17,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from analytics_server.cohort import CohortRuntime
 from analytics_server.errors import HttpError
-from analytics_server.http.common import parse_json_body, parse_model, read_body
-from analytics_server.state import STATE, AppState
+from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
+from analytics_server.state import AppState
 from queries.envelope import (
     HDR_DEVICE,
     HDR_PHASE,
+    HDR_PROTOCOL,
+    MAX_LONG_POLL_S,
+    PROTOCOL_VERSION,
     CheckinRequest,
     CheckinResponse,
     CohortStatus,
@@ -28,22 +33,27 @@ from queries.envelope import (
     b64d,
     device_id_for,
 )
+from secagg.phases import Phase
 
 routes = web.RouteTableDef()
-MAX_PHASE = 4
 
 
-def _state(request: web.Request) -> AppState:
-    return request.app[STATE]
-
-
-def _json(model: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(model.model_dump(mode="json", exclude_none=True), status=status, headers=headers)  # type: ignore[attr-defined]
+def _device_state(request: web.Request) -> AppState:
+    """The process's shared objects, once the request speaks this server's protocol version."""
+    header = request.headers.get(HDR_PROTOCOL, "").strip()
+    if header != str(PROTOCOL_VERSION):
+        got = f"got {header[:20]!r}" if header else f"the request has no {HDR_PROTOCOL} header"
+        raise HttpError(
+            400,
+            f"{HDR_PROTOCOL}: this server speaks device protocol {PROTOCOL_VERSION}; {got}",
+            headers={HDR_PROTOCOL: str(PROTOCOL_VERSION)},
+        )
+    return app_state(request)
 
 
 @routes.post("/v1/device/register")
 async def register(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = _device_state(request)
     body = await read_body(request, st.settings.json_body_limit)
     req = parse_model(RegisterRequest, parse_json_body(request, body))
     try:
@@ -57,12 +67,12 @@ async def register(request: web.Request) -> web.Response:
     device_id = device_id_for(raw)
     st.auth.remember_nonce(device_id, nonce)
     await st.store.register_device(device_id, raw)
-    return _json(RegisterResponse(device_id=device_id), 201)
+    return json_model(RegisterResponse(device_id=device_id), 201, exclude_none=True)
 
 
 @routes.post("/v1/device/checkin")
 async def checkin(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = _device_state(request)
     body = await read_body(request, st.settings.json_body_limit)
     device_id = await st.auth.verify(request, body)
     req = parse_model(CheckinRequest, parse_json_body(request, body))
@@ -75,12 +85,13 @@ async def checkin(request: web.Request) -> web.Response:
         waited = wait_s > 0
     running = st.orchestrator.running_count()
     if assignment is not None:
-        return _json(CheckinResponse(assignment=assignment, queries_running=running))
+        return json_model(CheckinResponse(assignment=assignment, queries_running=running), exclude_none=True)
     # after a full long-poll the device may come straight back; otherwise it waits retry_after_s
     retry = 0.0 if waited else st.settings.retry_after_s
-    return _json(
+    return json_model(
         CheckinResponse(retry_after=retry, queries_running=running),
         headers={"Retry-After": str(math.ceil(retry))},
+        exclude_none=True,
     )
 
 
@@ -93,24 +104,27 @@ def _cohort(st: AppState, cohort_id: str) -> CohortRuntime:
 
 def _phase(request: web.Request) -> int:
     text = request.match_info["phase"]
-    if not text.isdigit() or int(text) > MAX_PHASE:
-        raise HttpError(400, f"phase: must be an integer 0..{MAX_PHASE}, got {text[:20]!r}")
+    # Phase.UNMASKING is the last phase a device sends a message in; "²".isdigit() is True but int() refuses it
+    if not (text.isascii() and text.isdigit()) or int(text) > Phase.UNMASKING:
+        raise HttpError(400, f"phase: must be an integer 0..{int(Phase.UNMASKING)}, got {text[:20]!r}")
     return int(text)
 
 
 @routes.get("/v1/device/cohorts/{cohort_id}")
 async def cohort_status(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = _device_state(request)
     device_id = await st.auth.verify(request, await read_body(request, st.settings.json_body_limit))
     cohort = _cohort(st, request.match_info["cohort_id"])
     if device_id not in cohort.members:
         raise HttpError(403, f"device is not a member of cohort {cohort.id}")
-    return _json(CohortStatus(cohort_id=cohort.id, status=cohort.status, phase=cohort.phase, reason=cohort.reason))
+    return json_model(
+        CohortStatus(cohort_id=cohort.id, status=cohort.status, phase=cohort.phase, reason=cohort.reason), exclude_none=True
+    )
 
 
 @routes.post("/v1/device/cohorts/{cohort_id}/phases/{phase}")
 async def post_message(request: web.Request) -> web.Response:
-    st = _state(request)
+    st = _device_state(request)
     body = await read_body(request, st.settings.binary_body_limit)
     device_id = await st.auth.verify(request, body)
     phase = _phase(request)
@@ -125,15 +139,15 @@ async def post_message(request: web.Request) -> web.Response:
 
 @routes.get("/v1/device/cohorts/{cohort_id}/phases/{phase}/next")
 async def next_message(request: web.Request) -> web.StreamResponse:
-    st = _state(request)
+    st = _device_state(request)
     device_id = await st.auth.verify(request, await read_body(request, st.settings.json_body_limit))
     phase = _phase(request)
     try:
         wait_s = float(request.query.get("wait", "0"))
     except ValueError:
         raise HttpError(400, "wait: must be a number of seconds") from None
-    if not 0 <= wait_s <= 60:
-        raise HttpError(400, "wait: must be between 0 and 60 seconds")
+    if not 0 <= wait_s <= MAX_LONG_POLL_S:
+        raise HttpError(400, f"wait: must be between 0 and {MAX_LONG_POLL_S:g} seconds")
     cohort = _cohort(st, request.match_info["cohort_id"])
     nxt = await cohort.next_message(device_id, phase, wait_s)
     if nxt.kind == "message":

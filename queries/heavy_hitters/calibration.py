@@ -10,8 +10,8 @@ provided 4 ≤ θ ≤ √n and γ ≤ √n / (θ + 1). With q = m / n the per-de
 the first formula is simply ε = −L · ln(1 − q·θ): ε does not depend on n, only on the rate.
 
 Corollary 1 picks, for a target (ε, δ): θ the smallest integer (≥ 4) with ((θ − 3)/(θ − 2))·θ! ≥ 1/δ
-and θ ≥ e^{ε/L} − 1, and γ = √n·(e^{ε/L} − 1)/(θ·e^{ε/L}), i.e. q = (1 − e^{−ε/L}) / θ. The seed's
-table (ε = 2, L = 10) lists θ and γ = m/√n truncated to two decimals; `tests/queries/
+and θ ≥ e^{ε/L} − 1, and γ = √n·(e^{ε/L} − 1)/(θ·e^{ε/L}), i.e. q = (1 − e^{−ε/L}) / θ. The
+paper's Table 1 (ε = 2, L = 10) lists θ and γ = m/√n truncated to two decimals; `tests/queries/
 test_heavy_hitters.py` reproduces it.
 
 One device holding w > 1 strings is a group of w "users" of the paper's analysis; by group privacy
@@ -55,7 +55,7 @@ class TrieHHCalibration:
 
     @property
     def gamma(self) -> float | None:
-        """The paper's γ = m/√n (the seed's table column)."""
+        """The paper's γ = m/√n (the column of its Table 1)."""
         if self.population_size is None:
             return None
         return self.sample_rate * self.population_size / math.sqrt(self.population_size)

@@ -2,7 +2,8 @@
 
 Devices estimate the gradient of their local mean loss by central finite differences
 (`queries.training.finite_diff`), so any function with tunable numeric weights can be trained — the
-frecency ranking of seed 003 is the worked example (`queries.training.frecency`).
+frecency ranking of the Firefox URL bar (Hartmann et al., "Federated Learning for Ranking Browser
+History Suggestions", 2019) is the worked example (`queries.training.frecency`).
 
 Two ways to register (the device SDK re-exports `register_scoring_function`):
 - `register_blackbox(BlackBoxModel(...))`: a per-row loss `loss(weights, batch) -> array`, where `batch`
@@ -10,8 +11,8 @@ Two ways to register (the device SDK re-exports `register_scoring_function`):
 - `register_scoring_function(name, score, param_names, initial_weights, …)`: a pointwise ranking score
   `score(weights, items) -> array` (one score per item, `items` as made by `prepare_items`). Rows are
   URL-bar style interactions `{"items": [...], "selected": i, "match_chars"?: [...], "query_length"?: L}`;
-  the loss is the pointwise SVM ranking loss of seed 003 §5.2, Σ_{j≠i} max(0, s_j + Δ − s_i), and the
-  metrics are the rank of the selected item (1 = top, ties count half) and, when rows say how many
+  the loss is the pointwise SVM ranking loss of Hartmann et al. 2019 §5.2, Σ_{j≠i} max(0, s_j + Δ − s_i),
+  and the metrics are the rank of the selected item (1 = top, ties count half) and, when rows say how many
   typed characters each item keeps matching, the characters typed before the selected item shows up
   in the first `display` suggestions.
 """
@@ -155,7 +156,7 @@ def _selected_scores(scores: np.ndarray, b: RankingBatch) -> np.ndarray:
 
 
 def svm_rank_loss(scores: np.ndarray, b: RankingBatch, margin: float) -> np.ndarray:
-    """Per row Σ_{j≠i} max(0, s_j + Δ − s_i) (seed 003 §5.2)."""
+    """Per row Σ_{j≠i} max(0, s_j + Δ − s_i) (pointwise SVM ranking, Hartmann et al. 2019 §5.2)."""
     s_sel = _selected_scores(scores, b)[b.row_of_item]
     hinge = np.where(b.selected, 0.0, np.maximum(0.0, scores + margin - s_sel))
     return np.bincount(b.row_of_item, weights=hinge, minlength=b.n_rows)

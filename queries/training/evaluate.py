@@ -1,6 +1,6 @@
 """In-process evaluation of the training kind (`python -m queries.training.evaluate [--quick]`, prints JSON).
 
-Runs the issue's three scenarios with exact sums (`queries.local_run.run_locally`): logistic regression
+Runs three scenarios with exact sums (`queries.local_run.run_locally`): logistic regression
 on breast cancer over 50 label-skewed devices vs scikit-learn; softmax regression on digits over 100
 label-skewed devices vs the same model trained centrally with the same epochs budget (FedSGD and
 FedAvg settings); the frecency example with Rprop sign votes over 300 simulated devices (curve of

@@ -1,8 +1,9 @@
 """Gradient estimates of a black-box scalar function by central finite differences.
 
 For each coordinate i the function is evaluated at θ + h·e_i and θ − h·e_i (2·m evaluations for m
-weights; seed 000 §7.2, seed 003 §5.4). Two measures keep it numerically stable (the central form and
-the advice the seed cites, Baydin et al. 2018): the central difference has O(h²) truncation error
+weights; Hartmann, "Federated Learning", MSc thesis, FU Berlin 2018, §7.2; Hartmann et al., "Federated
+Learning for Ranking Browser History Suggestions", 2019, §5.4). Two measures keep it numerically stable
+(the central form and the advice of Baydin et al. 2018): the central difference has O(h²) truncation error
 instead of O(h) for the one-sided form, so h need not be tiny; and the step is relative to the weight's
 magnitude (h = step·max(|θ_i|, 1)) and divided by the difference of the two *representable* points
 (θ_i+h) − (θ_i−h) rather than by 2h, which removes the rounding error of forming θ_i ± h.

@@ -1,11 +1,12 @@
-"""Frecency, the Firefox URL-bar ranking function (seed 000 §7.1), as a registered scoring function.
+"""Frecency, the Firefox URL-bar ranking function (Hartmann, "Federated Learning", MSc thesis, FU Berlin
+2018, §7.1), as a registered scoring function.
 
 visit(v)     = recency_weight[bucket(age of v)] · type_weight[type of v]
 frecency(x)  = |S_x| / |T_x| · Σ_{v ∈ T_x} visit(v)
 
 with S_x all visits to page x, T_x its (up to) 10 most recent, five recency buckets cut at 4, 14, 31 and
 90 days, and visit types link (a normal visit), typed, bookmark, other. The nine weights are trained;
-the bucket cut-offs and the 10 are fixed (seed 000 §7.2 keeps those two fixed too, and optimising the
+the bucket cut-offs and the 10 are fixed (the thesis's §7.2 keeps those two fixed too, and optimising the
 integer cut-offs would need integer steps). Handcrafted weights: recency 100, 70, 50, 30, 10; types 1.2,
 2.0, 1.4, 0.
 
@@ -37,9 +38,10 @@ SAFEGUARDS = {
     "ordered_groups": [list(RECENCY_NAMES)],
     "max_change": {**{n: 3.0 for n in RECENCY_NAMES}, **{n: 0.1 for n in TYPE_NAMES}},
 }
-"""The seed's safeguards (003 §5.6, 000 §7.2): weights ≥ 0, newer buckets ≥ older, and a bounded change
-per round — 3 points for recency weights as in the study; 0.1 for the type multipliers, whose scale is
-~30× smaller (the study's single bound of 3 would let a multiplier of 1.2 jump to 4.2 in one round)."""
+"""The safeguards of the Firefox study (Hartmann et al. 2019 §5.6; Hartmann 2018 §7.2): weights ≥ 0, newer
+buckets ≥ older, and a bounded change per round — 3 points for recency weights as in the study; 0.1 for the
+type multipliers, whose scale is ~30× smaller (the study's single bound of 3 would let a multiplier of 1.2
+jump to 4.2 in one round)."""
 
 RPROP = {
     "name": "rprop",
@@ -50,8 +52,8 @@ RPROP = {
     "step_max": {**{n: 3.0 for n in RECENCY_NAMES}, **{n: 0.1 for n in TYPE_NAMES}},
     "votes": "sign",
 }
-"""Rprop settings of the Firefox study (seed 000 §7.2): initial steps 2 / 0.02, α = 2, β = 0.6, max step 3
-(0.1 for the type multipliers, see SAFEGUARDS)."""
+"""Rprop settings of the Firefox study (Hartmann 2018 §7.2): initial steps 2 / 0.02, α = 2, β = 0.6, max
+step 3 (0.1 for the type multipliers, see SAFEGUARDS)."""
 
 
 def bucket_of(age_days: np.ndarray) -> np.ndarray:

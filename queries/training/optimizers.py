@@ -6,17 +6,18 @@ training; for sign votes, the vote sum). Optimiser state is a dict of float list
 - fedavg: θ ← θ + lr·Δ̄ (McMahan et al.; E=1, B=all is FedSGD).
 - adam (FedAdam, Reddi et al. 2021): m ← β1·m + (1−β1)Δ̄; v ← β2·v + (1−β2)Δ̄²; θ ← θ + lr·m/(√v + τ)
   (optional bias correction).
-- rprop (seed 000 §3.5, Riedmiller & Braun): s = sign(Δ̄) (or of the vote sum); per weight the step grows
-  by `increase` when s agrees with the previous round's sign, shrinks by `decrease` when it flips, stays
-  when either is 0; clipped to [step_min, step_max]; θ ← θ + step·s.
+- rprop (Hartmann, "Federated Learning", MSc thesis, FU Berlin 2018, §3.5; Riedmiller & Braun):
+  s = sign(Δ̄) (or of the vote sum); per weight the step grows by `increase` when s agrees with the
+  previous round's sign, shrinks by `decrease` when it flips, stays when either is 0; clipped to
+  [step_min, step_max]; θ ← θ + step·s.
 
-Safeguards (seed 003 §5.6), given old weights that satisfy them. Every weight gets bounds [lo, hi]: the
-change cap (old ± max_change) intersected with [0, ∞) for non-negative weights; old lies inside. Inside
-an ordered group (w_1 ≥ w_2 ≥ …) the bounds are tightened to monotone ones (hi_k ← min_{j≤k} hi_j,
-lo_k ← max_{j≥k} lo_j, still containing old), the proposal is clipped to them and then trimmed front to
-back with w_k ← min(w_k, w_{k−1}), which cannot leave [lo_k, hi_k] because lo is non-increasing. So all
-safeguards hold together after every round — the seed's "trim the update" rule made exact. Groups must
-not share weights.
+Safeguards (Hartmann et al., "Federated Learning for Ranking Browser History Suggestions", 2019, §5.6),
+given old weights that satisfy them. Every weight gets bounds [lo, hi]: the change cap (old ± max_change)
+intersected with [0, ∞) for non-negative weights; old lies inside. Inside an ordered group (w_1 ≥ w_2 ≥ …)
+the bounds are tightened to monotone ones (hi_k ← min_{j≤k} hi_j, lo_k ← max_{j≥k} lo_j, still containing
+old), the proposal is clipped to them and then trimmed front to back with w_k ← min(w_k, w_{k−1}), which
+cannot leave [lo_k, hi_k] because lo is non-increasing. So all safeguards hold together after every round
+— "trimming the update magnitude" of the thesis (§7.2) made exact. Groups must not share weights.
 """
 
 from __future__ import annotations

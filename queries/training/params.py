@@ -63,7 +63,8 @@ class AdamSpec(BaseModel):
 
 
 class RPropSpec(BaseModel):
-    """Rprop on the sign of the aggregate (seed 000 §3.5, §4.4; defaults η+=1.2, η−=0.5 of Igel & Hüsken)."""
+    """Rprop on the sign of the aggregate (Hartmann, "Federated Learning", MSc thesis, FU Berlin 2018, §3.5,
+    §4.4; defaults η+=1.2, η−=0.5 of Igel & Hüsken)."""
 
     model_config = ConfigDict(extra="forbid")
     name: Literal["rprop"]
@@ -82,7 +83,8 @@ ServerOptimizer = Annotated[FedAvgSpec | AdamSpec | RPropSpec, Field(discriminat
 
 
 class SafeguardSpec(BaseModel):
-    """Applied to every round's new weights (seed 003 §5.6), in this order: change cap, then projections."""
+    """Applied to every round's new weights (Hartmann et al., "Federated Learning for Ranking Browser History
+    Suggestions", 2019, §5.6), in this order: change cap, then projections."""
 
     model_config = ConfigDict(extra="forbid")
     max_change: PerWeight | None = None

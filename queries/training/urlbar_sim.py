@@ -1,4 +1,6 @@
-"""Simulated URL-bar interactions for the frecency example (in the style of seed 003 §6.1 / 000 §7.3).
+"""Simulated URL-bar interactions for the frecency example, in the style of the simulations of Hartmann et
+al., "Federated Learning for Ranking Browser History Suggestions", 2019, §6.1, and of Hartmann, "Federated
+Learning", MSc thesis, FU Berlin 2018, §7.3.
 
 Each device has its own history: pages whose visit counts follow an exponential distribution (mean 7),
 visit ages over the past 180 days skewed towards recent ones, visit types link 60 %, typed 20 %,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
@@ -13,18 +14,42 @@ from analytics_server.app import create_app
 from analytics_server.db.engine import migrate
 from analytics_server.settings import Settings
 
+TEST_SETTINGS: dict[str, Any] = {"retry_after_s": 0.5, "cohort_formation_wait_s": 0.3, "checkin_max_wait_s": 2}
+"""Short waits, so in-process fleets form cohorts and idle devices come back quickly."""
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file migrated to the head revision; tests get copies (running Alembic each time is slow)."""
+    path = tmp_path_factory.mktemp("migrated") / "template.db"
+    migrate(f"sqlite+aiosqlite:///{path}")
+    return path
+
 
 @pytest.fixture
-async def migrated_url(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'fa.db'}"
-    await asyncio.to_thread(migrate, url)
-    return url
+async def migrated_url(migrated_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "fa.db"
+    shutil.copyfile(migrated_template, path)
+    return f"sqlite+aiosqlite:///{path}"
 
 
 @pytest.fixture
-async def app_server(migrated_url: str) -> AsyncIterator[TestServer]:
-    settings = Settings(db_url=migrated_url, retry_after_s=0.5, cohort_formation_wait_s=0.3, checkin_max_wait_s=2)
-    server = TestServer(create_app(settings))
-    await server.start_server()
-    yield server
-    await server.close()
+async def start_app_server(migrated_url: str) -> AsyncIterator[Callable[..., Awaitable[TestServer]]]:
+    """`await start_app_server(**settings)`: the app on the migrated database with these settings over the
+    test defaults; closed at the end of the test."""
+    servers: list[TestServer] = []
+
+    async def start(**overrides: Any) -> TestServer:
+        server = TestServer(create_app(Settings(**{**TEST_SETTINGS, "db_url": migrated_url, **overrides})))
+        await server.start_server()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def app_server(start_app_server: Callable[..., Awaitable[TestServer]]) -> TestServer:
+    return await start_app_server()

@@ -37,8 +37,33 @@ async def test_seats_unique_per_round_and_freed_on_abort(migrated_url: str) -> N
     assert await store.abort_running_cohorts("server restarted") == 1
     assert await store.round_members(rid) == set()
     (c1,) = await store.cohorts_of_round(rid)
-    assert (c1.status, c1.reason) == ("aborted", "server restarted")
+    assert (c1.status, c1.reason, c1.phase) == ("aborted", "server restarted", Phase.ADVERTISE_KEYS)
     await store.create_cohort("c3", qid, rid, {}, "secagg", {devs[1]: 1, devs[2]: 2})
+    await store.engine.dispose()
+
+
+async def test_cohort_rows_record_their_phase(migrated_url: str) -> None:
+    """A running cohort's row follows its phases (one `cohort.phase` event each); an abort keeps the phase
+    that failed (given, or the last recorded one after a restart); a finished cohort says done."""
+    store, qid, rid, devs = await _setup(migrated_url, 6)
+    await store.create_cohort("c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
+    await store.create_cohort("c2", qid, rid, {}, "plain", {devs[2]: 1, devs[3]: 2}, phase=Phase.MASKED_INPUT)
+    await store.create_cohort("c3", qid, rid, {}, "secagg", {devs[4]: 1, devs[5]: 2})
+    await store.set_cohort_phase("c1", Phase.SHARE_KEYS)
+    await store.set_cohort_phase("c3", Phase.SHARE_KEYS)
+    await store.abort_cohort("c1", "too few", Phase.SHARE_KEYS)
+    await store.set_cohort_phase("c1", Phase.MASKED_INPUT)  # too late: the cohort already ended
+    await store.finish_cohort("c2", np.array([1, 2, 3]), [1, 2], {})
+    await store.set_cohort_phase("c3", Phase.MASKED_INPUT)
+    assert await store.abort_running_cohorts("server restarted") == 1
+    rows = {c.id: (c.status, c.phase) for c in await store.cohorts_of_round(rid)}
+    assert rows == {"c1": ("aborted", Phase.SHARE_KEYS), "c2": ("finished", Phase.DONE),
+                    "c3": ("aborted", Phase.MASKED_INPUT)}
+    phases = [(e.cohort_id, e.data["phase"]) for e in await store.events(qid) if e.type == "cohort.phase"]
+    assert phases == [("c1", "share_keys"), ("c3", "share_keys"), ("c3", "masked_input")]
+    aborted = {e.cohort_id: e.data for e in await store.events(qid) if e.type == "cohort.aborted"}
+    assert aborted == {"c1": {"reason": "too few", "phase": "share_keys"},
+                       "c3": {"reason": "server restarted", "phase": "masked_input"}}
     await store.engine.dispose()
 
 
@@ -101,6 +126,9 @@ async def test_cohort_runtime_exact_with_drops(migrated_url: str) -> None:
     assert cohort.contributors == expected_parties
     (row,) = await store.cohorts_of_round(cohort.round_id)
     assert vec_from_bytes(row.sum).tolist() == sum(inputs[p] for p in expected_parties).tolist()
+    assert row.phase == Phase.DONE
+    opened = [e.data["phase"] for e in await store.events(cohort.query_id) if e.type == "cohort.phase"]
+    assert opened == ["share_keys", "masked_input", "unmasking"]  # semi-honest: no consistency check
     await store.engine.dispose()
 
 
@@ -109,6 +137,8 @@ async def test_cohort_runtime_aborts_with_reason(migrated_url: str) -> None:
     cohort, _, store = await _drive(migrated_url, 6, drops, 4)
     assert cohort.status == "aborted" and "needed at least 4" in (cohort.reason or "")
     assert await store.round_members(cohort.round_id) == set()
+    (row,) = await store.cohorts_of_round(cohort.round_id)
+    assert (row.status, row.phase) == ("aborted", Phase.MASKED_INPUT)  # the phase that could not complete
     with pytest.raises(HttpError) as exc:
         await cohort.next_message("dev005", 2, 0)
     assert exc.value.status == 410

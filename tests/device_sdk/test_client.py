@@ -4,20 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import aiohttp
 import numpy as np
+import pytest
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from device_sdk.analyst_cli import format_result
-from device_sdk.client import REGISTERED_META, DeviceClient
+from device_sdk.client import REGISTERED_META, DeviceClient, ProtocolVersionError
 from device_sdk.store import LocalStore
+from queries.envelope import PROTOCOL_VERSION
 from queries.kind import get_kind
 from queries.local_run import run_locally
+from secagg.phases import Phase
 
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"], "other_bucket": "other"},
         "cohort": {"min_clients": 5, "max_clients": 50, "phase_timeout_s": 3}}
+
+
+async def _run_query(http: aiohttp.ClientSession, url: str, spec: dict[str, Any], hdr: dict[str, str]) -> dict[str, Any]:
+    """Submit `spec`, poll until it ends (≤ 30 s), require success; its result."""
+    r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
+    assert r.status == 201, await r.text()
+    qid = (await r.json())["id"]
+    for _ in range(300):
+        status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
+        if status["status"] not in ("pending", "running"):
+            break
+        await asyncio.sleep(0.1)
+    assert status["status"] == "succeeded", status
+    return await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
 
 
 async def test_registration_is_persisted(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -49,22 +67,32 @@ async def test_devices_complete_a_histogram(app_server: TestServer) -> None:
             clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
         hdr = {"Authorization": f"Bearer {token}"}
-        r = await http.post(url + "/v1/queries", json=SPEC, headers=hdr)
-        assert r.status == 201, await r.text()
-        qid = (await r.json())["id"]
-        for _ in range(300):
-            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-            if status["status"] not in ("pending", "running"):
-                break
-            await asyncio.sleep(0.1)
-        assert status["status"] == "succeeded", status
-        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        res = await _run_query(http, url, SPEC, hdr)
         stop.set()
         await asyncio.gather(*fleet)
     expected, _ = run_locally(get_kind("histogram"), SPEC["params"], data)
     assert res["result"] == expected  # no dropouts: every device contributed
     assert "counts.moon" in format_result(res, "csv") and json.loads(format_result(res, "json"))["kind"] == "histogram"
     assert "histogram result" in format_result(res, "table")
+
+
+async def test_a_server_of_another_protocol_version_stops_the_device(
+    app_server: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK sends its protocol version (the server accepts it); when the server speaks another one, the
+    SDK raises ProtocolVersionError naming the server's version, and run_forever stops instead of retrying."""
+    from analytics_server.http import device as device_routes
+
+    client = DeviceClient(str(app_server.make_url("")), LocalStore(), checkin_wait_s=0)
+    assert (await client.run_once()).status == "idle"
+    monkeypatch.setattr(device_routes, "PROTOCOL_VERSION", PROTOCOL_VERSION + 1)
+    with pytest.raises(ProtocolVersionError) as exc:
+        await client.run_once()
+    assert exc.value.status == 400 and exc.value.server_version == str(PROTOCOL_VERSION + 1)
+    assert f"speaks device protocol {PROTOCOL_VERSION + 1}" in exc.value.message
+    with pytest.raises(ProtocolVersionError):
+        await asyncio.wait_for(client.run_forever(asyncio.Event()), 5)
+    await client.close()
 
 
 async def test_network_errors_back_off_exponentially() -> None:
@@ -88,15 +116,27 @@ async def test_network_errors_back_off_exponentially() -> None:
     assert 3 <= calls <= 200, calls
 
 
-async def test_active_threat_model_and_sse(migrated_url: str) -> None:
-    """FA_THREAT_MODEL=active: devices sign with their registration key; SSE reports progress then the end."""
-    from analytics_server.app import create_app
-    from analytics_server.settings import Settings
+async def _sse(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> list[tuple[int | None, str, Any]]:
+    """The whole event stream as (id, event, data) until the server closes it."""
+    out, event_id, event = [], None, ""
+    async with http.get(url, headers=headers) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+        async for raw in resp.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                out.append((event_id, event, json.loads(line[6:])))
+                event_id = None
+    return out
 
-    settings = Settings(db_url=migrated_url, threat_model="active", retry_after_s=0.5, cohort_formation_wait_s=0.3,
-                        checkin_max_wait_s=2)
-    server = TestServer(create_app(settings))
-    await server.start_server()
+
+async def test_active_threat_model_and_sse(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    """FA_THREAT_MODEL=active: devices sign with their registration key. SSE: progress, the query's stored
+    events in order (ids increasing; a reconnect with Last-Event-ID resumes after it), then the end."""
+    server = await start_app_server(threat_model="active")
     url = str(server.make_url(""))
     token = await server.app[STATE].store.create_token("analyst")
     hdr = {"Authorization": f"Bearer {token}"}
@@ -112,22 +152,32 @@ async def test_active_threat_model_and_sse(migrated_url: str) -> None:
                 store.add_many("words", rows)
                 clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
             fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
-            events = []
-            async with http.get(f"{url}/v1/queries/{qid}/events", headers=hdr) as resp:
-                assert resp.headers["Content-Type"].startswith("text/event-stream")
-                async for line in resp.content:
-                    if line.startswith(b"event: "):
-                        events.append(line[7:].strip().decode())
-            assert events[0] == "progress" and events[-1] == "end" and len(events) >= 3
+            stream = await _sse(http, f"{url}/v1/queries/{qid}/events", hdr)
             res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
             stop.set()
             await asyncio.gather(*fleet)
+            events = [e for _, e, _ in stream]
+            assert events[0] == "progress" and events[-1] == "end" and stream[-1][2] == {"status": "succeeded"}
+            stored = [(i, e, d) for i, e, d in stream if i is not None]
+            assert [i for i, _, _ in stored] == sorted({i for i, _, _ in stored})
+            assert [e for _, e, _ in stored] == [
+                "query.submitted", "query.running", "round.started", "cohort.formed",
+                *["cohort.phase"] * 4, "cohort.finished", "round.decoded", "query.succeeded",
+            ]
+            phases = [d["data"]["phase"] for _, e, d in stored if e == "cohort.phase"]
+            assert phases == ["share_keys", "masked_input", "consistency_check", "unmasking"]  # active model
+            formed = next(d for _, e, d in stored if e == "cohort.formed")
+            assert formed["data"] == {"n": len(data)} and formed["cohort_id"]
+            # reconnecting after the cohort formed replays only what came after it
+            resumed = await _sse(http, f"{url}/v1/queries/{qid}/events", {**hdr, "Last-Event-ID": str(stored[3][0])})
+            assert [e for i, e, _ in resumed if i is not None] == [e for _, e, _ in stored[4:]]
+            assert resumed[-1][1] == "end"
         (cohort,) = await server.app[STATE].store.cohorts_of_round(1)
-        assert cohort.secagg["threat_model"] == "active"
+        assert cohort.secagg["threat_model"] == "active" and cohort.phase == Phase.DONE
         expected, _ = run_locally(get_kind("histogram"), SPEC["params"], data)
         assert res["result"] == expected
     finally:
-        await server.close()
+        stop.set()
 
 
 async def test_fleet_until_idle_exits_and_truth_matches_keys(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -170,16 +220,7 @@ async def test_distributed_noise_reaches_devices_and_result(app_server: TestServ
             c.run_assignment = spy  # type: ignore[method-assign]
             clients.append(c)
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
-        r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
-        assert r.status == 201, await r.text()
-        qid = (await r.json())["id"]
-        for _ in range(300):
-            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-            if status["status"] not in ("pending", "running"):
-                break
-            await asyncio.sleep(0.1)
-        assert status["status"] == "succeeded", status
-        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        res = await _run_query(http, url, spec, hdr)
         stop.set()
         await asyncio.gather(*fleet)
     assert seen_noise and all(n is not None and n.mechanism == "discrete_gaussian" and n.scale > 0 for n in seen_noise)

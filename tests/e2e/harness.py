@@ -5,12 +5,30 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from device_sdk.analyst_cli import AnalystClient
 from queries.kind import get_kind
 from queries.local_run import run_locally
 from scripts.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
+from tests.signed_device import SignedDevice
+
+
+@contextmanager
+def server_on_fresh_sqlite(tmp: Path, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A server process on a new, migrated SQLite file in `tmp` (for a module's tests); stopped at the end,
+    when its log must hold no traceback."""
+    url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
+    fresh_database(url)
+    srv = Server(url, tmp / "server.log", env=env).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+    assert not srv.log_has_tracebacks(), (tmp / "server.log").read_text()[-5000:]
 
 
 def expected_result(kind: str, params: dict[str, Any], source: str, truth: dict[str, dict[str, list[Any]]],
@@ -33,33 +51,12 @@ def check_exact(admin: AnalystClient, query_id: str, spec: dict[str, Any], truth
     return res
 
 
-class SyncDevice:
-    """A hand-driven device for bad-input tests: signs like the SDK, but every part can be bent."""
+class SyncDevice(SignedDevice):
+    """A hand-driven device for bad-input tests (blocking HTTP): signs like the SDK, but every part can be bent."""
 
     def __init__(self, server_url: str) -> None:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-        from queries.envelope import device_id_for
-
+        super().__init__()
         self.url = server_url
-        self.key = Ed25519PrivateKey.generate()
-        self.public = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self.device_id = device_id_for(self.public)
-
-    def signed_headers(self, method: str, path_qs: str, body: bytes, device: bool = True, nonce: str | None = None,
-                       ts: str | None = None) -> dict[str, str]:
-        import secrets as _secrets
-
-        from queries.envelope import b64e, signing_payload
-
-        ts = ts or str(int(time.time()))
-        nonce = nonce or _secrets.token_urlsafe(16)
-        h = {"X-FA-Timestamp": ts, "X-FA-Nonce": nonce,
-             "X-FA-Signature": b64e(self.key.sign(signing_payload(method, path_qs, ts, nonce, body)))}
-        if device:
-            h["X-FA-Device"] = self.device_id
-        return h
 
     def raw(self, method: str, path_qs: str, body: bytes = b"", headers: dict[str, str] | None = None,
             timeout: float = 30) -> tuple[int, dict[str, str], bytes]:

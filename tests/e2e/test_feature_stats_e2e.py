@@ -1,8 +1,8 @@
-"""Acceptance (issue 6): feature_stats over HTTP on sklearn's breast-cancer data, label-skewed over 50
+"""Acceptance: feature_stats over HTTP on sklearn's breast-cancer data, label-skewed over 50
 devices with NaN/inf/missing values injected. No noise: count/mean/var equal numpy on the pooled clipped
 data to 1e-6 relative and the scaler block loads into a StandardScaler that transforms like a central one.
-With DP (ε = 1, Skellam): each released mean lies in its 99.9 % interval. Bad specs → 422 naming the field.
-One server process for the module."""
+With DP (ε = 1, Skellam): each released mean lies in its 99.9 % interval. One server process for the
+module. (Bad specs → 422 naming the field: tests/analytics_server/test_spec_validation.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from sklearn.preprocessing import StandardScaler
 
-from device_sdk.analyst_cli import AnalystClient, ApiError
+from device_sdk.analyst_cli import AnalystClient
 from device_sdk.scenarios.datasets import (
     BREAST_CANCER_SHARDS,
     breast_cancer_feature_bounds,
@@ -24,7 +24,7 @@ from device_sdk.scenarios.datasets import (
     feature_matrix,
 )
 from queries.feature_stats import NOISY_PRECISION_BITS, FeatureStatsParams
-from tests.e2e.harness import Fleet, Server, fresh_database
+from tests.e2e.harness import Fleet, Server, server_on_fresh_sqlite
 
 pytestmark = pytest.mark.e2e
 DEVICES = BREAST_CANCER_SHARDS  # 50: the fleet holds every row once
@@ -32,13 +32,8 @@ DEVICES = BREAST_CANCER_SHARDS  # 50: the fleet holds every row once
 
 @pytest.fixture(scope="module")
 def fs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("fs")
-    url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
-    fresh_database(url)
-    srv = Server(url, tmp / "server.log").start()
-    yield srv
-    srv.stop()
-    assert not srv.log_has_tracebacks(), (tmp / "server.log").read_text()[-5000:]
+    with server_on_fresh_sqlite(tmp_path_factory.mktemp("fs")) as srv:
+        yield srv
 
 
 def _features(names: list[str]) -> list[dict[str, Any]]:
@@ -144,22 +139,3 @@ def test_dp_means_within_their_999_intervals(fs_server: Server, tmp_path: Path) 
         errors[f["name"]] = m - float(x.mean())
     print("feature_stats DP ε=1 σ(examples)=%.2f mean errors: %s" % (sigma, errors))
     assert errors, "every feature was suppressed"
-
-
-@pytest.mark.parametrize(
-    ("features", "field"),
-    [
-        ([{"name": "a", "lower": 1.0, "upper": 1.0}], "lower"),
-        ([{"name": "a", "lower": 2.0, "upper": 1.0}], "lower"),
-        ([{"name": "a", "lower": "NaN", "upper": 1.0}], "lower"),
-        ([{"name": "a", "lower": 0.0, "upper": "Infinity"}], "upper"),
-        ([{"name": "a", "lower": 0, "upper": 1}, {"name": "a", "lower": 0, "upper": 2}], "duplicate"),
-        ([], "features"),
-    ],
-)
-def test_bad_specs_are_422(fs_server: Server, features: list[dict[str, Any]], field: str) -> None:
-    client = AnalystClient(fs_server.url, fs_server.token("analyst"))
-    with pytest.raises(ApiError) as info:
-        client.submit(_spec(features, {"mechanism": "none"}))
-    assert info.value.status == 422
-    assert field in info.value.message and "features" in info.value.message, info.value.message

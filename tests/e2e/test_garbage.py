@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from device_sdk.analyst_cli import AnalystClient
-from queries.envelope import b64e
+from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
 from secagg import ClientSession, SecAggConfig, encoding
 from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact
 
@@ -63,7 +63,7 @@ def test_garbage_at_device_endpoints_during_a_cohort(server: Server, tmp_path: P
                 st.just(valid),
             ),
             ctype=st.sampled_from(CTYPES),
-            auth=st.sampled_from(["valid", "unsigned", "stranger", "bad_sig", "old", "garbage_headers"]),
+            auth=st.sampled_from(["valid", "unsigned", "stranger", "bad_sig", "old", "garbage_headers", "other_protocol"]),
             wait=st.sampled_from(["0", "0.05", "x", "-1", "1e9", "nan"]),
         )
         def throw(endpoint: str, cohort: str, phase: str, body: bytes, ctype: str, auth: str, wait: str) -> None:
@@ -83,13 +83,16 @@ def test_garbage_at_device_endpoints_during_a_cohort(server: Server, tmp_path: P
             signer = stranger if auth == "stranger" else attacker
             headers = signer.signed_headers(method, path, body, device=endpoint != "register")
             if auth == "unsigned":
-                headers = {}
+                headers = {HDR_PROTOCOL: str(PROTOCOL_VERSION)}
             elif auth == "bad_sig":
                 headers["X-FA-Signature"] = b64e(secrets.token_bytes(64))
             elif auth == "old":
                 headers = signer.signed_headers(method, path, body, ts=str(int(time.time()) - 10_000))
             elif auth == "garbage_headers":
-                headers = {"X-FA-Device": "no such device", "X-FA-Timestamp": "nan", "X-FA-Nonce": "!", "X-FA-Signature": "%%%"}
+                headers = {HDR_PROTOCOL: str(PROTOCOL_VERSION), "X-FA-Device": "no such device", "X-FA-Timestamp": "nan",
+                           "X-FA-Nonce": "!", "X-FA-Signature": "%%%"}
+            elif auth == "other_protocol":
+                headers[HDR_PROTOCOL] = "2"
             if ctype:
                 headers["Content-Type"] = ctype
             status, _, raw = attacker.raw(method, path, body, headers, timeout=20)

@@ -1,4 +1,4 @@
-"""Acceptance (issues 7, 8): the `training` kind end to end over HTTP with a real server process.
+"""Acceptance: the `training` kind end to end over HTTP with a real server process.
 
 One server for the module (SQLite), fleets started per scenario:
 - breast cancer over 50 label-skewed devices: a `feature_stats` query scales the features, logistic

@@ -1,5 +1,5 @@
-"""heavy_hitters: the three-device example, the seed's calibration table, device votes, decoding and
-thresholds, spec validation, and the evaluation tool."""
+"""heavy_hitters: the three-device example, the paper's calibration table (Zhu et al., Table 1), device
+votes, decoding and thresholds, spec validation, and the evaluation tool."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_three_devices_find_exactly_their_words(raw):
     assert contributors == [3] * 6
 
 
-# --- acceptance: the seed's calibration table (ε = 2, L = 10) ---------------------------------------
+# --- acceptance: the calibration table of Zhu et al., Table 1 (ε = 2, L = 10) ----------------------
 
 TABLE = {  # n: (θ, m/√n) for δ ≤ 1/(300n), then for δ ≤ 1/n²
     10**4: ((10, 1.81), (12, 1.51)),

@@ -1,4 +1,4 @@
-"""In-process runs (exact sums via run_locally) against central baselines: the issue's accuracy targets."""
+"""In-process runs (exact sums via run_locally) against central baselines, with accuracy targets."""
 
 from __future__ import annotations
 
