@@ -152,7 +152,7 @@ class PrivacyBudget(Base):
 
 class PrivacyCharge(Base):
     """One query's cost against its source's budget: `charged` at submit, `refunded` if it was cancelled or
-    failed before any cohort finished (the server never saw a noisy sum of it)."""
+    failed before any masked-input phase of its cohorts closed (the server could not have seen a sum of it)."""
 
     __tablename__ = "privacy_charges"
 
