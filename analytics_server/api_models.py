@@ -56,6 +56,7 @@ class TokenRequest(BaseModel):
 class TokenCreated(BaseModel):
     token: str
     role: str
+    id: int | None = Field(default=None, description="token id (for PUT /v1/admin/tokens/{token_id}/quota)")
 
 
 class Contributors(BaseModel):
@@ -94,3 +95,22 @@ class BudgetRequest(BaseModel):
 
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="the source's total ε")
     delta: float = Field(ge=0, lt=1, description="the source's total δ")
+
+
+class QuotaView(BaseModel):
+    """One analyst token's limits: ε of its charged queries within the window, and its active queries."""
+
+    token_id: int
+    epsilon_quota: float | None = Field(description="null: no per-analyst ε quota")
+    epsilon_used: float = Field(description="ε of this token's charged (not refunded) queries within the window")
+    epsilon_remaining: float | None
+    window_s: float = Field(description="rolling window of the quota in seconds; 0: lifetime")
+    configured: bool = Field(description="true when an admin set this token's quota; false: the server default")
+    active_queries: int = Field(description="pending + running queries of this token")
+    max_active_queries: int | None
+
+
+class QuotaRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    epsilon: float | None = Field(gt=0, allow_inf_nan=False, description="the token's ε quota; null: server default")

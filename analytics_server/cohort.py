@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from analytics_server.db.store import Store
+from analytics_server.db.store import QueryNotLive, Store
 from analytics_server.errors import HttpError
 from analytics_server.metrics import Metrics
 from queries.envelope import Assignment
@@ -171,6 +171,7 @@ class CohortRuntime:
                     except AbortError as exc:
                         await self._end_aborted(str(exc))
                         return
+                    await self._record_closed(closing)
                     self.metrics.observe_phase(closing.label, loop.time() - started)
                     if self.session.phase is Phase.DONE and self.session.result is not None:
                         self.contributors = self.session.result.contributors
@@ -192,6 +193,12 @@ class CohortRuntime:
             await asyncio.shield(self._end_aborted(f"internal error: {type(exc).__name__}: {exc}"))
             raise
 
+    async def _record_closed(self, closing: Phase) -> None:
+        """Store that the masked-input phase closed before any later phase's message goes out: from here on the
+        server could learn the noisy sum, so the query's privacy charge is no longer refundable."""
+        if closing is Phase.MASKED_INPUT:
+            await self.store.mark_masked_input_closed(self.id)
+
     async def _end_aborted(self, reason: str) -> None:
         if self.status != "running":
             return
@@ -209,7 +216,11 @@ class CohortRuntime:
         assert result is not None
         total = encoding.from_modular(result.vector, self.bits)
         dropped: dict[str, Any] = {Phase(p).label: sorted(v) for p, v in result.dropped.items() if v}
-        await self.store.finish_cohort(self.id, total, result.contributors, dropped)
+        try:
+            await self.store.finish_cohort(self.id, total, result.contributors, dropped)
+        except QueryNotLive as exc:  # cancelled or failed meanwhile: the sum is dropped, the cohort aborts
+            await self._end_aborted(str(exc))
+            return
         self.contributors = result.contributors
         self.status = "finished"
         self.ended = time.time()

@@ -20,6 +20,8 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("post", "/v1/queries/{id}/cancel", "Cancel a query (409 when finished)", None, am.QueryView, "bearer"),
     ("get", "/v1/queries/{id}/events", "Server-sent events: progress, the query's stored events, end", None, "sse", "bearer"),
     ("post", "/v1/admin/tokens", "Create a token (admin)", am.TokenRequest, am.TokenCreated, "bearer"),
+    ("get", "/v1/quota", "The calling token's ε quota and active queries", None, am.QuotaView, "bearer"),
+    ("put", "/v1/admin/tokens/{token_id}/quota", "Set a token's ε quota (admin)", am.QuotaRequest, am.QuotaView, "bearer"),
     ("get", "/v1/admin/queries/{id}/contributors", "Contributing devices per round (admin)", None, am.Contributors, "bearer"),
     ("get", "/v1/budgets", "Privacy-budget ledgers of all sources", None, am.BudgetList, "bearer"),
     ("get", "/v1/budgets/{source}", "Privacy-budget ledger of one source", None, am.BudgetView, "bearer"),

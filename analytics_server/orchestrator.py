@@ -85,11 +85,17 @@ class Orchestrator:
         self.tasks[query_id] = asyncio.create_task(self._run_query(query_id), name=f"query-{query_id}")
 
     async def cancel(self, query_id: str) -> bool:
-        ok = await self.store.set_query_status(query_id, "cancelled")
+        """Stop the query's task and with it its cohorts, then mark it cancelled; the refund decision (in the
+        same transaction as the status) thus sees every masked-input phase that closed. Shielded, so a caller
+        that goes away does not leave a stopped query marked running. False when it was already terminal."""
+        return await asyncio.shield(self._cancel(query_id))
+
+    async def _cancel(self, query_id: str) -> bool:
         task = self.tasks.get(query_id)
         if task is not None:
             task.cancel()
-        return ok
+            await asyncio.wait({task})  # its cohorts end (aborted: "query cancelled") before it does
+        return await self.store.set_query_status(query_id, "cancelled")
 
     def running_count(self) -> int:
         return len(self.tasks)
@@ -218,6 +224,8 @@ class Orchestrator:
         seated = await self.store.round_members(rnd.id)
         need, cap = rnd.need, spec.cohort.max_clients
         enough_since: float | None = None
+        timeout = self._formation_timeout(spec)
+        deadline = time.monotonic() + timeout
         live.update(phase="forming")
         while True:
             eligible = self._eligible(rnd, plan, seated)
@@ -228,6 +236,11 @@ class Orchestrator:
                     break
             else:
                 enough_since = None
+                if time.monotonic() >= deadline:
+                    raise QueryFailed(
+                        f"no cohort formed within {timeout:g} s: {len(eligible)} eligible devices, need {need} "
+                        f"(round {rnd.index}; cohort.formation_timeout_s)"
+                    )
             await asyncio.sleep(FORMATION_POLL_S)
         chosen = _sysrand.sample(eligible, min(cap, len(eligible)))
         members = {d: i + 1 for i, d in enumerate(chosen)}
@@ -251,6 +264,29 @@ class Orchestrator:
         except Exception:
             pass  # recorded as an aborted cohort by the runtime; the round forms another
         live.update(phase=None, cohort=None)
+        self._count_abort(cohort, live)
+
+    def _formation_timeout(self, spec: QuerySpec) -> float:
+        """Seconds a cohort may take to form: the spec's cohort.formation_timeout_s or the server default."""
+        return spec.cohort.formation_timeout_s or self.settings.cohort_formation_timeout_s
+
+    def _count_abort(self, cohort: CohortRuntime, live: dict[str, Any]) -> None:
+        """Fail the query after `max_consecutive_aborts` aborted cohorts in a row (a finished one resets the
+        count), naming the abort reasons, so a query whose cohorts cannot succeed (devices refusing its task,
+        too much dropout for its minimum) does not re-form cohorts forever while holding its charge."""
+        reasons: list[str] = live.setdefault("abort_reasons", [])
+        if cohort.status != "aborted":
+            reasons.clear()
+            return
+        reasons.append(cohort.reason or "unknown reason")
+        limit = self.settings.max_consecutive_aborts
+        if len(reasons) >= limit:
+            counts: dict[str, int] = {}
+            for r in reasons[-limit:]:
+                counts[r] = counts.get(r, 0) + 1
+            causes = "; ".join(r if n == 1 else f"{r} (×{n})" for r, n in counts.items())
+            reasons.clear()
+            raise QueryFailed(f"{limit} consecutive cohorts aborted (max_consecutive_aborts); last reasons: {causes}")
 
     def _make_cohort(
         self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int]

@@ -9,6 +9,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queries.dp import Budget, PrivacyPolicy
 
+PRODUCTION_ANALYST_EPSILON_QUOTA = 5.0
+"""Default per-analyst ε quota of the production profile (the demo profile has none)."""
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FA_", extra="ignore")
@@ -31,10 +34,35 @@ class Settings(BaseSettings):
     max_epsilon_per_query: float | None = Field(
         default=None, gt=0, description="refuse queries above this ε; default: 2.0 in production, none in demo"
     )
+    analyst_epsilon_quota: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="total ε one analyst token's charged queries may hold across all sources within "
+        "analyst_quota_window_s (refunded charges excluded; an admin may set a token's own quota); "
+        "default: 5.0 in production, none in demo",
+    )
+    analyst_quota_window_s: float = Field(
+        default=30 * 86400.0, ge=0, description="rolling window of the per-analyst ε quota; 0: lifetime"
+    )
+    max_active_queries_per_analyst: int = Field(
+        default=8, ge=1, le=100_000, description="pending + running queries one token may have; more → 429"
+    )
+    cohort_formation_timeout_s: float = Field(
+        default=600.0, gt=0, le=7 * 86400,
+        description="a query whose next cohort has not formed after this long fails (spec: cohort.formation_timeout_s)",
+    )
+    max_consecutive_aborts: int = Field(
+        default=5, ge=1, le=10_000, description="a query fails after this many aborted cohorts in a row"
+    )
 
     def default_budget(self) -> Budget:
         """Total (ε, δ) of a source without an admin-set budget."""
         return Budget(self.budget_epsilon, self.budget_delta)
+
+    def analyst_quota(self) -> float | None:
+        """Default per-analyst ε quota (None: no quota)."""
+        if self.analyst_epsilon_quota is not None:
+            return self.analyst_epsilon_quota
+        return PRODUCTION_ANALYST_EPSILON_QUOTA if self.profile == "production" else None
 
     def privacy_policy(self) -> PrivacyPolicy:
         from analytics_server.privacy import policy_for

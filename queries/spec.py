@@ -44,6 +44,9 @@ class CohortSpec(BaseModel):
     min_clients: int = Field(default=10, ge=2, le=1_000_000)
     max_clients: int = Field(default=1000, ge=2, le=1_000_000)
     phase_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    formation_timeout_s: float | None = Field(default=None, gt=0, le=86400)
+    """Fail the query when its next cohort has not formed after this long (default: the server's
+    FA_COHORT_FORMATION_TIMEOUT_S); an unspent privacy charge is then refunded."""
 
     @model_validator(mode="after")
     def _ordered(self) -> CohortSpec:

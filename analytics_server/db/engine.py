@@ -39,10 +39,12 @@ def make_engine(url: str) -> AsyncEngine:
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA journal_mode")  # switching the mode needs a lock another process may hold
+            if str(cur.fetchone()[0]).lower() != "wal":  # (then SQLITE_BUSY at once): only switch when needed
+                cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
     return engine

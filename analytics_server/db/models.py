@@ -35,7 +35,8 @@ class Query(Base):
     rounds_upper_bound: Mapped[int] = mapped_column(Integer, default=1)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     privacy: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    created_by: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_by: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    """Id of the token that submitted the query: analysts see and cancel only their own queries."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -70,6 +71,9 @@ class Cohort(Base):
     secagg: Mapped[dict[str, Any]] = mapped_column(JSON)
     mode: Mapped[str] = mapped_column(String(16), default="secagg")
     phase: Mapped[int] = mapped_column(Integer, default=0)
+    masked_input_closed: Mapped[bool] = mapped_column(Boolean, default=False)
+    """True once the cohort's masked-input phase closed: from then on the server may learn the noisy sum, so
+    the query's privacy charge is never refunded (docs/security/tenancy.md)."""
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     contributors: Mapped[int] = mapped_column(Integer, default=0)
     sum: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # little-endian int64 array
@@ -110,6 +114,8 @@ class Token(Base):
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    epsilon_quota: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Admin-set per-analyst ε quota of this token; None: the server default (FA_ANALYST_EPSILON_QUOTA)."""
 
 
 class Nonce(Base):
@@ -146,7 +152,7 @@ class PrivacyBudget(Base):
 
 class PrivacyCharge(Base):
     """One query's cost against its source's budget: `charged` at submit, `refunded` if it was cancelled or
-    failed before any cohort finished (the server never saw a noisy sum of it)."""
+    failed before any masked-input phase of its cohorts closed (the server could not have seen a sum of it)."""
 
     __tablename__ = "privacy_charges"
 
@@ -158,3 +164,13 @@ class PrivacyCharge(Base):
     status: Mapped[str] = mapped_column(String(16))  # charged | refunded
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     refunded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class LedgerLock(Base):
+    """One row per lock name (`source:<name>`, `analyst:<token id>`), locked `FOR UPDATE` on PostgreSQL while a
+    privacy charge is checked and inserted, so charges from several server processes serialise (on SQLite
+    the charge runs in a `BEGIN IMMEDIATE` transaction instead)."""
+
+    __tablename__ = "ledger_locks"
+
+    name: Mapped[str] = mapped_column(String(160), primary_key=True)

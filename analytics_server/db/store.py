@@ -4,6 +4,11 @@ Writes are serialised by one asyncio lock: SQLite allows one writer at a time, a
 single process, so this removes "database is locked" retries without costing PostgreSQL anything that
 matters at this scale. Transactions that must be atomic for exactness (a finished cohort's sum added to
 its round, a round decoded into the query state) are single methods here.
+
+Privacy charges (and the per-analyst quota and active-query cap checked with them) do not rely on that
+in-process lock: they run under a database lock (`_Tx(locks=…)`), a `BEGIN IMMEDIATE` transaction on
+SQLite and `SELECT … FOR UPDATE` on the `ledger_locks` rows of the source and the analyst on PostgreSQL,
+so two server processes on one database cannot both spend the last of a budget.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -27,6 +33,7 @@ from analytics_server.db.models import (
     CohortMember,
     Device,
     Event,
+    LedgerLock,
     Nonce,
     PrivacyBudget,
     PrivacyCharge,
@@ -39,6 +46,30 @@ from secagg.phases import Phase
 
 ROLES = ("analyst", "admin")
 TERMINAL = ("succeeded", "failed", "cancelled")
+ACTIVE = ("pending", "running")
+
+
+class QueryNotLive(RuntimeError):
+    """A cohort tried to store its sum for a query that is already terminal (cancelled, failed)."""
+
+
+class ActiveQueryLimit(Exception):
+    """The analyst already has as many pending or running queries as allowed (HTTP 429)."""
+
+
+class AnalystQuotaExceeded(Exception):
+    """The query's ε does not fit the submitting analyst's quota (HTTP 422)."""
+
+
+@dataclass(frozen=True)
+class AnalystLimits:
+    """What one analyst token may hold: ε of charged queries within `window_s` (0: lifetime) across all
+    sources (`epsilon_quota`, None: unlimited; a token's own admin-set quota wins) and pending + running
+    queries (`max_active`, None: unlimited)."""
+
+    epsilon_quota: float | None = None
+    window_s: float = 0.0
+    max_active: int | None = None
 
 
 def now() -> datetime:
@@ -61,6 +92,24 @@ def vec_from_bytes(data: bytes) -> np.ndarray:
 class TokenInfo:
     id: int
     role: str
+
+
+@dataclass(frozen=True)
+class AnalystUsage:
+    """One analyst token's quota state (`GET /v1/quota`)."""
+
+    token_id: int
+    epsilon_quota: float | None
+    epsilon_used: float
+    epsilon_remaining: float | None
+    window_s: float
+    configured: bool
+    """True when an admin set this token's quota; False when it is the server default."""
+    active_queries: int
+    max_active_queries: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -89,8 +138,8 @@ class Store:
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(engine)
         self._write = asyncio.Lock()
 
-    def _tx(self) -> _Tx:
-        return _Tx(self)
+    def _tx(self, locks: Iterable[str] = ()) -> _Tx:
+        return _Tx(self, tuple(locks))
 
     # -- tokens ---------------------------------------------------------------------------------
 
@@ -149,12 +198,15 @@ class Store:
         created_by: int | None,
         cost: dp.PrivacyCost | None = None,
         default_budget: dp.Budget | None = None,
+        limits: AnalystLimits | None = None,
     ) -> Query:
         """Insert the query; with a `cost`, charge it to the source's budget in the same transaction.
 
-        The check (spent + cost ≤ total, basic composition) and the charge happen under the store's write
-        lock inside one transaction, so two concurrent submits cannot both pass. Raises dp.BudgetExceeded
-        (message names the remaining budget) and inserts nothing when the cost does not fit."""
+        The check (spent + cost ≤ total, basic composition) and the charge happen inside one transaction
+        holding the database lock of the source (and, with `limits`, of the analyst `created_by`), so two
+        concurrent submits cannot both pass, even from two server processes. Raises ActiveQueryLimit,
+        AnalystQuotaExceeded or dp.BudgetExceeded (messages name the limit and what remains) and inserts
+        nothing when the query does not fit."""
         q = Query(
             id=secrets.token_hex(8),
             kind=kind,
@@ -170,10 +222,16 @@ class Store:
             created_at=now(),
             updated_at=now(),
         )
-        async with self._tx() as s:
+        if cost is not None and default_budget is None:
+            raise ValueError("default_budget: required when charging a cost")
+        check_analyst = limits is not None and created_by is not None
+        locks = ([f"source:{source}"] if cost is not None else []) + ([f"analyst:{created_by}"] if check_analyst else [])
+        async with self._tx(locks) as s:
+            if check_analyst:
+                assert limits is not None and created_by is not None
+                await self._check_analyst(s, created_by, cost, limits)
             if cost is not None:
-                if default_budget is None:
-                    raise ValueError("default_budget: required when charging a cost")
+                assert default_budget is not None
                 budget, spent, _, _ = await self._ledger(s, source, default_budget)
                 budget.check(spent, cost)  # raises BudgetExceeded → the transaction rolls back
             s.add(q)
@@ -186,6 +244,63 @@ class Store:
                 data["charged"] = cost.to_dict()
             s.add(Event(query_id=q.id, type="query.submitted", data=data, created_at=now()))
         return q
+
+    # -- per-analyst limits ---------------------------------------------------------------------
+
+    @staticmethod
+    async def _analyst_state(s: AsyncSession, token_id: int, limits: AnalystLimits) -> AnalystUsage:
+        token = await s.get(Token, token_id)
+        own = None if token is None else token.epsilon_quota
+        quota = own if own is not None else limits.epsilon_quota
+        active = (
+            await s.execute(
+                select(func.count()).select_from(Query).where(Query.created_by == token_id, Query.status.in_(ACTIVE))
+            )
+        ).scalar_one()
+        used_q = (
+            select(func.coalesce(func.sum(PrivacyCharge.epsilon), 0.0))
+            .join(Query, Query.id == PrivacyCharge.query_id)
+            .where(Query.created_by == token_id, PrivacyCharge.status == "charged")
+        )
+        if limits.window_s > 0:
+            used_q = used_q.where(PrivacyCharge.created_at >= now() - timedelta(seconds=limits.window_s))
+        used = float((await s.execute(used_q)).scalar_one())
+        remaining = None if quota is None else max(0.0, quota - used)
+        return AnalystUsage(token_id, quota, used, remaining, limits.window_s, own is not None, int(active), limits.max_active)
+
+    async def _check_analyst(self, s: AsyncSession, token_id: int, cost: dp.PrivacyCost | None, limits: AnalystLimits) -> None:
+        usage = await self._analyst_state(s, token_id, limits)
+        if usage.max_active_queries is not None and usage.active_queries >= usage.max_active_queries:
+            raise ActiveQueryLimit(
+                f"max_active_queries_per_analyst: this token already has {usage.active_queries} pending or running "
+                f"queries, the limit is {usage.max_active_queries}; wait for one to finish or cancel one"
+            )
+        quota = usage.epsilon_quota
+        if cost is not None and quota is not None and usage.epsilon_used + cost.epsilon > quota * (1 + 1e-9):
+            window = f"within {usage.window_s:g} s" if usage.window_s > 0 else "in total"
+            raise AnalystQuotaExceeded(
+                f"privacy.epsilon: the query costs epsilon={cost.epsilon:g} but this analyst's quota has only "
+                f"epsilon={usage.epsilon_remaining:g} remaining of {quota:g} {window} (analyst_epsilon_quota)"
+            )
+
+    async def analyst_usage(self, token_id: int, limits: AnalystLimits) -> AnalystUsage:
+        async with self.sessions() as s:
+            return await self._analyst_state(s, token_id, limits)
+
+    async def set_token_quota(self, token_id: int, epsilon: float | None) -> bool:
+        """Set (or with None clear) a token's own ε quota; False when there is no such token."""
+        async with self._tx([f"analyst:{token_id}"]) as s:
+            token = await s.get(Token, token_id)
+            if token is None:
+                return False
+            token.epsilon_quota = epsilon
+            s.add(Event(type="quota.set", data={"token_id": token_id, "epsilon": epsilon}, created_at=now()))
+        return True
+
+    async def get_token(self, token_id: int) -> TokenInfo | None:
+        async with self.sessions() as s:
+            row = await s.get(Token, token_id)
+        return None if row is None else TokenInfo(row.id, row.role)
 
     # -- privacy-budget ledger ------------------------------------------------------------------
 
@@ -219,7 +334,7 @@ class Store:
     async def set_budget(self, source: str, total_epsilon: float, total_delta: float) -> None:
         """Set a source's total (may be below what is already spent: then nothing more fits)."""
         dp.Budget(total_epsilon, total_delta)  # validates
-        async with self._tx() as s:
+        async with self._tx([f"source:{source}"]) as s:
             row = await s.get(PrivacyBudget, source)
             if row is None:
                 s.add(PrivacyBudget(source=source, total_epsilon=total_epsilon, total_delta=total_delta, updated_at=now()))
@@ -232,9 +347,13 @@ class Store:
         async with self.sessions() as s:
             return await s.get(Query, query_id)
 
-    async def list_queries(self, limit: int = 200) -> list[Query]:
+    async def list_queries(self, limit: int = 200, created_by: int | None = None) -> list[Query]:
+        """Newest first; with `created_by`, only the queries that token submitted."""
+        stmt = select(Query).order_by(Query.created_at.desc()).limit(limit)
+        if created_by is not None:
+            stmt = stmt.where(Query.created_by == created_by)
         async with self.sessions() as s:
-            return list((await s.execute(select(Query).order_by(Query.created_at.desc()).limit(limit))).scalars())
+            return list((await s.execute(stmt)).scalars())
 
     async def queries_with_status(self, statuses: Iterable[str]) -> list[Query]:
         async with self.sessions() as s:
@@ -264,13 +383,24 @@ class Store:
 
     @staticmethod
     async def _refund_if_unseen(s: AsyncSession, query_id: str) -> None:
-        """Refund the query's charge when no cohort of it finished: the server never saw a noisy sum."""
-        finished = (
+        """Refund the query's charge iff no masked-input phase of any of its cohorts closed: until then the
+        server holds no set of masked inputs it could unmask, so nothing about the data could have been seen.
+        Once one closed (even if the cohort aborted later, e.g. cancelled during unmasking) the charge stays."""
+        seen = (
             await s.execute(
-                select(func.count()).select_from(Cohort).where(Cohort.query_id == query_id, Cohort.status == "finished")
+                select(func.count()).select_from(Cohort).where(
+                    Cohort.query_id == query_id, or_(Cohort.masked_input_closed.is_(True), Cohort.status == "finished")
+                )
             )
         ).scalar_one()
-        if finished:
+        if seen:
+            charged = (
+                await s.execute(select(func.count()).select_from(PrivacyCharge).where(
+                    PrivacyCharge.query_id == query_id, PrivacyCharge.status == "charged"))
+            ).scalar_one()
+            if charged:
+                s.add(Event(query_id=query_id, type="budget.kept",
+                            data={"reason": f"masked inputs of {seen} cohort(s) were closed"}, created_at=now()))
             return
         res = await s.execute(
             update(PrivacyCharge)
@@ -389,6 +519,11 @@ class Store:
             )
             s.add(Event(query_id=query_id, cohort_id=cohort_id, type="cohort.formed", data={"n": len(members)}, created_at=now()))
 
+    async def mark_masked_input_closed(self, cohort_id: str) -> None:
+        """Record, before the next phase's messages go out, that the cohort's masked-input phase closed."""
+        async with self._tx() as s:
+            await s.execute(update(Cohort).where(Cohort.id == cohort_id).values(masked_input_closed=True))
+
     async def set_cohort_phase(self, cohort_id: str, phase: int) -> None:
         """Record that a running cohort opened `phase` (its row and a `cohort.phase` event)."""
         async with self._tx() as s:
@@ -423,6 +558,9 @@ class Store:
             c = await s.get(Cohort, cohort_id)
             if c is None or c.status != "running":
                 raise RuntimeError(f"cohort {cohort_id} is not running")
+            q = await s.get(Query, c.query_id)
+            if q is None or q.status in TERMINAL:  # checked in this transaction: no sum for a dead query
+                raise QueryNotLive(f"query {c.query_id} is {q.status if q else 'gone'}; the cohort's sum is not stored")
             r = await s.get(Round, c.round_id)
             assert r is not None
             agg = vec_from_bytes(r.aggregate)
@@ -432,6 +570,7 @@ class Store:
             r.contributors = r.contributors + len(parties)
             c.status, c.sum, c.contributors, c.dropped, c.finished_at = "finished", vec_to_bytes(total), len(parties), dropped, now()
             c.phase = int(Phase.DONE)
+            c.masked_input_closed = True
             if parties:
                 await s.execute(
                     update(CohortMember)
@@ -472,15 +611,29 @@ class Store:
 
 
 class _Tx:
-    """`async with store._tx() as session:` — serialised write transaction, committed on success."""
+    """`async with store._tx() as session:` — serialised write transaction, committed on success.
 
-    def __init__(self, store: Store) -> None:
+    With `locks` (names such as `source:words`, `analyst:7`) the transaction also holds database locks that
+    serialise it against other processes: `BEGIN IMMEDIATE` on SQLite (the database write lock, taken before
+    the first read), `SELECT … FOR UPDATE` on each name's `ledger_locks` row on PostgreSQL (sorted, so two
+    transactions never wait on each other in opposite orders)."""
+
+    def __init__(self, store: Store, locks: tuple[str, ...] = ()) -> None:
         self.store = store
+        self.locks = locks
 
     async def __aenter__(self) -> AsyncSession:
         await self.store._write.acquire()
         self.session = self.store.sessions()
-        return await self.session.__aenter__()
+        try:
+            session = await self.session.__aenter__()
+            if self.locks:
+                await _lock(session, self.store.engine.dialect.name, self.locks)
+        except BaseException:
+            await self.session.close()
+            self.store._write.release()
+            raise
+        return session
 
     async def __aexit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
         try:
@@ -493,4 +646,16 @@ class _Tx:
             self.store._write.release()
 
 
-__all__ = ["BudgetState", "IntegrityError", "Store", "TokenInfo", "ROLES", "TERMINAL", "vec_from_bytes", "vec_to_bytes"]
+async def _lock(session: AsyncSession, dialect: str, names: tuple[str, ...]) -> None:
+    if dialect == "sqlite":
+        await session.execute(text("BEGIN IMMEDIATE"))
+    elif dialect == "postgresql":
+        for name in sorted(set(names)):
+            await session.execute(pg_insert(LedgerLock).values(name=name).on_conflict_do_nothing())
+            await session.execute(select(LedgerLock.name).where(LedgerLock.name == name).with_for_update())
+    else:
+        raise RuntimeError(f"no ledger lock for database dialect {dialect!r} (supported: sqlite, postgresql)")
+
+
+__all__ = ["BudgetState", "IntegrityError", "Store", "TokenInfo", "ROLES", "TERMINAL", "vec_from_bytes", "vec_to_bytes",
+           "ACTIVE", "ActiveQueryLimit", "AnalystLimits", "AnalystQuotaExceeded", "AnalystUsage", "QueryNotLive"]

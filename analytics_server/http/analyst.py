@@ -18,13 +18,15 @@ from analytics_server.api_models import (
     Progress,
     QueryList,
     QueryView,
+    QuotaRequest,
+    QuotaView,
     ResultView,
     TokenCreated,
     TokenRequest,
 )
 from analytics_server.auth import require_token
 from analytics_server.db.models import Query
-from analytics_server.db.store import TERMINAL
+from analytics_server.db.store import TERMINAL, ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded, TokenInfo
 from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body, validation_message
 from analytics_server.state import AppState
@@ -40,13 +42,24 @@ SSE_POLL_S = 0.5
 routes = web.RouteTableDef()
 
 
-async def _query_or_404(st: AppState, query_id: str) -> Query:
+async def _query_or_404(st: AppState, query_id: str, token: TokenInfo) -> Query:
+    """The query, if `token` may see it: its own queries for an analyst, every query for an admin. Another
+    analyst's query is "unknown" (404, the same answer as for an id that does not exist)."""
     if len(query_id) > 64:
         raise HttpError(404, "unknown query id")
     q = await st.store.get_query(query_id)
-    if q is None:
+    if q is None or not _may_see(token, q):
         raise HttpError(404, f"unknown query id {query_id!r}")
     return q
+
+
+def _may_see(token: TokenInfo, q: Query) -> bool:
+    return token.role == "admin" or (q.created_by is not None and q.created_by == token.id)
+
+
+def _limits(st: AppState) -> AnalystLimits:
+    s = st.settings
+    return AnalystLimits(s.analyst_quota(), s.analyst_quota_window_s, s.max_active_queries_per_analyst)
 
 
 async def _view(st: AppState, q: Query) -> QueryView:
@@ -127,9 +140,14 @@ async def submit(request: web.Request) -> web.Response:
             created_by=token.id,
             cost=privacy.query_cost(spec, kind, params),
             default_budget=st.settings.default_budget(),
+            limits=_limits(st),
         )
     except dp.BudgetExceeded as exc:
         raise HttpError(422, f"source {spec.source!r}: {exc}") from None
+    except ActiveQueryLimit as exc:
+        raise HttpError(429, str(exc)) from None
+    except AnalystQuotaExceeded as exc:
+        raise HttpError(422, str(exc)) from None
     st.orchestrator.spawn(q.id)
     return json_model(await _view(st, q), 201)
 
@@ -137,24 +155,25 @@ async def submit(request: web.Request) -> web.Response:
 @routes.get("/v1/queries")
 async def list_queries(request: web.Request) -> web.Response:
     st = app_state(request)
-    await require_token(request, st.store, ANALYST)
-    views = [await _view(st, q) for q in await st.store.list_queries()]
+    token = await require_token(request, st.store, ANALYST)
+    owner = None if token.role == "admin" else token.id
+    views = [await _view(st, q) for q in await st.store.list_queries(created_by=owner)]
     return json_model(QueryList(queries=views))
 
 
 @routes.get("/v1/queries/{id}")
 async def get_query(request: web.Request) -> web.Response:
     st = app_state(request)
-    await require_token(request, st.store, ANALYST)
-    q = await _query_or_404(st, request.match_info["id"])
+    token = await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"], token)
     return json_model(await _view(st, q))
 
 
 @routes.get("/v1/queries/{id}/result")
 async def get_result(request: web.Request) -> web.Response:
     st = app_state(request)
-    await require_token(request, st.store, ANALYST)
-    q = await _query_or_404(st, request.match_info["id"])
+    token = await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"], token)
     if q.status != "succeeded" or q.result is None:
         detail = f": {q.error}" if q.error else ""
         raise HttpError(409, f"query {q.id} has no result: status is {q.status}{detail}")
@@ -164,14 +183,14 @@ async def get_result(request: web.Request) -> web.Response:
 @routes.post("/v1/queries/{id}/cancel")
 async def cancel(request: web.Request) -> web.Response:
     st = app_state(request)
-    await require_token(request, st.store, ANALYST)
-    q = await _query_or_404(st, request.match_info["id"])
+    token = await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"], token)
     if q.status in TERMINAL:
         raise HttpError(409, f"query {q.id} is already {q.status}")
     if not await st.orchestrator.cancel(q.id):
-        fresh = await _query_or_404(st, q.id)
+        fresh = await _query_or_404(st, q.id, token)
         raise HttpError(409, f"query {q.id} is already {fresh.status}")
-    return json_model(await _view(st, await _query_or_404(st, q.id)))
+    return json_model(await _view(st, await _query_or_404(st, q.id, token)))
 
 
 @routes.get("/v1/queries/{id}/events")
@@ -183,14 +202,14 @@ async def events(request: web.Request) -> web.StreamResponse:
     client that reconnects with `Last-Event-ID` gets only what it missed; `progress` (the status view) is sent
     whenever it changes; `end` once the query is terminal and every stored event has been sent."""
     st = app_state(request)
-    await require_token(request, st.store, ANALYST)
-    q = await _query_or_404(st, request.match_info["id"])
+    token = await require_token(request, st.store, ANALYST)
+    q = await _query_or_404(st, request.match_info["id"], token)
     after = _last_event_id(request)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     last = None
     while True:
-        q = await _query_or_404(st, q.id)
+        q = await _query_or_404(st, q.id, token)
         view = (await _view(st, q)).model_dump(mode="json")
         text = json.dumps(view, sort_keys=True)
         if text != last:
@@ -227,15 +246,43 @@ async def create_token(request: web.Request) -> web.Response:
     await require_token(request, st.store, ADMIN)
     body = parse_model(TokenRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
     token = await st.store.create_token(body.role, body.label)
-    return json_model(TokenCreated(token=token, role=body.role), 201)
+    info = await st.store.lookup_token(token)
+    return json_model(TokenCreated(token=token, role=body.role, id=info.id if info else None), 201)
+
+
+@routes.get("/v1/quota")
+async def get_quota(request: web.Request) -> web.Response:
+    """The calling token's ε quota (used within the window, remaining) and its active queries."""
+    st = app_state(request)
+    token = await require_token(request, st.store, ANALYST)
+    return json_model(QuotaView(**(await st.store.analyst_usage(token.id, _limits(st))).to_dict()))
+
+
+def _token_id(request: web.Request) -> int:
+    raw = request.match_info["token_id"]
+    if not raw.isdigit() or len(raw) > 18:
+        raise HttpError(404, "token id: must be a decimal integer")
+    return int(raw)
+
+
+@routes.put("/v1/admin/tokens/{token_id}/quota")
+async def set_quota(request: web.Request) -> web.Response:
+    """Set a token's own ε quota (admin); `{"epsilon": null}` returns it to the server default."""
+    st = app_state(request)
+    await require_token(request, st.store, ADMIN)
+    token_id = _token_id(request)
+    body = parse_model(QuotaRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
+    if not await st.store.set_token_quota(token_id, body.epsilon):
+        raise HttpError(404, f"unknown token id {token_id}")
+    return json_model(QuotaView(**(await st.store.analyst_usage(token_id, _limits(st))).to_dict()))
 
 
 @routes.get("/v1/admin/queries/{id}/contributors")
 async def contributors(request: web.Request) -> web.Response:
     """Which devices' inputs are inside each round's sum (admin only: it reveals participation)."""
     st = app_state(request)
-    await require_token(request, st.store, ADMIN)
-    q = await _query_or_404(st, request.match_info["id"])
+    token = await require_token(request, st.store, ADMIN)
+    q = await _query_or_404(st, request.match_info["id"], token)
     rounds = await st.store.contributors(q.id)
     return json_model(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()}))
 

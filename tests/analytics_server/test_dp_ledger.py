@@ -126,6 +126,7 @@ async def test_budget_routes(app_server: TestServer) -> None:
 
     store = app[STATE].store
     analyst, admin = await store.create_token("analyst"), await store.create_token("admin")
+    other = await store.create_token("analyst")  # two analysts: each stays under the active-query cap
     spec = _spec(t_min=10).model_dump(mode="json")
     async with ClientSession(str(app_server.make_url(""))) as http:
         def h(tok: str) -> dict[str, str]:
@@ -133,8 +134,8 @@ async def test_budget_routes(app_server: TestServer) -> None:
 
         async with http.post("/v1/queries", json=spec, headers=h(analyst)) as resp:
             assert resp.status == 201
-        for _ in range(9):  # default total ε = 10: nine more fit, the eleventh does not
-            async with http.post("/v1/queries", json=spec, headers=h(analyst)) as resp:
+        for i in range(9):  # default total ε = 10: nine more fit, the eleventh does not
+            async with http.post("/v1/queries", json=spec, headers=h(other if i % 2 else analyst)) as resp:
                 assert resp.status == 201
         async with http.post("/v1/queries", json=spec, headers=h(analyst)) as resp:
             assert resp.status == 422
