@@ -9,15 +9,14 @@ Black-box models take whatever their registered loss takes (see `queries.trainin
 Split. A row is held out for evaluation when a hash of its canonical JSON falls below
 `holdout_fraction`, so a row is always on the same side in every round; training never sees it.
 
-All randomness here (which rows when over the cap, mini-batch order, stochastic rounding) comes from a
-numpy Generator seeded from os.urandom per contribution.
+All randomness here (which rows when over the cap, mini-batch order, stochastic rounding) comes from the
+numpy Generator the device passes to `contribute`. The vector layouts are `queries.training.encoding`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -30,10 +29,6 @@ from queries.training.blackbox import BlackBoxModel, known_blackbox, get_blackbo
 from queries.training.finite_diff import central_gradient
 from queries.training.models import Model, build_model
 from secagg.encoding import FixedPoint
-
-
-def device_rng() -> np.random.Generator:
-    return np.random.default_rng(int.from_bytes(os.urandom(16), "big"))
 
 
 def model_from_spec(spec: dict[str, Any]) -> Model | BlackBoxModel:
@@ -211,7 +206,7 @@ def _weight(n: int, cap: int) -> float:
     return min(n, cap) / cap
 
 
-def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
     """The whole device side of one round (see the layouts in `queries.training.encoding`)."""
     try:
         phase = task["phase"]
@@ -221,17 +216,17 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         holdout = float(task["holdout_fraction"])
     except (KeyError, TypeError, ValueError) as exc:
         raise QueryKindError(f"task: malformed training task ({exc})") from None
-    rng = device_rng()
     train_rows, eval_rows = split_rows(list(rows), holdout)
     u = encoding.unit(pb)
 
     if phase == "label_counts":
         k = int(task["n_classes"])
+        labels = encoding.label_layout(k)
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
         if not isinstance(obj, WhiteBoxObjective) or obj.n == 0:
-            return np.zeros(k, dtype=np.int64)
+            return labels.pack(shares=np.zeros(k, dtype=np.int64))
         frac = np.bincount(obj.y.astype(np.int64), minlength=k)[:k] / obj.n
-        return FixedPoint(1.0, u).encode(_weight(obj.n, cap) * frac, rng)
+        return labels.pack(shares=FixedPoint(1.0, u).encode(_weight(obj.n, cap) * frac, rng))
 
     theta = np.asarray(task["weights"], dtype=np.float64)
     if phase == "train":
@@ -240,14 +235,14 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         client = task["client"]
         delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
         if task["votes"] == "sign":
-            return np.sign(delta).astype(np.int64)
+            return encoding.vote_layout(len(delta)).pack(votes=np.sign(delta).astype(np.int64))
         weighted = task["weighting"] == "examples"
         omega = _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
         upd = FixedPoint(c, u / c).encode(omega * clip_l2(delta, c), rng)
         if not weighted:
-            return upd
-        w = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array([omega]), rng)
-        return np.concatenate([upd, w])
+            return encoding.update_layout(len(delta), False).pack(update=upd)
+        w = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array(omega), rng)
+        return encoding.update_layout(len(delta), True).pack(update=upd, weight=w)
 
     if phase == "eval":
         loss_cap = float(task["loss_cap"])
@@ -260,8 +255,14 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         cor = ev.correct(theta) if ev.n else None
         acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
         mets = ev.metrics(theta) if ev.n else {}
-        vals = [wt * ltr, we * lev, we * acc] + [we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names]
-        vals += [wt, we]
-        return FixedPoint(1.0, u).encode(np.asarray(vals), rng)
+        vals = encoding.eval_layout(len(metric_names)).pack(
+            train_loss=wt * ltr,
+            eval_loss=we * lev,
+            accuracy=we * acc,
+            metrics=np.array([we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names], dtype=np.float64),
+            train_weight=float(wt),
+            eval_weight=float(we),
+        )
+        return FixedPoint(1.0, u).encode(vals, rng)
 
     raise QueryKindError(f"task: unknown training phase {phase!r}")

@@ -13,7 +13,7 @@ from analytics_server.state import STATE
 from device_sdk.analyst_cli import format_result
 from device_sdk.client import REGISTERED_META, DeviceClient
 from device_sdk.store import LocalStore
-from queries.kind import get_kind
+from queries.registry import get_kind
 from queries.local_run import run_locally
 
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"], "other_bucket": "other"},

@@ -9,7 +9,7 @@ from typing import Any
 
 from analytics_server.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
 from device_sdk.analyst_cli import AnalystClient
-from queries.kind import get_kind
+from queries.registry import get_kind
 from queries.local_run import run_locally
 
 

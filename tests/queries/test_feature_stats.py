@@ -117,7 +117,7 @@ def test_bad_specs_name_the_field(features, field):
 
 def test_bind_privacy_coarsens_precision_only_for_noisy_queries() -> None:
     from queries.feature_stats import NOISY_PRECISION_BITS, FeatureStatsParams
-    from queries.kind import get_kind
+    from queries.registry import get_kind
     from queries.spec import PrivacySpec
 
     kind = get_kind("feature_stats")
