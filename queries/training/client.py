@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -80,27 +81,36 @@ class LocalObjective(ABC):
         return {}
 
 
+def _finite(value: Any) -> float | None:
+    """A number as a finite float; None for bools, non-numbers, NaN, ±inf and ints beyond the float range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def parse_xy(rows: list[Any], n_features: int, features: list[str] | None, scaler: StandardScaling | None) -> tuple[np.ndarray, np.ndarray]:
     xs: list[np.ndarray] = []
     ys: list[float] = []
     for row in rows:
         if not isinstance(row, dict):
             continue
-        y, x = row.get("y"), row.get("x")
-        if isinstance(y, bool) or not isinstance(y, (int, float)) or not np.isfinite(y):
+        y, x = _finite(row.get("y")), row.get("x")
+        if y is None:
             continue
         if isinstance(x, dict):
             if features is None:
                 continue
-            vals = [x.get(f) for f in features]
-            vec = np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in vals])
-            vec[~np.isfinite(vec)] = np.nan
+            vec = np.array([_finite(x.get(f)) for f in features], dtype=np.float64)  # None → NaN
             if scaler is None and np.isnan(vec).any():
                 continue
         elif isinstance(x, list) and len(x) == n_features:
             try:
                 vec = np.asarray(x, dtype=np.float64)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
             if not np.all(np.isfinite(vec)):
                 continue
@@ -109,7 +119,7 @@ def parse_xy(rows: list[Any], n_features: int, features: list[str] | None, scale
         if len(vec) != n_features:
             continue
         xs.append(vec)
-        ys.append(float(y))
+        ys.append(y)
     X = np.vstack(xs) if xs else np.empty((0, n_features))
     if scaler is not None and len(X):
         X = np.where(np.isnan(X), 0.0, scaler.transform(X))
@@ -202,6 +212,11 @@ def clip_l2(v: np.ndarray, c: float) -> np.ndarray:
     return v * (c / norm) if norm > c else v
 
 
+def _capped_mean(losses: np.ndarray, cap: float) -> float:
+    """Mean per-example loss with each loss capped at `cap` (an overflowed, NaN loss counts as the cap)."""
+    return float(np.mean(np.minimum(np.nan_to_num(np.asarray(losses, dtype=np.float64), nan=cap, posinf=cap), cap)))
+
+
 def _weight(n: int, cap: int) -> float:
     return min(n, cap) / cap
 
@@ -234,10 +249,13 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
         client = task["client"]
         delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
+        overflowed = not np.all(np.isfinite(delta))
+        if overflowed:  # extreme rows made the local objective overflow: contribute like a device without data
+            delta = np.zeros_like(delta)
         if task["votes"] == "sign":
             return encoding.vote_layout(len(delta)).pack(votes=np.sign(delta).astype(np.int64))
         weighted = task["weighting"] == "examples"
-        omega = _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
+        omega = 0.0 if overflowed else _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
         upd = FixedPoint(c, u / c).encode(omega * clip_l2(delta, c), rng)
         if not weighted:
             return encoding.update_layout(len(delta), False).pack(update=upd)
@@ -250,8 +268,8 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
         tr = objective(model, cap_rows(train_rows, cap, rng), task)
         ev = objective(model, cap_rows(eval_rows, cap, rng), task)
         wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
-        ltr = float(np.mean(np.minimum(tr.per_example_loss(theta), loss_cap))) / loss_cap if tr.n else 0.0
-        lev = float(np.mean(np.minimum(ev.per_example_loss(theta), loss_cap))) / loss_cap if ev.n else 0.0
+        ltr = _capped_mean(tr.per_example_loss(theta), loss_cap) / loss_cap if tr.n else 0.0
+        lev = _capped_mean(ev.per_example_loss(theta), loss_cap) / loss_cap if ev.n else 0.0
         cor = ev.correct(theta) if ev.n else None
         acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
         mets = ev.metrics(theta) if ev.n else {}
