@@ -129,7 +129,7 @@ class Orchestrator:
             rnd = await self.store.get_round(q.id, index)
             if rnd is None:
                 if not privacy.budget_allows(q.calibration, index + 1):  # ε would be exceeded: stop before
-                    await self._finish(q, spec, kind, params, state, "privacy budget exhausted")  # it runs
+                    await self._finish(q, spec, kind, params, state, "privacy budget exhausted")  # the round runs
                     return
                 try:
                     plan = kind.plan_round(params, state, index)

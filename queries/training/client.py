@@ -50,7 +50,8 @@ def split_rows(rows: list[Any], fraction: float) -> tuple[list[Any], list[Any]]:
     """(training rows, evaluation rows); with fraction 0 both are all rows."""
     if fraction <= 0:
         return list(rows), list(rows)
-    train, held = [], []
+    train: list[Any] = []
+    held: list[Any] = []
     for row in rows:
         (held if is_holdout(row, fraction) else train).append(row)
     return train, held

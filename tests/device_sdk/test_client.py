@@ -13,8 +13,8 @@ from analytics_server.state import STATE
 from device_sdk.analyst_cli import format_result
 from device_sdk.client import REGISTERED_META, DeviceClient
 from device_sdk.store import LocalStore
-from queries.registry import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"], "other_bucket": "other"},
         "cohort": {"min_clients": 5, "max_clients": 50, "phase_timeout_s": 3}}

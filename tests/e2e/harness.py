@@ -9,8 +9,8 @@ from typing import Any
 
 from analytics_server.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
 from device_sdk.analyst_cli import AnalystClient
-from queries.registry import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 
 
 def expected_result(kind: str, params: dict[str, Any], source: str, truth: dict[str, dict[str, list[Any]]],

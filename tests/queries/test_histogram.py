@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from queries.histogram import HistogramState
 from queries.kind import AggregateNoise, QueryKindError
-from queries.registry import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 
 KIND = get_kind("histogram")
 BUCKETS = ["red", "green", "blue"]

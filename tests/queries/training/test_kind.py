@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from queries.registry import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 from queries.training import urlbar_sim
 from queries.training.frecency import HANDCRAFTED, PARAM_NAMES, example_params
 from secagg.encoding import bits_for
