@@ -241,7 +241,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             else:
                 variances.append(float(max(s2, 0.0) * (spec.upper - spec.lower) ** 2 / c))
         return replace(state, stage=2, vars=variances, contributors=state.contributors + [contributors],
-                       noise_std=state.noise_std + [std])
+                       noise_std=(state.noise_std or [0.0]) + [std])  # [0.0]: stored before noise_std existed
 
     def finalize(self, params: FeatureStatsParams, state: FeatureStatsState, stop_reason: str | None = None) -> Release:
         """Features whose variance is not known (suppressed, or the query stopped before round 2) are listed

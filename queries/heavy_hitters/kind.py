@@ -249,6 +249,7 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             else:
                 extended.append((count, grown))
         extended.sort(key=lambda cp: (-cp[0], cp[1]))
+        earlier_std = state.noise_std + [0.0] * (state.rounds - len(state.noise_std))  # states stored without it
         return HeavyHittersState(
             depth=state.depth + 1,
             frontier=[p for _, p in extended[: params.max_frontier]],
@@ -258,7 +259,7 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             thresholds=state.thresholds + [tau],
             contributors=state.contributors + [int(contributors)],
             frontier_truncated=state.frontier_truncated + max(0, len(extended) - params.max_frontier),
-            noise_std=state.noise_std + [0.0 if noise is None else float(noise.std)],
+            noise_std=earlier_std + [0.0 if noise is None else float(noise.std)],
         )
 
     def finalize(self, params: HeavyHittersParams, state: HeavyHittersState, stop_reason: str | None = None) -> Release:
