@@ -366,3 +366,20 @@ def test_bind_privacy_triehh_copies_epsilon_delta_and_refuses_noise() -> None:
         KIND.bind_privacy({**raw, "theta": 5, "sample_rate": 0.1}, PrivacySpec(epsilon=1.0, delta=1e-6))
     secagg = {"mode": "secagg"}
     assert KIND.bind_privacy(secagg, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam")) == secagg
+
+
+def test_release_reports_thresholds_and_the_noise_of_each_released_count():
+    params = KIND.parse_params({"mode": "secagg", "release_threshold": 2, "max_length": 2, "alphabet": "ab"})
+    state = KIND.initial_state(params)
+    stds = [3.0, 5.0]
+    for depth, std in enumerate(stds):
+        plan = KIND.plan_round(params, state, depth)
+        agg = sum(KIND.contribute(plan.task, [w], RNG) for w in ["a"] * 3 + ["ab"] * 4)
+        state = KIND.decode_round(params, state, plan, agg, 7, AggregateNoise(std=std))
+    assert KIND.plan_round(params, state, 2) is None
+    release = KIND.finalize(params, state)
+    assert release.result["heavy_hitters"] == [{"value": "ab", "count": 4}, {"value": "a", "count": 3}]
+    assert release.thresholds == {"release_thresholds": [2, 2]} == {"release_thresholds": release.result["thresholds"]}
+    # "ab" (length L) was counted as an extension in round 1, "a" by its end marker in round 1, "a" in round 0
+    assert release.noise_std == {"/heavy_hitters/0/count": 5.0, "/heavy_hitters/1/count": 5.0,
+                                 "/trie/a": 3.0, "/trie/ab": 5.0}
