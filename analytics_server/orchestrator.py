@@ -3,7 +3,9 @@
 Round r: `kind.plan_round` → stored Round (plan, noise, bit width, `need` contributors) → cohorts of
 uniformly sampled free devices (Bernoulli `plan.sample_rate`, at most `cohort.max_clients`, each needing
 ≥ `need` survivors so every sum the server sees covers at least the minimum number of devices) until the
-round's stored aggregate covers ≥ `need` contributors → `kind.decode_round` → next round or `finalize`.
+round's stored aggregate covers ≥ `need` contributors → `kind.decode_round` (with the round's noise as an
+`AggregateNoise`) → next round or `kind.finalize` (with the server's stop reason, if it stopped the query),
+whose `Release` is stored as the result. The server reads nothing else of a kind's state or result.
 Everything needed to continue is stored, so after a restart the task resumes from the database: cohorts
 that were in flight are aborted ("server restarted"), finished sums stay, seats in finished cohorts keep
 their devices out of the rest of the round.
@@ -28,7 +30,8 @@ from analytics_server.metrics import Metrics
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from queries.envelope import Assignment, b64e
-from queries.kind import QueryKind, RoundPlan, get_kind
+from queries.kind import QueryKind, RoundPlan
+from queries.registry import get_kind
 from queries.spec import QuerySpec
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
@@ -125,15 +128,14 @@ class Orchestrator:
         spec = QuerySpec.model_validate(q.spec)
         kind = get_kind(spec.kind)
         params = kind.parse_params(spec.params)
-        state = dict(q.state)
+        state = kind.state_from_json(q.state)
         index = q.current_round
         live = self.live.setdefault(q.id, {})
         while True:
             rnd = await self.store.get_round(q.id, index)
             if rnd is None:
                 if not privacy.budget_allows(q.calibration, index + 1):  # ε would be exceeded: stop before
-                    state = {**state, "stopped": "privacy budget exhausted"}  # this round runs or applies
-                    await self._finish(q, spec, kind, params, state)
+                    await self._finish(q, spec, kind, params, state, "privacy budget exhausted")  # the round runs
                     return
                 try:
                     plan = kind.plan_round(params, state, index)
@@ -151,17 +153,17 @@ class Orchestrator:
                 assert fresh is not None
                 rnd = fresh
                 live.update(contributors=rnd.contributors)
-            plan.meta.update(privacy.decode_meta(rnd.noise, rnd.contributors))
             if q.calibration is not None and rnd.contributors < int(q.calibration["t_min"]):
                 raise QueryFailed(f"round {index}: {rnd.contributors} contributors, fewer than t_min; nothing released")
             aggregate = privacy.unscale(rnd.noise, vec_from_bytes(rnd.aggregate))  # ÷ encoding scale
-            decode = functools.partial(kind.decode_round, params, state, plan, aggregate, rnd.contributors)
+            noise = privacy.aggregate_noise(rnd.noise, rnd.contributors)
+            decode = functools.partial(kind.decode_round, params, state, plan, aggregate, rnd.contributors, noise)
             try:  # kinds may do real work here (model updates): keep it off the event loop
                 state = await asyncio.get_running_loop().run_in_executor(self.executor, decode)
             except ValueError as exc:
                 raise QueryFailed(f"round {index}: decode failed: {exc}") from None
             index += 1
-            await self.store.decode_round(rnd.id, q.id, state, index)
+            await self.store.decode_round(rnd.id, q.id, kind.state_to_json(state), index)
             self._coins.pop(rnd.id, None)
 
     async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
@@ -178,10 +180,12 @@ class Orchestrator:
         stored_plan = asdict(plan)
         return await self.store.create_round(q.id, index, stored_plan, noise, bits, need, plan.dim)
 
-    async def _finish(self, q: Query, spec: QuerySpec, kind: QueryKind, params: Any, state: dict[str, Any]) -> None:
+    async def _finish(
+        self, q: Query, spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, state: Any, stop_reason: str | None = None
+    ) -> None:
         try:
-            result = await asyncio.get_running_loop().run_in_executor(
-                self.executor, functools.partial(kind.finalize, params, state)
+            release = await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(kind.finalize, params, state, stop_reason)
             )
         except ValueError as exc:
             raise QueryFailed(f"finalize failed: {exc}") from None
@@ -193,16 +197,13 @@ class Orchestrator:
             noises.append(r.noise)
             contributors.append(r.contributors)
             bits.append(r.bits)
-        thresholds = {"min_contributors": spec.cohort.min_clients}
-        for key in ("threshold", "thresholds"):  # the kinds' release thresholds, as they report them
-            if isinstance(result, dict) and key in result:
-                thresholds["release_" + key] = result[key]
+        thresholds: dict[str, Any] = {"min_contributors": spec.cohort.min_clients, **release.thresholds}
         budget = None
         if q.calibration is not None:
             budget = (await self.store.get_budget(spec.source, self.settings.default_budget())).to_dict()
         block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits, thresholds, budget)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
-        await self.store.finish_query(q.id, result, block)
+        await self.store.finish_query(q.id, release.result, block)
 
     # -- cohorts --------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The one place where differential privacy plugs into the server.
 
 The orchestrator calls exactly these functions: `check_and_calibrate` at submit, `round_noise` and
-`choose_bits` when a round is planned, `unscale` + `decode_meta` before the kind decodes a round,
+`choose_bits` when a round is planned, `unscale` + `aggregate_noise` before the kind decodes a round,
 `privacy_block` when the query finishes. The math lives in `queries.dp` (calibration, noise, bit width,
 accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`).
 
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from queries import dp
-from queries.kind import QueryKind, RoundPlan
+from queries.kind import AggregateNoise, QueryKind, RoundPlan
 from queries.spec import QuerySpec
 from secagg.encoding import bits_for
 
@@ -133,13 +133,12 @@ def unscale(noise: dict[str, Any] | None, aggregate: np.ndarray) -> np.ndarray:
     return agg if s == 1 else (agg + s // 2) // s
 
 
-def decode_meta(noise: dict[str, Any] | None, contributors: int) -> dict[str, Any]:
-    """Extra `plan.meta` for the kind's decode: the summed noise's standard deviation in the kind's units and
-    the stored round noise (`round_noise`), from which `queries.release` derives rigorous thresholds."""
+def aggregate_noise(noise: dict[str, Any] | None, contributors: int) -> AggregateNoise | None:
+    """The noise argument of the kind's `decode_round`: the stored round noise over `contributors` devices,
+    with its standard deviation in the kind's units (after `unscale`); None without noise."""
     if noise is None:
-        return {"noise_std": 0.0}
-    std = dp.RoundNoise.from_dict(noise).std(contributors) / encoding_scale(noise)
-    return {"noise_std": float(std), "round_noise": dict(noise)}
+        return None
+    return AggregateNoise.of_round(dp.RoundNoise.from_dict(noise), contributors, encoding_scale(noise))
 
 
 def noise_halfwidth(noise: dict[str, Any] | None, contributors: int, confidence: float = 0.999) -> int:

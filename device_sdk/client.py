@@ -21,6 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlencode
 
 import aiohttp
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
@@ -42,7 +43,7 @@ from queries.envelope import (
     device_id_for,
     signing_payload,
 )
-from queries.kind import get_kind
+from queries.registry import get_kind
 from secagg import encoding
 from secagg.client import ClientSession
 from secagg.config import SecAggConfig
@@ -214,7 +215,7 @@ class DeviceClient:
         try:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
-            vec = add_noise(kind.contribute(a.task, self.store.rows(a.source)), a.noise)
+            vec = add_noise(kind.contribute(a.task, self.store.rows(a.source), np.random.default_rng()), a.noise)  # TODO(randomness)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
                 if not bench_unmasked():

@@ -21,13 +21,15 @@ Missing values (absent, None, NaN, ±inf, non-numeric) are counted as missing, n
 from __future__ import annotations
 
 import math
-import os
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from queries.kind import QueryKind, QueryKindError, RoundPlan, register
+from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
+from queries.layout import Layout
+from queries.spec import PrivacySpec
 
 DEVICE_BOUND_BITS = 46
 NOISY_PRECISION_BITS = 16
@@ -99,23 +101,49 @@ def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (low + (rng.random(x.shape) < x - low)).astype(np.int64)
 
 
-class FeatureStatsKind(QueryKind):
+def first_moments_layout(n_features: int, bins: int) -> Layout:
+    """Round 1: per feature its count, its first moment, then its `bins` histogram counts (feature-major)."""
+    return Layout.of(counts=n_features, firsts=n_features, histograms=(n_features, bins))
+
+
+def second_moments_layout(n_features: int) -> Layout:
+    """Round 2: per feature its second moment about the global mean."""
+    return Layout.of(seconds=n_features)
+
+
+@dataclass(frozen=True)
+class FeatureStatsState:
+    stage: int = 0
+    """0: before round 1; 1: counts and means known; 2: variances known (finished)."""
+    counts: list[float] = field(default_factory=list)
+    """Per feature, the (noisy) number of present values."""
+    means: list[float | None] = field(default_factory=list)
+    """Per feature, the global mean, or None when suppressed (too few values)."""
+    histograms: list[list[float]] | None = None
+    vars: list[float | None] = field(default_factory=list)
+    contributors: list[int] = field(default_factory=list)
+    noise_std: list[float] = field(default_factory=list)
+    """Per round, the standard deviation of each entry's noise, in examples (0 without noise)."""
+
+
+class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     name = "feature_stats"
     Params = FeatureStatsParams
+    State = FeatureStatsState
 
-    def rounds_upper_bound(self, params: FeatureStatsParams) -> int:  # type: ignore[override]
+    def rounds_upper_bound(self, params: FeatureStatsParams) -> int:
         return 2
 
-    def bind_privacy(self, raw_params: dict[str, Any], privacy: Any) -> dict[str, Any]:
+    def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Noisy queries get `precision_bits = NOISY_PRECISION_BITS` unless the analyst chose one."""
         if privacy.mechanism == "none" or not isinstance(raw_params, dict) or "precision_bits" in raw_params:
             return raw_params
         return {**raw_params, "precision_bits": NOISY_PRECISION_BITS}
 
-    def initial_state(self, params: FeatureStatsParams) -> dict[str, Any]:  # type: ignore[override]
-        return {"stage": 0}
+    def initial_state(self, params: FeatureStatsParams) -> FeatureStatsState:
+        return FeatureStatsState()
 
-    def plan_round(self, params: FeatureStatsParams, state: dict[str, Any], round_index: int) -> RoundPlan | None:  # type: ignore[override]
+    def plan_round(self, params: FeatureStatsParams, state: FeatureStatsState, round_index: int) -> RoundPlan | None:
         f = len(params.features)
         k = params.scale_exp
         m = params.max_examples_per_device
@@ -125,13 +153,13 @@ class FeatureStatsKind(QueryKind):
             "scale_exp": k,
             "max_examples": m,
         }
-        if state["stage"] == 0:
+        if state.stage == 0:
             task |= {"stage": "first_moments", "bins": bins}
-            dim = f * (2 + bins)
+            dim = first_moments_layout(f, bins).dim
             per_example_l2 = math.sqrt(3.0)  # count, first moment, one histogram bin ≤ 2^K each
-        elif state["stage"] == 1:
-            task |= {"stage": "second_moments", "means": state["means"]}
-            dim = f
+        elif state.stage == 1:
+            task |= {"stage": "second_moments", "means": state.means}
+            dim = second_moments_layout(f).dim
             per_example_l2 = 1.0
         else:
             return None
@@ -141,82 +169,93 @@ class FeatureStatsKind(QueryKind):
             task=task,
             dim=dim,
             max_abs=m * unit,
-            l1_sensitivity=float(m * unit * (3 if state["stage"] == 0 else 1) * f),
+            l1_sensitivity=float(m * unit * (3 if state.stage == 0 else 1) * f),
             l2_sensitivity=float(m * unit * per_example_l2 * math.sqrt(f)),
         )
 
-    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         try:
             specs = [FeatureSpec.model_validate(s) for s in task["features"]]
             k, m, stage = int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
-        rng = np.random.default_rng(int.from_bytes(os.urandom(16), "big"))
         if len(rows) > m:
             rows = [rows[i] for i in sorted(rng.choice(len(rows), size=m, replace=False))]
         unit = float(1 << k)
-        parts = []
         if stage == "first_moments":
             bins = int(task.get("bins") or 0)
-            counts, firsts, hists = [], [], []
-            for spec in specs:
+            counts, firsts = np.zeros(len(specs), dtype=np.int64), np.zeros(len(specs), dtype=np.int64)
+            hists = np.zeros((len(specs), bins), dtype=np.int64)
+            for j, spec in enumerate(specs):
                 x = _column(rows, spec.name)
                 x = np.clip(x[~np.isnan(x)], spec.lower, spec.upper)
                 frac = (x - spec.lower) / (spec.upper - spec.lower)
-                counts.append(len(x) << k)
-                firsts.append(int(_stochastic_round(frac * unit, rng).sum()))
+                counts[j] = len(x) << k
+                firsts[j] = int(_stochastic_round(frac * unit, rng).sum())
                 if bins:
                     idx = np.minimum((frac * bins).astype(np.int64), bins - 1)
-                    hists.append(np.bincount(idx, minlength=bins).astype(np.int64) << k)
-            parts = [np.array(counts, dtype=np.int64), np.array(firsts, dtype=np.int64), *hists]
-        elif stage == "second_moments":
+                    hists[j] = np.bincount(idx, minlength=bins).astype(np.int64) << k
+            return first_moments_layout(len(specs), bins).pack(counts=counts, firsts=firsts, histograms=hists)
+        if stage == "second_moments":
             means = task["means"]
-            seconds = []
-            for spec, mean in zip(specs, means):
+            seconds = np.zeros(len(specs), dtype=np.int64)
+            for j, (spec, mean) in enumerate(zip(specs, means)):
                 x = _column(rows, spec.name)
                 x = np.clip(x[~np.isnan(x)], spec.lower, spec.upper)
                 if mean is None:
-                    seconds.append(0)
                     continue
                 z = ((x - mean) / (spec.upper - spec.lower)) ** 2
-                seconds.append(int(_stochastic_round(z * unit, rng).sum()))
-            parts = [np.array(seconds, dtype=np.int64)]
-        else:
-            raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
-        return np.concatenate(parts)
+                seconds[j] = int(_stochastic_round(z * unit, rng).sum())
+            return second_moments_layout(len(specs)).pack(seconds=seconds)
+        raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
 
-    def decode_round(self, params: FeatureStatsParams, state: dict[str, Any], plan: RoundPlan, aggregate: np.ndarray, contributors: int) -> dict[str, Any]:  # type: ignore[override]
+    def decode_round(
+        self,
+        params: FeatureStatsParams,
+        state: FeatureStatsState,
+        plan: RoundPlan,
+        aggregate: np.ndarray,
+        contributors: int,
+        noise: AggregateNoise | None = None,
+    ) -> FeatureStatsState:
         f = len(params.features)
         unit = float(1 << params.scale_exp)
         agg = np.asarray(aggregate, dtype=np.float64) / unit
-        if state["stage"] == 0:
-            counts, firsts = agg[:f], agg[f : 2 * f]
-            means = []
+        std = 0.0 if noise is None else float(noise.std) / unit
+        if state.stage == 0:
+            first = first_moments_layout(f, params.bins or 0).view(agg, "aggregate")
+            counts, firsts = first["counts"], first["firsts"]
+            means: list[float | None] = []
             for spec, c, s in zip(params.features, counts, firsts):
                 if c < max(params.min_count, 1e-9):
                     means.append(None)
                 else:
                     mean = spec.lower + (spec.upper - spec.lower) * s / c
                     means.append(float(min(max(mean, spec.lower), spec.upper)))
-            hist = None
-            if params.bins:
-                hist = agg[2 * f :].reshape(f, params.bins).tolist()
-            return {"stage": 1, "counts": counts.tolist(), "means": means, "histograms": hist,
-                    "contributors": [contributors]}
-        variances = []
-        for spec, c, mean, s2 in zip(params.features, state["counts"], state["means"], agg):
+            hist = first["histograms"].tolist() if params.bins else None
+            return FeatureStatsState(stage=1, counts=counts.tolist(), means=means, histograms=hist,
+                                     contributors=[contributors], noise_std=[std])
+        seconds = second_moments_layout(f).view(agg, "aggregate")["seconds"]
+        variances: list[float | None] = []
+        for spec, c, mean, s2 in zip(params.features, state.counts, state.means, seconds):
             if mean is None:
                 variances.append(None)
             else:
                 variances.append(float(max(s2, 0.0) * (spec.upper - spec.lower) ** 2 / c))
-        return {**state, "stage": 2, "vars": variances, "contributors": state["contributors"] + [contributors]}
+        return replace(state, stage=2, vars=variances, contributors=state.contributors + [contributors],
+                       noise_std=(state.noise_std or [0.0]) + [std])  # [0.0]: stored before noise_std existed
 
-    def finalize(self, params: FeatureStatsParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+    def finalize(self, params: FeatureStatsParams, state: FeatureStatsState, stop_reason: str | None = None) -> Release:
+        """Features whose variance is not known (suppressed, or the query stopped before round 2) are listed
+        in `suppressed`."""
         features: dict[str, Any] = {}
         suppressed: list[str] = []
+        noise_std: dict[str, float] = {}
         for i, spec in enumerate(params.features):
-            count, mean, var = state["counts"][i], state["means"][i], state["vars"][i]
-            if mean is None or var is None:
+            count = state.counts[i] if i < len(state.counts) else None
+            mean = state.means[i] if i < len(state.means) else None
+            var = state.vars[i] if i < len(state.vars) else None
+            if count is None or mean is None or var is None:
                 suppressed.append(spec.name)
                 continue
             entry: dict[str, Any] = {
@@ -228,10 +267,14 @@ class FeatureStatsKind(QueryKind):
                 "lower": spec.lower,
                 "upper": spec.upper,
             }
-            if params.bins:
+            if params.bins and state.histograms is not None:
                 edges = np.linspace(spec.lower, spec.upper, params.bins + 1).tolist()
-                entry["histogram"] = {"edges": edges, "counts": state["histograms"][i]}
+                entry["histogram"] = {"edges": edges, "counts": state.histograms[i]}
             features[spec.name] = entry
+            if state.noise_std and state.noise_std[0] > 0:  # round 1 sums: count and histogram bins
+                noise_std[value_path("features", spec.name, "count")] = state.noise_std[0]
+                for b in range(len(entry.get("histogram", {}).get("counts", []))):
+                    noise_std[value_path("features", spec.name, "histogram", "counts", b)] = state.noise_std[0]
         names = list(features)
         scaler = {
             "feature_names_in_": names,
@@ -241,8 +284,9 @@ class FeatureStatsKind(QueryKind):
             "scale_": [features[n]["std"] if features[n]["std"] > 0 else 1.0 for n in names],
             "n_samples_seen_": [features[n]["count"] for n in names],
         }
-        return {"features": features, "scaler": scaler, "suppressed": suppressed,
-                "clients": max(state["contributors"]) if state["contributors"] else 0}
+        result = {"features": features, "scaler": scaler, "suppressed": suppressed,
+                  "clients": max(state.contributors) if state.contributors else 0}
+        return Release(result, noise_std=noise_std)
 
 
 class StandardScaling:
@@ -269,5 +313,3 @@ class StandardScaling:
         out = self.transform(cols)
         return np.where(np.isnan(out), 0.0, out)
 
-
-register(FeatureStatsKind())

@@ -11,20 +11,21 @@ extra bucket. Rows may be strings, numbers (compared by their text, e.g. 3 → "
 `"value"` field; anything else is ignored.
 
 Release: a count is released when its (noisy) value reaches the threshold — `release_threshold` when
-given, otherwise 0 without noise and `queries.release.plan_threshold` with noise. Buckets
+given, otherwise 0 without noise and `queries.release.release_threshold` with noise. Buckets
 under the threshold are listed in `suppressed`, never silently dropped.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from queries.kind import QueryKind, QueryKindError, RoundPlan, register
-from queries.release import noise_std, plan_threshold
+from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
+from queries.release import release_threshold
 
 MAX_BUCKETS = 100_000
 
@@ -84,15 +85,27 @@ def _value_text(row: Any) -> str | None:
     return None
 
 
-class HistogramKind(QueryKind):
+@dataclass(frozen=True)
+class HistogramState:
+    done: bool = False
+    raw: list[int] = field(default_factory=list)
+    """The round's aggregate, one (noisy) count per slot."""
+    contributors: int = 0
+    threshold: float | None = None
+    noise_std: float = 0.0
+    """Standard deviation of each count's noise."""
+
+
+class HistogramKind(QueryKind[HistogramParams, HistogramState]):
     name = "histogram"
     Params = HistogramParams
+    State = HistogramState
 
-    def initial_state(self, params: HistogramParams) -> dict[str, Any]:  # type: ignore[override]
-        return {"done": False}
+    def initial_state(self, params: HistogramParams) -> HistogramState:
+        return HistogramState()
 
-    def plan_round(self, params: HistogramParams, state: dict[str, Any], round_index: int) -> RoundPlan | None:  # type: ignore[override]
-        if state["done"]:
+    def plan_round(self, params: HistogramParams, state: HistogramState, round_index: int) -> RoundPlan | None:
+        if state.done:
             return None
         k = params.max_contributions_per_device
         return RoundPlan(
@@ -104,7 +117,7 @@ class HistogramKind(QueryKind):
             l2_sensitivity=float(k) ** 0.5,
         )
 
-    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         try:
             buckets = [str(b) for b in task["buckets"]]
             other = task.get("other_bucket")
@@ -127,31 +140,38 @@ class HistogramKind(QueryKind):
             vec[slot] = 1
         return vec
 
-    def decode_round(self, params: HistogramParams, state: dict[str, Any], plan: RoundPlan, aggregate: np.ndarray, contributors: int) -> dict[str, Any]:  # type: ignore[override]
+    def decode_round(
+        self,
+        params: HistogramParams,
+        state: HistogramState,
+        plan: RoundPlan,
+        aggregate: np.ndarray,
+        contributors: int,
+        noise: AggregateNoise | None = None,
+    ) -> HistogramState:
         agg = np.asarray(aggregate, dtype=np.int64)
         if agg.shape != (plan.dim,):
             raise QueryKindError(f"aggregate: expected length {plan.dim}, got {agg.shape}")
-        std = noise_std(plan, contributors)
         if params.release_threshold is not None:
             tau = params.release_threshold
         else:
-            tau = plan_threshold(plan, contributors, params.false_release_rate, params.min_release_count)
-        return {"done": True, "raw": agg.tolist(), "contributors": contributors, "threshold": tau, "noise_std": std}
+            tau = release_threshold(noise, contributors, plan.dim, params.false_release_rate, params.min_release_count)
+        std = 0.0 if noise is None else float(noise.std)
+        return HistogramState(done=True, raw=agg.tolist(), contributors=contributors, threshold=tau, noise_std=std)
 
-    def finalize(self, params: HistogramParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+    def finalize(self, params: HistogramParams, state: HistogramState, stop_reason: str | None = None) -> Release:
         counts: dict[str, int] = {}
         suppressed: list[str] = []
-        for name, value in zip(params.slots, state.get("raw", [])):
-            if value >= state["threshold"]:
+        for name, value in zip(params.slots, state.raw):
+            if state.threshold is not None and value >= state.threshold:
                 counts[name] = int(value)
             else:
                 suppressed.append(name)
-        return {
+        result = {
             "counts": counts,
             "suppressed": suppressed,
-            "clients": int(state.get("contributors", 0)),
-            "threshold": state.get("threshold"),
+            "clients": int(state.contributors),
+            "threshold": state.threshold,
         }
-
-
-register(HistogramKind())
+        noise_std = {value_path("counts", name): state.noise_std for name in counts} if state.noise_std else {}
+        return Release(result, {"release_threshold": state.threshold}, noise_std)

@@ -1,4 +1,7 @@
-"""The interface every query kind implements, and the registry that maps `kind` names to kinds.
+"""The interface every query kind implements (`QueryKind[P, S]`) and the typed values it exchanges with
+the server: `RoundPlan` (what a round needs), `AggregateNoise` (the noise in a decoded aggregate) and
+`Release` (what a finished query releases). The kinds the service knows are listed in
+`queries.registry`; this module knows none of them.
 
 A query is planned as rounds. In each round the server hands devices a task payload; every device turns
 its local data into a bounded integer vector (`contribute`); the vectors are summed under secure
@@ -6,21 +9,40 @@ aggregation (with distributed noise when the query asks for it); the kind decode
 into its state and plans the next round or finishes. In VDAF terms: `contribute` is the client shard,
 the secure sum is the aggregate, `decode_round`/`finalize` is the unshard.
 
-Adding a kind touches its own module and one registry line (`register`), nothing in the server or SDK.
+Types. A kind is generic over its params `P` (a pydantic model: the analyst's JSON, validated at the API
+boundary) and its state `S` (a frozen dataclass: what the kind carries between rounds). The server
+stores the state as JSON between rounds (a restarted server resumes from it), so the JSON boundary is
+part of the contract: `state_to_json`/`state_from_json` convert with a pydantic `TypeAdapter` of the
+state dataclass — state fields must be JSON types (str, int, float, bool, None, lists, str-keyed dicts)
+or nested dataclasses of them. Old stored states load as long as new fields have defaults.
+
+What crosses the boundary, and nothing else: the server passes the round's noise to `decode_round` as
+an `AggregateNoise` (None without noise) and the reason it stopped a query early to `finalize`
+(`stop_reason`); `finalize` returns a `Release` (the released result, the release thresholds the kind
+applied, the noise std of released values). The server never reads a kind's state or result keys.
+
+Adding a kind touches its own module and one line of `queries.registry`, nothing in the server or SDK.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from queries.spec import PrivacySpec
+
+if TYPE_CHECKING:  # the device imports kinds; it must not load the accountant behind queries.dp
+    from queries.dp import RoundNoise
 
 
 class QueryKindError(ValueError):
-    """A query spec or task payload that a kind cannot accept; the message names the field."""
+    """A query spec, task payload, vector or stored state that a kind cannot accept; the message names
+    the field."""
 
 
 @dataclass(frozen=True)
@@ -43,85 +65,124 @@ class RoundPlan:
     min_clients: int | None = None
     """Overrides the query's cohort.min_clients for this round when set."""
     meta: dict[str, Any] = field(default_factory=dict)
-    """Kind-private information kept with the round (stored; passed back to decode_round)."""
+    """Kind-private information kept with the round (stored with the plan; the kind reads it back in
+    decode_round). The server neither reads nor writes it."""
 
 
-class QueryKind(ABC):
-    """One kind of query. Instances are stateless; all state lives in the JSON `state` dict."""
+@dataclass(frozen=True)
+class AggregateNoise:
+    """The distributed DP noise in one round's aggregate, as the kind receives it in `decode_round`."""
+
+    std: float
+    """Standard deviation of the summed noise in each entry of the aggregate, in the kind's units."""
+    round_noise: RoundNoise | None = None
+    """The server's calibrated noise of the round (for the scaled encoding s·Δ), from which
+    `queries.release` derives rigorous tail bounds; None when only `std` is known (in-process tools)."""
+    encoding_scale: int = 1
+    """s: devices multiplied their vectors by s and the server divided the aggregate by s (round half
+    up) before decoding."""
+
+    @classmethod
+    def of_round(cls, noise: RoundNoise, contributors: int, encoding_scale: int = 1) -> AggregateNoise:
+        """The noise of a round's aggregate over `contributors` devices, after division by the scale."""
+        return cls(noise.std(contributors) / encoding_scale, noise, encoding_scale)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a finished query releases (`finalize`)."""
+
+    result: dict[str, Any]
+    """The released `result` object (JSON)."""
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    """Release thresholds the kind applied, under the names the result's `privacy.thresholds` shows them
+    (e.g. `{"release_threshold": τ}`); the server adds its own (`min_contributors`)."""
+    noise_std: dict[str, float] = field(default_factory=dict)
+    """Standard deviation of the noise in released values, in released units, keyed by the value's JSON
+    Pointer into `result` (RFC 6901, `value_path`) — for confidence intervals. Only values that are a
+    noisy sum are listed; absent values are exact or derived (ratios such as means)."""
+
+
+def value_path(*parts: str | int) -> str:
+    """The JSON Pointer (RFC 6901) of a value inside a result: `value_path("counts", "a/b")` → "/counts/a~1b"."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+P = TypeVar("P", bound=BaseModel)
+S = TypeVar("S")
+
+
+class QueryKind(ABC, Generic[P, S]):
+    """One kind of query, with params `P` and state `S`. Instances are stateless; all state lives in `S`."""
 
     name: ClassVar[str]
-    Params: ClassVar[type[BaseModel]]
+    Params: type[P]
+    State: type[S]
 
-    def parse_params(self, raw: dict[str, Any]) -> BaseModel:
+    def parse_params(self, raw: dict[str, Any]) -> P:
         """Validate `params`; raises pydantic.ValidationError naming the bad field."""
         return self.Params.model_validate(raw)
 
-    def rounds_upper_bound(self, params: BaseModel) -> int:
+    def rounds_upper_bound(self, params: P) -> int:
         """How many rounds the query can run at most; DP composes its cost over these."""
         return 1
 
-    def bind_privacy(self, raw_params: dict[str, Any], privacy: Any) -> dict[str, Any]:
+    def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Optional hook, called at submit before `parse_params`: copy what the kind needs from the spec's
-        `privacy` block (a `queries.spec.PrivacySpec`) into its raw params, or refuse a combination it
-        cannot honour (raise QueryKindError naming the field). The returned params are what is stored.
+        `privacy` block into its raw params, or refuse a combination it cannot honour (raise
+        QueryKindError naming the field). The returned params are what is stored.
         Default: params unchanged (the server's distributed noise is the kind's only privacy)."""
         return raw_params
 
-    def privacy(self, params: BaseModel) -> dict[str, Any] | None:
+    def privacy(self, params: P) -> dict[str, Any] | None:
         """Optional hook: the kind's own privacy block (e.g. TrieHH's sample-and-threshold guarantee), merged
         over the server's block in the released result; the server also accepts mechanism "none" in the
         production profile when this block carries a finite epsilon. Default None (server's block only)."""
         return None
 
-    @abstractmethod
-    def initial_state(self, params: BaseModel) -> dict[str, Any]:
-        """JSON-serialisable state before the first round."""
+    def state_to_json(self, state: S) -> dict[str, Any]:
+        """The state as the server stores it between rounds."""
+        out: dict[str, Any] = TypeAdapter(self.State).dump_python(state, mode="json")
+        return out
+
+    def state_from_json(self, raw: Mapping[str, Any]) -> S:
+        """A stored state back; QueryKindError when it is not a state of this kind."""
+        try:
+            state = TypeAdapter(self.State).validate_python(raw)
+        except ValidationError as exc:
+            raise QueryKindError(f"state: not a stored {self.name} state ({exc.error_count()} errors)") from None
+        return state
 
     @abstractmethod
-    def plan_round(self, params: BaseModel, state: dict[str, Any], round_index: int) -> RoundPlan | None:
+    def initial_state(self, params: P) -> S:
+        """The state before the first round."""
+
+    @abstractmethod
+    def plan_round(self, params: P, state: S, round_index: int) -> RoundPlan | None:
         """The next round, or None when the query is finished."""
 
     @abstractmethod
-    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
-        """Device side: the local rows of the query's `source` → an int64 vector of length plan.dim."""
+    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        """Device side: the local rows of the query's `source` → an int64 vector of length plan.dim.
+
+        `rng` is the only randomness a kind may use (row sampling, SGD order, stochastic rounding); the
+        device draws it from its randomness source, so a seeded source reproduces the vector exactly."""
 
     @abstractmethod
     def decode_round(
         self,
-        params: BaseModel,
-        state: dict[str, Any],
+        params: P,
+        state: S,
         plan: RoundPlan,
         aggregate: np.ndarray,
         contributors: int,
-    ) -> dict[str, Any]:
-        """Server side: the round's (noised) int64 sum over `contributors` devices → the new state."""
+        noise: AggregateNoise | None = None,
+    ) -> S:
+        """Server side: the round's int64 sum over `contributors` devices → the new state. `noise` is the
+        distributed noise in `aggregate` (None: the sum is exact)."""
 
     @abstractmethod
-    def finalize(self, params: BaseModel, state: dict[str, Any]) -> dict[str, Any]:
-        """The released `result` object of a finished query."""
-
-
-_REGISTRY: dict[str, QueryKind] = {}
-
-
-def register(kind: QueryKind) -> QueryKind:
-    if kind.name in _REGISTRY:
-        raise ValueError(f"query kind {kind.name!r} registered twice")
-    _REGISTRY[kind.name] = kind
-    return kind
-
-
-def get_kind(name: str) -> QueryKind:
-    from queries import registry  # noqa: F401  (populates the registry on first use)
-
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise QueryKindError(f"kind: unknown query kind {name!r} (known: {known})") from None
-
-
-def known_kinds() -> list[str]:
-    from queries import registry  # noqa: F401
-
-    return sorted(_REGISTRY)
+    def finalize(self, params: P, state: S, stop_reason: str | None = None) -> Release:
+        """The release of a finished query, from any state a query can reach (including the initial one).
+        `stop_reason` is set when the server ended the query before the kind finished (e.g. "privacy
+        budget exhausted")."""

@@ -2,7 +2,8 @@
 
 Secure aggregation returns the exact sum of the contributors' vectors, so summing the integer vectors in
 the clear is equivalent for testing and evaluating a kind's math; every other step (plan, contribute,
-optional per-device noise, decode, finalize) is the code the server and SDK run.
+optional per-device noise, decode, finalize) is the code the server and SDK run. One generator (`rng`)
+drives the device sampling and every device's `contribute`, so a seeded generator reproduces a run.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ NoiseFn = Callable[[int], np.ndarray]
 
 
 def run_locally(
-    kind: QueryKind,
+    kind: QueryKind[Any, Any],
     raw_params: dict[str, Any],
     devices: Sequence[list[Any]],
     noise: NoiseFn | None = None,
     rng: np.random.Generator | None = None,
     max_rounds: int = 1000,
 ) -> tuple[dict[str, Any], list[int]]:
-    """Returns (result, contributors per round)."""
+    """Returns (the released result, contributors per round). With `noise` the kind decodes without a noise
+    argument (it does not know the shares' distribution), so release thresholds stay at their floors."""
     params = kind.parse_params(raw_params)
     state = kind.initial_state(params)
     rng = rng or np.random.default_rng()
@@ -40,7 +42,7 @@ def run_locally(
         for rows in devices:
             if plan.sample_rate < 1.0 and rng.random() >= plan.sample_rate:
                 continue
-            vec = kind.contribute(plan.task, rows)
+            vec = kind.contribute(plan.task, rows, rng)
             if noise is not None:
                 vec = vec + noise(plan.dim)
             total += vec
@@ -49,4 +51,4 @@ def run_locally(
         state = kind.decode_round(params, state, plan, total, count)
     else:
         raise RuntimeError(f"query did not finish within {max_rounds} rounds")
-    return kind.finalize(params, state), contributors
+    return kind.finalize(params, state).result, contributors

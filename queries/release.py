@@ -4,11 +4,11 @@ A count is released only when its noisy value reaches the threshold. Without noi
 kind's floor; with noise it keeps the chance of releasing *any* true-zero slot of a round below
 `false_release_rate` (union bound over the round's slots), never below the floor.
 
-One rule, two inputs: when the server attached its round noise (`plan.meta["round_noise"]`, stored
-`queries.dp.RoundNoise` fields plus `encoding_scale`), the threshold is `queries.dp.release_threshold`'s
-rigorous tail bound of the actual mechanism, converted to the kind's units (the server divided the
-aggregate by s, rounding half up). With only a standard deviation (`plan.meta["noise_std"]`, or a
-`noise` object in the task — in-process tools and unit tests), the Gaussian tail quantile is used.
+One rule, two inputs (the `AggregateNoise` the kind's `decode_round` receives): when it carries the
+server's calibrated round noise, the threshold is `queries.dp.release_threshold`'s rigorous tail bound of
+the actual mechanism, converted to the kind's units (the server divided the aggregate by the encoding
+scale s, rounding half up). With only a standard deviation (in-process tools and unit tests), the
+Gaussian tail quantile is used.
 """
 
 from __future__ import annotations
@@ -16,27 +16,7 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from queries.kind import RoundPlan
-
-
-def noise_std(plan: RoundPlan, contributors: int) -> float:
-    """Standard deviation of the noise in the round's aggregate, as the server recorded it.
-
-    The server sets `plan.meta["noise_std"]` (total over the contributors) when it attaches noise; a
-    `noise` object in the task (`{"mechanism", "scale"}` per device) is used otherwise. No noise → 0.
-    """
-    if "noise_std" in plan.meta:
-        return float(plan.meta["noise_std"])
-    noise = plan.task.get("noise")
-    if not isinstance(noise, dict) or noise.get("mechanism", "none") == "none":
-        return 0.0
-    if "std" in noise:
-        per_device_std = float(noise["std"])
-    elif noise["mechanism"] == "discrete_gaussian":
-        per_device_std = float(noise["scale"])  # σ of the device's share
-    else:
-        raise ValueError(f"noise: mechanism {noise['mechanism']!r} needs a per-device 'std' in the task")
-    return per_device_std * math.sqrt(max(contributors, 1))
+from queries.kind import AggregateNoise
 
 
 def count_threshold(std: float, slots: int, false_release_rate: float, floor: float) -> float:
@@ -48,16 +28,20 @@ def count_threshold(std: float, slots: int, false_release_rate: float, floor: fl
     return float(max(floor, math.ceil(z * std)))
 
 
-def plan_threshold(plan: RoundPlan, contributors: int, false_release_rate: float, floor: float) -> float:
-    """The round's release threshold: rigorous (`queries.dp.release_threshold`) when the server attached its
-    round noise to the plan, else `count_threshold` on the recorded standard deviation."""
-    stored = plan.meta.get("round_noise")
-    if isinstance(stored, dict):
-        from queries import dp
+def release_threshold(
+    noise: AggregateNoise | None, contributors: int, slots: int, false_release_rate: float, floor: float
+) -> float:
+    """The round's release threshold over `slots` counts: rigorous (`queries.dp.release_threshold`) when
+    the server's round noise is known, else `count_threshold` on the standard deviation; `floor` without
+    noise."""
+    if noise is None:
+        return float(floor)
+    if noise.round_noise is not None:
+        from queries import dp  # server side only: the device never decodes
 
-        s = int(stored.get("encoding_scale", 1))
-        x = dp.release_threshold(dp.RoundNoise.from_dict(stored), contributors, plan.dim, false_release_rate)
+        s = noise.encoding_scale
+        x = dp.release_threshold(noise.round_noise, contributors, slots, false_release_rate)
         # released value ⌊(N + s/2)/s⌋ ≥ τ implies N ≥ s(τ − ½); τ ≥ x/s + ½ keeps that below the bound.
         tau = x if s == 1 else math.ceil(x / s + 0.5)
         return float(max(floor, tau))
-    return count_threshold(noise_std(plan, contributors), plan.dim, false_release_rate, floor)
+    return count_threshold(noise.std, slots, false_release_rate, floor)

@@ -1,7 +1,7 @@
 """The analyst's query spec (`POST /v1/queries` body), shared by the server and the `fa` CLI.
 
 `QuerySpec` validates the envelope (kind, source, privacy, cohort); the kind validates `params` itself
-(`queries.kind.get_kind(kind).parse_params`). Unknown fields are refused so typos surface as 422s.
+(`queries.registry.get_kind(kind).parse_params`). Unknown fields are refused so typos surface as 422s.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from rich.table import Table  # noqa: E402
 
 from device_sdk import analyst_cli  # noqa: E402
 from device_sdk.analyst_cli import AnalystClient, _flatten  # noqa: E402
-from queries.kind import get_kind  # noqa: E402
 from queries.local_run import run_locally  # noqa: E402
+from queries.registry import get_kind  # noqa: E402
 from scripts import demo_training  # noqa: E402
 from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
 

@@ -27,7 +27,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from queries.kind import _REGISTRY, get_kind
+from queries.registry import KINDS, get_kind
 from queries.training.frecency import example_params
 from queries.training.urlbar_sim import make_device_rows
 
@@ -97,7 +97,6 @@ class Recorder:
 sys.meta_path.insert(0, Recorder)
 before = set(sys.modules)
 
-import inspect
 import numpy as np
 
 job = json.load(sys.stdin)
@@ -107,14 +106,12 @@ for ref in job["attributes"]:
     module, _, attribute = ref.partition(":")
     getattr(importlib.import_module(module), attribute)
 
-from queries.kind import get_kind
+from queries.registry import get_kind
 
 rng = np.random.default_rng(1)
 for case in job["cases"]:
     kind = get_kind(case["kind"])
-    # (task, rows) today; (task, rows, rng: numpy Generator) under the typed kind contract
-    extra = (rng,) if len(inspect.signature(kind.contribute).parameters) >= 3 else ()
-    vec = np.asarray(kind.contribute(case["task"], case["rows"], *extra))
+    vec = np.asarray(kind.contribute(case["task"], case["rows"], rng))
     assert vec.shape == (case["dim"],), (case["kind"], vec.shape, case["dim"])
 
 from queries.dp import sample_noise
@@ -171,7 +168,7 @@ def probe() -> dict[str, Any]:
 
 def test_every_registered_kind_has_a_case() -> None:
     get_kind("histogram")  # populates the registry
-    assert set(_REGISTRY) == {kind for kind, _, _ in CASES}
+    assert {k.name for k in KINDS} == {kind for kind, _, _ in CASES}
 
 
 def test_device_modules_are_found() -> None:

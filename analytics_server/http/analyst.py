@@ -31,7 +31,8 @@ from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body, validation_message
 from analytics_server.state import AppState
 from queries import dp
-from queries.kind import QueryKindError, get_kind
+from queries.kind import QueryKindError
+from queries.registry import get_kind
 from queries.spec import QuerySpec
 from secagg.phases import Phase
 
@@ -134,7 +135,7 @@ async def submit(request: web.Request) -> web.Response:
             name=spec.name,
             source=spec.source,
             spec=spec.model_dump(mode="json"),
-            state=kind.initial_state(params),
+            state=kind.state_to_json(kind.initial_state(params)),
             rounds_upper_bound=kind.rounds_upper_bound(params),
             calibration=calibration,
             created_by=token.id,

@@ -3,22 +3,19 @@
 `kind.py` holds the query kind (params, device-side votes, server-side decode), `calibration.py` the
 TrieHH privacy formulas, `encoding.py` the string rules and vector layout, `population.py` synthetic
 populations, and `evaluate.py` the in-process evaluation tool (`python -m queries.heavy_hitters.evaluate`).
-Importing the package registers the kind.
+`queries.registry` lists the kind.
 """
 
 from queries.heavy_hitters.calibration import CalibrationError, TrieHHCalibration, calibrate_triehh
 from queries.heavy_hitters.encoding import DEFAULT_ALPHABET
-from queries.heavy_hitters.kind import HeavyHittersKind, HeavyHittersParams
-from queries.kind import register
-
-KIND = register(HeavyHittersKind())
+from queries.heavy_hitters.kind import HeavyHittersKind, HeavyHittersParams, HeavyHittersState
 
 __all__ = [
     "DEFAULT_ALPHABET",
-    "KIND",
     "CalibrationError",
     "HeavyHittersKind",
     "HeavyHittersParams",
+    "HeavyHittersState",
     "TrieHHCalibration",
     "calibrate_triehh",
 ]

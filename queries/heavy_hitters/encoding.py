@@ -1,4 +1,4 @@
-"""Device-side string handling and the vote-vector layout shared by contribute and decode.
+"""Device-side string handling and the vote-vector layout (`vote_layout`) shared by contribute and decode.
 
 Layout of one round's vector: for each prefix on the frontier (in the task's order) one block of
 |alphabet| + 1 slots — one per next character, then the end marker ("the string ends here"). A device
@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+from queries.layout import Layout
 
 DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-_.'"
 """Lowercase ASCII letters, digits and four punctuation marks common in words, handles and URLs."""
@@ -52,10 +54,14 @@ def choose_words(
     return [s for s, _ in ranked[:max_words]]
 
 
-def vote_slots(words: Sequence[str], frontier_index: dict[str, int], depth: int, alphabet_index: dict[str, int]) -> set[int]:
-    """Slot indices the words vote for at this depth (prefixes of length `depth` on the frontier)."""
-    width = len(alphabet_index) + 1
-    slots: set[int] = set()
+def vote_layout(frontier_size: int, alphabet_size: int) -> Layout:
+    """One block per frontier prefix, one slot per next character then the end marker."""
+    return Layout.of(votes=(frontier_size, alphabet_size + 1))
+
+
+def vote_slots(words: Sequence[str], frontier_index: dict[str, int], depth: int, alphabet_index: dict[str, int]) -> set[tuple[int, int]]:
+    """(block, slot) pairs the words vote for at this depth (prefixes of length `depth` on the frontier)."""
+    slots: set[tuple[int, int]] = set()
     for word in words:
         if len(word) < depth:
             continue
@@ -63,15 +69,14 @@ def vote_slots(words: Sequence[str], frontier_index: dict[str, int], depth: int,
         if block is None:
             continue
         offset = len(alphabet_index) if len(word) == depth else alphabet_index[word[depth]]
-        slots.add(block * width + offset)
+        slots.add((block, offset))
     return slots
 
 
 def vote_vector(words: Sequence[str], frontier: Sequence[str], depth: int, alphabet: str) -> np.ndarray:
-    """The 0/1 int64 vote vector of length len(frontier)·(len(alphabet)+1)."""
-    width = len(alphabet) + 1
-    vec = np.zeros(len(frontier) * width, dtype=np.int64)
-    slots = vote_slots(words, {p: i for i, p in enumerate(frontier)}, depth, {c: i for i, c in enumerate(alphabet)})
-    if slots:
-        vec[list(slots)] = 1
-    return vec
+    """The 0/1 int64 vote vector of `vote_layout(len(frontier), len(alphabet))`."""
+    layout = vote_layout(len(frontier), len(alphabet))
+    votes = np.zeros(layout["votes"].shape, dtype=np.int64)
+    for block, offset in vote_slots(words, {p: i for i, p in enumerate(frontier)}, depth, {c: i for i, c in enumerate(alphabet)}):
+        votes[block, offset] = 1
+    return layout.pack(votes=votes)

@@ -40,7 +40,8 @@ import numpy as np
 from queries import dp
 from queries.heavy_hitters import population as pop
 from queries.heavy_hitters.encoding import normalize
-from queries.heavy_hitters.kind import HeavyHittersKind, HeavyHittersParams
+from queries.heavy_hitters.kind import HeavyHittersKind
+from queries.kind import AggregateNoise
 
 KIND = HeavyHittersKind()
 PER_DEVICE_NOISE_LIMIT = 4_000_000
@@ -60,8 +61,8 @@ class NoiseSetup:
     source: str
     encoding_scale: int = 1
     """Devices multiply their vector by this before adding noise; the aggregate is divided by it (dp.suggest_scale)."""
-    round_noise: dict[str, Any] | None = None
-    """The round's dp.RoundNoise fields + encoding_scale, as the server stores them (rigorous thresholds)."""
+    round_noise: dp.RoundNoise | None = None
+    """The round's noise as the server calibrates it (rigorous thresholds)."""
 
 
 def _calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
@@ -70,7 +71,7 @@ def _calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: floa
     s = dp.suggest_scale(cal, l1, l2)
     noise = dp.round_noise(cal, s * l1, s * l2)
     return NoiseSetup(mechanism, noise.per_device_scale, noise.per_device_std**2,
-                      dp.epsilon_spent(cal, rounds), "queries.dp", s, {**noise.to_dict(), "encoding_scale": s})
+                      dp.epsilon_spent(cal, rounds), "queries.dp", s, noise)
 
 
 def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, np.random.Generator], np.ndarray]]:
@@ -103,7 +104,7 @@ def run(
     raw: dict[str, Any] = {"mode": mode, "max_length": max_length, "max_frontier": max_frontier}
     if mode == "triehh":
         raw |= {"epsilon": epsilon, "delta": delta, "population_size": n}
-    params: HeavyHittersParams = KIND.parse_params(raw)  # type: ignore[assignment]
+    params = KIND.parse_params(raw)
 
     calibrate, sample_noise = _backends()
     noise: NoiseSetup | None = None
@@ -124,12 +125,13 @@ def run(
         total = np.zeros(plan.dim, dtype=np.int64)
         for s, c in zip(distinct, voters):
             if c:
-                vec = KIND.contribute(plan.task, [s])
+                vec = KIND.contribute(plan.task, [s], rng)
                 total[np.flatnonzero(vec)] += int(c) * vec[np.flatnonzero(vec)]
         contributors = int(voters.sum())
+        aggregate_noise = None
         if noise is not None:
-            s = noise.encoding_scale
-            total *= s
+            scale = noise.encoding_scale
+            total *= scale
             if mechanism == "skellam":
                 total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, rng)
             elif contributors * plan.dim <= PER_DEVICE_NOISE_LIMIT:
@@ -138,16 +140,13 @@ def run(
             else:
                 approx_noise = True
                 total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, rng)
-            # What the server records for the kind: the standard deviation of the aggregate's noise.
-            if s > 1:  # as the server does (analytics_server.privacy.unscale): round half up
-                total = (total + s // 2) // s
-            plan = dataclasses.replace(
-                plan, meta={**plan.meta, "noise_std": math.sqrt(noise.per_device_var * contributors) / s,
-                            "round_noise": noise.round_noise}
-            )
-        state = KIND.decode_round(params, state, plan, total, contributors)
+            if scale > 1:  # as the server does (analytics_server.privacy.unscale): round half up
+                total = (total + scale // 2) // scale
+            assert noise.round_noise is not None
+            aggregate_noise = AggregateNoise.of_round(noise.round_noise, contributors, scale)  # what the server passes
+        state = KIND.decode_round(params, state, plan, total, contributors, aggregate_noise)
         r += 1
-    result = KIND.finalize(params, state)
+    result = KIND.finalize(params, state).result
 
     scores = score(strings, [h["value"] for h in result["heavy_hitters"]], k, params.casefold)
     out: dict[str, Any] = {

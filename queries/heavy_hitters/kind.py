@@ -22,15 +22,17 @@ See docs/heavy_hitters.md for the vector layout, the string rules and the privac
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from queries.heavy_hitters import calibration as cal
-from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_vector
-from queries.kind import QueryKind, QueryKindError, RoundPlan
-from queries.release import plan_threshold
+from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_layout, vote_vector
+from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
+from queries.release import release_threshold
+from queries.spec import PrivacySpec
 
 END = "$"
 """How the end marker is shown in docs and tests; never part of a string (the vector has its own slot)."""
@@ -132,27 +134,37 @@ class HeavyHittersParams(BaseModel):
         return len(self.alphabet) + 1
 
 
-class HeavyHittersKind(QueryKind):
+@dataclass(frozen=True)
+class HeavyHittersState:
+    """The trie so far. Round d (depth d) extends the frontier's prefixes of length d by one character."""
+
+    depth: int = 0
+    frontier: list[str] = field(default_factory=lambda: [""])
+    trie: dict[str, int] = field(default_factory=dict)
+    """Every kept prefix → its (noisy) count in the round that kept it."""
+    found: dict[str, int] = field(default_factory=dict)
+    """Heavy hitters so far → count."""
+    rounds: int = 0
+    thresholds: list[float] = field(default_factory=list)
+    contributors: list[int] = field(default_factory=list)
+    frontier_truncated: int = 0
+    noise_std: list[float] = field(default_factory=list)
+    """Per round, the standard deviation of each count's noise (0 without noise)."""
+
+
+class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
     name = "heavy_hitters"
     Params = HeavyHittersParams
+    State = HeavyHittersState
 
-    def rounds_upper_bound(self, params: HeavyHittersParams) -> int:  # type: ignore[override]
+    def rounds_upper_bound(self, params: HeavyHittersParams) -> int:
         return params.max_length
 
-    def initial_state(self, params: HeavyHittersParams) -> dict[str, Any]:  # type: ignore[override]
-        return {
-            "depth": 0,
-            "frontier": [""],
-            "trie": {},
-            "found": {},
-            "rounds": 0,
-            "thresholds": [],
-            "contributors": [],
-            "frontier_truncated": 0,
-        }
+    def initial_state(self, params: HeavyHittersParams) -> HeavyHittersState:
+        return HeavyHittersState()
 
-    def plan_round(self, params: HeavyHittersParams, state: dict[str, Any], round_index: int) -> RoundPlan | None:  # type: ignore[override]
-        depth, frontier = state["depth"], state["frontier"]
+    def plan_round(self, params: HeavyHittersParams, state: HeavyHittersState, round_index: int) -> RoundPlan | None:
+        depth, frontier = state.depth, state.frontier
         if not frontier or depth >= params.max_length:
             return None
         w = params.max_words_per_device
@@ -169,7 +181,7 @@ class HeavyHittersKind(QueryKind):
         return RoundPlan(
             round=round_index,
             task=task,
-            dim=len(frontier) * params.width,
+            dim=vote_layout(len(frontier), len(params.alphabet)).dim,
             max_abs=1,
             l1_sensitivity=float(w),
             l2_sensitivity=math.sqrt(w),
@@ -177,7 +189,7 @@ class HeavyHittersKind(QueryKind):
             meta={"depth": depth},
         )
 
-    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         try:
             depth = int(task["depth"])
             frontier = [str(p) for p in task["frontier"]]
@@ -198,32 +210,31 @@ class HeavyHittersKind(QueryKind):
         words = choose_words(rows, alphabet, max_length, max_words, casefold)
         return vote_vector(words, frontier, depth, alphabet)
 
-    def threshold(self, params: HeavyHittersParams, plan: RoundPlan, contributors: int) -> float:
+    def threshold(
+        self, params: HeavyHittersParams, plan: RoundPlan, contributors: int, noise: AggregateNoise | None = None
+    ) -> float:
         """The count an extension needs in this round to be kept."""
         if params.mode == "triehh":
             return float(params.triehh[0])
         if params.release_threshold is not None:
             return params.release_threshold
-        return plan_threshold(plan, contributors, params.false_release_rate, params.min_release_count)
+        return release_threshold(noise, contributors, plan.dim, params.false_release_rate, params.min_release_count)
 
     def decode_round(
         self,
-        params: HeavyHittersParams,  # type: ignore[override]
-        state: dict[str, Any],
+        params: HeavyHittersParams,
+        state: HeavyHittersState,
         plan: RoundPlan,
         aggregate: np.ndarray,
         contributors: int,
-    ) -> dict[str, Any]:
-        frontier: list[str] = state["frontier"]
-        depth: int = state["depth"]
+        noise: AggregateNoise | None = None,
+    ) -> HeavyHittersState:
+        frontier = state.frontier
         width = params.width
-        agg = np.asarray(aggregate, dtype=np.int64)
-        if agg.shape != (len(frontier) * width,):
-            raise QueryKindError(f"aggregate: expected length {len(frontier) * width}, got {agg.shape}")
-        tau = self.threshold(params, plan, contributors)
-        counts = agg.reshape(len(frontier), width)
-        trie = dict(state["trie"])
-        found = dict(state["found"])
+        counts = vote_layout(len(frontier), len(params.alphabet)).view(np.asarray(aggregate, dtype=np.int64), "aggregate")["votes"]
+        tau = self.threshold(params, plan, contributors, noise)
+        trie = dict(state.trie)
+        found = dict(state.found)
         extended: list[tuple[int, str]] = []
         for i, j in zip(*np.nonzero(counts >= tau)):
             prefix, count = frontier[i], int(counts[i, j])
@@ -238,30 +249,46 @@ class HeavyHittersKind(QueryKind):
             else:
                 extended.append((count, grown))
         extended.sort(key=lambda cp: (-cp[0], cp[1]))
-        return {
-            "depth": depth + 1,
-            "frontier": [p for _, p in extended[: params.max_frontier]],
-            "trie": trie,
-            "found": found,
-            "rounds": state["rounds"] + 1,
-            "thresholds": state["thresholds"] + [tau],
-            "contributors": state["contributors"] + [int(contributors)],
-            "frontier_truncated": state["frontier_truncated"] + max(0, len(extended) - params.max_frontier),
-        }
+        earlier_std = state.noise_std + [0.0] * (state.rounds - len(state.noise_std))  # states stored without it
+        return HeavyHittersState(
+            depth=state.depth + 1,
+            frontier=[p for _, p in extended[: params.max_frontier]],
+            trie=trie,
+            found=found,
+            rounds=state.rounds + 1,
+            thresholds=state.thresholds + [tau],
+            contributors=state.contributors + [int(contributors)],
+            frontier_truncated=state.frontier_truncated + max(0, len(extended) - params.max_frontier),
+            noise_std=earlier_std + [0.0 if noise is None else float(noise.std)],
+        )
 
-    def finalize(self, params: HeavyHittersParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
-        hitters = sorted(state["found"].items(), key=lambda kv: (-kv[1], kv[0]))
-        return {
+    def finalize(self, params: HeavyHittersParams, state: HeavyHittersState, stop_reason: str | None = None) -> Release:
+        hitters = sorted(state.found.items(), key=lambda kv: (-kv[1], kv[0]))
+        trie = dict(sorted(state.trie.items()))
+        result = {
             "heavy_hitters": [{"value": v, "count": c} for v, c in hitters],
-            "trie": dict(sorted(state["trie"].items())),
-            "rounds": state["rounds"],
+            "trie": trie,
+            "rounds": state.rounds,
             "mode": params.mode,
-            "thresholds": state["thresholds"],
-            "contributors": state["contributors"],
-            "frontier_truncated": state["frontier_truncated"],
+            "thresholds": state.thresholds,
+            "contributors": state.contributors,
+            "frontier_truncated": state.frontier_truncated,
         }
 
-    def bind_privacy(self, raw_params: dict[str, Any], privacy: Any) -> dict[str, Any]:
+        def round_std(depth: int) -> float:
+            return state.noise_std[depth] if depth < len(state.noise_std) else 0.0
+
+        noise_std: dict[str, float] = {}
+        for i, (value, _) in enumerate(hitters):  # a whole string of length L was counted as an extension
+            depth = len(value) - 1 if len(value) == params.max_length else len(value)
+            if round_std(depth) > 0:
+                noise_std[value_path("heavy_hitters", i, "count")] = round_std(depth)
+        for prefix in trie:  # a prefix of length d + 1 was counted in round d
+            if round_std(len(prefix) - 1) > 0:
+                noise_std[value_path("trie", prefix)] = round_std(len(prefix) - 1)
+        return Release(result, {"release_thresholds": state.thresholds}, noise_std)
+
+    def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Mode triehh: its guarantee comes from sampling and θ, not from noise, so the spec's privacy
         mechanism must be "none"; the spec's privacy epsilon/delta (when given) are copied into the params
         that calibrate θ and the sampling rate. Mode secagg: unchanged (the server's noise applies)."""
@@ -290,7 +317,7 @@ class HeavyHittersKind(QueryKind):
             )
         return out
 
-    def privacy(self, params: HeavyHittersParams) -> dict[str, Any] | None:  # type: ignore[override]
+    def privacy(self, params: HeavyHittersParams) -> dict[str, Any] | None:
         """Mode triehh's privacy block (sampling + threshold, no noise); None in mode secagg (server's)."""
         if params.mode != "triehh":
             return None

@@ -9,15 +9,15 @@ Black-box models take whatever their registered loss takes (see `queries.trainin
 Split. A row is held out for evaluation when a hash of its canonical JSON falls below
 `holdout_fraction`, so a row is always on the same side in every round; training never sees it.
 
-All randomness here (which rows when over the cap, mini-batch order, stochastic rounding) comes from a
-numpy Generator seeded from os.urandom per contribution.
+All randomness here (which rows when over the cap, mini-batch order, stochastic rounding) comes from the
+numpy Generator the device passes to `contribute`. The vector layouts are `queries.training.encoding`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -30,10 +30,6 @@ from queries.training.blackbox import BlackBoxModel, known_blackbox, get_blackbo
 from queries.training.finite_diff import central_gradient
 from queries.training.models import Model, build_model
 from secagg.encoding import FixedPoint
-
-
-def device_rng() -> np.random.Generator:
-    return np.random.default_rng(int.from_bytes(os.urandom(16), "big"))
 
 
 def model_from_spec(spec: dict[str, Any]) -> Model | BlackBoxModel:
@@ -54,7 +50,8 @@ def split_rows(rows: list[Any], fraction: float) -> tuple[list[Any], list[Any]]:
     """(training rows, evaluation rows); with fraction 0 both are all rows."""
     if fraction <= 0:
         return list(rows), list(rows)
-    train, held = [], []
+    train: list[Any] = []
+    held: list[Any] = []
     for row in rows:
         (held if is_holdout(row, fraction) else train).append(row)
     return train, held
@@ -85,27 +82,36 @@ class LocalObjective(ABC):
         return {}
 
 
+def _finite(value: Any) -> float | None:
+    """A number as a finite float; None for bools, non-numbers, NaN, ±inf and ints beyond the float range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def parse_xy(rows: list[Any], n_features: int, features: list[str] | None, scaler: StandardScaling | None) -> tuple[np.ndarray, np.ndarray]:
     xs: list[np.ndarray] = []
     ys: list[float] = []
     for row in rows:
         if not isinstance(row, dict):
             continue
-        y, x = row.get("y"), row.get("x")
-        if isinstance(y, bool) or not isinstance(y, (int, float)) or not np.isfinite(y):
+        y, x = _finite(row.get("y")), row.get("x")
+        if y is None:
             continue
         if isinstance(x, dict):
             if features is None:
                 continue
-            vals = [x.get(f) for f in features]
-            vec = np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in vals])
-            vec[~np.isfinite(vec)] = np.nan
+            vec = np.array([_finite(x.get(f)) for f in features], dtype=np.float64)  # None → NaN
             if scaler is None and np.isnan(vec).any():
                 continue
         elif isinstance(x, list) and len(x) == n_features:
             try:
                 vec = np.asarray(x, dtype=np.float64)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
             if not np.all(np.isfinite(vec)):
                 continue
@@ -114,7 +120,7 @@ def parse_xy(rows: list[Any], n_features: int, features: list[str] | None, scale
         if len(vec) != n_features:
             continue
         xs.append(vec)
-        ys.append(float(y))
+        ys.append(y)
     X = np.vstack(xs) if xs else np.empty((0, n_features))
     if scaler is not None and len(X):
         X = np.where(np.isnan(X), 0.0, scaler.transform(X))
@@ -207,11 +213,16 @@ def clip_l2(v: np.ndarray, c: float) -> np.ndarray:
     return v * (c / norm) if norm > c else v
 
 
+def _capped_mean(losses: np.ndarray, cap: float) -> float:
+    """Mean per-example loss with each loss capped at `cap` (an overflowed, NaN loss counts as the cap)."""
+    return float(np.mean(np.minimum(np.nan_to_num(np.asarray(losses, dtype=np.float64), nan=cap, posinf=cap), cap)))
+
+
 def _weight(n: int, cap: int) -> float:
     return min(n, cap) / cap
 
 
-def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
+def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
     """The whole device side of one round (see the layouts in `queries.training.encoding`)."""
     try:
         phase = task["phase"]
@@ -221,17 +232,17 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         holdout = float(task["holdout_fraction"])
     except (KeyError, TypeError, ValueError) as exc:
         raise QueryKindError(f"task: malformed training task ({exc})") from None
-    rng = device_rng()
     train_rows, eval_rows = split_rows(list(rows), holdout)
     u = encoding.unit(pb)
 
     if phase == "label_counts":
         k = int(task["n_classes"])
+        labels = encoding.label_layout(k)
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
         if not isinstance(obj, WhiteBoxObjective) or obj.n == 0:
-            return np.zeros(k, dtype=np.int64)
+            return labels.pack(shares=np.zeros(k, dtype=np.int64))
         frac = np.bincount(obj.y.astype(np.int64), minlength=k)[:k] / obj.n
-        return FixedPoint(1.0, u).encode(_weight(obj.n, cap) * frac, rng)
+        return labels.pack(shares=FixedPoint(1.0, u).encode(_weight(obj.n, cap) * frac, rng))
 
     theta = np.asarray(task["weights"], dtype=np.float64)
     if phase == "train":
@@ -239,15 +250,18 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
         client = task["client"]
         delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
+        overflowed = not np.all(np.isfinite(delta))
+        if overflowed:  # extreme rows made the local objective overflow: contribute like a device without data
+            delta = np.zeros_like(delta)
         if task["votes"] == "sign":
-            return np.sign(delta).astype(np.int64)
+            return encoding.vote_layout(len(delta)).pack(votes=np.sign(delta).astype(np.int64))
         weighted = task["weighting"] == "examples"
-        omega = _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
+        omega = 0.0 if overflowed else _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
         upd = FixedPoint(c, u / c).encode(omega * clip_l2(delta, c), rng)
         if not weighted:
-            return upd
-        w = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array([omega]), rng)
-        return np.concatenate([upd, w])
+            return encoding.update_layout(len(delta), False).pack(update=upd)
+        w = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array(omega), rng)
+        return encoding.update_layout(len(delta), True).pack(update=upd, weight=w)
 
     if phase == "eval":
         loss_cap = float(task["loss_cap"])
@@ -255,13 +269,19 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         tr = objective(model, cap_rows(train_rows, cap, rng), task)
         ev = objective(model, cap_rows(eval_rows, cap, rng), task)
         wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
-        ltr = float(np.mean(np.minimum(tr.per_example_loss(theta), loss_cap))) / loss_cap if tr.n else 0.0
-        lev = float(np.mean(np.minimum(ev.per_example_loss(theta), loss_cap))) / loss_cap if ev.n else 0.0
+        ltr = _capped_mean(tr.per_example_loss(theta), loss_cap) / loss_cap if tr.n else 0.0
+        lev = _capped_mean(ev.per_example_loss(theta), loss_cap) / loss_cap if ev.n else 0.0
         cor = ev.correct(theta) if ev.n else None
         acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
         mets = ev.metrics(theta) if ev.n else {}
-        vals = [wt * ltr, we * lev, we * acc] + [we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names]
-        vals += [wt, we]
-        return FixedPoint(1.0, u).encode(np.asarray(vals), rng)
+        vals = encoding.eval_layout(len(metric_names)).pack(
+            train_loss=wt * ltr,
+            eval_loss=we * lev,
+            accuracy=we * acc,
+            metrics=np.array([we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names], dtype=np.float64),
+            train_weight=float(wt),
+            eval_weight=float(we),
+        )
+        return FixedPoint(1.0, u).encode(vals, rng)
 
     raise QueryKindError(f"task: unknown training phase {phase!r}")

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from queries.kind import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 from queries.training import TrainedModel, frecency, urlbar_sim
 from queries.training.client import WhiteBoxObjective, local_update
 from queries.training.models import build_model

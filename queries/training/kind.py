@@ -1,28 +1,58 @@
 """The `training` query kind: federated training rounds, federated evaluation, early stopping.
 
-Round sequence (all state in the JSON `state`, weights stored after every round, so a restarted server
-resumes from the last decoded round):
+Round sequence (all state in `TrainingState`, stored after every round, so a restarted server resumes
+from the last decoded round):
   [label_counts]  when class_weighting: one round summing per-class example shares → class weights;
   eval            before training (baseline), every `eval_every` training rounds and after the last;
   train × rounds  devices train locally, send one clipped+quantised update (or sign votes); the server
                   averages, applies its optimiser, then the safeguards.
 Early stopping: after `patience` evaluations whose eval loss did not beat the best by `min_delta`, the
-query finishes and keeps the best evaluated weights. `finalize` works from any state; if the server set
-`state["stopped"]` (e.g. the privacy budget), the result says so and keeps the best evaluated weights.
+query finishes and keeps the best evaluated weights. `finalize` works from any state; when the server
+stopped the query early (`stop_reason`, e.g. the privacy budget), the result says so and keeps the best
+evaluated weights. Vector layouts: `queries.training.encoding`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import numpy as np
 
-from queries.kind import QueryKind, RoundPlan
+from queries.kind import AggregateNoise, QueryKind, Release, RoundPlan
 from queries.training import client, encoding
 from queries.training.blackbox import BlackBoxModel
 from queries.training.optimizers import adam_step, apply_safeguards, fedavg_step, initial_optimizer_state, rprop_step
 from queries.training.params import AdamSpec, FedAvgSpec, Resolved, RPropSpec, TrainingParams, resolve
+
+Phase = Literal["label_counts", "eval", "train", "done"]
+
+
+@dataclass(frozen=True)
+class BestEval:
+    round: int
+    eval_loss: float
+    weights: list[float]
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    phase: Phase
+    weights: list[float]
+    opt: dict[str, Any]
+    """Server optimiser state (Adam m/v/t, Rprop step/prev_sign; empty for fedavg)."""
+    t: int = 0
+    """Training rounds applied."""
+    class_weights: list[float] | None = None
+    label_shares: list[float] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per evaluation: round, loss, eval_loss, clients, accuracy?, metrics…"""
+    best: BestEval | None = None
+    bad_evals: int = 0
+    stop_reason: str | None = None
+    """The kind's own reason to stop (early_stopping)."""
+    contributors: list[int] = field(default_factory=list)
 
 
 def _metric_names(res: Resolved) -> list[str]:
@@ -34,45 +64,39 @@ def _uses_votes(params: TrainingParams) -> bool:
     return isinstance(opt, RPropSpec) and opt.votes == "sign"
 
 
-class TrainingKind(QueryKind):
+class TrainingKind(QueryKind[TrainingParams, TrainingState]):
     name = "training"
     Params = TrainingParams
+    State = TrainingState
 
     # ------------------------------------------------------------------ schedule
     def n_evals(self, params: TrainingParams) -> int:
         return 0 if params.eval_every == 0 else 1 + math.ceil(params.rounds / params.eval_every)
 
-    def rounds_upper_bound(self, params: TrainingParams) -> int:  # type: ignore[override]
+    def rounds_upper_bound(self, params: TrainingParams) -> int:
         return int(params.class_weighting) + params.rounds + self.n_evals(params)
 
     def _eval_due(self, params: TrainingParams, t: int) -> bool:
         return params.eval_every > 0 and (t % params.eval_every == 0 or t == params.rounds)
 
-    def _next_phase(self, params: TrainingParams, t: int, just_evaluated: bool) -> str:
+    def _next_phase(self, params: TrainingParams, t: int, just_evaluated: bool) -> Phase:
         if not just_evaluated and self._eval_due(params, t):
             return "eval"
         return "done" if t >= params.rounds else "train"
 
-    def initial_state(self, params: TrainingParams) -> dict[str, Any]:  # type: ignore[override]
+    def initial_state(self, params: TrainingParams) -> TrainingState:
         res = resolve(params)
-        first = "label_counts" if params.class_weighting else self._next_phase(params, 0, False)
-        return {
-            "phase": first,
-            "t": 0,
-            "weights": res.initial.tolist(),
-            "opt": initial_optimizer_state(params.server_optimizer, res.n_params, res.rprop_initial_step),
-            "class_weights": None,
-            "history": [],
-            "best": None,
-            "bad_evals": 0,
-            "stop_reason": None,
-            "contributors": [],
-        }
+        first: Phase = "label_counts" if params.class_weighting else self._next_phase(params, 0, False)
+        return TrainingState(
+            phase=first,
+            weights=res.initial.tolist(),
+            opt=initial_optimizer_state(params.server_optimizer, res.n_params, res.rprop_initial_step),
+        )
 
     # ------------------------------------------------------------------ planning
-    def plan_round(self, params: TrainingParams, state: dict[str, Any], round_index: int) -> RoundPlan | None:  # type: ignore[override]
-        phase = state["phase"]
-        if phase == "done" or state.get("stopped"):
+    def plan_round(self, params: TrainingParams, state: TrainingState, round_index: int) -> RoundPlan | None:
+        phase = state.phase
+        if phase == "done":
             return None
         res = resolve(params)
         task: dict[str, Any] = {
@@ -83,7 +107,7 @@ class TrainingKind(QueryKind):
             "holdout_fraction": params.holdout_fraction,
             "features": params.features,
             "scaling": res.scaling,
-            "class_weights": state["class_weights"],
+            "class_weights": state.class_weights,
         }
         if phase == "label_counts":
             k = int(getattr(res.model, "n_classes"))
@@ -93,7 +117,7 @@ class TrainingKind(QueryKind):
             votes = _uses_votes(params)
             weighted = params.weighting == "examples"
             task |= {
-                "weights": state["weights"],
+                "weights": state.weights,
                 "clip_norm": params.clip_norm,
                 "votes": "sign" if votes else "update",
                 "weighting": params.weighting,
@@ -102,8 +126,8 @@ class TrainingKind(QueryKind):
             b = encoding.train_bounds(res.n_params, votes, weighted and not votes, params.precision_bits, params.weight_share)
         elif phase == "eval":
             names = _metric_names(res)
-            task |= {"weights": state["weights"], "loss_cap": params.loss_cap, "metrics": names}
-            b = encoding.eval_bounds(5 + len(names), params.precision_bits)
+            task |= {"weights": state.weights, "loss_cap": params.loss_cap, "metrics": names}
+            b = encoding.eval_bounds(len(names), params.precision_bits)
         else:
             raise ValueError(f"state.phase: unknown phase {phase!r}")
         return RoundPlan(
@@ -115,49 +139,62 @@ class TrainingKind(QueryKind):
             l2_sensitivity=b.l2,
             sample_rate=params.sample_rate,
             min_clients=params.clients_per_round,
-            meta={"phase": phase, "t": state["t"]},
+            meta={"phase": phase, "t": state.t},
         )
 
-    def contribute(self, task: dict[str, Any], rows: list[Any]) -> np.ndarray:
-        return client.contribute(task, rows)
+    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        return client.contribute(task, rows, rng)
 
     # ------------------------------------------------------------------ decoding
-    def decode_round(self, params: TrainingParams, state: dict[str, Any], plan: RoundPlan, aggregate: np.ndarray, contributors: int) -> dict[str, Any]:  # type: ignore[override]
-        phase = plan.meta.get("phase", state["phase"])
-        if phase != state["phase"] or contributors <= 0:
+    def decode_round(
+        self,
+        params: TrainingParams,
+        state: TrainingState,
+        plan: RoundPlan,
+        aggregate: np.ndarray,
+        contributors: int,
+        noise: AggregateNoise | None = None,
+    ) -> TrainingState:
+        phase = plan.meta.get("phase", state.phase)
+        if phase != state.phase or contributors <= 0:
             return state  # a stale or empty round changes nothing
         agg = np.asarray(aggregate, dtype=np.float64)
         res = resolve(params)
-        new = {**state, "contributors": state["contributors"] + [contributors]}
+        new = replace(state, contributors=state.contributors + [contributors])
         cap = params.client.max_examples
         u = float(encoding.unit(params.precision_bits))
         if phase == "label_counts":
-            shares = np.maximum(agg / u, 1e-9)
+            labels = encoding.label_layout(int(getattr(res.model, "n_classes")))
+            shares = np.maximum(labels.view(agg / u, "aggregate")["shares"], 1e-9)
             k = len(shares)
             weights = shares.sum() / (k * shares)
-            new["label_shares"] = (shares / shares.sum()).tolist()
-            new["class_weights"] = (weights / weights.mean()).tolist()
-            new["phase"] = self._next_phase(params, 0, False)
-            return new
+            return replace(
+                new,
+                label_shares=(shares / shares.sum()).tolist(),
+                class_weights=(weights / weights.mean()).tolist(),
+                phase=self._next_phase(params, 0, False),
+            )
         if phase == "train":
             return self._apply_update(params, res, new, agg, contributors, cap, u)
         return self._record_eval(params, res, new, agg, contributors, cap, u)
 
-    def _apply_update(self, params: TrainingParams, res: Resolved, state: dict[str, Any], agg: np.ndarray, contributors: int, cap: int, u: float) -> dict[str, Any]:
+    def _apply_update(self, params: TrainingParams, res: Resolved, state: TrainingState, agg: np.ndarray, contributors: int, cap: int, u: float) -> TrainingState:
         d = res.n_params
-        theta = np.asarray(state["weights"], dtype=np.float64)
+        theta = np.asarray(state.weights, dtype=np.float64)
         opt = params.server_optimizer
         if _uses_votes(params):
-            direction = agg[:d]
+            direction = encoding.vote_layout(d).view(agg, "aggregate")["votes"]
         else:
-            total = agg[:d] * params.clip_norm / u
-            if params.weighting == "examples":
-                wsum = agg[d] / encoding.weight_unit(params.precision_bits, params.weight_share)
+            weighted = params.weighting == "examples"
+            parts = encoding.update_layout(d, weighted).view(agg, "aggregate")
+            total = parts["update"] * params.clip_norm / u
+            if weighted:
+                wsum = float(parts["weight"]) / encoding.weight_unit(params.precision_bits, params.weight_share)
                 denom = max(wsum, 1.0 / cap)  # noisy weight: clamp at one example's worth
             else:
                 denom = float(contributors)
             direction = total / denom
-        opt_state = state["opt"]
+        opt_state = state.opt
         if isinstance(opt, FedAvgSpec):
             proposal = fedavg_step(theta, direction, opt)
         elif isinstance(opt, AdamSpec):
@@ -166,59 +203,57 @@ class TrainingKind(QueryKind):
             assert res.rprop_step_max is not None
             proposal, opt_state = rprop_step(theta, direction, opt, opt_state, res.rprop_step_max)
         theta_new = apply_safeguards(theta, proposal, res.max_change, res.nonnegative, res.groups)
-        t = int(state["t"]) + 1
-        return {**state, "weights": theta_new.tolist(), "opt": opt_state, "t": t, "phase": self._next_phase(params, t, False)}
+        t = state.t + 1
+        return replace(state, weights=theta_new.tolist(), opt=opt_state, t=t, phase=self._next_phase(params, t, False))
 
-    def _record_eval(self, params: TrainingParams, res: Resolved, state: dict[str, Any], agg: np.ndarray, contributors: int, cap: int, u: float) -> dict[str, Any]:
-        vals = agg / u
+    def _record_eval(self, params: TrainingParams, res: Resolved, state: TrainingState, agg: np.ndarray, contributors: int, cap: int, u: float) -> TrainingState:
         names = _metric_names(res)
-        wt, we = max(vals[-2], 1.0 / cap), max(vals[-1], 1.0 / cap)
+        vals = encoding.eval_layout(len(names)).view(agg / u, "aggregate")
+        wt, we = max(float(vals["train_weight"]), 1.0 / cap), max(float(vals["eval_weight"]), 1.0 / cap)
         entry: dict[str, Any] = {
-            "round": int(state["t"]),
-            "loss": float(vals[0] / wt * params.loss_cap),
-            "eval_loss": float(vals[1] / we * params.loss_cap),
+            "round": state.t,
+            "loss": float(vals["train_loss"] / wt * params.loss_cap),
+            "eval_loss": float(vals["eval_loss"] / we * params.loss_cap),
             "clients": contributors,
         }
         has_acc = isinstance(res.model, BlackBoxModel) and res.model.correct is not None
         has_acc = has_acc or (not isinstance(res.model, BlackBoxModel) and res.model.n_classes is not None)
         if has_acc:
-            entry["accuracy"] = float(vals[2] / we)
-        for i, name in enumerate(names):
-            metric = res.model.metrics[name]  # type: ignore[union-attr]
-            entry[name] = float(vals[3 + i] / we * metric.bound)
-        new = {**state, "history": state["history"] + [entry]}
-        best = state["best"]
-        if best is None or entry["eval_loss"] < best["eval_loss"] - params.min_delta:
-            new["best"] = {"round": entry["round"], "eval_loss": entry["eval_loss"], "weights": state["weights"]}
-            new["bad_evals"] = 0
+            entry["accuracy"] = float(vals["accuracy"] / we)
+        if isinstance(res.model, BlackBoxModel):
+            for name, value in zip(names, vals["metrics"]):
+                entry[name] = float(value / we * res.model.metrics[name].bound)
+        history = state.history + [entry]
+        best, bad_evals = state.best, state.bad_evals
+        if best is None or entry["eval_loss"] < best.eval_loss - params.min_delta:
+            best, bad_evals = BestEval(entry["round"], entry["eval_loss"], state.weights), 0
         else:
-            new["bad_evals"] = int(state["bad_evals"]) + 1
-        if params.patience is not None and new["bad_evals"] >= params.patience:
-            new["phase"], new["stop_reason"] = "done", "early_stopping"
-        else:
-            new["phase"] = self._next_phase(params, int(state["t"]), True)
-        return new
+            bad_evals += 1
+        if params.patience is not None and bad_evals >= params.patience:
+            return replace(state, history=history, best=best, bad_evals=bad_evals, phase="done", stop_reason="early_stopping")
+        phase = self._next_phase(params, state.t, True)
+        return replace(state, history=history, best=best, bad_evals=bad_evals, phase=phase)
 
     # ------------------------------------------------------------------ result
-    def finalize(self, params: TrainingParams, state: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+    def finalize(self, params: TrainingParams, state: TrainingState, stop_reason: str | None = None) -> Release:
         res = resolve(params)
-        best = state.get("best")
-        weights = best["weights"] if best else state.get("weights", res.initial.tolist())
-        stopped = state.get("stopped")
-        reason = stopped or state.get("stop_reason") or ("completed" if state.get("phase") == "done" else "interrupted")
-        return {
+        best = state.best
+        weights = best.weights if best else state.weights
+        reason = stop_reason or state.stop_reason or ("completed" if state.phase == "done" else "interrupted")
+        result = {
             "weights": weights,
             "weight_names": res.param_names if res.blackbox else None,
             "model": params.model.model_dump(),
             "features": params.features,
             "scaling": res.scaling,
-            "class_weights": state.get("class_weights"),
-            "history": state.get("history", []),
-            "best_round": best["round"] if best else None,
-            "last_weights": state.get("weights"),
-            "rounds": int(state.get("t", 0)),
-            "server_rounds": len(state.get("contributors", [])),
-            "clients": max(state.get("contributors") or [0]),
-            "stopped": stopped,
+            "class_weights": state.class_weights,
+            "history": state.history,
+            "best_round": best.round if best else None,
+            "last_weights": state.weights,
+            "rounds": state.t,
+            "server_rounds": len(state.contributors),
+            "clients": max(state.contributors or [0]),
+            "stopped": stop_reason,
             "stop_reason": reason,
         }
+        return Release(result)

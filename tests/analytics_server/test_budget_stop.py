@@ -8,7 +8,7 @@ import pytest
 
 from analytics_server import privacy
 from queries import dp
-from queries.kind import get_kind
+from queries.registry import get_kind
 from queries.spec import QuerySpec
 
 TRAIN = {"model": {"name": "logistic", "n_features": 3}, "rounds": 20, "eval_every": 0}

@@ -17,7 +17,7 @@ from analytics_server.settings import Settings
 from device_sdk.noise import add_noise
 from queries import dp
 from queries.envelope import NoiseBlock
-from queries.kind import get_kind
+from queries.registry import get_kind
 from queries.spec import QuerySpec
 
 KIND = get_kind("histogram")
@@ -56,8 +56,11 @@ def test_encoding_scale_is_applied_end_to_end() -> None:
     unscaled = privacy.unscale(noise, total)
     assert np.all(np.abs(unscaled - 1000 * vec) < privacy.noise_halfwidth(noise, 1000))
     assert privacy.unscale(noise, np.array([-s, -1, 0, s // 2 - 1, s // 2, 3 * s])).tolist() == [-1, 0, 0, 0, 1, 3]
-    meta = privacy.decode_meta(noise, 1000)
-    assert meta["noise_std"] == pytest.approx(dp.RoundNoise.from_dict(noise).std(1000) / s)
+    decoded = privacy.aggregate_noise(noise, 1000)
+    assert decoded is not None and decoded.encoding_scale == s
+    assert decoded.round_noise == dp.RoundNoise.from_dict(noise)
+    assert decoded.std == pytest.approx(dp.RoundNoise.from_dict(noise).std(1000) / s)
+    assert privacy.aggregate_noise(None, 1000) is None
 
 
 def test_policy_profiles_and_overrides() -> None:

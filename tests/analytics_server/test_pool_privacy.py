@@ -9,7 +9,7 @@ import pytest
 from analytics_server import privacy
 from analytics_server.pool import DevicePool
 from queries.envelope import Assignment
-from queries.kind import get_kind
+from queries.registry import get_kind
 from queries.spec import QuerySpec
 from secagg.encoding import bits_for
 

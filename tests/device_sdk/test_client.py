@@ -16,8 +16,8 @@ from device_sdk.analyst_cli import format_result
 from device_sdk.client import REGISTERED_META, DeviceClient, ProtocolVersionError
 from device_sdk.store import LocalStore
 from queries.envelope import PROTOCOL_VERSION
-from queries.kind import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 from secagg.phases import Phase
 
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"], "other_bucket": "other"},

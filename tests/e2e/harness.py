@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from device_sdk.analyst_cli import AnalystClient
-from queries.kind import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 from scripts.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
 from tests.signed_device import SignedDevice
 

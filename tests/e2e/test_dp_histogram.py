@@ -19,8 +19,8 @@ import pytest
 
 from analytics_server import privacy
 from device_sdk.analyst_cli import AnalystClient, ApiError
-from queries.kind import get_kind
-from queries.release import plan_threshold
+from queries.registry import get_kind
+from queries.release import release_threshold
 from queries.spec import QuerySpec
 from tests.e2e.harness import Fleet, Server, expected_result, server_on_fresh_sqlite
 
@@ -144,9 +144,7 @@ def _check_release(admin: AnalystClient, qid: str, spec: dict[str, Any], truth: 
     errors = {b: abs(c - true_counts[b]) for b, c in released.items()}
     assert max(errors.values()) < halfwidth, (errors, halfwidth)
 
-    tau = plan_threshold(
-        plan.__class__(**{**plan.__dict__, "meta": privacy.decode_meta(noise, n)}), n, params.false_release_rate, 0
-    )
+    tau = release_threshold(privacy.aggregate_noise(noise, n), n, plan.dim, params.false_release_rate, 0)
     assert result["threshold"] == tau and tau > 1
     assert block["thresholds"]["release_threshold"] == tau and block["thresholds"]["min_contributors"] == T_MIN
     for b in UNSEEN:  # zero-count buckets are listed as suppressed, never released

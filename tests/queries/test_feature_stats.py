@@ -117,7 +117,7 @@ def test_bad_specs_name_the_field(features, field):
 
 def test_bind_privacy_coarsens_precision_only_for_noisy_queries() -> None:
     from queries.feature_stats import NOISY_PRECISION_BITS, FeatureStatsParams
-    from queries.kind import get_kind
+    from queries.registry import get_kind
     from queries.spec import PrivacySpec
 
     kind = get_kind("feature_stats")
@@ -128,3 +128,25 @@ def test_bind_privacy_coarsens_precision_only_for_noisy_queries() -> None:
     assert FeatureStatsParams.model_validate(raw).scale_exp > NOISY_PRECISION_BITS
     chosen = {**raw, "precision_bits": 20}
     assert kind.bind_privacy(chosen, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam")) == chosen
+
+
+def test_release_reports_the_noise_of_counts_and_bins_and_finalizes_early() -> None:
+    from queries.kind import AggregateNoise
+
+    params = KIND.parse_params({"features": [{"name": "a", "lower": 0, "upper": 10}], "bins": 2})
+    unit = float(1 << params.scale_exp)
+    rng = np.random.default_rng(0)
+    devices = [[{"a": 1.0}, {"a": 6.0}], [{"a": 9.0}]]
+    state = KIND.initial_state(params)
+    early = KIND.finalize(params, state, stop_reason="privacy budget exhausted")
+    assert early.result["suppressed"] == ["a"] and early.result["features"] == {} and early.noise_std == {}
+    for r, std in enumerate([2.0 * unit, 3.0 * unit]):
+        plan = KIND.plan_round(params, state, r)
+        agg = sum(KIND.contribute(plan.task, rows, rng) for rows in devices)
+        state = KIND.decode_round(params, state, plan, agg, len(devices), AggregateNoise(std=std))
+        if r == 0:  # stopped between the rounds: means known, variances not → suppressed, nothing fails
+            assert KIND.finalize(params, state, "privacy budget exhausted").result["suppressed"] == ["a"]
+    release = KIND.finalize(params, state)
+    assert release.result["features"]["a"]["count"] == 3 and release.result["features"]["a"]["histogram"]["counts"] == [1, 2]
+    assert release.noise_std == {"/features/a/count": 2.0, "/features/a/histogram/counts/0": 2.0,
+                                 "/features/a/histogram/counts/1": 2.0}

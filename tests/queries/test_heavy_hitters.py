@@ -18,11 +18,12 @@ from queries.heavy_hitters import calibration as cal
 from queries.heavy_hitters import evaluate
 from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words
 from queries.heavy_hitters.kind import HeavyHittersKind
-from queries.kind import QueryKindError, RoundPlan
+from queries.kind import AggregateNoise, QueryKindError
 from queries.local_run import run_locally
 
 KIND = HeavyHittersKind()
 WIDTH = len(DEFAULT_ALPHABET) + 1
+RNG = np.random.default_rng(0)  # votes use no randomness
 
 
 def slot(block: int, ch: str | None) -> int:
@@ -107,8 +108,8 @@ def test_calibration_errors_name_the_parameter():
 
 def task(depth: int, frontier: list[str], **kw):
     plan = KIND.plan_round(KIND.parse_params({"mode": "secagg", **kw}),
-                           {**KIND.initial_state(KIND.parse_params({"mode": "secagg", **kw})),
-                            "depth": depth, "frontier": frontier}, 0)
+                           dataclasses.replace(KIND.initial_state(KIND.parse_params({"mode": "secagg", **kw})),
+                                               depth=depth, frontier=frontier), 0)
     assert plan is not None
     return plan
 
@@ -116,22 +117,22 @@ def task(depth: int, frontier: list[str], **kw):
 def test_vote_layout_next_char_end_marker_and_zero():
     plan = task(2, ["he", "hi"])
     assert plan.dim == 2 * WIDTH and plan.max_abs == 1
-    v = KIND.contribute(plan.task, ["hello"])
+    v = KIND.contribute(plan.task, ["hello"], RNG)
     assert v.dtype == np.int64 and v.shape == (plan.dim,)
     assert np.flatnonzero(v).tolist() == [slot(0, "l")]
-    assert np.flatnonzero(KIND.contribute(plan.task, ["hi"])).tolist() == [slot(1, None)]
+    assert np.flatnonzero(KIND.contribute(plan.task, ["hi"], RNG)).tolist() == [slot(1, None)]
     # prefix not on the frontier, too short, or nothing eligible: all zeros (taking part reveals nothing)
     for rows in (["moon"], ["h"], [], ["h\u00e9llo"], [42, None]):
-        assert not KIND.contribute(plan.task, rows).any()
+        assert not KIND.contribute(plan.task, rows, RNG).any()
 
 
 def test_device_takes_its_most_frequent_string_with_deterministic_ties():
     plan = task(0, [""])
-    v = KIND.contribute(plan.task, ["sun", "moon", "moon", "star"])
+    v = KIND.contribute(plan.task, ["sun", "moon", "moon", "star"], RNG)
     assert np.flatnonzero(v).tolist() == [slot(0, "m")]
     # tie between "sun" and "bee": lexicographically smallest wins, whatever the row order
     for rows in (["sun", "bee"], ["bee", "sun"]):
-        assert np.flatnonzero(KIND.contribute(plan.task, rows)).tolist() == [slot(0, "b")]
+        assert np.flatnonzero(KIND.contribute(plan.task, rows, RNG)).tolist() == [slot(0, "b")]
 
 
 def test_normalisation_and_ineligible_strings():
@@ -146,7 +147,7 @@ def test_normalisation_and_ineligible_strings():
 def test_several_words_per_device_are_bounded_and_deduplicated():
     plan = task(2, ["he"], max_words_per_device=3)
     assert plan.l1_sensitivity == 3 and plan.l2_sensitivity == pytest.approx(math.sqrt(3))
-    v = KIND.contribute(plan.task, ["hello", "help", "hey", "hex", "hen"])
+    v = KIND.contribute(plan.task, ["hello", "help", "hey", "hex", "hen"], RNG)
     assert set(np.unique(v)) <= {0, 1}
     # top three by (count, string): hello, help, hen → 'l' (once, shared by hello/help) and 'n'
     assert np.flatnonzero(v).tolist() == [slot(0, "l"), slot(0, "n")]
@@ -163,11 +164,11 @@ def test_several_words_per_device_are_bounded_and_deduplicated():
 def test_malformed_task_raises_typed_error(bad, field):
     plan = task(1, ["a", "b"])
     with pytest.raises(QueryKindError, match=field):
-        KIND.contribute({**plan.task, **bad}, ["abc"])
+        KIND.contribute({**plan.task, **bad}, ["abc"], RNG)
     broken = dict(plan.task)
     del broken["frontier"]
     with pytest.raises(QueryKindError, match="task"):
-        KIND.contribute(broken, ["abc"])
+        KIND.contribute(broken, ["abc"], RNG)
 
 
 # --- server side ------------------------------------------------------------------------------------
@@ -205,10 +206,10 @@ def test_frontier_is_capped_by_highest_counts():
     params = KIND.parse_params({"mode": "triehh", "theta": 1, "sample_rate": 1.0, "max_frontier": 2})
     state = KIND.initial_state(params)
     plan = KIND.plan_round(params, state, 0)
-    agg = sum(KIND.contribute(plan.task, [s]) for s in strings)
+    agg = sum(KIND.contribute(plan.task, [s], RNG) for s in strings)
     state = KIND.decode_round(params, state, plan, agg, len(strings))
-    assert state["frontier"] == ["a", "b"] and state["frontier_truncated"] == 2
-    assert json.loads(json.dumps(state)) == state
+    assert state.frontier == ["a", "b"] and state.frontier_truncated == 2
+    assert KIND.state_from_json(json.loads(json.dumps(KIND.state_to_json(state)))) == state
     assert KIND.plan_round(params, state, 1).dim == 2 * WIDTH
     result = run_exact(strings, 1, max_frontier=2)
     assert [h["value"] for h in result["heavy_hitters"]] == ["aa", "bb"]
@@ -224,22 +225,26 @@ def test_decode_rejects_wrong_length_and_ignores_root_end_marker():
     agg[slot(0, None)] = 50  # noise on the root's end marker: the empty string is never a heavy hitter
     agg[slot(0, "x")] = 1  # below the threshold
     state = KIND.decode_round(params, state, plan, agg, 10)
-    assert state["found"] == {} and state["frontier"] == []
+    assert state.found == {} and state.frontier == []
     assert KIND.plan_round(params, state, 1) is None
 
 
 def test_secagg_default_threshold_follows_the_noise():
     params = KIND.parse_params({"mode": "secagg", "false_release_rate": 0.01})
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
-    assert KIND.threshold(params, plan, 100) == 1  # no noise recorded: min_release_count
-    noisy = dataclasses.replace(plan, meta={**plan.meta, "noise_std": 10.0})
+    assert KIND.threshold(params, plan, 100) == 1  # no noise: min_release_count
     from statistics import NormalDist
     expected = math.ceil(NormalDist().inv_cdf(1 - 0.01 / plan.dim) * 10.0)
-    assert KIND.threshold(params, noisy, 100) == expected
-    # per-device discrete Gaussian σ = 1 over 400 contributors → total σ = 20
-    in_task = RoundPlan(**{**dataclasses.asdict(plan),
-                           "task": {**plan.task, "noise": {"mechanism": "discrete_gaussian", "scale": 1.0}}})
-    assert KIND.threshold(params, in_task, 400) == math.ceil(NormalDist().inv_cdf(1 - 0.01 / plan.dim) * 20.0)
+    assert KIND.threshold(params, plan, 100, AggregateNoise(std=10.0)) == expected
+    # the server's calibrated round noise (discrete Gaussian shares of 400 contributors): queries.dp's
+    # rigorous tail bound, in the kind's units when devices scaled their vectors by s = 4
+    from queries import dp
+    round_noise = dp.round_noise(dp.calibrate_query("discrete_gaussian", 1.0, 1e-6, 1, 400), 1.0, 1.0)
+    x = dp.release_threshold(round_noise, 400, plan.dim, 0.01)
+    assert KIND.threshold(params, plan, 400, AggregateNoise.of_round(round_noise, 400)) == max(1, x)
+    scaled = AggregateNoise.of_round(round_noise, 400, 4)
+    assert scaled.std == pytest.approx(round_noise.std(400) / 4)
+    assert KIND.threshold(params, plan, 400, scaled) == max(1, math.ceil(x / 4 + 0.5))
     # false releases: a zero aggregate plus Gaussian noise at that threshold rarely releases anything
     rng = np.random.default_rng(3)
     released = sum(int((np.rint(rng.normal(0, 10.0, plan.dim)) >= expected).any()) for _ in range(300))
@@ -361,3 +366,20 @@ def test_bind_privacy_triehh_copies_epsilon_delta_and_refuses_noise() -> None:
         KIND.bind_privacy({**raw, "theta": 5, "sample_rate": 0.1}, PrivacySpec(epsilon=1.0, delta=1e-6))
     secagg = {"mode": "secagg"}
     assert KIND.bind_privacy(secagg, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam")) == secagg
+
+
+def test_release_reports_thresholds_and_the_noise_of_each_released_count():
+    params = KIND.parse_params({"mode": "secagg", "release_threshold": 2, "max_length": 2, "alphabet": "ab"})
+    state = KIND.initial_state(params)
+    stds = [3.0, 5.0]
+    for depth, std in enumerate(stds):
+        plan = KIND.plan_round(params, state, depth)
+        agg = sum(KIND.contribute(plan.task, [w], RNG) for w in ["a"] * 3 + ["ab"] * 4)
+        state = KIND.decode_round(params, state, plan, agg, 7, AggregateNoise(std=std))
+    assert KIND.plan_round(params, state, 2) is None
+    release = KIND.finalize(params, state)
+    assert release.result["heavy_hitters"] == [{"value": "ab", "count": 4}, {"value": "a", "count": 3}]
+    assert release.thresholds == {"release_thresholds": [2, 2]} == {"release_thresholds": release.result["thresholds"]}
+    # "ab" (length L) was counted as an extension in round 1, "a" by its end marker in round 1, "a" in round 0
+    assert release.noise_std == {"/heavy_hitters/0/count": 5.0, "/heavy_hitters/1/count": 5.0,
+                                 "/trie/a": 3.0, "/trie/ab": 5.0}

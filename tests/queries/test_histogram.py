@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from statistics import NormalDist
 
@@ -12,11 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from queries.kind import QueryKindError, get_kind
+from queries.histogram import HistogramState
+from queries.kind import AggregateNoise, QueryKindError
 from queries.local_run import run_locally
+from queries.registry import get_kind
 
 KIND = get_kind("histogram")
 BUCKETS = ["red", "green", "blue"]
+RNG = np.random.default_rng(0)  # histogram contributions use no randomness
 
 
 def test_registered_and_one_round():
@@ -48,23 +50,23 @@ def test_bad_params_name_the_field(raw, field):
 
 
 def test_device_votes_for_its_most_frequent_value_only():
-    task = KIND.plan_round(KIND.parse_params({"buckets": BUCKETS}), {"done": False}, 0).task
-    assert KIND.contribute(task, ["blue", "red", "blue", "purple"]).tolist() == [0, 0, 1]
-    assert KIND.contribute(task, []).tolist() == [0, 0, 0]
-    assert KIND.contribute(task, ["purple", None, 3.5, {"x": 1}]).tolist() == [0, 0, 0]
-    assert KIND.contribute(task, [{"value": "green"}]).tolist() == [0, 1, 0]
+    task = KIND.plan_round(KIND.parse_params({"buckets": BUCKETS}), HistogramState(done=False), 0).task
+    assert KIND.contribute(task, ["blue", "red", "blue", "purple"], RNG).tolist() == [0, 0, 1]
+    assert KIND.contribute(task, [], RNG).tolist() == [0, 0, 0]
+    assert KIND.contribute(task, ["purple", None, 3.5, {"x": 1}], RNG).tolist() == [0, 0, 0]
+    assert KIND.contribute(task, [{"value": "green"}], RNG).tolist() == [0, 1, 0]
 
 
 def test_other_bucket_and_multi_hot():
     params = KIND.parse_params({"buckets": ["1", "2"], "other_bucket": "other", "max_contributions_per_device": 2})
     task = KIND.plan_round(params, KIND.initial_state(params), 0).task
-    assert KIND.contribute(task, [1, 1, 7, 2, 2, 2]).tolist() == [1, 1, 0]
-    assert KIND.contribute(task, [9, 9, 1]).tolist() == [1, 0, 1]
+    assert KIND.contribute(task, [1, 1, 7, 2, 2, 2], RNG).tolist() == [1, 1, 0]
+    assert KIND.contribute(task, [9, 9, 1], RNG).tolist() == [1, 0, 1]
 
 
 def test_malformed_task_is_a_typed_error():
     with pytest.raises(QueryKindError, match="task"):
-        KIND.contribute({"buckets": 3}, ["a"])
+        KIND.contribute({"buckets": 3}, ["a"], RNG)
 
 
 @given(
@@ -74,7 +76,7 @@ def test_malformed_task_is_a_typed_error():
 def test_contribution_respects_the_declared_bounds(rows, k):
     params = KIND.parse_params({"buckets": BUCKETS, "max_contributions_per_device": k})
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
-    vec = KIND.contribute(plan.task, rows)
+    vec = KIND.contribute(plan.task, rows, RNG)
     assert vec.shape == (plan.dim,) and vec.dtype == np.int64
     assert np.abs(vec).max(initial=0) <= plan.max_abs
     assert np.abs(vec).sum() <= plan.l1_sensitivity
@@ -98,16 +100,21 @@ def test_exact_without_noise():
 def test_noisy_counts_under_the_threshold_are_listed_as_suppressed():
     params = KIND.parse_params({"buckets": BUCKETS, "false_release_rate": 0.01})
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
-    plan = dataclasses.replace(plan, meta={"noise_std": 5.0})
-    state = KIND.decode_round(params, KIND.initial_state(params), plan, np.array([100, 3, -2]), 200)
-    result = KIND.finalize(params, state)
+    noise = AggregateNoise(std=5.0)
+    state = KIND.decode_round(params, KIND.initial_state(params), plan, np.array([100, 3, -2]), 200, noise)
+    release = KIND.finalize(params, state)
+    result = release.result
     assert result["counts"] == {"red": 100}
     assert result["suppressed"] == ["green", "blue"]
     assert result["threshold"] == math.ceil(NormalDist().inv_cdf(1 - 0.01 / 3) * 5.0)
+    assert release.thresholds == {"release_threshold": result["threshold"]}
+    assert release.noise_std == {"/counts/red": 5.0}
 
 
 def test_fixed_release_threshold():
     params = KIND.parse_params({"buckets": BUCKETS, "release_threshold": 10})
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
     state = KIND.decode_round(params, KIND.initial_state(params), plan, np.array([10, 9, 0]), 20)
-    assert KIND.finalize(params, state)["suppressed"] == ["green", "blue"]
+    release = KIND.finalize(params, state)
+    assert release.result["suppressed"] == ["green", "blue"]
+    assert release.thresholds == {"release_threshold": 10} and release.noise_std == {}

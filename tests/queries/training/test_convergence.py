@@ -9,8 +9,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 
 from queries.feature_stats import FeatureStatsKind
-from queries.kind import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 from queries.training import TrainedModel, frecency, urlbar_sim
 from queries.training.client import WhiteBoxObjective, local_update
 from queries.training.models import build_model

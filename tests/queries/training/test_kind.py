@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -11,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from queries.kind import get_kind
 from queries.local_run import run_locally
+from queries.registry import get_kind
 from queries.training import urlbar_sim
 from queries.training.frecency import HANDCRAFTED, PARAM_NAMES, example_params
 from secagg.encoding import bits_for
@@ -33,9 +34,7 @@ def _params(**over):
 
 def _plan_for(params_raw, phase):
     params = KIND.parse_params(params_raw)
-    state = KIND.initial_state(params)
-    state["phase"] = phase
-    state["class_weights"] = None
+    state = dataclasses.replace(KIND.initial_state(params), phase=phase, class_weights=None)
     return params, KIND.plan_round(params, state, 0)
 
 
@@ -90,7 +89,7 @@ def test_device_vectors_respect_plan_bounds(n, lr, clip, pb, weighting, votes, s
     rows = _rows(rng, n, classes=3)
     for phase in ("label_counts", "train", "eval"):
         params, plan = _plan_for(raw, phase)
-        vec = KIND.contribute(plan.task, rows)
+        vec = KIND.contribute(plan.task, rows, rng)
         assert vec.dtype == np.int64 and vec.shape == (plan.dim,)
         assert np.abs(vec).max(initial=0) <= plan.max_abs
         assert np.abs(vec).sum() <= plan.l1_sensitivity + 1e-9
@@ -130,10 +129,11 @@ def test_class_weights_from_label_counts():
     params = KIND.parse_params(_params(class_weighting=True))
     state = KIND.initial_state(params)
     plan = KIND.plan_round(params, state, 0)
-    agg = sum(KIND.contribute(plan.task, rows[i::4]) for i in range(4))
+    rng = np.random.default_rng(0)
+    agg = sum(KIND.contribute(plan.task, rows[i::4], rng) for i in range(4))
     state = KIND.decode_round(params, state, plan, agg, 4)
-    np.testing.assert_allclose(state["label_shares"], [0.75, 0.25], atol=1e-4)  # stochastic rounding at 2^-precision_bits
-    w = np.array(state["class_weights"])
+    np.testing.assert_allclose(state.label_shares, [0.75, 0.25], atol=1e-4)  # stochastic rounding at 2^-precision_bits
+    w = np.array(state.class_weights)
     assert w[1] / w[0] == pytest.approx(3.0, rel=1e-3)
 
 
@@ -147,12 +147,12 @@ def test_state_is_json_and_resume_gives_the_same_schedule():
     r = 0
     while (plan := KIND.plan_round(params, state, r)) is not None:
         json.dumps(plan.task)
-        agg = sum(KIND.contribute(plan.task, d) for d in devices)
-        state = json.loads(json.dumps(KIND.decode_round(params, state, plan, agg, len(devices))))
+        agg = sum(KIND.contribute(plan.task, d, rng) for d in devices)
+        state = KIND.state_from_json(json.loads(json.dumps(KIND.state_to_json(KIND.decode_round(params, state, plan, agg, len(devices))))))
         # re-planning the same round from stored state gives the same plan (idempotent)
         r += 1
-    assert state["phase"] == "done" and state["t"] == 4 and state["opt"]["t"] == 4
-    result = KIND.finalize(params, state)
+    assert state.phase == "done" and state.t == 4 and state.opt["t"] == 4
+    result = KIND.finalize(params, state).result
     json.dumps(result)
     assert result["history"][-1]["eval_loss"] < result["history"][0]["eval_loss"]
 
@@ -162,18 +162,17 @@ def test_stale_or_empty_round_changes_nothing():
     state = KIND.initial_state(params)
     plan = KIND.plan_round(params, state, 0)
     assert KIND.decode_round(params, state, plan, np.zeros(plan.dim, dtype=np.int64), 0) == state
-    other = {**state, "phase": "train"}
+    other = dataclasses.replace(state, phase="train")
     assert KIND.decode_round(params, other, plan, np.zeros(plan.dim, dtype=np.int64), 3) == other
 
 
 def test_finalize_from_any_state_and_server_stop():
     params = KIND.parse_params(_params())
     state = KIND.initial_state(params)
-    result = KIND.finalize(params, state)
+    result = KIND.finalize(params, state).result
     assert result["weights"] == [0.0] * 4 and result["stop_reason"] == "interrupted"
-    stopped = {**state, "stopped": "privacy budget exhausted"}
-    assert KIND.plan_round(params, stopped, 0) is None
-    result = KIND.finalize(params, stopped)
+    assert result["stopped"] is None
+    result = KIND.finalize(params, state, stop_reason="privacy budget exhausted").result
     assert result["stopped"] == "privacy budget exhausted" == result["stop_reason"]
 
 
@@ -202,8 +201,8 @@ def test_decode_is_robust_to_noise():
             break
         agg = rng.normal(0, plan.max_abs * 3, size=plan.dim).astype(np.int64)
         state = KIND.decode_round(params, state, plan, agg, 3)
-        assert np.all(np.isfinite(state["weights"]))
-    assert state["phase"] == "done"
+        assert np.all(np.isfinite(state.weights))
+    assert state.phase == "done"
 
 
 def test_sign_votes_sum_exactly_and_use_few_bits():
@@ -212,13 +211,13 @@ def test_sign_votes_sum_exactly_and_use_few_bits():
     params = KIND.parse_params(example_params(rounds=1, eval_every=0))
     state = KIND.initial_state(params)
     plan = KIND.plan_round(params, state, 0)
-    votes = [KIND.contribute(plan.task, d) for d in devices]
+    votes = [KIND.contribute(plan.task, d, rng) for d in devices]
     assert all(set(np.unique(v)) <= {-1, 0, 1} for v in votes)
     total = np.sum(votes, axis=0)
     assert plan.dim == len(PARAM_NAMES) and plan.max_abs == 1
     assert bits_for(300, plan.max_abs) == 10  # |vote sum| ≤ 300 needs 10 signed bits
     state = KIND.decode_round(params, state, plan, total, len(devices))
-    moved = np.array(state["weights"]) - np.array(HANDCRAFTED)
+    moved = np.array(state.weights) - np.array(HANDCRAFTED)
     step0 = np.array([params.server_optimizer.initial_step[n] for n in PARAM_NAMES])
     # Rprop uses only the sign of the vote sum: each weight moves by its initial step that way (or less,
     # when a safeguard trims it; type_other sits at 0 and cannot go below)
@@ -236,9 +235,9 @@ def test_frecency_safeguards_every_round():
     state = KIND.initial_state(params)
     r = 0
     while (plan := KIND.plan_round(params, state, r)) is not None:
-        old = np.array(state["weights"])
-        state = KIND.decode_round(params, state, plan, sum(KIND.contribute(plan.task, d) for d in devices), 30)
-        new = np.array(state["weights"])
+        old = np.array(state.weights)
+        state = KIND.decode_round(params, state, plan, sum(KIND.contribute(plan.task, d, rng) for d in devices), 30)
+        new = np.array(state.weights)
         caps = np.array([3.0] * 5 + [0.1] * 4)
         assert np.all(np.abs(new - old) <= caps + 1e-9)
         assert np.all(new >= 0)
