@@ -2,7 +2,7 @@
 release thresholds, budget math and the released `privacy` block (see docs/privacy.md).
 
 Pure library: no I/O. The server calibrates (`calibrate_query`, `round_noise`, `choose_bits`), devices
-sample (`sample_noise` with `device_rng()`), the server thresholds and reports (`release_threshold`,
+sample (`sample_noise` with a `secagg.randomness` source), the server thresholds and reports (`release_threshold`,
 `apply_count_threshold`, `privacy_block`) and keeps the ledger (`Budget`, `compose_costs`).
 """
 
@@ -20,7 +20,6 @@ from queries.dp.errors import BudgetExceeded, InsufficientContributors, PrivacyE
 from queries.dp.ledger import Budget, PrivacyCost, PrivacyPolicy, compose_costs, compose_rdp
 from queries.dp.noise import (
     MECHANISMS,
-    device_rng,
     discrete_gaussian_variance,
     sample_discrete_gaussian,
     sample_noise,
@@ -52,7 +51,6 @@ __all__ = [
     "compose_costs",
     "compose_rdp",
     "confidence_halfwidth",
-    "device_rng",
     "discrete_gaussian_variance",
     "epsilon_spent",
     "fixed_calibration",

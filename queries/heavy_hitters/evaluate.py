@@ -41,6 +41,7 @@ from queries import dp
 from queries.heavy_hitters import population as pop
 from queries.heavy_hitters.encoding import normalize
 from queries.heavy_hitters.kind import HeavyHittersKind, HeavyHittersParams
+from secagg.randomness import ByteSource, SeededRandom
 
 KIND = HeavyHittersKind()
 PER_DEVICE_NOISE_LIMIT = 4_000_000
@@ -73,7 +74,7 @@ def _calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: floa
                       dp.epsilon_spent(cal, rounds), "queries.dp", s, {**noise.to_dict(), "encoding_scale": s})
 
 
-def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, np.random.Generator], np.ndarray]]:
+def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, ByteSource], np.ndarray]]:
     """Calibration and sampler (queries.dp)."""
     return _calibrate, dp.sample_noise
 
@@ -95,6 +96,7 @@ def run(
     """Runs one query over devices holding `strings` (one each) and scores it against the truth."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
+    noise_rng = SeededRandom(b"heavy_hitters.evaluate/%d" % seed)  # noise bits never come from numpy
     n = len(strings)
     groups = pop.group(strings)
     distinct = list(groups)
@@ -131,13 +133,13 @@ def run(
             s = noise.encoding_scale
             total *= s
             if mechanism == "skellam":
-                total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, rng)
+                total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, noise_rng)
             elif contributors * plan.dim <= PER_DEVICE_NOISE_LIMIT:
                 for _ in range(contributors):
-                    total += sample_noise(mechanism, noise.per_device_scale, plan.dim, rng)
+                    total += sample_noise(mechanism, noise.per_device_scale, plan.dim, noise_rng)
             else:
                 approx_noise = True
-                total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, rng)
+                total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, noise_rng)
             # What the server records for the kind: the standard deviation of the aggregate's noise.
             if s > 1:  # as the server does (analytics_server.privacy.unscale): round half up
                 total = (total + s // 2) // s
