@@ -10,9 +10,10 @@ Discrete Gaussian N_Z(0, σ²) (pmf ∝ exp(−k²/2σ²) on the integers), CKS 
 Differential Privacy", Algorithms 2 and 3), vectorised. Proposal: the discrete Laplace with scale
 t = ⌊σ⌋ + 1 as in their Algorithm 2 — a sign bit and a geometric magnitude |Y| = ⌊−t·ln U⌋
 (P(|Y| ≥ g) = e^{−g/t}) with the pair (negative, 0) rejected so zero is not counted twice. Acceptance with
-probability exp(−(|Y| − σ²/t)²/(2σ²)) (their Algorithm 3). A batch of m candidates reads 2m words:
-words 0..m−1 give the sign (bit 0) and U (bits 11..63) of the proposals, words m..2m−1 the acceptance
-uniforms; accepted candidates are kept in order and rejected slots are redrawn in the next batch. CKS give
+probability exp(−(|Y| − σ²/t)²/(2σ²)) (their Algorithm 3). Candidate i reads words 2i (sign from bit 0,
+U from bits 11..63) and 2i+1 (the acceptance uniform); the output is the accepted candidates in order.
+Candidates are drawn in batches; how many surplus candidates the last batch reads does not change the
+output (the noise source serves nothing else), so the vectors pin values, not bytes read. CKS give
 the exact version with rational arithmetic and Bernoulli(exp(−γ)) built from Bernoulli(p) coins; here
 the acceptance probability and the geometric inversion use float64. This is the documented variant:
 - no leak: the noise does not depend on the data, is an integer, and is added to the integer contribution
@@ -33,8 +34,8 @@ Poisson(λ) from uniforms, two algorithms (the split of numpy's own sampler, whi
   reproduced within ~2⁻⁵² absolute (the grid of U and the rounding of the cdf).
 - λ ≥ 10: PTRS, the transformed rejection with squeeze of Hörmann 1993 ("The transformed rejection method
   for generating Poisson random variables", Insurance: Mathematics and Economics 12, §3; the algorithm
-  numpy uses for λ ≥ 10). A batch of m tries reads 2m words: U from words 0..m−1, V from m..2m−1;
-  accepted tries are kept in order. The final test compares with log p(k) computed as
+  numpy uses for λ ≥ 10). Try i reads words 2i (U) and 2i+1 (V); the output is the accepted tries in
+  order (batched as for the discrete Gaussian). The final test compares with log p(k) computed as
   (k − λ) − k·log1p((k − λ)/λ) − ½ln(2πk) − S(k) (Stirling with its series S to k⁻⁵, exact ln k! below
   16), which avoids the cancellation of −λ + k ln λ − ln k! at large λ; float64 errors are then relative
   (≈1e-15 per point and a tail beyond 2⁻⁵³ of the hat's mass cut off), as for the discrete Gaussian.
@@ -134,9 +135,9 @@ def sample_discrete_gaussian(sigma: float, size: int, source: ByteSource) -> np.
         need = size - filled
         m = _batch(need, rate)
         words = uint64s(source, 2 * m)
-        y, valid = _discrete_laplace_candidates(t, words[:m])
+        y, valid = _discrete_laplace_candidates(t, words[0::2])
         gamma = (np.abs(y) - s2 / t) ** 2 / (2.0 * s2)
-        kept = y[valid & (_uniforms(words[m:]) < np.exp(-gamma))][:need]
+        kept = y[valid & (_uniforms(words[1::2]) < np.exp(-gamma))][:need]
         out[filled : filled + kept.size] = kept
         filled += kept.size
     return out
@@ -197,7 +198,7 @@ def _poisson_ptrs(lam: float, size: int, source: ByteSource) -> np.ndarray:
         m = _batch(need, 0.85)
         words = uint64s(source, 2 * m)
         uv = _uniforms(words)
-        u, v = uv[:m] - 0.5, uv[m:]
+        u, v = uv[0::2] - 0.5, uv[1::2]
         us = 0.5 - np.abs(u)
         kf = np.floor((2.0 * a / us + b) * u + (lam + 0.43))
         in_range = (kf >= 0) & (kf < 2.0**62)

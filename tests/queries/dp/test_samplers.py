@@ -194,3 +194,13 @@ def test_os_and_keyed_sources_give_fresh_noise_per_call():
     for src in (OsRandom, lambda: keyed_stream(OsRandom())):
         a, b = (dp.sample_noise("discrete_gaussian", 50.0, 64, src()) for _ in range(2))
         assert not np.array_equal(a, b)
+
+
+@pytest.mark.parametrize(("mechanism", "scale"), [("discrete_gaussian", 0.8), ("discrete_gaussian", 40.0),
+                                                  ("skellam", 3.0), ("skellam", 50.0), ("skellam", 1e9)])
+def test_values_do_not_depend_on_the_batch_sizes(monkeypatch, mechanism, scale):
+    """Candidates consume words in a fixed order; batching only changes how many surplus words are read."""
+    want = dp.sample_noise(mechanism, scale, 500, SeededRandom(b"batches"))
+    for tiny in (1, 7):
+        monkeypatch.setattr(noise_mod, "_batch", lambda need, rate, tiny=tiny: tiny)
+        assert np.array_equal(dp.sample_noise(mechanism, scale, 500, SeededRandom(b"batches")), want)
