@@ -87,7 +87,18 @@ def render(name: str) -> str:
         "versions": versions(),
         "cases": [{"input": case, "output": t.compute(case)} for case in t.cases],
     }
-    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    return _dump(doc, 0) + "\n"
+
+
+def _dump(value: Any, level: int) -> str:
+    """JSON with one-space indentation; lists of scalars stay on one line."""
+    pad, inner = " " * level, " " * (level + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dump(v, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + ",\n".join(inner + _dump(v, level + 1) for v in value) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 # -- encodings (docs/vectors.md: bytes are lowercase hex; integers that may exceed 2^53 are decimal strings)
@@ -107,6 +118,20 @@ def big(values: Any) -> list[str]:
 
 def words_json(arr: np.ndarray) -> list[Any]:
     return big(arr) if arr.dtype.itemsize > 4 else [int(v) for v in arr]
+
+
+class WordSource:
+    """The given uint64 words (8 little-endian bytes each), then the SeededRandom stream of `then_seed`."""
+
+    def __init__(self, words: list[str], then_seed: bytes) -> None:
+        self._data = b"".join(int(w).to_bytes(8, "little") for w in words)
+        self._pos = 0
+        self._then = SeededRandom(then_seed)
+
+    def bytes(self, n: int) -> bytes:
+        out = self._data[self._pos : self._pos + n]
+        self._pos += len(out)
+        return out + self._then.bytes(n - len(out))
 
 
 def seeded(case: Json, path: list[str] | None = None) -> Any:
@@ -159,28 +184,40 @@ def randomness_vectors(case: Json) -> Json:
     return {"results": out}
 
 
+_EDGE_WORDS = [str(w) for w in (0, 1, 2**11 - 1, 2**11, 2**63, 2**63 + 1, 2**64 - 2**11, 2**64 - 1, 0x0123456789ABCDEF)]
+
+
+def _noise_case(sampler: str, scale: float, size: int = 64, words: list[str] | None = None) -> Json:
+    seed = h(f"noise/{sampler}/{scale:g}".encode())
+    source: Json = {"seed": seed} if words is None else {"words": words, "then_seed": seed}
+    return {**source, "sampler": sampler, "scale": scale, "size": size}
+
+
 @topic(
     "noise",
-    "DP noise samplers (queries/dp/noise.py) reading a SeededRandom: the values (docs/vectors.md: word "
-    "layout; the number of surplus bytes an implementation reads after the last value is free).",
+    "DP noise samplers (queries/dp/noise.py): values from a SeededRandom ('seed') or from given uint64 "
+    "words, then the SeededRandom of 'then_seed'; the number of surplus bytes read after the last value is free.",
     [
-        {"seed": h(b"noise/dg/0.8"), "sampler": "discrete_gaussian", "scale": 0.8, "size": 16},
-        {"seed": h(b"noise/dg/2.5"), "sampler": "discrete_gaussian", "scale": 2.5, "size": 16},
-        {"seed": h(b"noise/dg/40"), "sampler": "discrete_gaussian", "scale": 40.0, "size": 16},
-        {"seed": h(b"noise/dg/1e6"), "sampler": "discrete_gaussian", "scale": 1e6, "size": 16},
-        {"seed": h(b"noise/sk/0.5"), "sampler": "skellam", "scale": 0.5, "size": 16},
-        {"seed": h(b"noise/sk/3"), "sampler": "skellam", "scale": 3.0, "size": 16},
-        {"seed": h(b"noise/sk/50"), "sampler": "skellam", "scale": 50.0, "size": 16},
-        {"seed": h(b"noise/sk/1e7"), "sampler": "skellam", "scale": 1e7, "size": 16},
-        {"seed": h(b"noise/dl/3"), "sampler": "discrete_laplace", "scale": 3, "size": 16},
-        {"seed": h(b"noise/poisson/4"), "sampler": "poisson", "scale": 4.0, "size": 16},
-        {"seed": h(b"noise/poisson/30"), "sampler": "poisson", "scale": 30.0, "size": 16},
-        {"seed": h(b"noise/none"), "sampler": "none", "scale": 5.0, "size": 4},
+        _noise_case("uniform", 0, 16),
+        _noise_case("uniform", 0, len(_EDGE_WORDS), _EDGE_WORDS),
+        *(_noise_case("discrete_gaussian", s) for s in (0.8, 2.5, 40.0, 1e6)),
+        *(_noise_case("skellam", m) for m in (0.5, 3.0, 50.0, 1e7)),
+        _noise_case("discrete_laplace", 3),
+        _noise_case("discrete_laplace", 1000, len(_EDGE_WORDS), _EDGE_WORDS),
+        _noise_case("poisson", 4.0),
+        _noise_case("poisson", 9.9, len(_EDGE_WORDS), _EDGE_WORDS),
+        _noise_case("poisson", 30.0),
+        _noise_case("poisson", 2e6),
+        _noise_case("poisson", 2e6, 8, _EDGE_WORDS),
+        _noise_case("discrete_gaussian", 40.0, 8, _EDGE_WORDS),
+        _noise_case("none", 5.0, 4),
     ],
 )
 def noise_vectors(case: Json) -> Json:
-    src = seeded(case)
+    src = WordSource(case["words"], unh(case["then_seed"])) if "words" in case else seeded(case)
     kind, scale, size = case["sampler"], case["scale"], case["size"]
+    if kind == "uniform":
+        return {"values": [float(u) for u in noise._uniforms(randomness.uint64s(src, size))]}
     if kind == "discrete_laplace":
         values = noise.sample_discrete_laplace(int(scale), size, src)
     elif kind == "poisson":

@@ -2,7 +2,7 @@
 
 Every draw takes its randomness from an injected byte source (`secagg.randomness`: OS entropy on devices,
 a seeded AES-CTR stream in tests), never from numpy's generators. Bytes become uint64 words read
-little-endian, 8 bytes each; a word w gives the uniform U = (⌊w / 2¹¹⌋ + ½)·2⁻⁵³ in the open interval
+little-endian, 8 bytes each; a word w gives the uniform U = (⌊w / 2¹²⌋ + ½)·2⁻⁵² in the open interval
 (0, 1), so log U is always finite. The order in which words are consumed is part of the known-answer
 vectors (docs/vectors.md) and stated below.
 
@@ -11,7 +11,7 @@ Differential Privacy", Algorithms 2 and 3), vectorised. Proposal: the discrete L
 t = ⌊σ⌋ + 1 as in their Algorithm 2 — a sign bit and a geometric magnitude |Y| = ⌊−t·ln U⌋
 (P(|Y| ≥ g) = e^{−g/t}) with the pair (negative, 0) rejected so zero is not counted twice. Acceptance with
 probability exp(−(|Y| − σ²/t)²/(2σ²)) (their Algorithm 3). Candidate i reads words 2i (sign from bit 0,
-U from bits 11..63) and 2i+1 (the acceptance uniform); the output is the accepted candidates in order.
+U from bits 12..63) and 2i+1 (the acceptance uniform); the output is the accepted candidates in order.
 Candidates are drawn in batches; how many surplus candidates the last batch reads does not change the
 output (the noise source serves nothing else), so the vectors pin values, not bytes read. CKS give
 the exact version with rational arithmetic and Bernoulli(exp(−γ)) built from Bernoulli(p) coins; here
@@ -20,7 +20,7 @@ the acceptance probability and the geometric inversion use float64. This is the 
   exactly, so there is no floating-point output whose representation could reveal the data (the failure
   Mironov 2012 showed for float Laplace noise);
 - the sampled pmf differs from the ideal one by a relative error of a few float64 ulps (≈1e-15) per
-  point, and the proposal cannot reach |Y| beyond ≈ 37.4·t (U ≥ 2⁻⁵⁴; tail mass < 2⁻⁵³), which costs at
+  point, and the proposal cannot reach |Y| beyond ≈ 36.7·t (U ≥ 2⁻⁵³; tail mass < 2⁻⁵³), which costs at
   most ≈ 1e-15 in ε and an additive δ far below 1e-15 — negligible against any δ we accept (≥ 1e-12).
 
 Skellam Sk(μ) = Poisson(μ/2) − Poisson(μ/2): mean 0, variance μ (the parameterisation of Agarwal, Kairouz,
@@ -31,7 +31,7 @@ Poisson(λ) from uniforms, two algorithms (the split of numpy's own sampler, whi
 - λ < POISSON_INVERSION_MAX (10): inversion. The pmf on 0..POISSON_TABLE_K (127; the mass beyond is below
   1e-80 for λ < 10) is tabulated, its cumulative sum normalised, and one word per draw is inverted
   (k = first point whose cdf exceeds U; indexed search from a guide table). Each point's probability is
-  reproduced within ~2⁻⁵² absolute (the grid of U and the rounding of the cdf).
+  reproduced within ~2⁻⁵¹ absolute (the grid of U and the rounding of the cdf).
 - λ ≥ 10: PTRS, the transformed rejection with squeeze of Hörmann 1993 ("The transformed rejection method
   for generating Poisson random variables", Insurance: Mathematics and Economics 12, §3; the algorithm
   numpy uses for λ ≥ 10). Try i reads words 2i (U) and 2i+1 (V); the output is the accepted tries in
@@ -63,6 +63,7 @@ MAX_MU = 1e15
 POISSON_INVERSION_MAX = 10.0
 """Poisson rates below this are sampled by table inversion, the others by PTRS."""
 POISSON_TABLE_K = 127
+"""Last point of the inversion table (128 points, a power of two; the mass beyond is below 1e-80 for λ < 10)."""
 _LOG_FACTORIAL = np.array([math.lgamma(k + 1) for k in range(16)])
 
 
@@ -73,8 +74,9 @@ def _check_size(size: int) -> int:
 
 
 def _uniforms(words: np.ndarray) -> np.ndarray:
-    """Open-interval uniforms (⌊w/2¹¹⌋ + ½)·2⁻⁵³ ∈ (0, 1) from uint64 words."""
-    return ((words >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+    """Uniforms (⌊w/2¹²⌋ + ½)·2⁻⁵² ∈ [2⁻⁵³, 1 − 2⁻⁵³] from uint64 words: every value is exact in float64,
+    so U is never 0 or 1 (with 53 bits, (2⁵³ − ½)·2⁻⁵³ would round to 1)."""
+    return ((words >> np.uint64(12)).astype(np.float64) + 0.5) * 2.0**-52
 
 
 def _batch(need: int, rate: float) -> int:
@@ -176,7 +178,7 @@ def _poisson_inversion(lam: float, size: int, source: ByteSource) -> np.ndarray:
     empirical distribution", AIIE Transactions 6) and steps up while cdf[i] ≤ U."""
     cdf, guide = _poisson_table(lam)
     u = _uniforms(uint64s(source, size))
-    idx = guide[(u * cdf.size).astype(np.int64)]
+    idx = guide[(u * cdf.size).astype(np.int64)]  # m = 128 is a power of two: U·m is exact and below m
     todo = np.flatnonzero(cdf[idx] <= u)
     for _ in range(3):
         idx[todo] += 1

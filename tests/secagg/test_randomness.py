@@ -71,11 +71,23 @@ def test_randbelow_is_uniform(n):
     assert stats.chisquare(np.bincount(draws, minlength=n)).pvalue > ALPHA
 
 
-def test_randbelow_of_the_shamir_prime_is_uniform_in_its_top_bits():
-    """2^256 + 297 needs 257 bits and rejects about half the candidates; modulo reduction would skew the top."""
-    src = SeededRandom(b"randbelow/prime")
+def test_randbelow_of_the_shamir_prime_rejects_about_half_and_is_uniform_in_its_top_bits():
+    """2^256 + 297 needs 257 bits, so about half the 33-byte candidates are rejected (none with a modulo)."""
+
+    class Counting:
+        def __init__(self) -> None:
+            self.inner, self.read = SeededRandom(b"randbelow/prime"), 0
+
+        def bytes(self, n: int) -> bytes:
+            self.read += n
+            return self.inner.bytes(n)
+
+    counting = Counting()
+    src = SeededRandom(b"unused")
+    src.bytes = counting.bytes  # type: ignore[method-assign]
     draws = [src.randbelow(PRIME) for _ in range(20_000)]
     assert all(0 <= d < PRIME for d in draws)
+    assert 1.9 < counting.read / (33 * len(draws)) < 2.1
     top = np.array([d * 16 // PRIME for d in draws])
     assert stats.chisquare(np.bincount(top, minlength=16)).pvalue > ALPHA
 
