@@ -167,5 +167,6 @@ def prg_uint64(seed: bytes, count: int) -> np.ndarray:
 def aes_ctr_throughput_probe(nbytes: int, source: RandomSource | None = None) -> int:
     """Encrypts `nbytes` of zeros with a throwaway key; used by the benchmark as the raw AES-CTR rate."""
     out = np.empty(nbytes + 16, dtype=np.uint8)
-    Cipher(algorithms.AES((source or OsRandom()).bytes(KEY_BYTES)), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(nbytes), out)
+    key = (source or OsRandom()).bytes(KEY_BYTES)
+    Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(nbytes), out)
     return nbytes

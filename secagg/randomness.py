@@ -158,4 +158,6 @@ def uint64s(source: ByteSource, count: int) -> np.ndarray:
     return np.frombuffer(source.bytes(8 * count), dtype="<u8").astype(np.uint64, copy=False)
 
 
-__all__ = ["BaseRandom", "ByteSource", "KeyedRandom", "OsRandom", "RandomSource", "SeededRandom", "keyed_stream", "uint64s"]
+__all__ = [
+    "BaseRandom", "ByteSource", "KeyedRandom", "OsRandom", "RandomSource", "SeededRandom", "keyed_stream", "uint64s",
+]

@@ -56,3 +56,68 @@ def test_simulated_fleet_is_os_by_default_and_reproducible_when_asked():
     roots = [device_randomness(k, True) for k, _ in seeded]
     assert roots[0] is not None and roots[0].bytes(8) == device_randomness(seeded[0][0], True).bytes(8)
     assert np.unique([r.bytes(8) for r in roots if r is not None]).size == 3
+
+
+async def test_a_seeded_device_masks_and_signs_with_the_factorys_sub_sources(app_server) -> None:  # type: ignore[no-untyped-def]
+    """Against the real app: the keys a device advertises and the nonces it signs with come from its factory."""
+    import asyncio
+
+    import aiohttp
+
+    from analytics_server.state import STATE
+    from secagg import crypto
+    from secagg.messages import AdvertiseKeys, decode
+
+    url = str(app_server.make_url(""))
+    token = await app_server.app[STATE].store.create_token("analyst")
+    spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},
+            "cohort": {"min_clients": 5, "max_clients": 50, "phase_timeout_s": 3}}
+    sent: dict[int, list[tuple[str, bytes]]] = {}
+    nonces: dict[int, list[str]] = {}
+
+    class Recording(DeviceClient):
+        index = 0
+
+        async def request(self, method, path, body=b"", *args, **kwargs):  # type: ignore[no-untyped-def]
+            sent.setdefault(self.index, []).append((path, body))
+            return await super().request(method, path, body, *args, **kwargs)
+
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as http:
+        clients = []
+        for i in range(6):
+            store = LocalStore()
+            store.add_many("words", ["moon"])
+            c = Recording(url, store, session=http, checkin_wait_s=1, randomness=SeededRandom(b"device/%d" % i))
+            c.index = i
+            draw = c.randomness.nonce
+
+            def recorded_nonce(i: int = i, draw=draw) -> str:  # type: ignore[no-untyped-def]
+                nonces.setdefault(i, []).append(draw())
+                return nonces[i][-1]
+
+            c.randomness.nonce = recorded_nonce  # type: ignore[method-assign]
+            clients.append(c)
+        fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
+        hdr = {"Authorization": f"Bearer {token}"}
+        r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
+        qid = (await r.json())["id"]
+        for _ in range(300):
+            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
+            if status["status"] not in ("pending", "running"):
+                break
+            await asyncio.sleep(0.1)
+        stop.set()
+        await asyncio.gather(*fleet)
+    assert status["status"] == "succeeded", status
+    for i in range(6):
+        expected = DeviceRandomness(SeededRandom(b"device/%d" % i))
+        assert nonces[i] == [expected.nonce() for _ in nonces[i]] and len(nonces[i]) == len(sent[i])
+        adverts = [(p, b) for p, b in sent[i] if p.endswith("/phases/0")]
+        assert adverts, f"device {i} never advertised keys"
+        for path, body in adverts:
+            msg = decode(body)
+            assert isinstance(msg, AdvertiseKeys)
+            stream = expected.for_contribution(path.split("/")[4]).secagg
+            assert msg.c_pk == crypto.x25519_public_of(stream.bytes(32))
+            assert msg.s_pk == crypto.x25519_public_of(stream.bytes(32))
