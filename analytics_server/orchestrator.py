@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import secrets
 import time
 from concurrent.futures import Executor
 from dataclasses import asdict
@@ -36,12 +35,12 @@ from queries.spec import QuerySpec
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession, bench_unmasked
+from secagg.randomness import OsRandom, RandomSource
 from secagg.server import ServerSession
 
 log = logging.getLogger(__name__)
 FORMATION_POLL_S = 0.1
 ENDED_KEEP_S = 600.0
-_sysrand = secrets.SystemRandom()
 
 
 class QueryFailed(Exception):
@@ -50,7 +49,8 @@ class QueryFailed(Exception):
 
 class Orchestrator:
     def __init__(
-        self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor, device_keys: Any
+        self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor, device_keys: Any,
+        randomness: RandomSource | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -58,6 +58,7 @@ class Orchestrator:
         self.metrics = metrics
         self.executor = executor
         self.device_keys = device_keys
+        self.randomness = randomness or OsRandom()  # session ids and cohort sampling
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.cohorts: dict[str, CohortRuntime] = {}
         self.live: dict[str, dict[str, Any]] = {}
@@ -215,7 +216,7 @@ class Orchestrator:
                 continue
             if plan.sample_rate < 1.0:
                 if d not in coins:
-                    coins[d] = _sysrand.random() < plan.sample_rate
+                    coins[d] = self.randomness.random() < plan.sample_rate
                 if not coins[d]:
                     continue
             out.append(d)
@@ -243,7 +244,7 @@ class Orchestrator:
                         f"(round {rnd.index}; cohort.formation_timeout_s)"
                     )
             await asyncio.sleep(FORMATION_POLL_S)
-        chosen = _sysrand.sample(eligible, min(cap, len(eligible)))
+        chosen = self.randomness.sample(eligible, min(cap, len(eligible)))
         members = {d: i + 1 for i, d in enumerate(chosen)}
         cohort = self._make_cohort(q, spec, rnd, plan, members)
         await self.store.create_cohort(cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase)
@@ -293,7 +294,7 @@ class Orchestrator:
         self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int]
     ) -> CohortRuntime:
         n, threat = len(members), self.settings.threat_model
-        session_id = secrets.token_bytes(16)
+        session_id = self.randomness.bytes(16)
         cohort_id = session_id.hex()
         if bench_unmasked():
             session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)

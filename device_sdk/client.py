@@ -4,7 +4,8 @@ One `run_once()` = one check-in (long-polled) and, when assigned, the whole coho
 contribution with the query kind, add the DP noise share (device_sdk.noise), mask it with
 `secagg.ClientSession`, and exchange phase messages. `run_forever()` repeats, honours `retry_after`, and
 backs off exponentially with full jitter on network errors. Every request is signed with the device's
-Ed25519 key (kept in the store, so the registration survives restarts).
+Ed25519 key (kept in the store, so the registration survives restarts). Keys, nonces, masks and noise come
+from one injected source (`device_sdk.randomness`; OS entropy by default).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 import json
 import logging
 import random
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,11 +21,11 @@ from typing import Any, Literal
 from urllib.parse import urlencode
 
 import aiohttp
-import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from device_sdk.noise import add_noise
+from device_sdk.randomness import DeviceRandomness
 from device_sdk.store import LocalStore
 from queries.envelope import (
     HDR_DEVICE,
@@ -50,6 +50,7 @@ from secagg.config import SecAggConfig
 from secagg.errors import SecAggError
 from secagg.phases import Phase
 from secagg.plain import PlainClientSession, bench_unmasked
+from secagg.randomness import RandomSource
 
 log = logging.getLogger(__name__)
 KEY_META = "device_key"
@@ -99,6 +100,7 @@ class DeviceClient:
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         request_timeout_s: float = 120.0,
+        randomness: RandomSource | None = None,
     ) -> None:
         self.server = server_url.rstrip("/")
         self.store = store
@@ -111,9 +113,10 @@ class DeviceClient:
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._abandoned: set[str] = set()
         self._jitter = random.Random()
+        self.randomness = DeviceRandomness(randomness)
         raw = store.get_meta(KEY_META)
         if raw is None:
-            key = Ed25519PrivateKey.generate()
+            key = Ed25519PrivateKey.from_private_bytes(self.randomness.identity_key())
             store.set_meta(KEY_META, b64e(key.private_bytes_raw()))
         else:
             key = Ed25519PrivateKey.from_private_bytes(b64d(raw, KEY_META, 32))
@@ -145,7 +148,7 @@ class DeviceClient:
         """Signed request → (status, headers, body). Raises aiohttp.ClientError on network errors and
         ProtocolVersionError when the server refuses this SDK's protocol version."""
         path_qs = path + ("?" + urlencode(query) if query else "")
-        ts, nonce = str(int(time.time())), secrets.token_urlsafe(16)
+        ts, nonce = str(int(time.time())), self.randomness.nonce()
         headers = {
             HDR_PROTOCOL: str(PROTOCOL_VERSION),
             HDR_TIMESTAMP: ts,
@@ -215,7 +218,8 @@ class DeviceClient:
         try:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
-            vec = add_noise(kind.contribute(a.task, self.store.rows(a.source), np.random.default_rng()), a.noise)  # TODO(randomness)
+            draws = self.randomness.for_contribution(a.cohort_id)
+            vec = add_noise(kind.contribute(a.task, self.store.rows(a.source), draws.kind), a.noise, draws.noise)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
                 if not bench_unmasked():
@@ -227,7 +231,9 @@ class DeviceClient:
                     if not a.peer_identity_keys:
                         return Outcome("rejected", cohort_id=a.cohort_id, detail="active model without peer identity keys")
                     peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
-                client = ClientSession(cfg, a.party_id, modular, self.key if cfg.active else None, peers)
+                client = ClientSession(
+                    cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg
+                )
             message: bytes | None = client.start()
         except (ValueError, KeyError, RuntimeError) as exc:
             return Outcome("rejected", cohort_id=a.cohort_id, detail=f"cannot take part: {exc}")

@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", default="words", help=f"one of: {', '.join(sorted(SCENARIOS))}")
     p.add_argument("--dropout", type=float, default=0.0, help="per-cohort probability that a device stops at a random phase")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeded-randomness", action="store_true",
+                   help="device keys, nonces, masks and noise from seeded sources derived from --seed: reproducible "
+                   "test runs against a fresh server only (default: OS entropy)")
     p.add_argument("--until-idle", action="store_true", help="exit when no query runs and nothing was assigned for --idle-seconds")
     p.add_argument("--idle-seconds", type=float, default=10.0)
     p.add_argument("--checkin-wait", type=float, default=10.0, help="long-poll seconds per check-in")
@@ -39,13 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--dropout: must be in [0, 1)")
     if args.devices < 1 or args.processes < 1:
         p.error("--devices and --processes must be ≥ 1")
-    devices = make_devices(args.devices, args.scenario, args.seed)
+    devices = make_devices(args.devices, args.scenario, args.seed, seeded_randomness=args.seeded_randomness)
     if args.truth_file:
         write_truth(args.truth_file, args.scenario, args.seed, devices)
     print(f"fa-sim: {args.devices} devices, scenario {args.scenario}, dropout {args.dropout}", file=sys.stderr, flush=True)
     if args.processes > 1:
         outcomes = run_fleet_processes(
-            args.server, devices, args.processes, args.dropout, args.seed, args.until_idle, args.idle_seconds, args.checkin_wait
+            args.server, devices, args.processes, args.dropout, args.seed, args.until_idle, args.idle_seconds,
+            args.checkin_wait, args.seeded_randomness,
         )
     else:
         outcomes = asyncio.run(_run_single(args, devices)).outcomes
@@ -59,7 +63,8 @@ async def _run_single(args: argparse.Namespace, devices):  # type: ignore[no-unt
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     return await run_fleet(
-        args.server, devices, args.dropout, args.seed, args.until_idle, args.idle_seconds, args.checkin_wait, stop
+        args.server, devices, args.dropout, args.seed, args.until_idle, args.idle_seconds, args.checkin_wait, stop,
+        seeded_randomness=args.seeded_randomness,
     )
 
 

@@ -4,6 +4,11 @@ Each device has an in-memory `LocalStore` filled by a scenario (device_sdk.scena
 `DeviceClient`. Dropout: with probability `dropout` per cohort, a device stops answering before a
 uniformly chosen phase, then stays offline for a while. `truth` maps device id → its local data, so the
 caller can recompute the exact answer over the devices the server reports as contributors.
+
+Keys, nonces, masks and noise come from OS entropy, as on a real device. With `seeded_randomness` (fa-sim
+`--seeded-randomness`) device i's key is drawn from SeededRandom("fa-sim/<seed>/identity/<i>") and the
+device then runs on SeededRandom("fa-sim/device/" ‖ key): reproducible runs, against a fresh server only
+(a seeded device repeats its request nonces).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from device_sdk.client import KEY_META, DeviceClient, Outcome
 from device_sdk.scenarios import generate
 from device_sdk.store import LocalStore
 from queries.envelope import Assignment, b64e
+from secagg.randomness import OsRandom, RandomSource, SeededRandom
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +52,20 @@ class FleetStats:
             self.last_assignment = time.monotonic()
 
 
-def make_devices(n: int, scenario: str, seed: int, start: int = 0) -> list[tuple[bytes, dict[str, list[Any]]]]:
-    """(private key bytes, local data) per device; keys from the OS CSPRNG, data from the seeded scenario."""
-    return [(Ed25519PrivateKey.generate().private_bytes_raw(), generate(scenario, seed, start + i)) for i in range(n)]
+def make_devices(
+    n: int, scenario: str, seed: int, start: int = 0, seeded_randomness: bool = False
+) -> list[tuple[bytes, dict[str, list[Any]]]]:
+    """(private key bytes, local data) per device; keys from the OS (or seeded), data from the seeded scenario."""
+    def key(i: int) -> bytes:
+        source = SeededRandom(b"fa-sim/%d/identity/%d" % (seed, i)) if seeded_randomness else OsRandom()
+        return source.bytes(32)
+
+    return [(key(start + i), generate(scenario, seed, start + i)) for i in range(n)]
+
+
+def device_randomness(key: bytes, seeded_randomness: bool) -> RandomSource | None:
+    """A simulated device's root source: None (the client's OS default) unless seeded runs were asked for."""
+    return SeededRandom(b"fa-sim/device/" + key) if seeded_randomness else None
 
 
 def dropout_policy(p: float, rng: random.Random) -> Any:
@@ -73,6 +90,7 @@ async def run_fleet(
     checkin_wait_s: float = 10.0,
     stop: asyncio.Event | None = None,
     parent_pid: int | None = None,
+    seeded_randomness: bool = False,
 ) -> FleetStats:
     stop = stop or asyncio.Event()
     stats = FleetStats()
@@ -86,7 +104,10 @@ async def run_fleet(
             for coll, rows in data.items():
                 store.add_many(coll, rows)
             clients.append(
-                DeviceClient(server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng))
+                DeviceClient(
+                    server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng),
+                    randomness=device_randomness(key, seeded_randomness),
+                )
             )
 
         async def one(c: DeviceClient) -> None:
@@ -150,9 +171,13 @@ def write_truth(path: str | Path, scenario: str, seed: int, devices: Sequence[tu
     tmp.replace(path)
 
 
-def _child(args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int]) -> dict[str, int]:
-    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent = args
-    stats = asyncio.run(run_fleet(server, devices, dropout, seed, until_idle, idle_s, wait_s, parent_pid=parent))
+def _child(
+    args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int, bool],
+) -> dict[str, int]:
+    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent, seeded = args
+    stats = asyncio.run(
+        run_fleet(server, devices, dropout, seed, until_idle, idle_s, wait_s, parent_pid=parent, seeded_randomness=seeded)
+    )
     return stats.outcomes
 
 
@@ -165,6 +190,7 @@ def run_fleet_processes(
     until_idle: bool,
     idle_s: float,
     checkin_wait_s: float,
+    seeded_randomness: bool = False,
 ) -> dict[str, int]:
     chunks = [list(devices[i::processes]) for i in range(processes)]
     ctx = mp.get_context("spawn")
@@ -175,7 +201,10 @@ def run_fleet_processes(
     try:
         pending = pool.map_async(
             _child,
-            [(server, c, dropout, seed * 1000 + i, until_idle, idle_s, checkin_wait_s, os.getpid()) for i, c in enumerate(chunks)],
+            [
+                (server, c, dropout, seed * 1000 + i, until_idle, idle_s, checkin_wait_s, os.getpid(), seeded_randomness)
+                for i, c in enumerate(chunks)
+            ],
         )
         while not pending.ready() and not stopped.is_set():
             pending.wait(0.5)

@@ -13,7 +13,6 @@ Prints one JSON object.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 
@@ -21,12 +20,13 @@ import numpy as np
 from dp_accounting.gaussian_mechanism import get_sigma_gaussian
 
 from queries import dp
+from secagg.randomness import ByteSource, SeededRandom
 
 EPSILON, DELTA, DIM = 1.0, 1e-6, 1000
 MAX_DRAWS = 6_000_000
 
 
-def one(mechanism: str, t_min: int, contributors: int, scale: int, rng: np.random.Generator) -> dict:
+def one(mechanism: str, t_min: int, contributors: int, scale: int, rng: ByteSource) -> dict:
     cal = dp.calibrate_query(mechanism, EPSILON, DELTA, 1, t_min)
     noise = dp.round_noise(cal, float(scale), float(scale))
     reps = max(1, MAX_DRAWS // (contributors * DIM))
@@ -55,7 +55,7 @@ def one(mechanism: str, t_min: int, contributors: int, scale: int, rng: np.rando
 
 def main() -> int:
     started = time.perf_counter()
-    rng = np.random.default_rng(2024)
+    rng = SeededRandom(b"bench_dp/2024")
     runs = []
     for mechanism in ("skellam", "discrete_gaussian"):
         for t_min in (100, 1000):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
@@ -23,7 +22,7 @@ from secagg.config import SecAggConfig
 from secagg.crypto import aes_ctr_throughput_probe
 from secagg.meter import CostMeter
 from secagg.phases import Phase
-from secagg.simulate import PROTOCOL_PHASES, expected_sum, run_session
+from secagg.simulate import PROTOCOL_PHASES, expected_sum, protocol_randomness, run_session
 
 
 def measure_aes_ctr(nbytes: int, min_total: int = 256 << 20) -> float:
@@ -48,15 +47,17 @@ def choose_drops(n: int, dropout: float, drop_phase: str, rng: np.random.Generat
 
 def run(args: argparse.Namespace) -> dict:
     rng = np.random.default_rng(args.seed)
+    protocol = protocol_randomness(args.protocol_seed)
     cfg = SecAggConfig(
-        os.urandom(16), args.clients, args.dim, args.bits, graph=args.graph, threat_model=args.threat_model
+        protocol.child("session-id").bytes(16), args.clients, args.dim, args.bits,
+        graph=args.graph, threat_model=args.threat_model,
     )
     inputs = {p: rng.integers(0, 1 << args.bits, args.dim, dtype=np.uint64) for p in range(1, args.clients + 1)}
     drops = choose_drops(args.clients, args.dropout, args.drop_phase, rng)
     client_meter, server_meter = CostMeter(time.perf_counter), CostMeter(time.perf_counter)
 
     start = time.perf_counter()
-    report = run_session(cfg, inputs, drops, time.perf_counter, client_meter, server_meter)
+    report = run_session(cfg, inputs, drops, time.perf_counter, client_meter, server_meter, protocol)
     total_s = time.perf_counter() - start
 
     ok = False
@@ -121,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drop-phase", default="masked_input", choices=["advertise_keys", "share_keys", "masked_input", "unmasking", "random"])
     ap.add_argument("--graph", default="auto", choices=["auto", "complete", "sparse"])
     ap.add_argument("--threat-model", default="semi_honest", choices=["semi_honest", "active"])
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--protocol-seed", help="seed the session id, keys, self-mask seeds and Shamir coefficients "
+                    "(reproducible runs; default: OS entropy)")
+    ap.add_argument("--seed", type=int, help="seed of the inputs and the drops", default=0)
     ap.add_argument("--json", action="store_true", help="print compact JSON (the default is indented)")
     args = ap.parse_args(argv)
     if not 0 <= args.dropout < 1:

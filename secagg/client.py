@@ -6,12 +6,15 @@ its own keys were relayed unchanged, no public key appears twice, signatures ver
 survivor sets are nested (U3 ⊆ U2 ⊆ U1), contain it and hold at least the threshold of its neighbourhood,
 and it never reveals both the self-mask share and the key share of one peer — not even across retried
 or altered unmask requests. Answering the byte-identical message again returns the same reply.
+
+Every random draw comes from the injected `randomness` (OS entropy by default), in this order: the
+channel key c_u^SK (32 bytes), the mask key s_u^SK (32 bytes) in `start()`; then, on PeerKeys, the
+self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK.
 """
 
 from __future__ import annotations
 
 import hashlib
-import secrets
 import struct
 
 import numpy as np
@@ -48,6 +51,7 @@ from secagg.messages import (
 )
 from secagg.meter import Meter, NullMeter
 from secagg.phases import Phase
+from secagg.randomness import OsRandom, RandomSource
 
 _PLAINTEXT = struct.Struct(">II33s33s")
 _FATAL = (SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError)
@@ -62,6 +66,7 @@ class ClientSession:
         identity_key: Ed25519PrivateKey | None = None,
         peer_identity_keys: dict[int, bytes] | None = None,
         meter: Meter | None = None,
+        randomness: RandomSource | None = None,
     ) -> None:
         if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
             raise ConfigError(f"party_id: must be between 1 and n={config.n}, got {party_id!r}")
@@ -78,6 +83,7 @@ class ClientSession:
         self._identity = identity_key
         self._peer_ids = dict(peer_identity_keys or {})
         self._meter = meter or NullMeter()
+        self._rng = randomness or OsRandom()
         self._nbrs = frozenset(config.neighbour_graph.closed(party_id))
         self._t = config.share_threshold
         self.phase = Phase.ADVERTISE_KEYS
@@ -91,8 +97,8 @@ class ClientSession:
     def start(self) -> bytes:
         """The AdvertiseKeys message (the same bytes if called again)."""
         if self._advert is None:
-            self._c_sk, self._c_pk = crypto.x25519_keypair()
-            self._s_sk, self._s_pk = crypto.x25519_keypair()
+            self._c_sk, self._c_pk = crypto.x25519_keypair(self._rng)
+            self._s_sk, self._s_pk = crypto.x25519_keypair(self._rng)
             sig = b""
             if self.config.active:
                 payload = crypto.advertise_payload(self.config.session_id, self.party, self._c_pk, self._s_pk)
@@ -167,10 +173,11 @@ class ClientSession:
         self._peers = {p.party: p for p in msg.peers}
         u1 = sorted(self._peers)
 
-        self._b_seed = secrets.token_bytes(32)
+        self._b_seed = self._rng.bytes(crypto.KEY_BYTES)
         with self._meter.measure("shamir"):
-            b_shares = shamir.split(shamir.ints_from_secret(self._b_seed), u1, self._t)
-            s_shares = shamir.split(shamir.ints_from_secret(crypto.x25519_private_bytes(self._s_sk)), u1, self._t)
+            b_shares = shamir.split(shamir.ints_from_secret(self._b_seed), u1, self._t, self._rng)
+            s_secret = shamir.ints_from_secret(crypto.x25519_private_bytes(self._s_sk))
+            s_shares = shamir.split(s_secret, u1, self._t, self._rng)
         self._own_shares = (b_shares[self.party], s_shares[self.party])
         self._channel: dict[int, bytes] = {}
         cts = []

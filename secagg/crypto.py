@@ -5,6 +5,8 @@
 - Ed25519 signatures (active threat model).
 - The mask PRG: AES-256-CTR keyed by a full 256-bit derived key, its keystream written straight into
   the memory of the integer vector (`cryptography`'s `update_into`), no general-purpose RNG anywhere.
+
+Private keys are built from 32 bytes of an injected `RandomSource` (OS entropy by default).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from secagg.errors import DecryptionError, SignatureError
+from secagg.randomness import OsRandom, RandomSource
 
 DOMAIN = b"fa-secagg/v1/"
 KEY_BYTES = 32
@@ -28,8 +31,9 @@ _ZERO_IV = bytes(16)
 _RAW = serialization.Encoding.Raw
 
 
-def x25519_keypair() -> tuple[X25519PrivateKey, bytes]:
-    sk = X25519PrivateKey.generate()
+def x25519_keypair(source: RandomSource | None = None) -> tuple[X25519PrivateKey, bytes]:
+    """A key pair whose private scalar is 32 bytes of `source` (X25519 clamps any 32 bytes to a valid key)."""
+    sk = X25519PrivateKey.from_private_bytes((source or OsRandom()).bytes(KEY_BYTES))
     return sk, sk.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw)
 
 
@@ -160,10 +164,9 @@ def prg_uint64(seed: bytes, count: int) -> np.ndarray:
     return buf[: count * 8].view(np.uint64).copy()
 
 
-def aes_ctr_throughput_probe(nbytes: int) -> int:
+def aes_ctr_throughput_probe(nbytes: int, source: RandomSource | None = None) -> int:
     """Encrypts `nbytes` of zeros with a throwaway key; used by the benchmark as the raw AES-CTR rate."""
-    import os
-
     out = np.empty(nbytes + 16, dtype=np.uint8)
-    Cipher(algorithms.AES(os.urandom(32)), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(nbytes), out)
+    key = (source or OsRandom()).bytes(KEY_BYTES)
+    Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(nbytes), out)
     return nbytes

@@ -4,14 +4,13 @@ phase; prints per-phase figures and whether the server's sum matched the true su
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import numpy as np
 
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
-from secagg.simulate import PROTOCOL_PHASES, expected_sum, run_session
+from secagg.simulate import PROTOCOL_PHASES, expected_sum, protocol_randomness, run_session
 
 
 def _drops_within_tolerance(cfg: SecAggConfig, rng: np.random.Generator, dropout: float) -> dict[Phase, set[int]]:
@@ -42,11 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bits", type=int, default=32)
     ap.add_argument("--dropout", type=float, default=0.03, help="drop probability per phase")
     ap.add_argument("--threat-model", default="active", choices=["semi_honest", "active"])
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--protocol-seed", help="seed the session id, keys, self-mask seeds and Shamir coefficients "
+                    "(reproducible runs; default: OS entropy)")
+    ap.add_argument("--seed", type=int, help="seed of the inputs and the drops", default=1)
     args = ap.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
-    cfg = SecAggConfig(os.urandom(16), args.devices, args.dim, args.bits, threat_model=args.threat_model)
+    protocol = protocol_randomness(args.protocol_seed)
+    session_id = protocol.child("session-id").bytes(16)
+    cfg = SecAggConfig(session_id, args.devices, args.dim, args.bits, threat_model=args.threat_model)
     inputs = {p: rng.integers(0, 1000, args.dim, dtype=np.uint64) for p in range(1, args.devices + 1)}
     drops = _drops_within_tolerance(cfg, rng, args.dropout)
 
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Secure aggregation: {args.devices} devices, {args.dim} dims, {args.bits}-bit ring, {graph}, "
           f"{args.threat_model.replace('_', '-')} model, threshold {cfg.share_threshold} per neighbourhood")
     start = time.perf_counter()
-    report = run_session(cfg, inputs, drops, time.perf_counter)
+    report = run_session(cfg, inputs, drops, time.perf_counter, randomness=protocol)
     total = time.perf_counter() - start
 
     print(f"{'phase':<20}{'dropped':>9}{'clients s':>12}{'server s':>11}")

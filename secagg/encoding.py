@@ -8,12 +8,11 @@ entry on the wire.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from secagg.config import MAX_BITS
 from secagg.errors import ConfigError, MessageFormatError
+from secagg.randomness import OsRandom
 
 
 def check_no_wrap(n: int, max_abs: int, bits: int, signed: bool = True) -> None:
@@ -80,7 +79,7 @@ class FixedPoint:
         return int(np.ceil(self.clip * self.scale))
 
     def encode(self, x: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        rng = rng or np.random.default_rng(int.from_bytes(os.urandom(16), "big"))
+        rng = rng or OsRandom().generator()
         arr = np.asarray(x, dtype=np.float64)
         if not np.all(np.isfinite(arr)):
             raise ConfigError("values: must be finite to encode")

@@ -53,6 +53,10 @@ from secagg.meter import Meter, NullMeter
 from secagg.phases import Phase
 
 SHARE_CIPHERTEXT_BYTES = 8 + 2 * shamir.SHARE_BYTES + 16
+_PROBE_KEY = X25519PrivateKey.from_private_bytes(hashlib.sha256(crypto.DOMAIN + b"low-order-probe").digest())
+"""Fixed, public scalar for rejecting low-order keys: X25519 clamps every scalar to a multiple of the
+cofactor 8 (Langley, Hamburg, Turner, RFC 7748 §5), so the shared secret is all-zero exactly for
+low-order points whatever the scalar; the probe protects nothing and needs no randomness."""
 
 _EXPECTS: dict[Phase, type[Message]] = {
     Phase.ADVERTISE_KEYS: AdvertiseKeys,
@@ -90,7 +94,6 @@ class ServerSession:
         self._digests: dict[int, bytes] = {}
         self._keys: dict[int, AdvertiseKeys] = {}
         self._key_owner: dict[bytes, int] = {}
-        self._probe_key = X25519PrivateKey.generate()
         self._cts: dict[int, dict[int, bytes]] = {}
         self._acc = np.zeros(config.dim, dtype=config.work_dtype)
         self._sigs: dict[int, bytes] = {}
@@ -159,7 +162,7 @@ class ServerSession:
             payload = crypto.advertise_payload(self.config.session_id, party, msg.c_pk, msg.s_pk)
             crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s advertised keys")
         for key in (msg.c_pk, msg.s_pk):
-            crypto.agree(self._probe_key, key)  # low-order keys would break every peer's key agreement
+            crypto.agree(_PROBE_KEY, key)  # low-order keys would break every peer's key agreement
         for key in (msg.c_pk, msg.s_pk):
             owner = self._key_owner.get(key)
             if owner is not None or msg.c_pk == msg.s_pk:

@@ -8,21 +8,25 @@ coefficients (for the complete graph that is every secret of the cohort).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 
 from secagg.errors import AbortError
+from secagg.randomness import OsRandom, RandomSource
 
 PRIME = 2**256 + 297
 """The smallest prime above 2^256 (checked by Miller–Rabin in the tests)."""
 SHARE_BYTES = 33
 
 
-def split(secret: int, xs: Sequence[int], threshold: int) -> dict[int, int]:
-    """Shares of `secret` at each x in `xs`; any `threshold` of them reconstruct it."""
+def split(secret: int, xs: Sequence[int], threshold: int, source: RandomSource | None = None) -> dict[int, int]:
+    """Shares of `secret` at each x in `xs`; any `threshold` of them reconstruct it.
+
+    The polynomial's coefficients of degree 1..threshold−1 are `source.randbelow(PRIME)`, in that order.
+    """
     if not 0 <= secret < PRIME:
         raise ValueError("secret out of field range")
-    coeffs = [secret] + [secrets.randbelow(PRIME) for _ in range(threshold - 1)]
+    source = source or OsRandom()
+    coeffs = [secret] + [source.randbelow(PRIME) for _ in range(threshold - 1)]
     shares = {}
     for x in xs:
         acc = 0

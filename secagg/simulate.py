@@ -1,7 +1,9 @@
 """Runs every party of one session in this process, with chosen dropouts per phase.
 
 Used by the property tests, the benchmark and the demo. A party listed for a phase stops before sending
-its message of that phase. Time is read only from the caller's `clock`, if one is given.
+its message of that phase. Time is read only from the caller's `clock`, if one is given. Party p's
+identity key comes from `randomness.child(f"identity/{p}")` and its session from
+`randomness.child(f"party/{p}")` (OS entropy unless the caller passes a seeded source).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from secagg.crypto import ed25519_public_bytes
 from secagg.errors import AbortError
 from secagg.meter import Meter
 from secagg.phases import Phase
+from secagg.randomness import OsRandom, RandomSource, SeededRandom
 from secagg.server import AggregateResult, ServerSession
 
 PROTOCOL_PHASES = (
@@ -48,7 +51,9 @@ def run_session(
     clock: Callable[[], float] | None = None,
     client_meter: Meter | None = None,
     server_meter: Meter | None = None,
+    randomness: RandomSource | None = None,
 ) -> RunReport:
+    rng = randomness or OsRandom()
     drops = {phase: set(parties) for phase, parties in (drop_before or {}).items()}
     tick = clock or (lambda: 0.0)
     report = RunReport(None, None)
@@ -59,10 +64,11 @@ def run_session(
     identities: dict[int, Ed25519PrivateKey] = {}
     public_ids: dict[int, bytes] | None = None
     if config.active:
-        identities = {p: Ed25519PrivateKey.generate() for p in inputs}
+        identities = {p: Ed25519PrivateKey.from_private_bytes(rng.child(f"identity/{p}").bytes(32)) for p in inputs}
         public_ids = {p: ed25519_public_bytes(k) for p, k in identities.items()}
     clients = {
-        p: ClientSession(config, p, vec, identities.get(p), public_ids, client_meter) for p, vec in inputs.items()
+        p: ClientSession(config, p, vec, identities.get(p), public_ids, client_meter, rng.child(f"party/{p}"))
+        for p, vec in inputs.items()
     }
     server = ServerSession(config, public_ids, server_meter)
 
@@ -106,6 +112,11 @@ def run_session(
             reply = client_step(server.phase, p, lambda c=clients[p], m=msg: c.receive(m))
             if reply is not None:
                 outgoing[p] = reply
+
+
+def protocol_randomness(seed: str | None) -> RandomSource:
+    """OS entropy, or for `--protocol-seed S` a SeededRandom (reproducible keys, seeds and session id)."""
+    return OsRandom() if seed is None else SeededRandom(b"secagg.simulate/" + seed.encode("utf-8"))
 
 
 def expected_sum(inputs: Mapping[int, np.ndarray], parties: Iterable[int], bits: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 release thresholds, budget math and the released `privacy` block (see docs/privacy.md).
 
 Pure library: no I/O. The server calibrates (`calibrate_query`, `round_noise`, `choose_bits`), devices
-sample (`sample_noise` with `device_rng()`), the server thresholds and reports (`release_threshold`,
+sample (`sample_noise` with a `secagg.randomness` source), the server thresholds and reports (`release_threshold`,
 `apply_count_threshold`, `privacy_block`) and keeps the ledger (`Budget`, `compose_costs`).
 
 Devices need only the samplers: importing this package loads `errors` and `noise` (numpy); the
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from queries.dp.errors import BudgetExceeded, InsufficientContributors, PrivacyError
 from queries.dp.noise import (
     MECHANISMS,
-    device_rng,
     discrete_gaussian_variance,
     sample_discrete_gaussian,
     sample_noise,
@@ -100,7 +99,6 @@ __all__ = [
     "compose_costs",
     "compose_rdp",
     "confidence_halfwidth",
-    "device_rng",
     "discrete_gaussian_variance",
     "epsilon_spent",
     "fixed_calibration",

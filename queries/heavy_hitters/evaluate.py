@@ -42,6 +42,7 @@ from queries.heavy_hitters import population as pop
 from queries.heavy_hitters.encoding import normalize
 from queries.heavy_hitters.kind import HeavyHittersKind
 from queries.kind import AggregateNoise
+from secagg.randomness import ByteSource, SeededRandom
 
 KIND = HeavyHittersKind()
 PER_DEVICE_NOISE_LIMIT = 4_000_000
@@ -74,7 +75,7 @@ def _calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: floa
                       dp.epsilon_spent(cal, rounds), "queries.dp", s, noise)
 
 
-def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, np.random.Generator], np.ndarray]]:
+def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, ByteSource], np.ndarray]]:
     """Calibration and sampler (queries.dp)."""
     return _calibrate, dp.sample_noise
 
@@ -96,6 +97,7 @@ def run(
     """Runs one query over devices holding `strings` (one each) and scores it against the truth."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
+    noise_rng = SeededRandom(b"heavy_hitters.evaluate/%d" % seed)  # noise bits never come from numpy
     n = len(strings)
     groups = pop.group(strings)
     distinct = list(groups)
@@ -133,13 +135,13 @@ def run(
             scale = noise.encoding_scale
             total *= scale
             if mechanism == "skellam":
-                total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, rng)
+                total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, noise_rng)
             elif contributors * plan.dim <= PER_DEVICE_NOISE_LIMIT:
                 for _ in range(contributors):
-                    total += sample_noise(mechanism, noise.per_device_scale, plan.dim, rng)
+                    total += sample_noise(mechanism, noise.per_device_scale, plan.dim, noise_rng)
             else:
                 approx_noise = True
-                total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, rng)
+                total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, noise_rng)
             if scale > 1:  # as the server does (analytics_server.privacy.unscale): round half up
                 total = (total + scale // 2) // scale
             assert noise.round_noise is not None

@@ -19,6 +19,7 @@ from queries import dp
 from queries.envelope import NoiseBlock
 from queries.registry import get_kind
 from queries.spec import QuerySpec
+from secagg.randomness import SeededRandom
 
 KIND = get_kind("histogram")
 
@@ -52,7 +53,7 @@ def test_encoding_scale_is_applied_end_to_end() -> None:
     block = NoiseBlock.model_validate(privacy.device_noise_block(noise))
     assert block.encoding_scale == s
     vec = np.array([1, 0, 1])
-    total = sum(add_noise(vec, block) for _ in range(1000))
+    total = sum(add_noise(vec, block, SeededRandom(b"device/%d" % i)) for i in range(1000))
     unscaled = privacy.unscale(noise, total)
     assert np.all(np.abs(unscaled - 1000 * vec) < privacy.noise_halfwidth(noise, 1000))
     assert privacy.unscale(noise, np.array([-s, -1, 0, s // 2 - 1, s // 2, 3 * s])).tolist() == [-1, 0, 0, 0, 1, 3]

@@ -7,7 +7,6 @@ is checked in process (tests/analytics_server/test_spec_validation.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -44,13 +44,11 @@ from secagg import (
 from secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
-    MaskedInput,
     PeerKeys,
     RoutedShares,
     ShareKeys,
     ShareKind,
     UnmaskRequest,
-    UnmaskShares,
     decode,
     encode_bitmap,
 )

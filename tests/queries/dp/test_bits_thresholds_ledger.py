@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from queries import dp
 from queries.dp.tails import log_tail_bound, noise_quantile
 from secagg.encoding import bits_for
+from secagg.randomness import SeededRandom
 
 
 def noise_for(mechanism: str, epsilon: float = 1.0, t_min: int = 50, l: float = 1.0) -> dp.RoundNoise:
@@ -45,7 +46,7 @@ def test_bits_are_the_smallest_that_cover_signal_and_noise_tail(mech, n, max_abs
 @pytest.mark.parametrize("mech", sorted(NOISES))
 def test_tail_bound_holds_empirically(mech):
     noise, n = NOISES[mech], 50
-    rng = np.random.default_rng(4)
+    rng = SeededRandom(b"tail-bound/" + mech.encode())
     total = np.zeros(200_000, dtype=np.int64)
     for _ in range(n):
         total += dp.sample_noise(mech, noise.per_device_scale, total.size, rng)
@@ -75,7 +76,7 @@ def test_release_threshold_controls_false_releases():
     assert dp.release_threshold(noise, n, dim, p, floor=10 * tau) == 10 * tau
     assert dp.release_threshold(None, n, dim, p, floor=3) == 3
     # zero buckets: noise only; over 100 trials of 2000 buckets any release should happen in ≤ ~5 % of trials
-    rng = np.random.default_rng(9)
+    rng = SeededRandom(b"release-threshold")
     trials = 100
     zero = np.zeros((trials, dim), dtype=np.int64)
     for _ in range(n):
@@ -88,7 +89,7 @@ def test_release_threshold_controls_false_releases():
 def test_confidence_halfwidth_covers_999_permille():
     noise, n = NOISES["skellam"], 50
     h = dp.confidence_halfwidth(noise, n, 0.999)
-    rng = np.random.default_rng(2)
+    rng = SeededRandom(b"confidence-halfwidth")
     total = dp.sample_noise("skellam", noise.per_device_scale * n, 500_000, rng)  # Skellam sums exactly
     assert (np.abs(total) >= h).mean() <= 0.001
     assert h > 3 * noise.std(n)

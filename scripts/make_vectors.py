@@ -1,0 +1,598 @@
+"""Writes the frozen known-answer vectors under tests/vectors/ (one JSON file per topic; docs/vectors.md).
+
+    python scripts/make_vectors.py           # rewrite every file
+    python scripts/make_vectors.py --check   # exit 1 if any file differs from what the code computes now
+
+A topic is one function registered with `@topic(name, description, cases)`: it maps one case's JSON
+input to its JSON output, using only that input (so a port in another language can do the same). Output
+is deterministic: the same code writes byte-identical files. Regenerating changed vectors is a protocol
+change: allowed only together with a version bump (docs/vectors.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import struct
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from queries.dp import noise  # noqa: E402
+from queries.envelope import (  # noqa: E402
+    HDR_NONCE,
+    HDR_SIGNATURE,
+    HDR_TIMESTAMP,
+    SIGNING_DOMAIN,
+    device_id_for,
+    signing_payload,
+)
+from secagg import crypto, encoding, messages, randomness, shamir  # noqa: E402
+from secagg.client import ClientSession  # noqa: E402
+from secagg.config import SecAggConfig  # noqa: E402
+from secagg.graph import NeighbourGraph  # noqa: E402
+from secagg.phases import Phase  # noqa: E402
+from secagg.randomness import SeededRandom  # noqa: E402
+from secagg.server import ServerSession  # noqa: E402
+
+VECTORS = ROOT / "tests" / "vectors"
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    description: str
+    cases: list[Json]
+    compute: Callable[[Json], Json]
+
+
+TOPICS: dict[str, Topic] = {}
+
+
+def topic(name: str, description: str, cases: list[Json]) -> Callable[[Callable[[Json], Json]], Callable[[Json], Json]]:
+    def register(fn: Callable[[Json], Json]) -> Callable[[Json], Json]:
+        TOPICS[name] = Topic(name, description, cases, fn)
+        return fn
+
+    return register
+
+
+def versions() -> Json:
+    """What the vectors are pinned to; a change here is a protocol change."""
+    return {
+        "secagg_wire": messages.VERSION,
+        "secagg_hkdf_domain": crypto.DOMAIN.decode(),
+        "device_signing_domain": SIGNING_DOMAIN.decode(),
+        "seeded_random_domain": randomness.DOMAIN.decode(),
+        "seeded_random_child_domain": randomness.CHILD_DOMAIN.decode(),
+    }
+
+
+def render(name: str) -> str:
+    t = TOPICS[name]
+    doc = {
+        "topic": t.name,
+        "description": t.description,
+        "versions": versions(),
+        "cases": [{"input": case, "output": t.compute(case)} for case in t.cases],
+    }
+    return _dump(doc, 0) + "\n"
+
+
+def _dump(value: Any, level: int) -> str:
+    """JSON with one-space indentation; lists of scalars stay on one line."""
+    pad, inner = " " * level, " " * (level + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dump(v, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + ",\n".join(inner + _dump(v, level + 1) for v in value) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- encodings (docs/vectors.md: bytes are lowercase hex; integers that may exceed 2^53 are decimal strings)
+
+
+def h(data: bytes) -> str:
+    return bytes(data).hex()
+
+
+def unh(text: str) -> bytes:
+    return bytes.fromhex(text)
+
+
+def big(values: Any) -> list[str]:
+    return [str(int(v)) for v in values]
+
+
+def words_json(arr: np.ndarray) -> list[Any]:
+    return big(arr) if arr.dtype.itemsize > 4 else [int(v) for v in arr]
+
+
+class WordSource:
+    """The given uint64 words (8 little-endian bytes each), then the SeededRandom stream of `then_seed`."""
+
+    def __init__(self, words: list[str], then_seed: bytes) -> None:
+        self._data = b"".join(int(w).to_bytes(8, "little") for w in words)
+        self._pos = 0
+        self._then = SeededRandom(then_seed)
+
+    def bytes(self, n: int) -> bytes:
+        out = self._data[self._pos : self._pos + n]
+        self._pos += len(out)
+        return out + self._then.bytes(n - len(out))
+
+
+def seeded(case: Json, path: list[str] | None = None) -> Any:
+    src: Any = SeededRandom(unh(case["seed"]))
+    for label in path if path is not None else case.get("child_path", []):
+        src = src.child(label)
+    return src
+
+
+# -- topics ------------------------------------------------------------------------------------------
+
+
+@topic(
+    "randomness",
+    "SeededRandom streams, children and the helpers' byte consumption, applied in order to one source.",
+    [
+        {"seed": "", "child_path": [], "draws": [["bytes", 64]]},
+        {"seed": h(b"fa-vectors"), "child_path": [], "draws": [["bytes", 1], ["bytes", 31], ["bytes", 32]]},
+        {"seed": h(b"fa-vectors"), "child_path": ["noise"], "draws": [["bytes", 48]]},
+        {"seed": h(b"fa-vectors"), "child_path": ["contribution/0011", "secagg"], "draws": [["bytes", 48]]},
+        {
+            "seed": h(bytes(range(32))),
+            "child_path": [],
+            "draws": [
+                ["randbelow", "1"], ["randbelow", "2"], ["randbelow", "10"], ["randbelow", "256"],
+                ["randbelow", "1000"], ["randbelow", str(shamir.PRIME)], ["random"], ["random"],
+                ["sample", 10, 4], ["uint64s", 3], ["keyed_stream_bytes", 32], ["bytes", 8],
+            ],
+        },
+    ],
+)
+def randomness_vectors(case: Json) -> Json:
+    src = seeded(case)
+    out: list[Any] = []
+    for op, *args in case["draws"]:
+        if op == "bytes":
+            out.append(h(src.bytes(args[0])))
+        elif op == "randbelow":
+            out.append(str(src.randbelow(int(args[0]))))
+        elif op == "random":
+            out.append(src.random())
+        elif op == "sample":
+            out.append(src.sample(list(range(args[0])), args[1]))
+        elif op == "uint64s":
+            out.append(big(randomness.uint64s(src, args[0])))
+        elif op == "keyed_stream_bytes":
+            out.append(h(randomness.keyed_stream(src).bytes(args[0])))
+        else:
+            raise ValueError(f"unknown draw {op!r}")
+    return {"results": out}
+
+
+_EDGE_WORDS = [str(w) for w in (0, 1, 2**11 - 1, 2**11, 2**63, 2**63 + 1, 2**64 - 2**11, 2**64 - 1, 0x0123456789ABCDEF)]
+
+
+def _noise_case(sampler: str, scale: float, size: int = 64, words: list[str] | None = None) -> Json:
+    seed = h(f"noise/{sampler}/{scale:g}".encode())
+    source: Json = {"seed": seed} if words is None else {"words": words, "then_seed": seed}
+    return {**source, "sampler": sampler, "scale": scale, "size": size}
+
+
+@topic(
+    "noise",
+    "DP noise samplers (queries/dp/noise.py): values from a SeededRandom ('seed') or from given uint64 "
+    "words, then the SeededRandom of 'then_seed'; the number of surplus bytes read after the last value is free.",
+    [
+        _noise_case("uniform", 0, 16),
+        _noise_case("uniform", 0, len(_EDGE_WORDS), _EDGE_WORDS),
+        *(_noise_case("discrete_gaussian", s) for s in (0.8, 2.5, 40.0, 1e6)),
+        *(_noise_case("skellam", m) for m in (0.5, 3.0, 50.0, 1e7)),
+        _noise_case("discrete_laplace", 3),
+        _noise_case("discrete_laplace", 1000, len(_EDGE_WORDS), _EDGE_WORDS),
+        _noise_case("poisson", 4.0),
+        _noise_case("poisson", 9.9, len(_EDGE_WORDS), _EDGE_WORDS),
+        _noise_case("poisson", 30.0),
+        _noise_case("poisson", 2e6),
+        _noise_case("poisson", 2e6, 8, _EDGE_WORDS),
+        _noise_case("discrete_gaussian", 40.0, 8, _EDGE_WORDS),
+        _noise_case("none", 5.0, 4),
+    ],
+)
+def noise_vectors(case: Json) -> Json:
+    src = WordSource(case["words"], unh(case["then_seed"])) if "words" in case else seeded(case)
+    kind, scale, size = case["sampler"], case["scale"], case["size"]
+    if kind == "uniform":
+        return {"values": [float(u) for u in noise._uniforms(randomness.uint64s(src, size))]}
+    if kind == "discrete_laplace":
+        values = noise.sample_discrete_laplace(int(scale), size, src)
+    elif kind == "poisson":
+        values = noise.sample_poisson(scale, size, src)
+    else:
+        values = noise.sample_noise(kind, scale, size, src)
+    return {"values": [int(v) for v in values]}
+
+
+@topic(
+    "key_agreement",
+    "X25519 public keys and shared secret from private bytes; HKDF-SHA256 channel, pair-mask, self-mask "
+    "and graph keys (info strings included).",
+    [
+        {
+            "a_private": h(bytes(range(32))),
+            "b_private": h(bytes(range(32, 64))),
+            "session_id": h(bytes(range(0xA0, 0xB0))),
+            "a_party": 7,
+            "b_party": 3,
+            "self_mask_seed": h(bytes([0x5A]) * 32),
+        },
+        {
+            "a_private": h(SeededRandom(b"ka/a").bytes(32)),
+            "b_private": h(SeededRandom(b"ka/b").bytes(32)),
+            "session_id": h(SeededRandom(b"ka/session").bytes(16)),
+            "a_party": 1,
+            "b_party": 1000,
+            "self_mask_seed": h(SeededRandom(b"ka/b_u").bytes(32)),
+        },
+    ],
+)
+def key_agreement_vectors(case: Json) -> Json:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    a = X25519PrivateKey.from_private_bytes(unh(case["a_private"]))
+    b_raw = unh(case["b_private"])
+    sid, u, v = unh(case["session_id"]), case["a_party"], case["b_party"]
+    shared = crypto.agree(a, crypto.x25519_public_of(b_raw))
+    b = X25519PrivateKey.from_private_bytes(b_raw)
+    assert shared == crypto.agree(b, crypto.x25519_public_of(unh(case["a_private"])))
+    lo, hi = min(u, v), max(u, v)
+    pair = sid + struct.pack(">II", lo, hi)
+    return {
+        "a_public": h(crypto.x25519_public_of(unh(case["a_private"]))),
+        "b_public": h(crypto.x25519_public_of(b_raw)),
+        "shared_secret": h(shared),
+        "channel_info": h(crypto.DOMAIN + b"channel/" + pair),
+        "channel_key": h(crypto.channel_key(shared, sid, u, v)),
+        "pairmask_info": h(crypto.DOMAIN + b"pairmask/" + pair),
+        "pairmask_key": h(crypto.pair_mask_key(shared, sid, u, v)),
+        "selfmask_info": h(crypto.DOMAIN + b"selfmask/" + sid + struct.pack(">I", u)),
+        "selfmask_key": h(crypto.self_mask_key(unh(case["self_mask_seed"]), sid, u)),
+        "graph_seed": h(crypto.graph_seed(sid)),
+    }
+
+
+@topic(
+    "prg",
+    "The mask PRG: AES-256-CTR keystream (zero IV) for a key, read as little-endian words of the work "
+    "type (uint32 for bits ≤ 32, else uint64), and the mask reduced mod 2^bits.",
+    [
+        {"key": h(bytes(range(32))), "dim": 8, "bits": 16},
+        {"key": h(bytes(range(32))), "dim": 8, "bits": 32},
+        {"key": h(bytes(range(32))), "dim": 5, "bits": 40},
+        {"key": h(SeededRandom(b"prg/key").bytes(32)), "dim": 9, "bits": 13},
+        {"key": h(SeededRandom(b"prg/key2").bytes(32)), "dim": 4, "bits": 62},
+    ],
+)
+def prg_vectors(case: Json) -> Json:
+    cfg_dtype = np.dtype(np.uint32) if case["bits"] <= 32 else np.dtype(np.uint64)
+    stream = crypto.MaskStream(case["dim"], cfg_dtype)
+    words = stream.expand(unh(case["key"])).copy()
+    reduced = words & cfg_dtype.type((1 << case["bits"]) - 1)
+    return {
+        "work_type": cfg_dtype.name,
+        "keystream": h(words.astype(cfg_dtype.newbyteorder("<")).tobytes()),
+        "words": words_json(words),
+        "mask_mod_2_bits": words_json(reduced),
+    }
+
+
+@topic(
+    "neighbour_graph",
+    "The SecAgg+ Harary graph: graph seed from the session id, prg_uint64 words, ring order and closed "
+    "neighbourhoods.",
+    [
+        {"session_id": h(bytes(range(16))), "n": 12, "degree": 4, "parties": [1, 2, 12]},
+        {"session_id": h(SeededRandom(b"graph/session").bytes(16)), "n": 120, "degree": 42, "parties": [1, 60, 120]},
+    ],
+)
+def neighbour_graph_vectors(case: Json) -> Json:
+    seed = crypto.graph_seed(unh(case["session_id"]))
+    graph = NeighbourGraph(case["n"], case["degree"], seed)
+    order, _ = graph._ring  # the ring is the protocol object a port must reproduce
+    return {
+        "graph_seed": h(seed),
+        "prg_uint64": big(crypto.prg_uint64(seed, case["n"])),
+        "ring_order": [int(p) for p in order],
+        "closed_neighbourhoods": {str(p): list(graph.closed(p)) for p in case["parties"]},
+    }
+
+
+@topic(
+    "share_encryption",
+    "AES-256-GCM share transport: nonce = 'shr0' ‖ sender (u32 BE) ‖ 4 zero bytes; associated data = "
+    "DOMAIN ‖ 'share/' ‖ session ‖ sender ‖ receiver (u32 BE); ciphertext includes the 16-byte tag.",
+    [
+        {
+            "key": h(bytes(range(32))),
+            "session_id": h(bytes(range(16))),
+            "sender": 1,
+            "receiver": 2,
+            "plaintext": h(struct.pack(">II33s33s", 1, 2, bytes(range(33)), bytes(range(33, 66)))),
+        },
+        {
+            "key": h(SeededRandom(b"gcm/key").bytes(32)),
+            "session_id": h(SeededRandom(b"gcm/session").bytes(16)),
+            "sender": 513,
+            "receiver": 7,
+            "plaintext": h(struct.pack(">II33s33s", 513, 7, SeededRandom(b"b").bytes(33), SeededRandom(b"s").bytes(33))),
+        },
+    ],
+)
+def share_encryption_vectors(case: Json) -> Json:
+    key, sid, s, r, pt = unh(case["key"]), unh(case["session_id"]), case["sender"], case["receiver"], unh(case["plaintext"])
+    ct = crypto.seal_share(key, sid, s, r, pt)
+    assert crypto.open_share(key, sid, s, r, ct) == pt
+    return {
+        "nonce": h(struct.pack(">4sI4x", b"shr0", s)),
+        "associated_data": h(crypto.share_aad(sid, s, r)),
+        "ciphertext": h(ct),
+    }
+
+
+@topic(
+    "shamir",
+    "Shamir sharing over GF(2^256 + 297): coefficients 1..t−1 = randbelow(PRIME) from a SeededRandom, "
+    "shares at x = party ids (33-byte big-endian), Lagrange coefficients and reconstruction.",
+    [
+        {"secret": h(bytes(range(32))), "xs": [1, 2, 3], "threshold": 2, "seed": h(b"shamir/1"), "reconstruct_from": [2, 3]},
+        {
+            "secret": h(b"\xff" * 32),
+            "xs": list(range(1, 11)),
+            "threshold": 7,
+            "seed": h(b"shamir/2"),
+            "reconstruct_from": [1, 3, 4, 5, 8, 9, 10],
+        },
+    ],
+)
+def shamir_vectors(case: Json) -> Json:
+    secret = shamir.ints_from_secret(unh(case["secret"]))
+    coeff_src = seeded(case, [])
+    coeffs = [coeff_src.randbelow(shamir.PRIME) for _ in range(case["threshold"] - 1)]
+    shares = shamir.split(secret, case["xs"], case["threshold"], seeded(case, []))
+    subset = case["reconstruct_from"]
+    lam = shamir.lagrange_at_zero(subset)
+    value = shamir.BatchReconstructor(case["threshold"]).reconstruct({x: shares[x] for x in subset}, "secret", "vectors")
+    return {
+        "prime": str(shamir.PRIME),
+        "coefficients": [h(shamir.to_bytes(c)) for c in coeffs],
+        "shares": {str(x): h(shamir.to_bytes(y)) for x, y in shares.items()},
+        "lagrange_at_zero": [str(c) for c in lam],
+        "reconstructed": h(shamir.secret_from_int(value)),
+    }
+
+
+def _bitmap(spec: Json) -> bytes:
+    return messages.encode_bitmap(frozenset(spec["members"]), spec["n"])
+
+
+def build_message(case: Json) -> messages.Message:
+    f, sid, p = case["fields"], unh(case["session_id"]), case["party"]
+    t = case["type"]
+    if t == "AdvertiseKeys":
+        return messages.AdvertiseKeys(sid, p, unh(f["c_pk"]), unh(f["s_pk"]), unh(f["signature"]))
+    if t == "PeerKeys":
+        peers = tuple(messages.PeerEntry(e["party"], unh(e["c_pk"]), unh(e["s_pk"]), unh(e["signature"])) for e in f["peers"])
+        return messages.PeerKeys(sid, p, peers)
+    if t in ("ShareKeys", "RoutedShares"):
+        cls = messages.ShareKeys if t == "ShareKeys" else messages.RoutedShares
+        return cls(sid, p, tuple((v, unh(ct)) for v, ct in f["ciphertexts"]))
+    if t == "MaskedInput":
+        packed = encoding.pack(np.array(f["values"], dtype=np.uint64), f["bits"])
+        return messages.MaskedInput(sid, p, f["bits"], len(f["values"]), packed)
+    if t == "ConsistencyRequest":
+        return messages.ConsistencyRequest(sid, p, _bitmap(f["survivors"]))
+    if t == "ConsistencySignature":
+        return messages.ConsistencySignature(sid, p, unh(f["signature"]))
+    if t == "UnmaskRequest":
+        return messages.UnmaskRequest(sid, p, _bitmap(f["survivors"]), tuple((q, unh(s)) for q, s in f["signatures"]))
+    if t == "UnmaskShares":
+        return messages.UnmaskShares(sid, p, tuple((v, k, unh(s)) for v, k, s in f["shares"]))
+    raise ValueError(f"unknown message type {t!r}")
+
+
+def _k(label: str, n: int = 32) -> str:
+    return h(SeededRandom(b"messages/" + label.encode()).bytes(n))
+
+
+SID = h(bytes(range(0xC0, 0xD0)))
+
+
+@topic(
+    "messages",
+    "Every secagg wire message (secagg/messages.py) from fixed fields: the 24-byte header (magic 'SA', "
+    "version, type, session id, party as u32 BE) and the body. MaskedInput packs values at `bits` bits.",
+    [
+        {"type": "AdvertiseKeys", "session_id": SID, "party": 3,
+         "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk"), "signature": ""}},
+        {"type": "AdvertiseKeys", "session_id": SID, "party": 3,
+         "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk"), "signature": _k("sig", 64)}},
+        {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": [
+            {"party": 1, "c_pk": _k("c1"), "s_pk": _k("s1"), "signature": ""},
+            {"party": 2, "c_pk": _k("c2"), "s_pk": _k("s2"), "signature": _k("sig2", 64)},
+        ]}},
+        {"type": "ShareKeys", "session_id": SID, "party": 1,
+         "fields": {"ciphertexts": [[2, _k("ct12", 90)], [3, _k("ct13", 90)]]}},
+        {"type": "RoutedShares", "session_id": SID, "party": 2, "fields": {"ciphertexts": [[1, _k("ct12", 90)]]}},
+        {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 16, "values": [0, 1, 65535, 4660]}},
+        {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 24, "values": [0, 1, 16777215]}},
+        {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 13, "values": [8191, 0, 4097, 1, 2]}},
+        {"type": "MaskedInput", "session_id": SID, "party": 2,
+         "fields": {"bits": 62, "values": [(1 << 62) - 1, 0, 123456789012345]}},
+        {"type": "ConsistencyRequest", "session_id": SID, "party": 4,
+         "fields": {"survivors": {"n": 10, "members": [1, 2, 4, 9, 10]}}},
+        {"type": "ConsistencySignature", "session_id": SID, "party": 4, "fields": {"signature": _k("csig", 64)}},
+        {"type": "UnmaskRequest", "session_id": SID, "party": 1,
+         "fields": {"survivors": {"n": 3, "members": [1, 2]}, "signatures": []}},
+        {"type": "UnmaskRequest", "session_id": SID, "party": 1,
+         "fields": {"survivors": {"n": 3, "members": [1, 2, 3]}, "signatures": [[1, _k("u1", 64)], [3, _k("u3", 64)]]}},
+        {"type": "UnmaskShares", "session_id": SID, "party": 2,
+         "fields": {"shares": [[1, 1, _k("sh1", 33)], [2, 1, _k("sh2", 33)], [3, 2, _k("sh3", 33)]]}},
+    ],
+)
+def messages_vectors(case: Json) -> Json:
+    msg = build_message(case)
+    data = msg.encode()
+    assert messages.decode(data) == msg
+    out = {"type_code": int(msg.TYPE), "header": h(data[: messages.HEADER.size]), "bytes": h(data)}
+    if case["type"] == "MaskedInput":
+        out["packed"] = h(msg.packed)  # type: ignore[attr-defined]
+    return out
+
+
+def _transcript_case(name: str, threat: str, drop_before_masked_input: list[int]) -> Json:
+    return {
+        "name": name,
+        "seed": h(b"transcript/" + name.encode()),
+        "session_id": h(SeededRandom(b"transcript/session/" + name.encode()).bytes(16)),
+        "n": 3,
+        "dim": 4,
+        "bits": 16,
+        "threat_model": threat,
+        "inputs": {"1": [1, 2, 3, 4], "2": [10, 20, 30, 40], "3": [100, 200, 300, 65535]},
+        "drop_before_masked_input": drop_before_masked_input,
+    }
+
+
+@topic(
+    "transcript",
+    "Whole cohorts (n = 3, dim = 4, bits = 16): party p draws from SeededRandom(seed).child('party/<p>') "
+    "(c_sk, s_sk, b_u, then Shamir coefficients), its Ed25519 identity key (active model) from "
+    "child('identity/<p>'); every message each party and the server send, in order, and the sum.",
+    [
+        _transcript_case("semi_honest", "semi_honest", []),
+        _transcript_case("semi_honest_drop", "semi_honest", [3]),
+        _transcript_case("active", "active", []),
+    ],
+)
+def transcript_vectors(case: Json) -> Json:
+    cfg = SecAggConfig(unh(case["session_id"]), case["n"], case["dim"], case["bits"], threat_model=case["threat_model"])
+    root = SeededRandom(unh(case["seed"]))
+    parties = range(1, cfg.n + 1)
+    identities = {p: Ed25519PrivateKey.from_private_bytes(root.child(f"identity/{p}").bytes(32)) for p in parties}
+    public = {p: crypto.ed25519_public_bytes(k) for p, k in identities.items()} if cfg.active else None
+    inputs = {p: np.array(case["inputs"][str(p)], dtype=np.uint64) for p in parties}
+    clients = {
+        p: ClientSession(cfg, p, inputs[p], identities[p] if cfg.active else None, public, randomness=root.child(f"party/{p}"))
+        for p in parties
+    }
+    server = ServerSession(cfg, public)
+    log: list[Json] = []
+
+    def record(phase: Phase, sender: str, party: int, data: bytes) -> None:
+        log.append({"phase": phase.label, "from": sender, "party": party,
+                    "type": type(messages.decode(data)).__name__, "bytes": h(data)})
+
+    outgoing = {p: c.start() for p, c in clients.items()}
+    while True:
+        for p in sorted(outgoing):
+            record(server.phase, "client", p, outgoing[p])
+            server.receive(p, outgoing[p])
+        delivered = server.close_phase()
+        if server.phase is Phase.DONE:
+            break
+        outgoing = {}
+        for p in sorted(delivered):
+            record(server.phase, "server", p, delivered[p])
+            if server.phase is Phase.MASKED_INPUT and p in case["drop_before_masked_input"]:
+                continue
+            reply = clients[p].receive(delivered[p])
+            if reply is not None:
+                outgoing[p] = reply
+    assert server.result is not None
+    secrets_per_party = {}
+    for p in parties:
+        stream = root.child(f"party/{p}")
+        secrets_per_party[str(p)] = {
+            "c_sk": h(stream.bytes(32)),
+            "s_sk": h(stream.bytes(32)),
+            "b_u": h(stream.bytes(32)),
+            "identity_public": h(crypto.ed25519_public_bytes(identities[p])) if cfg.active else "",
+        }
+    return {
+        "config": cfg.to_dict(),
+        "party_secrets": secrets_per_party,
+        "messages": log,
+        "sum": [int(v) for v in server.result.vector],
+        "contributors": sorted(server.result.contributors),
+    }
+
+
+@topic(
+    "request_signing",
+    "Device request signing (queries/envelope.py): the signed payload, its Ed25519 signature under a fixed "
+    "key, the device id and the headers as sent.",
+    [
+        {"private_key": h(bytes(range(32))), "method": "POST", "path_qs": "/v1/device/register",
+         "timestamp": "1700000000", "nonce": "AAECAwQFBgcICQoLDA0ODw", "body": h(json.dumps({"public_key": base64.b64encode(
+             crypto.ed25519_public_bytes(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))).decode()}).encode())},
+        {"private_key": h(SeededRandom(b"signing/key").bytes(32)), "method": "get",
+         "path_qs": "/v1/device/cohorts/00ff/phases/2/next?wait=10.0", "timestamp": "1712345678",
+         "nonce": "n0nce-with_all-chars09", "body": ""},
+        {"private_key": h(SeededRandom(b"signing/key").bytes(32)), "method": "POST",
+         "path_qs": "/v1/device/cohorts/00ff/phases/2", "timestamp": "1712345679",
+         "nonce": "x" * 64, "body": h(bytes(range(256)))},
+    ],
+)
+def request_signing_vectors(case: Json) -> Json:
+    key = Ed25519PrivateKey.from_private_bytes(unh(case["private_key"]))
+    public = crypto.ed25519_public_bytes(key)
+    payload = signing_payload(case["method"], case["path_qs"], case["timestamp"], case["nonce"], unh(case["body"]))
+    sig = key.sign(payload)
+    return {
+        "public_key": h(public),
+        "public_key_base64": base64.b64encode(public).decode(),
+        "device_id": device_id_for(public),
+        "payload": h(payload),
+        "payload_text": payload.decode("utf-8"),
+        "signature": h(sig),
+        "headers": {HDR_TIMESTAMP: case["timestamp"], HDR_NONCE: case["nonce"], HDR_SIGNATURE: base64.b64encode(sig).decode()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python scripts/make_vectors.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on any difference")
+    args = ap.parse_args(argv)
+    VECTORS.mkdir(parents=True, exist_ok=True)
+    differ = []
+    for name in TOPICS:
+        path = VECTORS / f"{name}.json"
+        text = render(name).encode("utf-8")
+        if args.check:
+            if not path.exists() or path.read_bytes() != text:
+                differ.append(path.name)
+        else:
+            path.write_bytes(text)
+            print(f"wrote {path.relative_to(ROOT)} ({len(text)} bytes)")
+    if differ:
+        print(f"vectors differ from the code: {', '.join(differ)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
