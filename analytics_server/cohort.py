@@ -14,6 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from functools import cached_property
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from analytics_server.plain import PlainSession
 from queries.envelope import Assignment
 from secagg import encoding
 from secagg.errors import AbortError, ConflictError, SecAggError
+from secagg.messages import max_client_message_size
 from secagg.phases import Phase
 from secagg.server import ServerSession
 
@@ -85,6 +87,14 @@ class CohortRuntime:
         self.assignments: dict[str, Assignment] = {}
 
     # -- device side ----------------------------------------------------------------------------
+
+    @cached_property
+    def message_limit(self) -> int:
+        """Largest phase message a member can legitimately send in this cohort (bytes)."""
+        if isinstance(self.session, ServerSession):
+            cfg = self.session.config
+            return max_client_message_size(cfg.dim, cfg.bits, cfg.resolved_degree)
+        return max_client_message_size(self.session.dim, self.session.bits, 0)
 
     def still_expects(self, device_id: str) -> bool:
         party = self.members.get(device_id)
