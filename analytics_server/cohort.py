@@ -103,8 +103,11 @@ class CohortRuntime:
     async def submit(self, device_id: str, phase: int, data: bytes) -> None:
         party = self._party(device_id)
         digest = hashlib.sha256(data).digest()
-        if self._accepted.get((phase, party)) == digest:
+        accepted = self._accepted.get((phase, party))
+        if accepted == digest:
             return  # a retry of a message already accepted (possibly after its phase closed) is harmless
+        if accepted is not None:  # also after the phase closed: the answer must not depend on timing
+            raise HttpError(409, f"conflicting message: party {party} already sent a different message for phase {Phase(phase).label}")
         if self.status != "running":
             raise HttpError(410, f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         async with self._lock:

@@ -107,6 +107,10 @@ class LoopErrorHandler:
         note = f" [{suppressed} similar suppressed in the last {self._window.interval:g} s]" if suppressed else ""
         if isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS:
             log.warning("%s: %s%s", message, exc.strerror or exc, note)
+        elif "_start_serving" in repr(context.get("handle")):
+            # asyncio schedules one accept retry per failed accept() (up to the backlog per wake-up); those
+            # still pending when the listener closes fail on its closed descriptor: harmless
+            log.warning("accept retry after descriptor exhaustion failed: %s%s", exc, note)
         elif isinstance(exc, (ConnectionError, TimeoutError)):
             log.info("%s: %s%s", message, exc, note)
         else:
