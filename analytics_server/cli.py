@@ -147,6 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"migrated {safe_url(url)}")
         return 0
     if args.cmd == "token":
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # the schema check's chatter: not for token output
         if args.tok_cmd == "create":
             print(_with_store(url, lambda st: st.create_token(args.role, args.label)))
         elif args.tok_cmd == "list":
@@ -155,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
             try:
                 row = _with_store(url, lambda st: st.revoke_token(args.token))
             except LookupError as exc:
-                raise CliError(str(exc).strip("'\"")) from None
+                raise CliError(exc.args[0] if exc.args else "no such token") from None
             print(f"revoked token {row.id} ({row.role}{', ' + row.prefix if row.prefix else ''})")
         return 0
     if args.migrate:

@@ -137,7 +137,9 @@ class Store:
             if id_or_prefix.isdigit():
                 row = await s.get(Token, int(id_or_prefix))
                 rows = [row] if row is not None else []
-            elif len(id_or_prefix) >= 4:
+            elif len(id_or_prefix) < 4:
+                raise LookupError(f"{id_or_prefix!r}: give a token id or at least 4 characters of its prefix")
+            else:
                 pattern = id_or_prefix[:TOKEN_PREFIX_CHARS]
                 rows = list((await s.execute(select(Token).where(Token.prefix.startswith(pattern, autoescape=True)))).scalars())
                 if len(id_or_prefix) > TOKEN_PREFIX_CHARS:  # longer than a prefix: the whole token
