@@ -29,8 +29,15 @@ def _nonce_table(name: str, version: int) -> sa.TableClause:
 
 
 def upgrade() -> None:
+    conn = op.get_bind()
+    v1 = _nonce_table("nonces", 1)
+    rows: dict[tuple[str, str], float] = {}
+    for key, ts in conn.execute(sa.select(v1.c.key, v1.c.ts)):
+        device_id, sep, nonce = key.rpartition(":")
+        if sep and device_id and nonce:
+            rows[(device_id[:64], nonce[:64])] = ts + CARRY_OVER_S
     op.drop_index("ix_nonces_ts", table_name="nonces")
-    op.rename_table("nonces", "nonces_v1")
+    op.drop_table("nonces")
     op.create_table(
         "nonces",
         sa.Column("device_id", sa.String(64), primary_key=True),
@@ -38,17 +45,9 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.Float(), nullable=False),
     )
     op.create_index("ix_nonces_expires_at", "nonces", ["expires_at"])
-    conn = op.get_bind()
-    rows = {}
-    v1 = _nonce_table("nonces_v1", 1)
-    for key, ts in conn.execute(sa.select(v1.c.key, v1.c.ts)):
-        device_id, sep, nonce = key.rpartition(":")
-        if sep and device_id and nonce:
-            rows[(device_id[:64], nonce[:64])] = ts + CARRY_OVER_S
     if rows:
         conn.execute(sa.insert(_nonce_table("nonces", 2)),
                      [{"device_id": d, "nonce": n, "expires_at": e} for (d, n), e in rows.items()])
-    op.drop_table("nonces_v1")
     with op.batch_alter_table("tokens") as batch:
         batch.add_column(sa.Column("prefix", sa.String(16), nullable=True))
         batch.create_index("ix_tokens_prefix", ["prefix"])
@@ -58,17 +57,16 @@ def downgrade() -> None:
     with op.batch_alter_table("tokens") as batch:
         batch.drop_index("ix_tokens_prefix")
         batch.drop_column("prefix")
+    conn = op.get_bind()
+    v2 = _nonce_table("nonces", 2)
+    rows = [{"key": f"{d}:{n}", "ts": e} for d, n, e in conn.execute(sa.select(v2.c.device_id, v2.c.nonce, v2.c.expires_at))]
     op.drop_index("ix_nonces_expires_at", table_name="nonces")
-    op.rename_table("nonces", "nonces_v2")
+    op.drop_table("nonces")
     op.create_table(
         "nonces",
         sa.Column("key", sa.String(120), primary_key=True),
         sa.Column("ts", sa.Float(), nullable=False),
     )
     op.create_index("ix_nonces_ts", "nonces", ["ts"])
-    v2 = _nonce_table("nonces_v2", 2)
-    conn = op.get_bind()
-    rows = [{"key": f"{d}:{n}", "ts": e} for d, n, e in conn.execute(sa.select(v2.c.device_id, v2.c.nonce, v2.c.expires_at))]
     if rows:
         conn.execute(sa.insert(_nonce_table("nonces", 1)), rows)
-    op.drop_table("nonces_v2")
