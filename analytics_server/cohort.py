@@ -14,9 +14,9 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from functools import cached_property
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from analytics_server.db.store import Store
