@@ -49,7 +49,7 @@ class ResultView(BaseModel):
 
 
 class TokenRequest(BaseModel):
-    role: Literal["analyst", "admin"]
+    role: Literal["analyst", "admin", "metrics"]
     label: str | None = Field(default=None, max_length=200)
 
 

@@ -8,14 +8,15 @@ from aiohttp import web
 
 from analytics_server import openapi
 from analytics_server.api_models import Health
-from analytics_server.auth import DeviceAuth
+from analytics_server.auth import DeviceAuth, require_token
 from analytics_server.db.engine import check_migrated, make_engine
 from analytics_server.db.store import Store
 from analytics_server.http import analyst, device
-from analytics_server.http.common import make_error_middleware
+from analytics_server.http.common import BODY_READ_TIMEOUT, make_error_middleware
 from analytics_server.metrics import Metrics
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.pool import DevicePool
+from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.settings import Settings
 from analytics_server.state import STATE, AppState
 
@@ -30,8 +31,13 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response(body.model_dump())
 
 
+METRICS_ROLES = ("admin", "metrics")
+
+
 async def metrics(request: web.Request) -> web.Response:
     st: AppState = request.app[STATE]
+    if st.settings.metrics_need_token():
+        await require_token(request, st.store, METRICS_ROLES)
     text = st.metrics.render(await st.store.count_queries_by_status())
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
 
@@ -43,10 +49,12 @@ async def openapi_doc(request: web.Request) -> web.Response:
 def create_app(settings: Settings) -> web.Application:
     metrics_ = Metrics()
     app = web.Application(
-        client_max_size=max(settings.binary_body_limit, settings.json_body_limit),
+        # backstop only: every route reads its body through http.common.read_body with its own, lower limit
+        client_max_size=max(settings.binary_body_limit, settings.json_body_limit, settings.device_json_body_limit),
         middlewares=[make_error_middleware(metrics_)],
     )
     app[OPENAPI] = openapi.build()
+    app[BODY_READ_TIMEOUT] = settings.body_read_timeout_s
 
     async def startup(app: web.Application) -> None:
         engine = make_engine(settings.db_url)
@@ -57,7 +65,9 @@ def create_app(settings: Settings) -> web.Application:
         await auth.start()
         pool = DevicePool(fresh_s=settings.retry_after_s + 2.0)
         orch = Orchestrator(store, settings, pool, metrics_, executor, device_keys=_key_lookup(auth))
-        app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor)
+        rate = settings.register_rate()
+        limiter = AddressRateLimiter(rate, settings.register_burst) if rate > 0 else None
+        app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, limiter)
         await orch.start()
 
     async def cleanup(app: web.Application) -> None:

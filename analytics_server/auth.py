@@ -1,28 +1,49 @@
 """Authentication: analyst bearer tokens (stored hashed) and signed device requests with replay protection.
 
 Device requests carry `X-FA-Device`, `X-FA-Timestamp` (unix seconds), `X-FA-Nonce` (16–64 chars of
-[A-Za-z0-9_-]) and `X-FA-Signature` (base64 Ed25519 over `queries.envelope.signing_payload`). A request is
-accepted once: its (device, nonce) is remembered for the timestamp window. The in-memory nonce set is
-authoritative; it is flushed to the `nonces` table in small batches and reloaded at startup, so replays
-are refused across restarts too (up to the last unflushed batch, ≤ FLUSH_S seconds).
+[A-Za-z0-9_-]) and `X-FA-Signature` (base64 Ed25519 over `queries.envelope.signing_payload`, which covers
+method, path and query, timestamp, nonce and the body's hash). A request is accepted only while
+|now − timestamp| ≤ window, and only once:
+
+- state-changing requests (registration, check-in, phase messages) *claim* their (device, nonce) in the
+  database before they act: an INSERT under the `nonces` primary key, so a replay is refused by whichever
+  server process sees it, also right after a crash. Claims arriving together are written in one
+  transaction (group commit; each request still waits for its own row to be committed).
+- read-only long-polls (cohort status, the server's next phase message) are checked against a bounded
+  in-process set only. Their signature binds method and path, so a captured read-only request can only be
+  replayed as itself, and it changes nothing: it returns the same public-to-the-device answer again.
+
+Each nonce is kept until max(received, timestamp) + window: after that no request carrying it can pass the
+timestamp check, so pruning it cannot re-open a replay (pruning by receive time would, for a request
+stamped in the future).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 
 from aiohttp import web
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlalchemy.exc import SQLAlchemyError
 
 from analytics_server.db.store import Store, TokenInfo
 from analytics_server.errors import HttpError
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP, b64d, signing_payload
 
+log = logging.getLogger(__name__)
 NONCE_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
-FLUSH_S = 0.5
+PRUNE_EVERY_S = 60.0
+"""How often expired nonces are deleted from the database."""
+CLAIM_BATCH_MAX = 500
+"""Most nonces written in one transaction."""
+RECENT_MAX = 100_000
+"""Most nonces of read-only requests remembered in memory (oldest forgotten first)."""
 
 
 async def require_token(request: web.Request, store: Store, roles: tuple[str, ...]) -> TokenInfo:
@@ -32,6 +53,8 @@ async def require_token(request: web.Request, store: Store, roles: tuple[str, ..
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise HttpError(401, "Authorization header must be 'Bearer <token>'")
+    if len(token) > 200:
+        raise HttpError(401, "unknown or revoked token")
     info = await store.lookup_token(token.strip())
     if info is None:
         raise HttpError(401, "unknown or revoked token")
@@ -40,43 +63,122 @@ async def require_token(request: web.Request, store: Store, roles: tuple[str, ..
     return info
 
 
+@dataclass(frozen=True)
+class SignedHeaders:
+    """The signing headers of one device request, checked for presence, form and timestamp window."""
+
+    timestamp: str
+    when: float
+    nonce: str
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """A device request whose headers passed every check that needs no body (device known, timestamp in
+    the window); its signature is verified once the (bounded) body has been read."""
+
+    device_id: str
+    key: Ed25519PublicKey
+    headers: SignedHeaders
+
+
+class NonceLedger:
+    """Claims (device, nonce) pairs in the database; concurrent claims share one transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._pending: list[tuple[tuple[str, str, float], asyncio.Future[bool]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def claim(self, device_id: str, nonce: str, expires_at: float) -> bool:
+        """True once the pair is committed as new; False when it was already stored (a replay)."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append(((device_id, nonce, expires_at), fut))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:CLAIM_BATCH_MAX], self._pending[CLAIM_BATCH_MAX:]
+            rows: dict[tuple[str, str], tuple[str, str, float]] = {}
+            for row, _ in batch:
+                rows.setdefault((row[0], row[1]), row)
+            try:
+                fresh = await self.store.claim_nonces(list(rows.values()))
+            except Exception as exc:  # the waiting requests answer 503; nothing was accepted
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for row, fut in batch:
+                key = (row[0], row[1])
+                ok = key in fresh
+                fresh.discard(key)  # a second claim of the same pair in this batch is a replay
+                if not fut.done():
+                    fut.set_result(ok)
+
+    async def wait_idle(self) -> None:
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+
+
+class RecentNonces:
+    """Bounded in-process memory of read-only requests' nonces (never the source of truth)."""
+
+    def __init__(self, max_entries: int = RECENT_MAX) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def add(self, device_id: str, nonce: str, expires_at: float, now: float) -> bool:
+        """False if the pair is remembered and unexpired (a replay); otherwise remember it."""
+        key = (device_id, nonce)
+        known = self._items.get(key)
+        if known is not None and known >= now:
+            return False
+        self._items[key] = expires_at
+        while self._items:
+            oldest, exp = next(iter(self._items.items()))
+            if exp >= now and len(self._items) <= self.max_entries:
+                break
+            del self._items[oldest]
+        return True
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class DeviceAuth:
     def __init__(self, store: Store, window_s: float) -> None:
         self.store = store
         self.window = window_s
         self._keys: dict[str, Ed25519PublicKey] = {}
-        self._nonces: dict[str, float] = {}
-        self._unflushed: list[tuple[str, float]] = []
+        self.ledger = NonceLedger(store)
+        self.recent = RecentNonces()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._nonces = await self.store.recent_nonces(time.time() - self.window)
-        self._task = asyncio.create_task(self._flusher())
+        self._task = asyncio.create_task(self._pruner())
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        await self.flush()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.ledger.wait_idle()
 
-    async def flush(self) -> None:
-        items, self._unflushed = self._unflushed, []
-        cutoff = time.time() - self.window
-        await self.store.save_nonces(items, cutoff)
-        if len(self._nonces) > 10_000:
-            self._nonces = {k: t for k, t in self._nonces.items() if t >= cutoff}
-
-    async def _flusher(self) -> None:
+    async def _pruner(self) -> None:
         while True:
-            await asyncio.sleep(FLUSH_S)
-            if self._unflushed:
-                await self.flush()
+            try:
+                await self.store.prune_nonces(time.time())
+            except SQLAlchemyError as exc:
+                log.warning("pruning expired nonces failed: %s", exc.__class__.__name__)
+            await asyncio.sleep(PRUNE_EVERY_S)
 
-    def check_signature(self, key: Ed25519PublicKey, request: web.Request, body: bytes) -> tuple[str, str]:
-        """Verify timestamp and signature of `request` under `key`; returns (timestamp, nonce)."""
+    # -- checks that need no body ---------------------------------------------------------------
+
+    def signed_headers(self, request: web.Request) -> SignedHeaders:
+        """Presence and form of the signing headers, and the timestamp window (no body needed)."""
         ts = request.headers.get(HDR_TIMESTAMP)
         nonce = request.headers.get(HDR_NONCE)
         sig = request.headers.get(HDR_SIGNATURE)
@@ -96,25 +198,15 @@ class DeviceAuth:
             raw_sig = b64d(sig, HDR_SIGNATURE, 64)
         except ValueError as exc:
             raise HttpError(401, str(exc)) from None
-        try:
-            key.verify(raw_sig, signing_payload(request.method, request.path_qs, ts, nonce, body))
-        except InvalidSignature:
-            raise HttpError(401, f"{HDR_SIGNATURE}: signature does not verify for this request") from None
-        return ts, nonce
+        return SignedHeaders(ts, when, nonce, raw_sig)
 
-    def remember_nonce(self, device_id: str, nonce: str) -> None:
-        key = f"{device_id}:{nonce}"
-        if key in self._nonces:
-            raise HttpError(401, f"{HDR_NONCE}: replayed request (nonce already used)")
-        t = time.time()
-        self._nonces[key] = t
-        self._unflushed.append((key, t))
-
-    async def verify(self, request: web.Request, body: bytes) -> str:
-        """Authenticate a signed request from a registered device; returns its device id."""
+    async def identify(self, request: web.Request) -> DeviceRequest:
+        """Every check of a signed request from a registered device that can be made before its body is
+        read: signing headers, timestamp window, device known."""
         device_id = request.headers.get(HDR_DEVICE)
         if not device_id:
             raise HttpError(401, f"unsigned device request: missing header {HDR_DEVICE}")
+        hdrs = self.signed_headers(request)
         key = self._keys.get(device_id)
         if key is None:
             if len(device_id) > 64:
@@ -123,9 +215,48 @@ class DeviceAuth:
             if raw is None:
                 raise HttpError(401, f"{HDR_DEVICE}: unknown device {device_id!r} (register first)")
             key = self._keys[device_id] = Ed25519PublicKey.from_public_bytes(raw)
-        _, nonce = self.check_signature(key, request, body)
-        self.remember_nonce(device_id, nonce)
-        return device_id
+        return DeviceRequest(device_id, key, hdrs)
+
+    # -- checks after the body ------------------------------------------------------------------
+
+    def check_signature(self, key: Ed25519PublicKey, request: web.Request, body: bytes,
+                        hdrs: SignedHeaders | None = None) -> SignedHeaders:
+        """Verify the signature of `request` (headers checked first unless given) under `key`."""
+        hdrs = hdrs or self.signed_headers(request)
+        try:
+            key.verify(hdrs.signature, signing_payload(request.method, request.path_qs, hdrs.timestamp, hdrs.nonce, body))
+        except InvalidSignature:
+            raise HttpError(401, f"{HDR_SIGNATURE}: signature does not verify for this request") from None
+        return hdrs
+
+    def expires_at(self, hdrs: SignedHeaders, now: float) -> float:
+        return max(now, hdrs.when) + self.window
+
+    async def claim(self, device_id: str, hdrs: SignedHeaders) -> None:
+        """Record the nonce in the database before a state-changing request acts; 401 on a replay."""
+        try:
+            fresh = await self.ledger.claim(device_id, hdrs.nonce, self.expires_at(hdrs, time.time()))
+        except SQLAlchemyError as exc:
+            log.warning("recording a nonce failed: %s", exc.__class__.__name__)
+            raise HttpError(503, "could not record the request; retry later", headers={"Retry-After": "1"}) from None
+        if not fresh:
+            raise HttpError(401, f"{HDR_NONCE}: replayed request (nonce already used)")
+
+    def claim_read_only(self, device_id: str, hdrs: SignedHeaders) -> None:
+        """In-process replay check for read-only requests (see the module docstring)."""
+        now = time.time()
+        if not self.recent.add(device_id, hdrs.nonce, self.expires_at(hdrs, now), now):
+            raise HttpError(401, f"{HDR_NONCE}: replayed request (nonce already used)")
+
+    async def verify(self, request: web.Request, body: bytes, *, read_only: bool = False) -> str:
+        """Authenticate a signed request whose body was already read; returns the device id."""
+        dev = await self.identify(request)
+        self.check_signature(dev.key, request, body, dev.headers)
+        if read_only:
+            self.claim_read_only(dev.device_id, dev.headers)
+        else:
+            await self.claim(dev.device_id, dev.headers)
+        return dev.device_id
 
     def public_key(self, device_id: str) -> bytes | None:
         from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat

@@ -1,22 +1,94 @@
-"""`fa-server`: serve, migrate, token create."""
+"""`fa-server`: serve, migrate, token create / list / revoke.
+
+Any failure to reach or use the database (unreachable host, missing driver, bad URL, unmigrated schema)
+is one line on stderr and exit code 2, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from aiohttp import web
+from pydantic import ValidationError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from analytics_server.db.engine import NotMigratedError, check_migrated, make_engine, migrate
-from analytics_server.db.store import ROLES, Store
+from analytics_server.db.store import ROLES, Store, TokenRow
 from analytics_server.settings import Settings
+
+T = TypeVar("T")
+EXIT_USAGE = 2
+DB_ERRORS = (SQLAlchemyError, ImportError, OSError, TimeoutError)
+"""What reaching a database can raise: unreachable (OSError/timeout, DBAPIError), driver not installed
+(ImportError, NoSuchModuleError), malformed URL (ArgumentError)."""
+
+
+class CliError(Exception):
+    """A failure reported as one line and exit code 2."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {k: v for k, v in (("db_url", args.db), ("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v is not None}
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        parts = [f"{'.'.join(str(x) for x in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors(include_url=False)]
+        raise CliError("invalid setting: " + "; ".join(parts)) from None
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password masked (for messages)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return repr(url[:100])
+
+
+def describe_db_error(url: str, exc: BaseException) -> str:
+    """One line naming what went wrong with the database at `url`."""
+    where = safe_url(url)
+    if isinstance(exc, (NoSuchModuleError, ImportError)):
+        return f"cannot use database {where}: its driver is not installed ({_first_line(exc)})"
+    if isinstance(exc, ArgumentError):
+        return f"cannot use database {where}: not a valid database URL ({_first_line(exc)})"
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    if isinstance(exc, TimeoutError):
+        return f"cannot reach database {where}: connection timed out"
+    return f"cannot reach database {where}: {type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _db(url: str, work: Callable[[], T]) -> T:
+    """Run a database step; database failures become CliError with one line."""
+    try:
+        return work()
+    except NotMigratedError:
+        raise
+    except DB_ERRORS as exc:
+        raise CliError(describe_db_error(url, exc)) from None
+
+
+def _with_store(url: str, fn: Callable[[Store], Awaitable[T]]) -> T:
+    async def go() -> T:
+        engine = make_engine(url)
+        try:
+            await check_migrated(engine, url)
+            return await fn(Store(engine))
+        finally:
+            await engine.dispose()
+
+    return _db(url, lambda: asyncio.run(go()))
 
 
 async def _check(url: str) -> None:
@@ -27,13 +99,14 @@ async def _check(url: str) -> None:
         await engine.dispose()
 
 
-async def _create_token(url: str, role: str, label: str | None) -> str:
-    engine = make_engine(url)
-    try:
-        await check_migrated(engine, url)
-        return await Store(engine).create_token(role, label)
-    finally:
-        await engine.dispose()
+def format_tokens(rows: list[TokenRow]) -> str:
+    header = ("id", "prefix", "role", "created", "revoked", "label")
+    table = [header] + [
+        (str(r.id), r.prefix or "-", r.role, r.created_at.isoformat(timespec="seconds"), "yes" if r.revoked else "no", r.label or "")
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,31 +125,51 @@ def main(argv: list[str] | None = None) -> int:
     p_create.add_argument("--role", required=True, choices=ROLES)
     p_create.add_argument("--label")
     p_create.add_argument("--db")
+    p_list = tok_sub.add_parser("list", help="list tokens: id, prefix, role, created, revoked, label")
+    p_list.add_argument("--db")
+    p_revoke = tok_sub.add_parser("revoke", help="revoke a token by id or by its prefix (as shown by list)")
+    p_revoke.add_argument("token", metavar="ID|PREFIX")
+    p_revoke.add_argument("--db")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return _run(args)
+    except (NotMigratedError, CliError) as exc:
+        print(f"fa-server: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    url = settings.db_url
+    if args.cmd == "migrate":
+        _db(url, lambda: migrate(url))
+        print(f"migrated {safe_url(url)}")
+        return 0
+    if args.cmd == "token":
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # the schema check's chatter: not for token output
+        if args.tok_cmd == "create":
+            print(_with_store(url, lambda st: st.create_token(args.role, args.label)))
+        elif args.tok_cmd == "list":
+            print(format_tokens(_with_store(url, lambda st: st.list_tokens())))
+        else:
+            try:
+                row = _with_store(url, lambda st: st.revoke_token(args.token))
+            except LookupError as exc:
+                raise CliError(exc.args[0] if exc.args else "no such token") from None
+            print(f"revoked token {row.id} ({row.role}{', ' + row.prefix if row.prefix else ''})")
+        return 0
+    if args.migrate:
+        _db(url, lambda: migrate(url))
+    _db(url, lambda: asyncio.run(_check(url)))
+    from analytics_server import serving
 
     try:
-        if args.cmd == "migrate":
-            migrate(settings.db_url)
-            print(f"migrated {settings.db_url}")
-            return 0
-        if args.cmd == "token":
-            print(asyncio.run(_create_token(settings.db_url, args.role, args.label)))
-            return 0
-        if args.migrate:
-            migrate(settings.db_url)
-        asyncio.run(_check(settings.db_url))
-    except NotMigratedError as exc:
-        print(f"fa-server: {exc}", file=sys.stderr)
-        return 2
-    from analytics_server.app import create_app
-
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    web.run_app(
-        create_app(settings), host=settings.host, port=settings.port, shutdown_timeout=3.0,
-        print=lambda m: print(m, flush=True),
-    )
+        serving.run(settings)
+    except DB_ERRORS as exc:
+        if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise CliError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+        raise CliError(describe_db_error(url, exc)) from None
     return 0
 
 

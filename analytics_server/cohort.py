@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from analytics_server.db.store import QueryNotLive, Store
@@ -25,6 +26,7 @@ from analytics_server.metrics import Metrics
 from queries.envelope import Assignment
 from secagg import encoding
 from secagg.errors import AbortError, ConflictError, SecAggError
+from secagg.messages import max_client_message_size
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession
 from secagg.server import ServerSession
@@ -87,6 +89,14 @@ class CohortRuntime:
 
     # -- device side ----------------------------------------------------------------------------
 
+    @cached_property
+    def message_limit(self) -> int:
+        """Largest phase message a member can legitimately send in this cohort (bytes)."""
+        if isinstance(self.session, ServerSession):
+            cfg = self.session.config
+            return max_client_message_size(cfg.dim, cfg.bits, cfg.resolved_degree)
+        return max_client_message_size(self.session.dim, self.session.bits, 0)
+
     def still_expects(self, device_id: str) -> bool:
         party = self.members.get(device_id)
         return self.status == "running" and party is not None and party in self.session.expected()
@@ -94,8 +104,11 @@ class CohortRuntime:
     async def submit(self, device_id: str, phase: int, data: bytes) -> None:
         party = self._party(device_id)
         digest = hashlib.sha256(data).digest()
-        if self._accepted.get((phase, party)) == digest:
+        accepted = self._accepted.get((phase, party))
+        if accepted == digest:
             return  # a retry of a message already accepted (possibly after its phase closed) is harmless
+        if accepted is not None:  # also after the phase closed: the answer must not depend on timing
+            raise HttpError(409, f"conflicting message: party {party} already sent a different message for phase {Phase(phase).label}")
         if self.status != "running":
             raise HttpError(410, f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         async with self._lock:

@@ -32,7 +32,7 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("post", "/v1/device/cohorts/{cohort_id}/phases/{phase}", "Send this device's secagg message", "binary", None, "signed"),
     ("get", "/v1/device/cohorts/{cohort_id}/phases/{phase}/next", "Long-poll the server's next secagg message", None, "binary", "signed"),
     ("get", "/healthz", "Liveness", None, am.Health, "none"),
-    ("get", "/metrics", "Prometheus metrics", None, "text", "none"),
+    ("get", "/metrics", "Prometheus metrics (bearer token of role admin or metrics when FA_METRICS_AUTH is token, the production default)", None, "text", "none"),
     ("get", "/v1/openapi.json", "This document", None, None, "none"),
 ]
 

@@ -19,8 +19,26 @@ class Settings(BaseSettings):
     db_url: str = "sqlite+aiosqlite:///./fa.db"
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    json_body_limit: int = Field(default=1 << 20, ge=1024, description="bytes; larger JSON bodies get 413")
-    binary_body_limit: int = Field(default=64 << 20, ge=1024, description="bytes; larger phase messages get 413")
+    json_body_limit: int = Field(default=1 << 20, ge=1024, description="bytes; larger analyst JSON bodies get 413")
+    device_json_body_limit: int = Field(
+        default=16 << 10, ge=1024, description="bytes; larger registration, check-in and other device JSON bodies get 413"
+    )
+    binary_body_limit: int = Field(
+        default=64 << 20, ge=1024,
+        description="bytes; cap on a phase message (each cohort's own limit, from its size and vector length, is lower)",
+    )
+    body_read_timeout_s: float = Field(default=30.0, gt=0, description="a request body must arrive within this; else 408")
+    idle_timeout_s: float = Field(
+        default=15.0, gt=0,
+        description="a connection without a complete request head for this long (from connect or the last answer) is closed",
+    )
+    register_rate_per_min: float | None = Field(
+        default=None, ge=0, description="registrations per minute per client address (0 = no limit); default 60 in production, 0 in demo"
+    )
+    register_burst: int = Field(default=20, ge=1, description="registrations one address may make at once before the rate applies")
+    metrics_auth: Literal["token", "open"] | None = Field(
+        default=None, description="`/metrics` needs a token of role admin or metrics (`token`) or not (`open`); default token in production"
+    )
     cohort_formation_wait_s: float = Field(default=2.0, ge=0, description="after enough devices wait, wait this long for more")
     retry_after_s: float = Field(default=5.0, gt=0, description="`retry_after` given to devices with nothing to do")
     checkin_max_wait_s: float = Field(default=20.0, ge=0, description="cap on a device's long-poll")
@@ -53,6 +71,15 @@ class Settings(BaseSettings):
     max_consecutive_aborts: int = Field(
         default=5, ge=1, le=10_000, description="a query fails after this many aborted cohorts in a row"
     )
+
+    def register_rate(self) -> float:
+        """Registrations per minute per address; 0 means unlimited."""
+        if self.register_rate_per_min is not None:
+            return self.register_rate_per_min
+        return 60.0 if self.profile == "production" else 0.0
+
+    def metrics_need_token(self) -> bool:
+        return (self.metrics_auth or ("token" if self.profile == "production" else "open")) == "token"
 
     def default_budget(self) -> Budget:
         """Total (ε, δ) of a source without an admin-set budget."""

@@ -12,6 +12,7 @@ from analytics_server.db.store import Store
 from analytics_server.metrics import Metrics
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.pool import DevicePool
+from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.settings import Settings
 
 
@@ -24,6 +25,7 @@ class AppState:
     metrics: Metrics
     orchestrator: Orchestrator
     executor: Executor
+    register_limiter: AddressRateLimiter | None = None
 
 
 STATE = web.AppKey("state", AppState)

@@ -27,6 +27,7 @@ SERVER_ENV = {
     "FA_RETRY_AFTER_S": "1",
     "FA_COHORT_FORMATION_WAIT_S": "1.5",
     "FA_CHECKIN_MAX_WAIT_S": "5",
+    "FA_REGISTER_RATE_PER_MIN": "0",  # whole simulated fleets register from 127.0.0.1, also in production profile
 }
 
 

@@ -319,3 +319,16 @@ def decode(data: bytes) -> Message:
     msg = cls.parse(sid, party, r)
     r.finish()
     return msg
+
+
+PEER_ENTRY_MAX = 128
+"""Bytes one peer may take in a client message: a share-keys entry is 8 + 90 (AES-GCM of two 33-byte
+shares and two party ids), an unmask-shares entry 38."""
+
+
+def max_client_message_size(dim: int, bits: int, degree: int) -> int:
+    """An upper bound on any message a client sends in a session with vector length `dim`, `bits` per entry
+    and `degree` neighbours (n − 1 for the complete graph): lets a server refuse a larger body before
+    reading it."""
+    vector = (dim * bits + 7) // 8
+    return HEADER.size + 8 + max(vector, 2 * KEY + 4 + SIG) + PEER_ENTRY_MAX * (degree + 1)

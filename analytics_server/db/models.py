@@ -110,6 +110,8 @@ class Token(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str | None] = mapped_column(String(16), nullable=True, index=True)
+    """The token's first characters (shown by `fa-server token list`, accepted by `token revoke`)."""
     role: Mapped[str] = mapped_column(String(16))
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -119,12 +121,15 @@ class Token(Base):
 
 
 class Nonce(Base):
-    """Nonces of signed device requests inside the timestamp window (replay protection across restarts)."""
+    """Nonce of a state-changing signed device request, kept until no request carrying it can pass the
+    timestamp check again: `expires_at` = max(received, timestamp) + signature window (unix seconds).
+    The primary key (device, nonce) makes a replay an INSERT conflict, in every server process."""
 
     __tablename__ = "nonces"
 
-    key: Mapped[str] = mapped_column(String(120), primary_key=True)  # device id + ":" + nonce
-    ts: Mapped[float] = mapped_column(Float, index=True)
+    device_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
 
 
 class Event(Base):

@@ -44,7 +44,10 @@ from analytics_server.db.models import (
 from queries import dp
 from secagg.phases import Phase
 
-ROLES = ("analyst", "admin")
+ROLES = ("analyst", "admin", "metrics")
+"""`metrics` may only read `/metrics` (for a Prometheus scraper)."""
+TOKEN_PREFIX_CHARS = 10
+"""Characters of a token kept in clear ("fa_" + 7 random ones, 42 of its 256 random bits) to name it."""
 TERMINAL = ("succeeded", "failed", "cancelled")
 ACTIVE = ("pending", "running")
 
@@ -113,6 +116,18 @@ class AnalystUsage:
 
 
 @dataclass(frozen=True)
+class TokenRow:
+    """A token as `fa-server token list` shows it (never the token itself: only its hash is stored)."""
+
+    id: int
+    prefix: str | None
+    role: str
+    label: str | None
+    created_at: datetime
+    revoked: bool
+
+
+@dataclass(frozen=True)
 class BudgetState:
     """A source's ledger: total (admin-set or the configured default), spent (basic composition of the
     charged queries), remaining."""
@@ -148,7 +163,8 @@ class Store:
             raise ValueError(f"role: must be one of {', '.join(ROLES)}, got {role!r}")
         token = "fa_" + secrets.token_urlsafe(32)
         async with self._tx() as s:
-            s.add(Token(token_hash=hash_token(token), role=role, label=label, revoked=False, created_at=now()))
+            s.add(Token(token_hash=hash_token(token), prefix=token[:TOKEN_PREFIX_CHARS], role=role, label=label,
+                        revoked=False, created_at=now()))
         return token
 
     async def lookup_token(self, token: str) -> TokenInfo | None:
@@ -157,6 +173,37 @@ class Store:
         if row is None or row.revoked:
             return None
         return TokenInfo(row.id, row.role)
+
+    async def list_tokens(self) -> list[TokenRow]:
+        async with self.sessions() as s:
+            rows = (await s.execute(select(Token).order_by(Token.id))).scalars()
+            return [TokenRow(r.id, r.prefix, r.role, r.label, r.created_at, r.revoked) for r in rows]
+
+    async def revoke_token(self, id_or_prefix: str) -> TokenRow:
+        """Mark one token revoked, named by its id or by a prefix of the token that matches exactly one
+        token. Raises LookupError (no match, or an ambiguous prefix). Revoking twice is harmless."""
+        async with self._tx() as s:
+            rows: list[Token] = []
+            if id_or_prefix.isdigit():
+                row = await s.get(Token, int(id_or_prefix))
+                rows = [row] if row is not None else []
+            elif len(id_or_prefix) < 4:
+                raise LookupError(f"{id_or_prefix!r}: give a token id or at least 4 characters of its prefix")
+            else:
+                pattern = id_or_prefix[:TOKEN_PREFIX_CHARS]
+                rows = list((await s.execute(select(Token).where(Token.prefix.startswith(pattern, autoescape=True)))).scalars())
+                if len(id_or_prefix) > TOKEN_PREFIX_CHARS:  # longer than a prefix: the whole token
+                    rows = [r for r in rows if r.token_hash == hash_token(id_or_prefix)]
+            if not rows:
+                raise LookupError(f"no token with id or prefix {id_or_prefix!r}")
+            if len(rows) > 1:
+                raise LookupError(f"prefix {id_or_prefix!r} matches {len(rows)} tokens (ids "
+                                  f"{', '.join(str(r.id) for r in rows)}); give the id")
+            row = rows[0]
+            if not row.revoked:
+                row.revoked = True
+                s.add(Event(type="token.revoked", data={"token_id": row.id}, created_at=now()))
+            return TokenRow(row.id, row.prefix, row.role, row.label, row.created_at, True)
 
     # -- devices and nonces ---------------------------------------------------------------------
 
@@ -173,16 +220,34 @@ class Store:
             row = await s.get(Device, device_id)
         return None if row is None else row.public_key
 
-    async def recent_nonces(self, since: float) -> dict[str, float]:
-        async with self.sessions() as s:
-            rows = (await s.execute(select(Nonce.key, Nonce.ts).where(Nonce.ts >= since))).all()
-        return {k: ts for k, ts in rows}
-
-    async def save_nonces(self, items: list[tuple[str, float]], prune_before: float) -> None:
+    async def claim_nonces(self, rows: list[tuple[str, str, float]]) -> set[tuple[str, str]]:
+        """Insert (device_id, nonce, expires_at) rows in one transaction; returns the (device_id, nonce)
+        pairs that were new. A pair already stored (by this or any other server process) is a replay and
+        is left out. `rows` must not repeat a pair."""
+        if not rows:
+            return set()
+        dialect = self.engine.dialect.name
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as upsert
+        elif dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as upsert  # type: ignore[assignment]
+        else:  # pragma: no cover - only SQLite and PostgreSQL are supported
+            raise RuntimeError(f"nonce ledger: unsupported database dialect {dialect}")
+        stmt = (
+            upsert(Nonce)
+            .values([{"device_id": d, "nonce": n, "expires_at": e} for d, n, e in rows])
+            .on_conflict_do_nothing(index_elements=["device_id", "nonce"])
+            .returning(Nonce.device_id, Nonce.nonce)
+        )
         async with self._tx() as s:
-            await s.execute(delete(Nonce).where(Nonce.ts < prune_before))
-            if items:
-                await s.execute(insert(Nonce), [{"key": k, "ts": t} for k, t in items])
+            inserted = (await s.execute(stmt)).all()
+        return {(d, n) for d, n in inserted}
+
+    async def prune_nonces(self, now_ts: float) -> int:
+        """Delete nonces whose expiry passed: no request carrying them passes the timestamp check any more."""
+        async with self._tx() as s:
+            res = await s.execute(delete(Nonce).where(Nonce.expires_at < now_ts))
+            return int(res.rowcount or 0)
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -658,4 +723,4 @@ async def _lock(session: AsyncSession, dialect: str, names: tuple[str, ...]) -> 
 
 
 __all__ = ["BudgetState", "IntegrityError", "Store", "TokenInfo", "ROLES", "TERMINAL", "vec_from_bytes", "vec_to_bytes",
-           "ACTIVE", "ActiveQueryLimit", "AnalystLimits", "AnalystQuotaExceeded", "AnalystUsage", "QueryNotLive"]
+           "ACTIVE", "ActiveQueryLimit", "AnalystLimits", "AnalystQuotaExceeded", "AnalystUsage", "QueryNotLive", "TokenRow"]

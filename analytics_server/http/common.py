@@ -1,17 +1,22 @@
 """Request parsing, response rendering and error rendering shared by all routes: never a 5xx for bad input.
 
-`read_body` enforces size (413), `parse_json_body` content type (415) and syntax (400), `parse_model` the
-pydantic model (422, message naming the field path); `json_model` renders a pydantic model and
-`app_state` gives a route the process's shared objects. The middleware renders `HttpError`s and aiohttp's
-own HTTP exceptions as JSON `{"error": ...}`; anything else is a server bug and is logged as such.
+`read_body` streams a body up to the route's limit (413 as soon as it is exceeded, also for chunked
+uploads without Content-Length; 408 when it does not arrive within the app's body-read deadline);
+`parse_json_body` enforces content type (415), syntax and nesting depth (400); `parse_model` the pydantic
+model (422, message naming the field path). The middleware renders `HttpError`s and aiohttp's own HTTP
+exceptions as JSON `{"error": ...}` (405 with `Allow`); anything else is a server bug and is logged as such. `json_model` renders a
+pydantic model and `app_state` gives a route the process's shared objects.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
 from typing import Any, TypeVar
 
+import numpy as np
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
@@ -20,6 +25,14 @@ from analytics_server.state import STATE, AppState
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
+BODY_READ_TIMEOUT = web.AppKey("body_read_timeout_s", float)
+"""Seconds a request body may take to arrive (set by create_app from the settings)."""
+DEFAULT_BODY_READ_TIMEOUT_S = 30.0
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays/objects accepted in a JSON body (the specs need fewer than ten)."""
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
+"""A JSON string literal, possibly unterminated; possessive, so matching is linear in the body length."""
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 
 
 def app_state(request: web.Request) -> AppState:
@@ -59,15 +72,36 @@ def parse_model(model: type[M], data: Any, prefix: str = "") -> M:
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, read as it streams in: 413 once it exceeds `limit` (a declared Content-Length
+    is refused before anything is read), 408 when it has not fully arrived within the body-read deadline."""
     if request.content_length is not None and request.content_length > limit:
         raise HttpError(413, f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise HttpError(415, f"Content-Encoding {encoding[:40]!r} is not accepted; send the body uncompressed")
+    timeout = request.app.get(BODY_READ_TIMEOUT, DEFAULT_BODY_READ_TIMEOUT_S)
+    body = bytearray()
     try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise HttpError(413, f"request body exceeds the limit of {limit} bytes") from None
-    if len(body) > limit:
-        raise HttpError(413, f"request body of {len(body)} bytes exceeds the limit of {limit} bytes")
-    return body
+        async with asyncio.timeout(timeout):
+            while chunk := await request.content.readany():
+                if len(body) + len(chunk) > limit:
+                    raise HttpError(413, f"request body exceeds the limit of {limit} bytes")
+                body += chunk
+    except TimeoutError:
+        raise HttpError(408, f"request body not received within {timeout:g} s") from None
+    except web.RequestPayloadError as exc:
+        raise HttpError(400, f"malformed request body: {exc}") from None
+    return bytes(body)
+
+
+def json_depth(body: bytes) -> int:
+    """Deepest nesting of `[`/`{` in a JSON text, ignoring brackets inside strings (linear time)."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    arr = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((arr == ord("[")) | (arr == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
 
 
 def parse_json_body(request: web.Request, body: bytes) -> Any:
@@ -76,10 +110,15 @@ def parse_json_body(request: web.Request, body: bytes) -> Any:
         raise HttpError(415, f"Content-Type must be application/json, got {ctype or 'none'}")
     if not body:
         raise HttpError(400, "empty body: expected a JSON object")
+    depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        raise HttpError(400, f"malformed JSON: nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
     try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HttpError(400, f"malformed JSON: {exc}") from None
+    except (RecursionError, ValueError) as exc:
+        raise HttpError(400, f"malformed JSON: {type(exc).__name__}") from None
 
 
 def route_class(request: web.Request) -> str:
@@ -102,11 +141,12 @@ def make_error_middleware(metrics: Any) -> Any:
             if exc.status < 400:
                 raise
             msg = {
-                404: f"no route {request.method} {request.path}",
-                405: f"method {request.method} not allowed on {request.path}",
+                404: f"no route {request.method} {request.path[:200]}",
+                405: f"method {request.method} not allowed on {request.path[:200]}",
                 413: "request body exceeds the size limit",
             }.get(exc.status, exc.reason)
-            resp = error_json(exc.status, msg)
+            allow = exc.headers.get("Allow")
+            resp = error_json(exc.status, msg, headers={"Allow": allow} if allow is not None else None)
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
             resp = error_json(500, "internal server error")

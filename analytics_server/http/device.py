@@ -6,6 +6,11 @@ signed by the device key (analytics_server.auth.DeviceAuth); registration is sig
 registered (proof of possession). Phase messages are binary
 (`application/octet-stream`): the device POSTs its secagg bytes for the phase and long-polls
 `…/next` for the server's message of the following phase.
+
+Order of checks: everything that needs no body (signing headers, timestamp window, device known, cohort,
+membership, phase, content type, declared length) comes first; then the body is read, bounded by the
+route's limit (a phase message by its cohort's largest legitimate message); then the signature; then
+state-changing requests claim their nonce in the database before they act.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from analytics_server.cohort import CohortRuntime
 from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
+from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.state import AppState
 from queries.envelope import (
     HDR_DEVICE,
@@ -54,18 +60,25 @@ def _device_state(request: web.Request) -> AppState:
 @routes.post("/v1/device/register")
 async def register(request: web.Request) -> web.Response:
     st = _device_state(request)
-    body = await read_body(request, st.settings.json_body_limit)
+    if st.register_limiter is not None:
+        wait = st.register_limiter.take(request.remote)
+        if wait > 0:
+            retry = AddressRateLimiter.retry_after_header(wait)
+            raise HttpError(429, f"too many registrations from this address; retry in {retry} s",
+                            headers={"Retry-After": retry})
+    if request.headers.get(HDR_DEVICE):
+        raise HttpError(400, f"{HDR_DEVICE} must not be sent when registering")
+    hdrs = st.auth.signed_headers(request)
+    body = await read_body(request, st.settings.device_json_body_limit)
     req = parse_model(RegisterRequest, parse_json_body(request, body))
     try:
         raw = b64d(req.public_key, "public_key", 32)
         key = Ed25519PublicKey.from_public_bytes(raw)
     except ValueError as exc:
         raise HttpError(422, str(exc)) from None
-    if request.headers.get(HDR_DEVICE):
-        raise HttpError(400, f"{HDR_DEVICE} must not be sent when registering")
-    _, nonce = st.auth.check_signature(key, request, body)
+    st.auth.check_signature(key, request, body, hdrs)
     device_id = device_id_for(raw)
-    st.auth.remember_nonce(device_id, nonce)
+    await st.auth.claim(device_id, hdrs)
     await st.store.register_device(device_id, raw)
     return json_model(RegisterResponse(device_id=device_id), 201, exclude_none=True)
 
@@ -73,9 +86,12 @@ async def register(request: web.Request) -> web.Response:
 @routes.post("/v1/device/checkin")
 async def checkin(request: web.Request) -> web.Response:
     st = _device_state(request)
-    body = await read_body(request, st.settings.json_body_limit)
-    device_id = await st.auth.verify(request, body)
+    dev = await st.auth.identify(request)
+    body = await read_body(request, st.settings.device_json_body_limit)
+    st.auth.check_signature(dev.key, request, body, dev.headers)
     req = parse_model(CheckinRequest, parse_json_body(request, body))
+    await st.auth.claim(dev.device_id, dev.headers)  # before the device can be seated in a cohort
+    device_id = dev.device_id
     st.metrics.checkins += 1
     assignment = st.pool.current(device_id)
     waited = False
@@ -110,10 +126,19 @@ def _phase(request: web.Request) -> int:
     return int(text)
 
 
+async def _read_only(st: AppState, request: web.Request) -> str:
+    """Authenticate a read-only device request (small body, in-process replay check)."""
+    dev = await st.auth.identify(request)
+    body = await read_body(request, st.settings.device_json_body_limit)
+    st.auth.check_signature(dev.key, request, body, dev.headers)
+    st.auth.claim_read_only(dev.device_id, dev.headers)
+    return dev.device_id
+
+
 @routes.get("/v1/device/cohorts/{cohort_id}")
 async def cohort_status(request: web.Request) -> web.Response:
     st = _device_state(request)
-    device_id = await st.auth.verify(request, await read_body(request, st.settings.json_body_limit))
+    device_id = await _read_only(st, request)
     cohort = _cohort(st, request.match_info["cohort_id"])
     if device_id not in cohort.members:
         raise HttpError(403, f"device is not a member of cohort {cohort.id}")
@@ -125,22 +150,26 @@ async def cohort_status(request: web.Request) -> web.Response:
 @routes.post("/v1/device/cohorts/{cohort_id}/phases/{phase}")
 async def post_message(request: web.Request) -> web.Response:
     st = _device_state(request)
-    body = await read_body(request, st.settings.binary_body_limit)
-    device_id = await st.auth.verify(request, body)
+    dev = await st.auth.identify(request)
     phase = _phase(request)
+    cohort = _cohort(st, request.match_info["cohort_id"])
+    if dev.device_id not in cohort.members:
+        raise HttpError(403, f"device is not a member of cohort {cohort.id}")
     if request.content_type != "application/octet-stream":
         raise HttpError(415, f"Content-Type must be application/octet-stream, got {request.content_type or 'none'}")
+    body = await read_body(request, min(st.settings.binary_body_limit, cohort.message_limit))
+    st.auth.check_signature(dev.key, request, body, dev.headers)
     if not body:
         raise HttpError(400, "empty body: expected the secagg message bytes")
-    cohort = _cohort(st, request.match_info["cohort_id"])
-    await cohort.submit(device_id, phase, body)
+    await st.auth.claim(dev.device_id, dev.headers)
+    await cohort.submit(dev.device_id, phase, body)
     return web.json_response({"accepted": True, "phase": phase}, status=202)
 
 
 @routes.get("/v1/device/cohorts/{cohort_id}/phases/{phase}/next")
 async def next_message(request: web.Request) -> web.StreamResponse:
     st = _device_state(request)
-    device_id = await st.auth.verify(request, await read_body(request, st.settings.json_body_limit))
+    device_id = await _read_only(st, request)
     phase = _phase(request)
     try:
         wait_s = float(request.query.get("wait", "0"))

@@ -2,7 +2,7 @@
 ledger lock rows, and an index on the query owner.
 
 Revision ID: 0005
-Revises: 0002
+Revises: 0004
 Create Date: 2026-12-01
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0002"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

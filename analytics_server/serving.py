@@ -1,0 +1,139 @@
+"""How `fa-server serve` runs the app on the open internet: the open-file limit, connection timeouts, and
+logs that cannot flood.
+
+- The open-file soft limit is raised to the hard limit at startup (each connection holds a descriptor;
+  the common default of 1,024 is exhausted by a thousand idle connections).
+- `FA_IDLE_TIMEOUT_S` is aiohttp's keep-alive timeout. aiohttp (3.14) arms it when a connection is made
+  and again after every answer, and closes the connection if the next request head has not arrived
+  completely by then — also while bytes are still trickling in — so it is the header-read timeout as well
+  (slow-loris and half-open connections). Bodies have their own deadline (`FA_BODY_READ_TIMEOUT_S`,
+  `http.common.read_body`).
+- Event-loop errors (e.g. `socket.accept() out of system resource`, which asyncio reports on every accept
+  attempt while descriptors are exhausted) and WARNING-or-worse log records are rate-limited per message:
+  a few per interval, then one line saying how many were suppressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import resource
+import time
+from collections import Counter
+from typing import Any
+
+from aiohttp import web
+
+from analytics_server.settings import Settings
+
+log = logging.getLogger(__name__)
+LOG_INTERVAL_S = 10.0
+LOG_BURST = 5
+"""At most this many records of one message per interval (WARNING and above)."""
+_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+NOFILE_CAP = 1 << 20
+"""Soft limit used when the hard limit is unlimited."""
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns (before, after) and logs the change."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = NOFILE_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+            return soft, soft
+        log.info("open-file limit raised from %d to %d", soft, target)
+        return soft, target
+    log.info("open-file limit is %s", "unlimited" if soft == resource.RLIM_INFINITY else soft)
+    return soft, soft
+
+
+class _Window:
+    """Per-key counter: allows `burst` events per `interval`, counts the rest."""
+
+    def __init__(self, interval: float, burst: int) -> None:
+        self.interval, self.burst = interval, burst
+        self._start: dict[Any, float] = {}
+        self._seen: Counter[Any] = Counter()
+
+    def admit(self, key: Any, now: float) -> tuple[bool, int]:
+        """(log this one?, how many were suppressed in the window that just ended)."""
+        start = self._start.get(key)
+        suppressed = 0
+        if start is None or now - start >= self.interval:
+            if start is not None:
+                suppressed = max(0, self._seen[key] - self.burst)
+            if len(self._start) > 10_000:  # bounded: forget every key at once
+                self._start.clear()
+                self._seen.clear()
+            self._start[key], self._seen[key] = now, 0
+        self._seen[key] += 1
+        return self._seen[key] <= self.burst, suppressed
+
+
+class RateLimitFilter(logging.Filter):
+    """Drops WARNING-or-worse records beyond LOG_BURST per (logger, message) and interval."""
+
+    def __init__(self, interval: float = LOG_INTERVAL_S, burst: int = LOG_BURST) -> None:
+        super().__init__()
+        self._window = _Window(interval, burst)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        ok, suppressed = self._window.admit((record.name, record.msg), time.monotonic())
+        if ok and suppressed:
+            record.msg = f"{record.msg} [{suppressed} similar messages suppressed in the last {self._window.interval:g} s]"
+        return ok
+
+
+class LoopErrorHandler:
+    """Event-loop exception handler: resource exhaustion is one warning line without a traceback, and
+    every kind of loop error is rate-limited."""
+
+    def __init__(self, interval: float = LOG_INTERVAL_S, burst: int = LOG_BURST) -> None:
+        self._window = _Window(interval, burst)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message") or "event loop error")
+        exc = context.get("exception")
+        ok, suppressed = self._window.admit((message, type(exc).__name__), time.monotonic())
+        if not ok:
+            return
+        note = f" [{suppressed} similar suppressed in the last {self._window.interval:g} s]" if suppressed else ""
+        if isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS:
+            log.warning("%s: %s%s", message, exc.strerror or exc, note)
+        elif "_start_serving" in repr(context.get("handle")):
+            # asyncio schedules one accept retry per failed accept() (up to the backlog per wake-up); those
+            # still pending when the listener closes fail on its closed descriptor: harmless
+            log.warning("accept retry after descriptor exhaustion failed: %s%s", exc, note)
+        elif isinstance(exc, (ConnectionError, TimeoutError)):
+            log.info("%s: %s%s", message, exc, note)
+        else:
+            loop.default_exception_handler({**context, "message": message + note})
+
+
+def install_log_limits() -> None:
+    """Attach the rate-limit filter to every handler of the root logger (call after logging is set up)."""
+    flt = RateLimitFilter()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(flt)
+
+
+def run(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM."""
+    from analytics_server.app import create_app
+
+    raise_open_file_limit()
+    install_log_limits()
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(LoopErrorHandler())
+    web.run_app(
+        create_app(settings), host=settings.host, port=settings.port, shutdown_timeout=3.0,
+        keepalive_timeout=settings.idle_timeout_s, loop=loop, print=lambda m: print(m, flush=True),
+    )

@@ -1,0 +1,288 @@
+"""Acceptance, against real `fa-server` processes: replays refused across restarts and SIGKILL, bodies bounded
+while they stream in, parser limits, and connections that never complete a request closed on time."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import select
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from device_sdk.analyst_cli import AnalystClient
+from queries.envelope import b64e
+from tests.e2e.harness import Fleet, Server, SyncDevice, fresh_database
+
+pytestmark = pytest.mark.e2e
+MiB = 1 << 20
+
+
+def _checkin(dev: SyncDevice, ts: str | None = None) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps({"wait_s": 0}).encode()
+    h = dev.signed_headers("POST", "/v1/device/checkin", body, ts=ts)
+    return body, {**h, "Content-Type": "application/json"}
+
+
+def _new_server(tmp: Path, name: str, env: dict[str, str] | None = None) -> Server:
+    url = f"sqlite+aiosqlite:///{tmp / (name + '.db')}"
+    fresh_database(url)
+    return Server(url, tmp / f"{name}.log", env=env)
+
+
+def test_future_stamped_request_replayed_after_the_old_prune_time_is_refused(tmp_path: Path) -> None:
+    """Stamped `window − 1` s ahead, a request's timestamp stays acceptable until received + 2·window − 1.
+    Pruning its nonce at received + window (the old rule) let it be replayed; the nonce must be kept until
+    timestamp + window."""
+    window = 6.0
+    srv = _new_server(tmp_path, "future", {"FA_SIGNATURE_WINDOW_S": str(window)}).start()
+    try:
+        dev = SyncDevice(srv.url)
+        dev.register()
+        received = time.time()
+        body, headers = _checkin(dev, ts=f"{received + window - 1:.3f}")
+        status, _, raw = dev.raw("POST", "/v1/device/checkin", body, headers)
+        assert status == 200, raw
+        time.sleep(max(0.0, received + window + 0.5 - time.time()))  # past the old prune time
+        srv.stop()  # a restart reloads nonces from the database: only the database counts
+        srv.start()
+        assert time.time() - (received + window - 1) < window, "replay must still be inside the timestamp window"
+        status, _, raw = dev.raw("POST", "/v1/device/checkin", body, headers)
+        assert status == 401 and b"replayed" in raw, (status, raw)
+    finally:
+        srv.stop()
+    assert not srv.log_has_tracebacks()
+
+
+def test_requests_replayed_after_sigkill_and_restart_are_refused(server: Server) -> None:
+    """State-changing requests store their nonce before they act: none is lost in a crash."""
+    dev = SyncDevice(server.url)
+    dev.register()
+    sent = []
+    reg_body = json.dumps({"public_key": b64e(dev.public)}).encode()
+    reg_headers = {**dev.signed_headers("POST", "/v1/device/register", reg_body, device=False), "Content-Type": "application/json"}
+    status, _, raw = dev.raw("POST", "/v1/device/register", reg_body, reg_headers)
+    assert status == 201, raw
+    sent.append(("/v1/device/register", reg_body, reg_headers))
+    for _ in range(5):
+        body, headers = _checkin(dev)
+        status, _, raw = dev.raw("POST", "/v1/device/checkin", body, headers)
+        assert status == 200, raw
+        sent.append(("/v1/device/checkin", body, headers))
+    server.kill9()  # right after the last answer
+    server.start()
+    for path, body, headers in sent:
+        status, _, raw = dev.raw("POST", path, body, headers)
+        assert status == 401 and b"replayed" in raw, (path, status, raw)
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def chunked_upload(port: int, path: str, headers: dict[str, str], total: int, timeout_s: float = 60) -> tuple[int, int]:
+    """POST `total` zero bytes with Transfer-Encoding: chunked (no Content-Length), stopping as soon as the
+    server answers. Returns (status, bytes of body sent before the answer)."""
+    frame = f"{64 * 1024:x}\r\n".encode() + b"\0" * (64 * 1024) + b"\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.encode())
+        s.setblocking(False)
+        sent, pending, answer = 0, memoryview(frame), b""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            writing = [s] if pending else []
+            readable, writable, _ = select.select([s], writing, [], 1.0)
+            if readable:
+                try:
+                    data = s.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    break
+                answer += data
+                if b"\r\n" in answer:
+                    return int(answer.split(b" ", 2)[1]), sent
+            if writable:
+                try:
+                    n = s.send(pending)
+                except (BrokenPipeError, ConnectionResetError):
+                    pending = memoryview(b"")
+                    continue
+                pending = pending[n:]
+                if not pending and sent < total:
+                    sent += 64 * 1024
+                    pending = memoryview(frame if sent < total else b"0\r\n\r\n")
+        raise AssertionError(f"no answer to the chunked upload to {path} (sent {sent} bytes, got {answer[:100]!r})")
+
+
+def test_chunked_oversized_uploads_are_cut_off_while_streaming(server: Server, tmp_path: Path) -> None:
+    """Ten chunked 60 MiB uploads each to registration (413), to a phase as a stranger (401) and to a phase
+    as a member of a live cohort (413 at the cohort's message size, far below FA_BINARY_BODY_LIMIT):
+    answered without being read whole, and the server's memory stays flat."""
+    admin = AnalystClient(server.url, server.token("admin"))
+    fleet = Fleet(server.url, 3, tmp_path, seed=31)
+    try:
+        admin.submit({"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},
+                      "cohort": {"min_clients": 4, "max_clients": 4, "phase_timeout_s": 300}})
+        member = SyncDevice(server.url)
+        member.register()
+        a = member.checkin_until_assigned()
+        phase_path = f"/v1/device/cohorts/{a['cohort_id']}/phases/0"
+        stranger = SyncDevice(server.url)
+        pid = server.proc.pid  # type: ignore[union-attr]
+        before = _rss_bytes(pid)
+        answers: dict[str, list[tuple[int, int]]] = {"register": [], "stranger": [], "member": []}
+        for _ in range(10):
+            h = stranger.signed_headers("POST", "/v1/device/register", b"", device=False)
+            answers["register"].append(chunked_upload(server.port, "/v1/device/register",
+                                                      {**h, "Content-Type": "application/json"}, 60 * MiB))
+            answers["stranger"].append(chunked_upload(server.port, phase_path,
+                                                      {"Content-Type": "application/octet-stream"}, 60 * MiB))
+            h = member.signed_headers("POST", phase_path, b"")
+            answers["member"].append(chunked_upload(server.port, phase_path,
+                                                    {**h, "Content-Type": "application/octet-stream"}, 60 * MiB))
+        growth = _rss_bytes(pid) - before
+        print(json.dumps({"rss_before_mb": round(before / MiB, 1), "rss_growth_mb": round(growth / MiB, 1),
+                          "max_sent_before_answer_mb": {k: round(max(s for _, s in v) / MiB, 1) for k, v in answers.items()}}))
+        assert {st for st, _ in answers["register"]} == {413}
+        assert {st for st, _ in answers["stranger"]} == {401}
+        assert {st for st, _ in answers["member"]} == {413}
+        assert growth < 50 * MiB, f"server RSS grew by {growth / MiB:.0f} MiB"
+        # answered long before the 60 MiB were sent (what was sent sat in socket buffers)
+        assert max(sent for v in answers.values() for _, sent in v) < 30 * MiB
+    finally:
+        fleet.stop()
+
+
+def test_deeply_nested_json_and_405_over_http(server: Server) -> None:
+    token = server.token("analyst")
+    dev = SyncDevice(server.url)
+    deep = b"[" * 1000 + b"]" * 1000
+    status, _, raw = dev.raw("POST", "/v1/queries", deep, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    assert status == 400 and b"nested" in raw, (status, raw)
+    dev.register()
+    status, _, raw = dev.call("POST", "/v1/device/checkin", deep)
+    assert status == 400 and b"nested" in raw, (status, raw)
+    status, headers, raw = dev.raw("DELETE", "/v1/queries", b"", {"Authorization": f"Bearer {token}"})
+    assert status == 405 and {m.strip() for m in headers["Allow"].split(",")} >= {"GET", "POST"}
+
+
+@contextlib.contextmanager
+def _soft_nofile(limit: int) -> Iterator[None]:
+    """Lower this process's open-file soft limit (inherited by servers started inside)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _half_open(port: int, n: int) -> list[socket.socket]:
+    """n connections: a third send nothing, the others half a request head (the caller drips into some)."""
+    socks = []
+    for i in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        if i % 3:
+            s.sendall(b"GET /v1/queries HTTP/1.1\r\nHost: x\r\n")
+        s.setblocking(False)
+        socks.append(s)
+    return socks
+
+
+def _closed_by_server(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _api_ok(url: str, token: str) -> bool:
+    req = urllib.request.Request(url + "/v1/queries", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=3) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def test_half_open_connections_are_closed_and_the_api_keeps_answering(tmp_path: Path) -> None:
+    idle = 2.0
+    srv = _new_server(tmp_path, "halfopen", {"FA_IDLE_TIMEOUT_S": str(idle)})
+    with _soft_nofile(1024):
+        srv.start()
+    try:
+        limits = Path(f"/proc/{srv.proc.pid}/limits").read_text()  # type: ignore[union-attr]
+        line = next(ln for ln in limits.splitlines() if ln.startswith("Max open files"))
+        soft, hard = line.split()[3:5]
+        assert soft == hard, line  # raised to the hard limit at startup
+        assert "open-file limit raised from 1024" in srv.log_path.read_text() or hard == "1024"
+        token = srv.token("analyst")
+        socks = _half_open(srv.port, 300)
+        drip = socks[2::3]
+        answered, started = [], time.monotonic()
+        while time.monotonic() - started < idle * 3:
+            for s in drip:  # slow-loris: a header byte every 0.3 s keeps arriving
+                with contextlib.suppress(OSError):
+                    s.send(b"X")
+            answered.append(_api_ok(srv.url, token))
+            time.sleep(0.3)
+        closed = sum(_closed_by_server(s) for s in socks)
+        print(json.dumps({"half_open": len(socks), "closed_by_server": closed, "api_ok": sum(answered),
+                          "api_requests": len(answered)}))
+        for s in socks:
+            s.close()
+        assert closed == len(socks)
+        assert all(answered)
+    finally:
+        srv.stop()
+    assert not srv.log_has_tracebacks()
+
+
+def test_descriptor_exhaustion_does_not_flood_the_log_and_the_server_recovers(tmp_path: Path) -> None:
+    """With the hard limit itself low, more half-open connections than descriptors: asyncio reports every
+    failed accept; the log stays small, and once the idle timeout frees descriptors the API answers."""
+    srv = _new_server(tmp_path, "exhaust", {"FA_IDLE_TIMEOUT_S": "2"}).start()
+    try:
+        token = srv.token("analyst")
+        pid = srv.proc.pid  # type: ignore[union-attr]
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (128, 128))
+        log_before = srv.log_path.stat().st_size
+        socks = []
+        for _ in range(300):
+            try:
+                s = socket.create_connection(("127.0.0.1", srv.port), timeout=0.5)
+                s.sendall(b"GET / HTTP/1.1\r\n")
+                socks.append(s)
+            except OSError:
+                break
+        time.sleep(5)
+        grown = srv.log_path.stat().st_size - log_before
+        for s in socks:
+            s.close()
+        deadline = time.monotonic() + 30
+        while not _api_ok(srv.url, token):
+            assert time.monotonic() < deadline, "the API did not recover"
+            time.sleep(0.5)
+        text = srv.log_path.read_text(errors="replace")
+        print(json.dumps({"connections": len(socks), "log_growth_bytes": grown,
+                          "accept_error_lines": text.count("out of system resource")}))
+        assert "out of system resource" in text  # the situation did arise
+        assert grown < 200_000, f"log grew by {grown} bytes"
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.log_path.read_text(errors="replace")
