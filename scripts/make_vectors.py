@@ -29,10 +29,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from queries.dp import noise  # noqa: E402
+from queries.registry import get_kind  # noqa: E402
 from queries.envelope import (  # noqa: E402
     HDR_NONCE,
+    HDR_PROTOCOL,
     HDR_SIGNATURE,
     HDR_TIMESTAMP,
+    PROTOCOL_VERSION,
     SIGNING_DOMAIN,
     device_id_for,
     signing_payload,
@@ -541,6 +544,50 @@ def transcript_vectors(case: Json) -> Json:
     }
 
 
+def _kind_case(kind: str, params: Json, rows: list[Any], seed: bytes = b"kind/0") -> Json:
+    """A case for `kind_encodings`: the task the kind plans for round 0 of `params` (so a port needs no planner)."""
+    k = get_kind(kind)
+    p = k.parse_params(params)
+    plan = k.plan_round(p, k.initial_state(p), 0)
+    assert plan is not None
+    return {"kind": kind, "params": params, "task": plan.task, "rows": rows, "seed": h(seed),
+            "plan": {"dim": plan.dim, "max_abs": plan.max_abs}}
+
+
+def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
+    rng = SeededRandom(seed).generator()
+    return np.asarray(get_kind(case["kind"]).contribute(case["task"], case["rows"], rng), dtype=np.int64)
+
+
+@topic(
+    "kind_encodings",
+    "Each query kind's device encoding (`contribute(task, rows, rng)`) of given rows, before noise and masking. "
+    "`rng` is SeededRandom(seed).generator() (numpy PCG64); `uses_rng` says whether the vector depends on it "
+    "(stochastic rounding, local SGD) — a port reproduces those vectors only with the same generator, and checks "
+    "the deterministic ones byte for byte.",
+    [
+        _kind_case("histogram", {"buckets": ["moon", "sun", "star"]}, ["moon", "sun", "moon", "comet"]),
+        _kind_case("histogram", {"buckets": ["a", "b", "c", "d"], "max_contributions_per_device": 2,
+                                 "other_bucket": "other"}, ["d", "zzz", "a", "a"]),
+        _kind_case("histogram", {"buckets": ["x", "y"]}, []),
+        _kind_case("feature_stats", {"features": [{"name": "age", "lower": 18, "upper": 90},
+                                                  {"name": "income", "lower": 0, "upper": 2e5}]},
+                   [{"age": 31.0, "income": 52000.0}, {"age": 64.0}, {"age": 200.0, "income": -5.0}]),
+        _kind_case("heavy_hitters", {"mode": "secagg", "max_length": 4, "alphabet": "abcdefghijklmnopqrstuvwxyz"},
+                   ["hello"]),
+        _kind_case("heavy_hitters", {"mode": "triehh", "max_length": 3, "alphabet": "abc", "theta": 2,
+                                     "sample_rate": 0.5}, ["abc", "cab"]),
+        _kind_case("training", {"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0,
+                                "holdout_fraction": 0.0},
+                   [{"x": [0.1, -0.2, 0.3], "y": 1}, {"x": [0.0, 0.5, -0.1], "y": 0}]),
+    ],
+)
+def kind_encodings_vectors(case: Json) -> Json:
+    vec = _kind_vector(case, unh(case["seed"]))
+    other = _kind_vector(case, unh(case["seed"]) + b"/other")
+    return {"vector": big(vec), "dim": int(vec.shape[0]), "uses_rng": bool(not np.array_equal(vec, other))}
+
+
 @topic(
     "request_signing",
     "Device request signing (queries/envelope.py): the signed payload, its Ed25519 signature under a fixed "
@@ -569,7 +616,7 @@ def request_signing_vectors(case: Json) -> Json:
         "payload": h(payload),
         "payload_text": payload.decode("utf-8"),
         "signature": h(sig),
-        "headers": {HDR_TIMESTAMP: case["timestamp"], HDR_NONCE: case["nonce"], HDR_SIGNATURE: base64.b64encode(sig).decode()},
+        "headers": {HDR_PROTOCOL: str(PROTOCOL_VERSION), HDR_TIMESTAMP: case["timestamp"], HDR_NONCE: case["nonce"], HDR_SIGNATURE: base64.b64encode(sig).decode()},
     }
 
 
