@@ -14,12 +14,14 @@ so two server processes on one database cannot both spend the last of a budget.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import delete, func, insert, or_, select, text, update
@@ -147,6 +149,32 @@ class BudgetState:
         return dict(self.__dict__)
 
 
+S = TypeVar("S")
+
+
+def _run_to_completion(cls: type[S]) -> type[S]:
+    """Every public coroutine method of `cls` runs to completion even when its caller is cancelled.
+
+    A query's task is cancelled at whatever it awaits; cancelling a database call half way (aiosqlite runs it
+    in a thread) can leave a connection holding SQLite's write lock until it is garbage-collected, and every
+    other writer then fails with "database is locked". Shielded, the call finishes (commits or rolls back)
+    and only the caller sees the CancelledError."""
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.iscoroutinefunction(fn):
+            continue
+
+        def wrap(f: Any) -> Any:
+            @functools.wraps(f)
+            async def shielded(*args: Any, **kwargs: Any) -> Any:
+                return await asyncio.shield(f(*args, **kwargs))
+
+            return shielded
+
+        setattr(cls, name, wrap(fn))
+    return cls
+
+
+@_run_to_completion
 class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from device_sdk.analyst_cli import AnalystClient
-from queries.envelope import b64e
+from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
 from tests.e2e.harness import Fleet, Server, SyncDevice, fresh_database
 
 pytestmark = pytest.mark.e2e
@@ -149,7 +149,8 @@ def test_chunked_oversized_uploads_are_cut_off_while_streaming(server: Server, t
             answers["register"].append(chunked_upload(server.port, "/v1/device/register",
                                                       {**h, "Content-Type": "application/json"}, 60 * MiB))
             answers["stranger"].append(chunked_upload(server.port, phase_path,
-                                                      {"Content-Type": "application/octet-stream"}, 60 * MiB))
+                                                      {HDR_PROTOCOL: str(PROTOCOL_VERSION),
+                                                       "Content-Type": "application/octet-stream"}, 60 * MiB))
             h = member.signed_headers("POST", phase_path, b"")
             answers["member"].append(chunked_upload(server.port, phase_path,
                                                     {**h, "Content-Type": "application/octet-stream"}, 60 * MiB))
