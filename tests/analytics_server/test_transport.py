@@ -6,41 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 from aiohttp import ClientSession
-from aiohttp.test_utils import TestServer
 from sqlalchemy import text
 
-from analytics_server.app import create_app
 from analytics_server.auth import DeviceAuth, RecentNonces, SignedHeaders
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import Store
 from analytics_server.errors import HttpError
 from analytics_server.http.common import MAX_JSON_DEPTH, json_depth
 from analytics_server.ratelimit import AddressRateLimiter, client_key
-from analytics_server.settings import Settings
 from queries.envelope import b64e
 from tests.signed_device import SignedDevice
-
-@pytest.fixture
-async def make_server(migrated_url: str) -> AsyncIterator[Callable[..., object]]:
-    servers: list[TestServer] = []
-
-    async def make(**overrides: object) -> TestServer:
-        settings = Settings(db_url=migrated_url, retry_after_s=0.5, cohort_formation_wait_s=0.3, checkin_max_wait_s=2,
-                            **overrides)  # type: ignore[arg-type]
-        server = TestServer(create_app(settings))
-        await server.start_server()
-        servers.append(server)
-        return server
-
-    yield make
-    for s in servers:
-        await s.close()
-
 
 class Device(SignedDevice):
     """Signs requests like the SDK (JSON bodies, for the in-process server)."""
@@ -121,8 +99,8 @@ def test_read_only_nonce_memory_is_bounded_and_refuses_replays() -> None:
     assert recent.add("d", "x" * 16, now + 700, now + 400)  # expired entries are forgotten
 
 
-async def test_read_only_replay_is_refused_and_state_changing_replay_survives_a_new_app(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await make_server()
+async def test_read_only_replay_is_refused_and_state_changing_replay_survives_a_new_app(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    server = await start_app_server()
     dev = Device()
     async with ClientSession(str(server.make_url(""))) as http:
         body, h = dev.register_request()
@@ -135,7 +113,7 @@ async def test_read_only_replay_is_refused_and_state_changing_replay_survives_a_
         ck = json.dumps({"wait_s": 0}).encode()
         h_ck = dev.headers("POST", "/v1/device/checkin", ck)
         assert (await http.post("/v1/device/checkin", data=ck, headers=h_ck)).status == 200
-    other = await make_server()  # a second process on the same database
+    other = await start_app_server()  # a second process on the same database
     async with ClientSession(str(other.make_url(""))) as http:
         r = await http.post("/v1/device/checkin", data=ck, headers=h_ck)
         assert r.status == 401 and "replayed" in (await r.json())["error"]
@@ -151,8 +129,8 @@ def test_json_depth_ignores_brackets_in_strings_and_is_linear() -> None:
     assert time.perf_counter() - started < 5
 
 
-async def test_deeply_nested_json_is_400_on_analyst_and_device_routes(make_server, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
-    server = await make_server()
+async def test_deeply_nested_json_is_400_on_analyst_and_device_routes(start_app_server, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
+    server = await start_app_server()
     store = Store(make_engine(migrated_url))
     token = await store.create_token("analyst")
     await store.engine.dispose()
@@ -172,8 +150,8 @@ async def test_deeply_nested_json_is_400_on_analyst_and_device_routes(make_serve
         assert r.status == 400 and "nested" in (await r.json())["error"]
 
 
-async def test_registration_rate_limit_per_address(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await make_server(register_rate_per_min=6, register_burst=3)
+async def test_registration_rate_limit_per_address(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    server = await start_app_server(register_rate_per_min=6, register_burst=3)
     async with ClientSession(str(server.make_url(""))) as http:
         statuses = []
         for _ in range(5):
@@ -197,12 +175,12 @@ def test_rate_limiter_buckets() -> None:
     assert client_key("::ffff:10.0.0.1") == "10.0.0.1" and client_key(None) == "unknown"
 
 
-async def test_metrics_need_a_token_in_production_and_are_open_in_demo(make_server, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
+async def test_metrics_need_a_token_in_production_and_are_open_in_demo(start_app_server, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
     store = Store(make_engine(migrated_url))
     metrics_token, analyst_token = await store.create_token("metrics"), await store.create_token("analyst")
     await store.engine.dispose()
-    prod = await make_server(profile="production")
-    demo = await make_server()
+    prod = await start_app_server(profile="production")
+    demo = await start_app_server()
     async with ClientSession(str(prod.make_url(""))) as http:
         assert (await http.get("/metrics")).status == 401
         assert (await http.get("/metrics", headers={"Authorization": f"Bearer {analyst_token}"})).status == 403
@@ -212,13 +190,13 @@ async def test_metrics_need_a_token_in_production_and_are_open_in_demo(make_serv
         assert (await http.get("/v1/queries", headers={"Authorization": f"Bearer {metrics_token}"})).status == 403
     async with ClientSession(str(demo.make_url(""))) as http:
         assert (await http.get("/metrics")).status == 200
-    closed_demo = await make_server(metrics_auth="token")
+    closed_demo = await start_app_server(metrics_auth="token")
     async with ClientSession(str(closed_demo.make_url(""))) as http:
         assert (await http.get("/metrics")).status == 401
 
 
-async def test_405_names_the_allowed_methods(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await make_server()
+async def test_405_names_the_allowed_methods(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    server = await start_app_server()
     async with ClientSession(str(server.make_url(""))) as http:
         r = await http.delete("/v1/queries")
         assert r.status == 405
@@ -226,8 +204,8 @@ async def test_405_names_the_allowed_methods(make_server) -> None:  # type: igno
         assert "not allowed" in (await r.json())["error"]
 
 
-async def test_a_body_that_stalls_gets_408(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await make_server(body_read_timeout_s=0.5)
+async def test_a_body_that_stalls_gets_408(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    server = await start_app_server(body_read_timeout_s=0.5)
     reader, writer = await asyncio.open_connection(server.host, server.port)
     writer.write(b"POST /v1/device/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-FA-Protocol: 1\r\n"
                  b"X-FA-Timestamp: " + str(int(time.time())).encode() + b"\r\nX-FA-Nonce: " + b"n" * 16 +
@@ -238,8 +216,8 @@ async def test_a_body_that_stalls_gets_408(make_server) -> None:  # type: ignore
     writer.close()
 
 
-async def test_declared_oversized_body_is_refused_before_reading(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await make_server(device_json_body_limit=2048)
+async def test_declared_oversized_body_is_refused_before_reading(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    server = await start_app_server(device_json_body_limit=2048)
     reader, writer = await asyncio.open_connection(server.host, server.port)
     writer.write(b"POST /v1/device/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-FA-Protocol: 1\r\n"
                  b"X-FA-Timestamp: " + str(int(time.time())).encode() + b"\r\nX-FA-Nonce: " + b"n" * 16 +
