@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -66,6 +66,8 @@ class FeatureSpec(BaseModel):
 
 class FeatureStatsParams(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits", "max_examples_per_device")
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
     features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
     bins: int | None = Field(default=None, ge=1, le=MAX_BINS)

@@ -18,7 +18,7 @@ under the threshold are listed in `suppressed`, never silently dropped.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
@@ -41,6 +41,8 @@ BucketName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_BUCKE
 
 class HistogramParams(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("max_contributions_per_device",)
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
     buckets: list[BucketName] = Field(min_length=1, max_length=MAX_BUCKETS)
     max_contributions_per_device: int = Field(default=1, ge=1, le=MAX_CONTRIBUTIONS)

@@ -22,7 +22,7 @@ See docs/heavy_hitters.md for the vector layout, the string rules and the privac
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -52,6 +52,8 @@ class HeavyHittersParams(BaseModel):
     """`params` of a heavy_hitters query. Fields of the other mode are refused, not ignored."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("max_words_per_device",)
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
     mode: Literal["triehh", "secagg"]
     max_length: int = Field(default=10, ge=1, le=MAX_LENGTH)

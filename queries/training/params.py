@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer, model_validator
@@ -144,6 +144,8 @@ class SafeguardSpec(BaseModel):
 
 class TrainingParams(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits",)
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
     model: ModelSpec
     rounds: int = Field(ge=1, le=MAX_ROUNDS)
