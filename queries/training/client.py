@@ -3,7 +3,9 @@
 Rows. White-box models take `{"x": [floats] | {feature: value}, "y": int | float}`; dict rows are put in
 `features` order, and when the task carries a scaler (from a feature_stats result) every row is
 standardised by name with `queries.feature_stats.StandardScaling` (missing values become the mean).
-Malformed rows (no y, wrong length, non-finite values, a label outside the classes) are skipped.
+Malformed rows (no y, wrong length, non-finite values, a label outside the classes) are skipped. A local
+update or evaluation that is not finite (a diverging run) is sent as an all-zero vector — the device still
+takes part, so whether it participates never depends on its data.
 Black-box models take whatever their registered loss takes (see `queries.training.blackbox`).
 
 Split. A row is held out for evaluation when a hash of its canonical JSON falls below
@@ -238,10 +240,15 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         c = float(task["clip_norm"])
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
         client = task["client"]
-        delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
+        weighted = task["weighting"] == "examples"
+        with np.errstate(all="ignore"):  # a diverging local run overflows: caught just below
+            delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
+        if not np.all(np.isfinite(delta)):
+            # Take part with an all-zero vector (no update, no weight): refusing would make participation
+            # depend on the local data.
+            return np.zeros(len(theta) + (1 if weighted and task["votes"] != "sign" else 0), dtype=np.int64)
         if task["votes"] == "sign":
             return np.sign(delta).astype(np.int64)
-        weighted = task["weighting"] == "examples"
         omega = _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
         upd = FixedPoint(c, u / c).encode(omega * clip_l2(delta, c), rng)
         if not weighted:
@@ -255,13 +262,16 @@ def contribute(task: dict[str, Any], rows: list[Any]) -> np.ndarray:
         tr = objective(model, cap_rows(train_rows, cap, rng), task)
         ev = objective(model, cap_rows(eval_rows, cap, rng), task)
         wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
-        ltr = float(np.mean(np.minimum(tr.per_example_loss(theta), loss_cap))) / loss_cap if tr.n else 0.0
-        lev = float(np.mean(np.minimum(ev.per_example_loss(theta), loss_cap))) / loss_cap if ev.n else 0.0
-        cor = ev.correct(theta) if ev.n else None
-        acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
-        mets = ev.metrics(theta) if ev.n else {}
+        with np.errstate(all="ignore"):
+            ltr = float(np.mean(np.minimum(tr.per_example_loss(theta), loss_cap))) / loss_cap if tr.n else 0.0
+            lev = float(np.mean(np.minimum(ev.per_example_loss(theta), loss_cap))) / loss_cap if ev.n else 0.0
+            cor = ev.correct(theta) if ev.n else None
+            acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
+            mets = ev.metrics(theta) if ev.n else {}
         vals = [wt * ltr, we * lev, we * acc] + [we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names]
         vals += [wt, we]
+        if not np.all(np.isfinite(vals)):
+            return np.zeros(len(vals), dtype=np.int64)  # as in training: take part, contribute nothing
         return FixedPoint(1.0, u).encode(np.asarray(vals), rng)
 
     raise QueryKindError(f"task: unknown training phase {phase!r}")
