@@ -9,11 +9,11 @@ from pydantic.json_schema import models_json_schema
 
 from analytics_server import api_models as am
 from queries import envelope as env
-from queries.spec import QuerySpec
 
+QUERY_SUBMIT = am.query_submit()
 # (method, path, summary, request model or "binary", response model or "binary"/None, security)
 ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
-    ("post", "/v1/queries", "Submit a query", QuerySpec, am.QueryCreated, "bearer"),
+    ("post", "/v1/queries", "Submit a query", QUERY_SUBMIT, am.QueryCreated, "bearer"),
     ("get", "/v1/queries", "List queries", None, am.QueryList, "bearer"),
     ("get", "/v1/queries/{id}", "Query status and progress", None, am.QueryView, "bearer"),
     ("get", "/v1/queries/{id}/result", "Result (409 until succeeded)", None, am.ResultView, "bearer"),
@@ -55,6 +55,10 @@ def build() -> dict[str, Any]:
             op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
         if isinstance(req, type):
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(req)}}}
+            if hasattr(req, "examples"):  # e.g. one submit body per query kind
+                op["requestBody"]["content"]["application/json"]["examples"] = {
+                    name: {"summary": f"a {name} query", "value": value} for name, value in req.examples().items()
+                }
         elif req == "binary":
             op["requestBody"] = {
                 "required": True,

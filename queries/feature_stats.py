@@ -42,7 +42,7 @@ step, and a 2^40-wide unit would push the devices' noise shares beyond what the 
 
 
 class FeatureSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     lower: float
@@ -65,7 +65,10 @@ class FeatureSpec(BaseModel):
 
 
 class FeatureStatsParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"features": [{"name": "age", "lower": 0, "upper": 100}], "bins": 10}]},
+    )
     CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits", "max_examples_per_device")
     """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 

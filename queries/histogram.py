@@ -40,7 +40,10 @@ BucketName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_BUCKE
 
 
 class HistogramParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"buckets": ["moon", "sun", "star"]}]},
+    )
     CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("max_contributions_per_device",)
     """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 

@@ -30,7 +30,7 @@ MAX_PARAMS_KEYS = 100
 class PrivacySpec(BaseModel):
     """Target (ε, δ) of the whole query and the distributed noise mechanism."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     epsilon: float | None = Field(default=None, gt=0, le=MAX_EPSILON)
     delta: float | None = Field(default=None, gt=0, lt=1)
@@ -53,7 +53,7 @@ class PrivacySpec(BaseModel):
 class CohortSpec(BaseModel):
     """How many devices a round needs, how large one cohort may be, and the per-phase deadline."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     min_clients: int = Field(default=10, ge=2, le=MAX_CLIENTS)
     max_clients: int = Field(default=1000, ge=2, le=MAX_CLIENTS)
@@ -69,7 +69,7 @@ class CohortSpec(BaseModel):
 class QuerySpec(BaseModel):
     """Body of `POST /v1/queries`."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     kind: str = Field(min_length=1, max_length=MAX_KIND_CHARS)
     name: str | None = Field(default=None, max_length=MAX_NAME_CHARS)

@@ -51,7 +51,10 @@ END = "$"
 class HeavyHittersParams(BaseModel):
     """`params` of a heavy_hitters query. Fields of the other mode are refused, not ignored."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"mode": "secagg", "max_length": 8}]},
+    )
     CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("max_words_per_device",)
     """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 

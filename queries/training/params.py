@@ -52,7 +52,7 @@ class ModelSpec(BaseModel):
     """`name` picks a registered model; the built-in models' dimensions are declared (and bounded) here, other
     keys go to the model's factory unchanged (models added with `register_model` may read their own)."""
 
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
 
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, json_schema_extra=_model_names)
     n_features: int | None = Field(default=None, ge=1, le=MAX_FEATURES)
@@ -81,7 +81,7 @@ class ModelSpec(BaseModel):
 
 
 class ClientSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
     batch_size: int = Field(default=0, ge=0, le=MAX_BATCH_SIZE)
@@ -92,7 +92,7 @@ class ClientSpec(BaseModel):
 
 
 class FedAvgSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     name: Literal["fedavg"]
     lr: float = Field(default=1.0, gt=0, le=1e6)
 
@@ -100,7 +100,7 @@ class FedAvgSpec(BaseModel):
 class AdamSpec(BaseModel):
     """FedAdam of Reddi et al. (2021): Adam on the averaged update, adaptivity τ, no bias correction."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     name: Literal["adam"]
     lr: float = Field(default=0.01, gt=0, le=1e6)
     beta1: float = Field(default=0.9, ge=0, lt=1)
@@ -112,7 +112,7 @@ class AdamSpec(BaseModel):
 class RPropSpec(BaseModel):
     """Rprop on the sign of the aggregate (seed 000 §3.5, §4.4; defaults η+=1.2, η−=0.5 of Igel & Hüsken)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     name: Literal["rprop"]
     initial_step: PerWeight = 0.01
     increase: float = Field(default=1.2, gt=1)
@@ -131,7 +131,7 @@ ServerOptimizer = Annotated[FedAvgSpec | AdamSpec | RPropSpec, Field(discriminat
 class SafeguardSpec(BaseModel):
     """Applied to every round's new weights (seed 003 §5.6), in this order: change cap, then projections."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     max_change: PerWeight | None = None
     """Largest |Δθ_i| one round may apply."""
     nonnegative: bool | Annotated[list[WeightRef], Field(max_length=MAX_MODEL_PARAMS)] = False
@@ -143,7 +143,10 @@ class SafeguardSpec(BaseModel):
 
 
 class TrainingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"model": {"name": "logistic", "n_features": 3}, "rounds": 10}]},
+    )
     CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits",)
     """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
