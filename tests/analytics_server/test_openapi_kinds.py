@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from analytics_server import openapi
+import pytest
+
+from analytics_server import openapi, spec_check
+from analytics_server.errors import HttpError
+from analytics_server.settings import Settings
 from queries import feature_stats, histogram, spec
 from queries.heavy_hitters import kind as hh
 from queries.kind import known_kinds
@@ -71,3 +75,22 @@ def test_bounds_are_visible_as_maximum_maxitems_maxlength() -> None:
     assert _prop("HistogramQuerySpec", "cohort", "max_clients")["maximum"] == spec.MAX_CLIENTS
     assert _numbers(_prop("HistogramQuerySpec", "privacy", "epsilon"), "maximum") == {spec.MAX_EPSILON}
     assert _prop("HistogramQuerySpec", "params")["$ref"].endswith("/HistogramParams")
+
+
+def test_every_kind_has_an_example_body_the_server_accepts() -> None:
+    examples = DOC["paths"]["/v1/queries"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    assert set(examples) == set(known_kinds())
+    for name, example in examples.items():
+        checked = spec_check.check_spec(example["value"], Settings())
+        assert checked.spec.kind == name
+
+
+def test_spec_types_are_strict_like_the_schema() -> None:
+    """A value of the wrong JSON type is refused, not coerced (the schema says integer/number/boolean)."""
+    body = {"kind": "histogram", "source": "s", "params": {"buckets": ["a"]}}
+    for bad in ({"cohort": {"min_clients": "10"}}, {"cohort": {"min_clients": 10.5}},
+                {"params": {"buckets": ["a"], "min_release_count": False}},
+                {"params": {"buckets": ["a"], "max_contributions_per_device": True}}):
+        with pytest.raises(HttpError) as info:
+            spec_check.check_spec({**body, **bad}, Settings())
+        assert info.value.status == 422
