@@ -15,6 +15,7 @@ the noise calibrated over the kind's whole `rounds_upper_bound`, exactly as the 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,9 @@ class NoisePlanError(ValueError):
 
 
 def preview_rounds(kind: QueryKind, params: BaseModel, state: dict[str, Any], need: int) -> list[RoundPlan]:
-    """The first rounds the kind would plan, each decoded from an all-zero aggregate of `need` contributors."""
+    """The first rounds the kind would plan, each decoded from an all-zero aggregate of `need` contributors
+    (from a copy of `state`: the caller's initial state is stored as it is)."""
+    state = copy.deepcopy(state)
     plans: list[RoundPlan] = []
     for index in range(min(PREVIEW_ROUNDS, kind.rounds_upper_bound(params))):
         try:
@@ -60,16 +63,16 @@ def round_need(spec: QuerySpec, plan: RoundPlan, calibration: dict[str, Any] | N
     return need
 
 
-def _bound_fields(params: BaseModel) -> str:
+def _bound_fields(params: BaseModel) -> list[str]:
     """The params that bound one device's contribution (the kind's `CONTRIBUTION_BOUND`), for messages."""
-    names = [f"params.{n}" for n in getattr(type(params), "CONTRIBUTION_BOUND", ())]
-    return " or ".join(names) if names else "the kind's contribution bound in params"
+    return [f"params.{n}" for n in getattr(type(params), "CONTRIBUTION_BOUND", ())] or ["params"]
 
 
-def check_rounds(spec: QuerySpec, kind: QueryKind, params: BaseModel, calibration: dict[str, Any] | None) -> int:
-    """Refuse (NoisePlanError naming the field) a query whose planned rounds the devices could not run;
-    returns the number of rounds checked."""
-    state = kind.initial_state(params)
+def check_rounds(
+    spec: QuerySpec, kind: QueryKind, params: BaseModel, calibration: dict[str, Any] | None, state: dict[str, Any]
+) -> int:
+    """Refuse (NoisePlanError naming the field) a query whose planned rounds the devices could not run, starting
+    from the kind's initial `state`; returns the number of rounds checked."""
     need = spec.cohort.min_clients if calibration is None else max(spec.cohort.min_clients, int(calibration["t_min"]))
     plans = preview_rounds(kind, params, state, need)
     for plan in plans:
@@ -79,6 +82,7 @@ def check_rounds(spec: QuerySpec, kind: QueryKind, params: BaseModel, calibratio
 
 def _check_round(spec: QuerySpec, params: BaseModel, calibration: dict[str, Any] | None, plan: RoundPlan) -> None:
     r = plan.round
+    bound = _bound_fields(params)
     need = round_need(spec, plan, calibration)
     if need > spec.cohort.max_clients:
         raise NoisePlanError(
@@ -95,14 +99,14 @@ def _check_round(spec: QuerySpec, params: BaseModel, calibration: dict[str, Any]
         except dp.PrivacyError as exc:
             what = "σ" if noise["mechanism"] == "discrete_gaussian" else "μ"
             raise NoisePlanError(
-                f"{_bound_fields(params).split(' or ')[0]}: round {r} needs a per-device noise {what} of {scale:.3g}, which "
-                f"the devices' sampler refuses ({exc}); every device would reject the task. Lower {_bound_fields(params)}"
-                " (the noise grows with the contribution bound), or raise privacy.epsilon or cohort.min_clients"
+                f"{bound[0]}: round {r} needs a per-device noise {what} of {scale:.3g}, which the devices' sampler "
+                f"refuses ({exc}); every device would reject the task. Lower {' or '.join(bound)} (the noise grows "
+                "with the contribution bound), or raise privacy.epsilon or cohort.min_clients"
             ) from None
     try:
         privacy.choose_bits(spec.cohort.max_clients, plan, noise)
     except ValueError as exc:
         raise NoisePlanError(
             f"cohort.max_clients: round {r}: the secure-aggregation ring does not fit ({exc}); lower cohort.max_clients"
-            f" or {_bound_fields(params)}"
+            f" or {' or '.join(bound)}"
         ) from None

@@ -9,6 +9,7 @@ from pydantic.json_schema import models_json_schema
 
 from analytics_server import api_models as am
 from queries import envelope as env
+from queries.spec import QuerySpec
 
 QUERY_SUBMIT = am.query_submit()
 # (method, path, summary, request model or "binary", response model or "binary"/None, security)
@@ -42,7 +43,8 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 
 def build() -> dict[str, Any]:
-    models = {m for _, _, _, req, resp, _ in ROUTES for m in (req, resp) if isinstance(m, type)} | {env.ErrorBody}
+    models = {m for _, _, _, req, resp, _ in ROUTES for m in (req, resp) if isinstance(m, type)}
+    models |= {env.ErrorBody, QuerySpec}  # QuerySpec: the envelope every kind's submit schema extends
     _, defs = models_json_schema(
         [(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
         ref_template="#/components/schemas/{model}",

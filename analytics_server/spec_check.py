@@ -75,8 +75,9 @@ def check_spec(raw: Any, settings: Settings) -> CheckedSpec:
         calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
     except privacy.PrivacyPolicyError as exc:
         raise HttpError(422, str(exc)) from None
+    state = kind.initial_state(params)
     try:
-        noise_plan.check_rounds(spec, kind, params, calibration)
+        noise_plan.check_rounds(spec, kind, params, calibration, state)
     except noise_plan.NoisePlanError as exc:
         field = str(exc).split(":", 1)[0]
         raise HttpError(422, str(exc), [{"field": field, "message": str(exc)}]) from None
@@ -85,7 +86,7 @@ def check_spec(raw: Any, settings: Settings) -> CheckedSpec:
         kind=kind,
         params=params,
         calibration=calibration,
-        state=kind.initial_state(params),
+        state=state,
         rounds_upper_bound=kind.rounds_upper_bound(params),
         cost=privacy.query_cost(spec, kind, params),
     )

@@ -66,8 +66,8 @@ async def test_openapi_covers_every_route(app_server: TestServer) -> None:
         if method != "head":
             assert (method, path) in documented, (method, path)
     schemas = doc["components"]["schemas"]
-    assert {"QuerySubmit", "QueryView", "ResultView", "CheckinResponse", "Assignment", "ErrorBody"} <= set(schemas)
-    assert schemas["HistogramQuerySpec"]["additionalProperties"] is False
+    assert {"QuerySpec", "QueryView", "ResultView", "CheckinResponse", "Assignment", "ErrorBody"} <= set(schemas)
+    assert schemas["QuerySpec"]["additionalProperties"] is False
 
 
 async def test_metrics_and_health(app_server: TestServer) -> None:
