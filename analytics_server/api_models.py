@@ -1,11 +1,14 @@
-"""Pydantic models of the analyst API responses (request body: `queries.spec.QuerySpec`); /v1/openapi.json
-is generated from these."""
+"""Pydantic models of the analyst API responses, and the submit body's documented schema (`query_submit`:
+`queries.spec.QuerySpec` with one variant per kind); /v1/openapi.json is generated from these."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from queries.registry import KINDS
+from queries.spec import QuerySpec
 
 Status = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 
@@ -114,3 +117,41 @@ class QuotaRequest(BaseModel):
     model_config = {"extra": "forbid"}
 
     epsilon: float | None = Field(gt=0, allow_inf_nan=False, description="the token's ε quota; null: server default")
+
+
+def query_submit() -> type[BaseModel]:
+    """The body of `POST /v1/queries` as documented: one schema per registered kind — the envelope of
+    `QuerySpec` with `kind` fixed to the kind's name and `params` the kind's own `Params` model (with its
+    bounds) — discriminated on `kind`. The server validates with the same models (`QuerySpec`, then the
+    kind's `Params`), so a body valid against this schema passes both schema steps. `examples()` gives one
+    body per kind (from the kind's `Params` examples)."""
+    variants: list[type[QuerySpec]] = []
+    examples: dict[str, dict[str, Any]] = {}
+    for kind in KINDS:
+        name = kind.name
+        extra = kind.Params.model_config.get("json_schema_extra")
+        params_examples = extra.get("examples", []) if isinstance(extra, dict) else []
+        bodies = [{"kind": name, "source": "examples", "params": p, "cohort": {"min_clients": 10, "max_clients": 100}}
+                  for p in params_examples]
+        if bodies:
+            examples[name] = bodies[0]
+        title = "".join(part.capitalize() for part in name.split("_")) + "QuerySpec"
+        namespace: dict[str, Any] = {
+            "__doc__": f"`POST /v1/queries` body of a `{name}` query.",
+            "__module__": __name__,
+            "__annotations__": {"kind": Literal[name], "params": kind.Params},  # type: ignore[valid-type]
+            "kind": Field(description="the query kind"),
+            "params": Field(description=f"the `{name}` kind's parameters"),
+            "model_config": ConfigDict(json_schema_extra={"examples": bodies} if bodies else None),
+        }
+        variants.append(type(title, (QuerySpec,), namespace))
+    union = Annotated[Union[tuple(variants)], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
+
+    class QuerySubmit(RootModel[union]):  # type: ignore[valid-type]
+        """`POST /v1/queries` body: a query spec, with `params` according to its `kind`."""
+
+        @staticmethod
+        def examples() -> dict[str, dict[str, Any]]:
+            return examples
+
+    return QuerySubmit

@@ -11,9 +11,10 @@ from analytics_server import api_models as am
 from queries import envelope as env
 from queries.spec import QuerySpec
 
+QUERY_SUBMIT = am.query_submit()
 # (method, path, summary, request model or "binary", response model or "binary"/None, security)
 ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
-    ("post", "/v1/queries", "Submit a query", QuerySpec, am.QueryCreated, "bearer"),
+    ("post", "/v1/queries", "Submit a query", QUERY_SUBMIT, am.QueryCreated, "bearer"),
     ("get", "/v1/queries", "List queries", None, am.QueryList, "bearer"),
     ("get", "/v1/queries/{id}", "Query status and progress", None, am.QueryView, "bearer"),
     ("get", "/v1/queries/{id}/result", "Result (409 until succeeded)", None, am.ResultView, "bearer"),
@@ -44,7 +45,8 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 
 def build() -> dict[str, Any]:
-    models = {m for _, _, _, req, resp, _ in ROUTES for m in (req, resp) if isinstance(m, type)} | {env.ErrorBody}
+    models = {m for _, _, _, req, resp, _ in ROUTES for m in (req, resp) if isinstance(m, type)}
+    models |= {env.ErrorBody, QuerySpec}  # QuerySpec: the envelope every kind's submit schema extends
     _, defs = models_json_schema(
         [(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
         ref_template="#/components/schemas/{model}",
@@ -57,6 +59,10 @@ def build() -> dict[str, Any]:
             op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
         if isinstance(req, type):
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(req)}}}
+            if hasattr(req, "examples"):  # e.g. one submit body per query kind
+                op["requestBody"]["content"]["application/json"]["examples"] = {
+                    name: {"summary": f"a {name} query", "value": value} for name, value in req.examples().items()
+                }
         elif req == "binary":
             op["requestBody"] = {
                 "required": True,

@@ -21,7 +21,7 @@ from concurrent.futures import Executor
 from dataclasses import asdict
 from typing import Any
 
-from analytics_server import privacy
+from analytics_server import privacy, sampling
 from analytics_server.cohort import CohortRuntime
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
@@ -209,6 +209,8 @@ class Orchestrator:
     # -- cohorts --------------------------------------------------------------------------------
 
     def _eligible(self, rnd: Round, plan: RoundPlan, seated: set[str]) -> list[str]:
+        """Free devices without a seat in the round that passed the round's sampling coin (a keyed function of
+        the round's stored secret and the device id, so the same after a restart; cached per round)."""
         coins = self._coins.setdefault(rnd.id, {})
         out = []
         for d in self.pool.available():
@@ -216,13 +218,16 @@ class Orchestrator:
                 continue
             if plan.sample_rate < 1.0:
                 if d not in coins:
-                    coins[d] = self.randomness.random() < plan.sample_rate
+                    assert rnd.sampling_secret is not None, "sampled round without a sampling secret"
+                    coins[d] = sampling.sampled(rnd.sampling_secret, d, plan.sample_rate)
                 if not coins[d]:
                     continue
             out.append(d)
         return out
 
     async def _run_cohort(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, live: dict[str, Any]) -> None:
+        if plan.sample_rate < 1.0 and rnd.sampling_secret is None:
+            rnd.sampling_secret = await self.store.round_sampling_secret(rnd.id, sampling.new_secret())
         seated = await self.store.round_members(rnd.id)
         need, cap = rnd.need, spec.cohort.max_clients
         enough_since: float | None = None

@@ -29,17 +29,27 @@ class PrivacyPolicyError(ValueError):
     """A privacy block the server refuses; the message names the field (→ 422)."""
 
 
-def policy_for(profile: str, require_noise: bool | None, max_epsilon: float | None) -> dp.PrivacyPolicy:
-    """The server's policy: explicit settings win; otherwise production requires noise and caps ε at
-    `PRODUCTION_MAX_EPSILON`, demo allows everything."""
+def policy_for(
+    profile: str,
+    require_noise: bool | None,
+    max_epsilon: float | None,
+    max_delta: float | None = None,
+    allow_server_trusted: bool | None = None,
+) -> dp.PrivacyPolicy:
+    """The server's policy: explicit settings win; otherwise production requires noise, caps ε at
+    `PRODUCTION_MAX_EPSILON` and δ at `PRODUCTION_MAX_DELTA` and refuses server-trusted kinds; demo allows
+    everything."""
     production = profile == "production"
     return dp.PrivacyPolicy(
         require_noise=production if require_noise is None else require_noise,
         max_epsilon=(PRODUCTION_MAX_EPSILON if production else None) if max_epsilon is None else max_epsilon,
+        max_delta=(PRODUCTION_MAX_DELTA if production else None) if max_delta is None else max_delta,
+        allow_server_trusted=(not production) if allow_server_trusted is None else allow_server_trusted,
     )
 
 
 PRODUCTION_MAX_EPSILON = 2.0
+PRODUCTION_MAX_DELTA = 1e-6
 
 
 def check_and_calibrate(
@@ -49,6 +59,14 @@ def check_and_calibrate(
     policy = policy or policy_for(profile, None, None)
     mech = spec.privacy.mechanism
     own = kind.privacy(params) if mech == "none" else None  # a kind's own guarantee (TrieHH: sample+threshold)
+    if own is not None and not policy.allow_server_trusted:
+        raise PrivacyPolicyError(
+            f"privacy.mechanism: {kind.name} with mechanism 'none' relies on its own guarantee "
+            f"({own.get('mechanism')}), which holds against analysts but not against this server: the server "
+            "chooses which devices take part and sees every un-noised vote count. This server requires noise added "
+            "on the devices (a noisy mechanism, e.g. heavy_hitters mode 'secagg' with 'skellam'); its operator can "
+            "admit such kinds with FA_ALLOW_SERVER_TRUSTED_KINDS=true"
+        )
     try:
         if own is not None and own.get("epsilon") is not None:
             policy.check(str(own["mechanism"]), float(own["epsilon"]), own.get("delta"))

@@ -71,6 +71,22 @@ class Settings(BaseSettings):
     max_consecutive_aborts: int = Field(
         default=5, ge=1, le=10_000, description="a query fails after this many aborted cohorts in a row"
     )
+    max_delta_per_query: float | None = Field(
+        default=None, gt=0, lt=1, description="refuse queries above this δ; default: 1e-6 in production, none in demo"
+    )
+    allow_server_trusted_kinds: bool | None = Field(
+        default=None,
+        description="admit kinds whose guarantee does not hold against the server (TrieHH without noise); "
+        "default: off in production, on in demo",
+    )
+    require_provisioned_budget: bool | None = Field(
+        default=None,
+        description="refuse sources without an admin-set budget instead of giving them the default; "
+        "default: on in production, off in demo",
+    )
+    spec_check_timeout_s: float = Field(
+        default=5.0, gt=0, le=600, description="time limit of parsing and calibrating one submitted spec"
+    )
 
     def register_rate(self) -> float:
         """Registrations per minute per address; 0 means unlimited."""
@@ -94,4 +110,14 @@ class Settings(BaseSettings):
     def privacy_policy(self) -> PrivacyPolicy:
         from analytics_server.privacy import policy_for
 
-        return policy_for(self.profile, self.require_noise, self.max_epsilon_per_query)
+        return policy_for(
+            self.profile, self.require_noise, self.max_epsilon_per_query, self.max_delta_per_query,
+            self.allow_server_trusted_kinds,
+        )
+
+    def budget_must_be_provisioned(self) -> bool:
+        """Whether a source needs an admin-set budget before queries may use it."""
+        if self.require_provisioned_budget is not None:
+            return self.require_provisioned_budget
+        return self.profile == "production"
+

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -31,6 +31,14 @@ from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, Rou
 from queries.layout import Layout
 from queries.spec import PrivacySpec
 
+# Limits of a feature_stats spec (docs/feature_stats.md, "Limits"): round 1's vector has
+# len(features)·(2 + bins) ≤ 1,002,000 entries.
+MAX_FEATURES = 1000
+MAX_BINS = 1000
+MAX_NAME_CHARS = 128
+MAX_EXAMPLES_PER_DEVICE = 100_000
+MAX_MIN_COUNT = 10**12
+
 DEVICE_BOUND_BITS = 46
 NOISY_PRECISION_BITS = 16
 """Fixed-point bits per example under DP noise: the noise (≥ one example's worth) dwarfs a 2^-16 rounding
@@ -38,9 +46,9 @@ step, and a 2^40-wide unit would push the devices' noise shares beyond what the 
 
 
 class FeatureSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     lower: float
     upper: float
 
@@ -55,16 +63,23 @@ class FeatureSpec(BaseModel):
     def _ordered(self) -> FeatureSpec:
         if not self.lower < self.upper:
             raise ValueError(f"lower ({self.lower}) must be below upper ({self.upper})")
+        if not math.isfinite(self.upper - self.lower):
+            raise ValueError(f"upper − lower must be a finite number, got {self.upper} − ({self.lower})")
         return self
 
 
 class FeatureStatsParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"features": [{"name": "age", "lower": 0, "upper": 100}], "bins": 10}]},
+    )
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits", "max_examples_per_device")
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
-    features: list[FeatureSpec] = Field(min_length=1, max_length=1000)
-    bins: int | None = Field(default=None, ge=1, le=1000)
-    max_examples_per_device: int = Field(default=100, ge=1, le=100_000)
-    min_count: int = Field(default=1, ge=0)
+    features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
+    bins: int | None = Field(default=None, ge=1, le=MAX_BINS)
+    max_examples_per_device: int = Field(default=100, ge=1, le=MAX_EXAMPLES_PER_DEVICE)
+    min_count: int = Field(default=1, ge=0, le=MAX_MIN_COUNT)
     """Features with fewer (noisy) present values are suppressed and listed."""
     precision_bits: int | None = Field(default=None, ge=8, le=40)
     """Fixed-point unit 2^precision_bits per example instead of the widest that fits. Set to
@@ -73,10 +88,10 @@ class FeatureStatsParams(BaseModel):
     @field_validator("features")
     @classmethod
     def _unique(cls, v: list[FeatureSpec]) -> list[FeatureSpec]:
-        names = [f.name for f in v]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        seen: set[str] = set()
+        dupes = sorted({f.name for f in v if f.name in seen or seen.add(f.name)})  # type: ignore[func-returns-value]
         if dupes:
-            raise ValueError(f"duplicate feature names: {', '.join(dupes)}")
+            raise ValueError(f"duplicate feature names: {', '.join(dupes[:10])}")
         return v
 
     @property

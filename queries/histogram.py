@@ -19,28 +19,43 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
 from queries.release import release_threshold
 
+# Limits of a histogram spec (listed with every kind's in docs/security/spec.md).
 MAX_BUCKETS = 100_000
+"""Most buckets (the vector has one entry per bucket, plus `other_bucket`)."""
+MAX_BUCKET_CHARS = 256
+"""Longest bucket name (and `other_bucket`)."""
+MAX_CONTRIBUTIONS = 1000
+"""Largest `max_contributions_per_device`."""
+MAX_COUNT = 1e12
+"""Largest `release_threshold` and `min_release_count`."""
+
+BucketName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_BUCKET_CHARS)]
 
 
 class HistogramParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"buckets": ["moon", "sun", "star"]}]},
+    )
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("max_contributions_per_device",)
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
-    buckets: list[str] = Field(min_length=1, max_length=MAX_BUCKETS)
-    max_contributions_per_device: int = Field(default=1, ge=1, le=1000)
-    other_bucket: str | None = Field(default=None, min_length=1, max_length=256)
+    buckets: list[BucketName] = Field(min_length=1, max_length=MAX_BUCKETS)
+    max_contributions_per_device: int = Field(default=1, ge=1, le=MAX_CONTRIBUTIONS)
+    other_bucket: BucketName | None = None
     """Name of an extra bucket counting devices whose values are not in `buckets` (off by default)."""
-    release_threshold: float | None = Field(default=None, ge=0)
+    release_threshold: float | None = Field(default=None, ge=0, le=MAX_COUNT)
     false_release_rate: float = Field(default=0.05, gt=0, lt=1)
     """With noise and no fixed threshold: chance that any zero-count bucket is released."""
-    min_release_count: float = Field(default=0, ge=0)
+    min_release_count: float = Field(default=0, ge=0, le=MAX_COUNT)
     """Floor of the derived threshold."""
 
     @field_validator("buckets")

@@ -58,6 +58,8 @@ class Round(Base):
     contributors: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     decoded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    sampling_secret: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    """Key of the round's sampling coins (`analytics_server.sampling`); set when a sampled round first forms a cohort."""
 
 
 class Cohort(Base):

@@ -554,6 +554,17 @@ class Store:
             )
             s.add(Event(query_id=query_id, type="round.decoded", data={"round": next_round - 1}, created_at=now()))
 
+    async def round_sampling_secret(self, round_id: int, new_secret: bytes) -> bytes:
+        """The round's sampling secret: the stored one, or `new_secret` stored now if the round has none yet
+        (only the first writer's secret is kept, so every caller gets the same one)."""
+        async with self._tx() as s:
+            await s.execute(
+                update(Round).where(Round.id == round_id, Round.sampling_secret.is_(None)).values(sampling_secret=new_secret)
+            )
+            secret = (await s.execute(select(Round.sampling_secret).where(Round.id == round_id))).scalar_one()
+        assert secret is not None
+        return bytes(secret)
+
     async def round_members(self, round_id: int) -> set[str]:
         async with self.sessions() as s:
             rows = (await s.execute(select(CohortMember.device_id).where(CohortMember.round_id == round_id))).scalars()

@@ -7,9 +7,7 @@ import json
 from typing import Any
 
 from aiohttp import web
-from pydantic import ValidationError
 
-from analytics_server import privacy
 from analytics_server.api_models import (
     BudgetList,
     BudgetRequest,
@@ -28,12 +26,10 @@ from analytics_server.auth import require_token
 from analytics_server.db.models import Query
 from analytics_server.db.store import TERMINAL, ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded, TokenInfo
 from analytics_server.errors import HttpError
-from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body, validation_message
+from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
+from analytics_server.spec_check import check_spec_off_loop
 from analytics_server.state import AppState
 from queries import dp
-from queries.kind import QueryKindError
-from queries.registry import get_kind
-from queries.spec import QuerySpec
 from secagg.phases import Phase
 
 ANALYST = ("analyst", "admin")
@@ -110,36 +106,23 @@ async def submit(request: web.Request) -> web.Response:
     st = app_state(request)
     token = await require_token(request, st.store, ANALYST)
     raw = parse_json_body(request, await read_body(request, st.settings.json_body_limit))
-    spec = parse_model(QuerySpec, raw)
-    try:
-        kind = get_kind(spec.kind)
-    except QueryKindError as exc:
-        raise HttpError(422, str(exc), [{"field": "kind", "message": str(exc)}]) from None
-    try:
-        spec = spec.model_copy(update={"params": kind.bind_privacy(spec.params, spec.privacy)})
-        params = kind.parse_params(spec.params)
-    except ValidationError as exc:
-        msg, details = validation_message(exc, "params")
-        raise HttpError(422, msg, details) from None
-    except (QueryKindError, ValueError, TypeError) as exc:
-        raise HttpError(422, f"params: {exc}") from None
-    try:
-        calibration = privacy.check_and_calibrate(
-            spec, kind, params, st.settings.profile, st.settings.privacy_policy()
-        )
-    except privacy.PrivacyPolicyError as exc:
-        raise HttpError(422, str(exc)) from None
+    checked = await check_spec_off_loop(raw, st.settings)  # parse + calibrate + noise plan, in a thread, time-limited
+    spec = checked.spec
+    if st.settings.budget_must_be_provisioned() and not (await st.store.get_budget(spec.source, st.settings.default_budget())).configured:
+        msg = (f"source: no privacy budget is provisioned for source {spec.source!r}; this server refuses sources "
+               f"without one (an admin sets it with PUT /v1/admin/budgets/{spec.source})")
+        raise HttpError(422, msg, [{"field": "source", "message": msg}])
     try:
         q = await st.store.create_query(
             kind=spec.kind,
             name=spec.name,
             source=spec.source,
             spec=spec.model_dump(mode="json"),
-            state=kind.state_to_json(kind.initial_state(params)),
-            rounds_upper_bound=kind.rounds_upper_bound(params),
-            calibration=calibration,
+            state=checked.state,
+            rounds_upper_bound=checked.rounds_upper_bound,
+            calibration=checked.calibration,
             created_by=token.id,
-            cost=privacy.query_cost(spec, kind, params),
+            cost=checked.cost,
             default_budget=st.settings.default_budget(),
             limits=_limits(st),
         )

@@ -110,13 +110,17 @@ def _spent(spent: CostLike | Sequence[CostLike]) -> PrivacyCost:
 
 @dataclass(frozen=True)
 class PrivacyPolicy:
-    """Server policy: refuse queries without noise and/or above a maximum (ε, δ) per query.
+    """Server policy: refuse queries without noise and/or above a maximum (ε, δ) per query, and (with
+    `allow_server_trusted` off) kinds whose own guarantee does not hold against the server.
 
-    Off (all None/False) in the demo profile; production should set require_noise=True and caps."""
+    Off (all None/False, server-trusted kinds allowed) in the demo profile; production sets
+    require_noise=True, caps and allow_server_trusted=False."""
 
     require_noise: bool = False
     max_epsilon: float | None = None
     max_delta: float | None = None
+    allow_server_trusted: bool = True
+    """Admit a guarantee that assumes an honest server (TrieHH's sampling and thresholding, no noise)."""
 
     def check(self, mechanism: str, epsilon: float | None, delta: float | None) -> None:
         if mechanism == "none" or epsilon is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -34,6 +34,18 @@ from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, Rou
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
 
+# Limits of a heavy_hitters spec (docs/heavy_hitters.md, "Limits"): a round's vector has at most
+# MAX_FRONTIER·(MAX_ALPHABET + 1) = 528,384 entries, and at most MAX_LENGTH rounds run.
+MAX_LENGTH = 64
+MAX_ALPHABET = 128
+MAX_WORDS_PER_DEVICE = 16
+MAX_FRONTIER = 4096
+MAX_POPULATION = 10**10
+MAX_THETA = 10_000
+"""Largest hand-set θ (Theorem 1 also needs θ ≤ √n, and √MAX_POPULATION = 100,000)."""
+MAX_COUNT = 10**12
+"""Largest `release_threshold` / `min_release_count`."""
+
 END = "$"
 """How the end marker is shown in docs and tests; never part of a string (the vector has its own slot)."""
 
@@ -41,31 +53,36 @@ END = "$"
 class HeavyHittersParams(BaseModel):
     """`params` of a heavy_hitters query. Fields of the other mode are refused, not ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"mode": "secagg", "max_length": 8}]},
+    )
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("max_words_per_device",)
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
     mode: Literal["triehh", "secagg"]
-    max_length: int = Field(default=10, ge=1, le=64)
+    max_length: int = Field(default=10, ge=1, le=MAX_LENGTH)
     """L: longest string that can be found; also the number of rounds."""
-    alphabet: str = Field(default=DEFAULT_ALPHABET, min_length=1, max_length=128)
+    alphabet: str = Field(default=DEFAULT_ALPHABET, min_length=1, max_length=MAX_ALPHABET)
     casefold: bool = True
-    max_words_per_device: int = Field(default=1, ge=1, le=16)
-    max_frontier: int = Field(default=256, ge=1, le=4096)
+    max_words_per_device: int = Field(default=1, ge=1, le=MAX_WORDS_PER_DEVICE)
+    max_frontier: int = Field(default=256, ge=1, le=MAX_FRONTIER)
     """Most prefixes carried into the next round (highest counts first); bounds the vector length."""
 
     # mode "triehh": either (epsilon, delta[, population_size]) or (theta, sample_rate).
     epsilon: float | None = Field(default=None, gt=0, le=100)
     delta: float | None = Field(default=None, gt=0, lt=1)
-    population_size: int | None = Field(default=None, ge=1)
-    theta: int | None = Field(default=None, ge=1)
+    population_size: int | None = Field(default=None, ge=1, le=MAX_POPULATION)
+    theta: int | None = Field(default=None, ge=1, le=MAX_THETA)
     sample_rate: float | None = Field(default=None, gt=0, le=1)
 
     # mode "secagg"
-    release_threshold: float | None = Field(default=None, gt=0)
+    release_threshold: float | None = Field(default=None, gt=0, le=MAX_COUNT)
     """Fixed threshold on a noisy count; default: derived from the noise (see `false_release_rate`)."""
     false_release_rate: float = Field(default=0.05, gt=0, lt=1)
     """Default threshold: a slot with true count 0 is released in a round with at most this probability
     summed over all the round's slots (Gaussian tail bound on the aggregate's noise)."""
-    min_release_count: int = Field(default=1, ge=1)
+    min_release_count: int = Field(default=1, ge=1, le=MAX_COUNT)
     """Floor of the default threshold (the whole threshold when the query carries no noise)."""
 
     _triehh: tuple[int, float] | None = PrivateAttr(default=None)
@@ -73,7 +90,8 @@ class HeavyHittersParams(BaseModel):
     @field_validator("alphabet")
     @classmethod
     def _alphabet_ok(cls, v: str) -> str:
-        dupes = sorted({c for c in v if v.count(c) > 1})
+        seen: set[str] = set()
+        dupes = sorted({c for c in v if c in seen or seen.add(c)})  # type: ignore[func-returns-value]
         if dupes:
             raise ValueError(f"duplicate characters {''.join(dupes)!r}")
         bad = sorted({c for c in v if not c.isprintable() or c.isspace()})

@@ -3,7 +3,9 @@
 Rows. White-box models take `{"x": [floats] | {feature: value}, "y": int | float}`; dict rows are put in
 `features` order, and when the task carries a scaler (from a feature_stats result) every row is
 standardised by name with `queries.feature_stats.StandardScaling` (missing values become the mean).
-Malformed rows (no y, wrong length, non-finite values, a label outside the classes) are skipped.
+Malformed rows (no y, wrong length, non-finite values, a label outside the classes) are skipped. A local
+update or evaluation that is not finite (a diverging run) is sent as an all-zero vector — the device still
+takes part, so whether it participates never depends on its data.
 Black-box models take whatever their registered loss takes (see `queries.training.blackbox`).
 
 Split. A row is held out for evaluation when a hash of its canonical JSON falls below
@@ -249,9 +251,11 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
         c = float(task["clip_norm"])
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
         client = task["client"]
-        delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
+        with np.errstate(all="ignore"):  # a diverging local run overflows: caught just below
+            delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
         overflowed = not np.all(np.isfinite(delta))
-        if overflowed:  # extreme rows made the local objective overflow: contribute like a device without data
+        if overflowed:  # take part with an all-zero update of weight 0: refusing would make participation
+            # depend on the local data
             delta = np.zeros_like(delta)
         if task["votes"] == "sign":
             return encoding.vote_layout(len(delta)).pack(votes=np.sign(delta).astype(np.int64))
@@ -269,11 +273,12 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
         tr = objective(model, cap_rows(train_rows, cap, rng), task)
         ev = objective(model, cap_rows(eval_rows, cap, rng), task)
         wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
-        ltr = _capped_mean(tr.per_example_loss(theta), loss_cap) / loss_cap if tr.n else 0.0
-        lev = _capped_mean(ev.per_example_loss(theta), loss_cap) / loss_cap if ev.n else 0.0
-        cor = ev.correct(theta) if ev.n else None
-        acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
-        mets = ev.metrics(theta) if ev.n else {}
+        with np.errstate(all="ignore"):
+            ltr = _capped_mean(tr.per_example_loss(theta), loss_cap) / loss_cap if tr.n else 0.0
+            lev = _capped_mean(ev.per_example_loss(theta), loss_cap) / loss_cap if ev.n else 0.0
+            cor = ev.correct(theta) if ev.n else None
+            acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
+            mets = ev.metrics(theta) if ev.n else {}
         vals = encoding.eval_layout(len(metric_names)).pack(
             train_loss=wt * ltr,
             eval_loss=we * lev,
@@ -282,6 +287,8 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
             train_weight=float(wt),
             eval_weight=float(we),
         )
+        if not np.all(np.isfinite(vals)):
+            return np.zeros(len(vals), dtype=np.int64)  # as in training: take part, contribute nothing
         return FixedPoint(1.0, u).encode(vals, rng)
 
     raise QueryKindError(f"task: unknown training phase {phase!r}")

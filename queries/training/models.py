@@ -13,6 +13,7 @@ Losses are means over the examples, optionally weighted per example (class weigh
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from queries.kind import QueryKindError
+from queries.training.limits import MAX_CLASSES, MAX_FEATURES, MAX_HIDDEN, MAX_MODEL_PARAMS
 
 
 class Model(ABC):
@@ -276,26 +278,44 @@ def known_models() -> list[str]:
     return sorted(_MODELS)
 
 
-def _int(spec: dict[str, Any], key: str, low: int, default: int | None = None) -> int:
+def _int(spec: dict[str, Any], key: str, low: int, default: int | None = None, high: int = MAX_MODEL_PARAMS) -> int:
     value = spec.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise QueryKindError(f"model.{key}: must be an integer ≥ {low}, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        shown = value if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(value))} digits"
+        raise QueryKindError(f"model.{key}: must be an integer in [{low}, {high}], got {shown!r}")
     return value
 
 
 def _float(spec: dict[str, Any], key: str, default: float) -> float:
     value = spec.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value < 0:
-        raise QueryKindError(f"model.{key}: must be a non-negative number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise QueryKindError(f"model.{key}: must be a non-negative finite number, got {str(value)[:40]}")
+    return number
 
 
 def build_model(spec: dict[str, Any]) -> Model:
     """`params.model` → Model; raises QueryKindError naming the bad field."""
     name = spec.get("name")
-    if name not in _MODELS:
+    if not isinstance(name, str) or name not in _MODELS:
         raise QueryKindError(f"model.name: unknown model {name!r} (known: {', '.join(known_models())})")
-    return _MODELS[name](spec)
+    model = _MODELS[name](spec)
+    check_size(model)
+    return model
+
+
+def check_size(model: Model) -> None:
+    """Refuse a model with more than `MAX_MODEL_PARAMS` weights (computed from its dimensions, nothing allocated)."""
+    n = model.n_params
+    if n > MAX_MODEL_PARAMS:
+        dims = ", ".join(f"{k}={getattr(model, k)}" for k in ("n_features", "hidden", "n_classes") if getattr(model, k, None))
+        raise QueryKindError(
+            f"model: {model.name} with {dims} has {n:,} parameters, more than the limit of {MAX_MODEL_PARAMS:,}; "
+            "lower model.n_features, model.hidden or model.n_classes"
+        )
 
 
 def _activation(spec: dict[str, Any]) -> str:
@@ -305,14 +325,18 @@ def _activation(spec: dict[str, Any]) -> str:
     return str(act)
 
 
-register_model("logistic", lambda s: Logistic(_int(s, "n_features", 1), _float(s, "l2", 0.0)))
-register_model("linear", lambda s: Linear(_int(s, "n_features", 1), _float(s, "l2", 0.0)))
-register_model(
-    "softmax", lambda s: Softmax(_int(s, "n_features", 1), _int(s, "n_classes", 2), _float(s, "l2", 0.0))
-)
+def _features(spec: dict[str, Any]) -> int:
+    return _int(spec, "n_features", 1, high=MAX_FEATURES)
+
+
+def _classes(spec: dict[str, Any]) -> int:
+    return _int(spec, "n_classes", 2, high=MAX_CLASSES)
+
+
+register_model("logistic", lambda s: Logistic(_features(s), _float(s, "l2", 0.0)))
+register_model("linear", lambda s: Linear(_features(s), _float(s, "l2", 0.0)))
+register_model("softmax", lambda s: Softmax(_features(s), _classes(s), _float(s, "l2", 0.0)))
 register_model(
     "mlp",
-    lambda s: MLP(
-        _int(s, "n_features", 1), _int(s, "hidden", 1, 32), _int(s, "n_classes", 2), _activation(s), _float(s, "l2", 0.0)
-    ),
+    lambda s: MLP(_features(s), _int(s, "hidden", 1, 32, high=MAX_HIDDEN), _classes(s), _activation(s), _float(s, "l2", 0.0)),
 )

@@ -8,44 +8,91 @@ they fit the model — both run when the spec is parsed, so a bad spec is refuse
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer, model_validator
 
 from queries.training.blackbox import BlackBoxModel, known_blackbox, get_blackbox
-from queries.training.models import Model, build_model
+from queries.training.limits import (
+    MAX_BATCH_SIZE,
+    MAX_CLASSES,
+    MAX_CLIENTS,
+    MAX_EPOCHS,
+    MAX_EVAL_EVERY,
+    MAX_EXAMPLES,
+    MAX_FEATURES,
+    MAX_HIDDEN,
+    MAX_MODEL_PARAMS,
+    MAX_NAME_CHARS,
+    MAX_ROUNDS,
+    MAX_SAFEGUARD_GROUPS,
+    MAX_SEED,
+)
+from queries.training.models import Model, build_model, known_models
 
-PerWeight = float | list[float] | dict[str, float]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
+WeightRef = Annotated[int, Field(ge=0, lt=MAX_MODEL_PARAMS)] | Name
+"""A weight by index or by name (black-box models' names; white-box weights are w0, w1, …)."""
+FloatList = Annotated[list[float], Field(max_length=MAX_MODEL_PARAMS)]
+FloatByName = Annotated[dict[Name, float], Field(max_length=MAX_MODEL_PARAMS)]
+PerWeight = float | FloatList | FloatByName
 """One value for all weights, one per weight, or by parameter name (others keep the default)."""
+_MODEL_DIMS = ("n_features", "n_classes", "hidden", "activation", "l2")
+
+
+def _model_names(schema: dict[str, Any]) -> None:
+    """The registered model names as the JSON schema's enum (read when the schema is generated)."""
+    schema["enum"] = sorted(set(known_models()) | set(known_blackbox()))
 
 
 class ModelSpec(BaseModel):
-    """`name` picks a registered model; other keys go to its factory (n_features, n_classes, hidden…)."""
+    """`name` picks a registered model; the built-in models' dimensions are declared (and bounded) here, other
+    keys go to the model's factory unchanged (models added with `register_model` may read their own)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
 
-    name: str = Field(min_length=1, max_length=128)
-    initial_weights: list[float] | dict[str, float] | None = None
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, json_schema_extra=_model_names)
+    n_features: int | None = Field(default=None, ge=1, le=MAX_FEATURES)
+    """Inputs of logistic, linear, softmax and mlp."""
+    n_classes: int | None = Field(default=None, ge=2, le=MAX_CLASSES)
+    """Classes of softmax and mlp."""
+    hidden: int | None = Field(default=None, ge=1, le=MAX_HIDDEN)
+    """Hidden units of mlp (default 32)."""
+    activation: Literal["tanh", "relu"] | None = None
+    """mlp's activation (default tanh)."""
+    l2: float | None = Field(default=None, ge=0)
+    """L2 penalty on the non-bias weights (default 0)."""
+    initial_weights: FloatList | FloatByName | None = None
     """Start from these weights (a full list, or by name for black-box models) instead of the default."""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed of the (simulation-grade) random initialisation of models that need one (mlp)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_dims(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dimensions left out stay out of the dump (the factories apply their own defaults)."""
+        data = handler(self)
+        for key in _MODEL_DIMS:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
 
 class ClientSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
-    epochs: int = Field(default=1, ge=1, le=100)
-    batch_size: int = Field(default=0, ge=0, le=100_000)
+    epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
+    batch_size: int = Field(default=0, ge=0, le=MAX_BATCH_SIZE)
     """0 = the whole local data set in one batch (E=1, B=0 is FedSGD)."""
     lr: float = Field(default=0.1, gt=0, le=1e6)
-    max_examples: int = Field(default=1000, ge=1, le=1_000_000)
+    max_examples: int = Field(default=1000, ge=1, le=MAX_EXAMPLES)
     """Cap on examples a device trains on and on its weight (examples mode)."""
 
 
 class FedAvgSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     name: Literal["fedavg"]
     lr: float = Field(default=1.0, gt=0, le=1e6)
 
@@ -53,7 +100,7 @@ class FedAvgSpec(BaseModel):
 class AdamSpec(BaseModel):
     """FedAdam of Reddi et al. (2021): Adam on the averaged update, adaptivity τ, no bias correction."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     name: Literal["adam"]
     lr: float = Field(default=0.01, gt=0, le=1e6)
     beta1: float = Field(default=0.9, ge=0, lt=1)
@@ -66,7 +113,7 @@ class RPropSpec(BaseModel):
     """Rprop on the sign of the aggregate (Hartmann, "Federated Learning", MSc thesis, FU Berlin 2018, §3.5,
     §4.4; defaults η+=1.2, η−=0.5 of Igel & Hüsken)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     name: Literal["rprop"]
     initial_step: PerWeight = 0.01
     increase: float = Field(default=1.2, gt=1)
@@ -86,28 +133,35 @@ class SafeguardSpec(BaseModel):
     """Applied to every round's new weights (Hartmann et al., "Federated Learning for Ranking Browser History
     Suggestions", 2019, §5.6), in this order: change cap, then projections."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     max_change: PerWeight | None = None
     """Largest |Δθ_i| one round may apply."""
-    nonnegative: bool | list[int | str] = False
+    nonnegative: bool | Annotated[list[WeightRef], Field(max_length=MAX_MODEL_PARAMS)] = False
     """True: every weight ≥ 0; a list: these weights (index or name)."""
-    ordered_groups: list[list[int | str]] = Field(default_factory=list)
+    ordered_groups: list[Annotated[list[WeightRef], Field(max_length=MAX_MODEL_PARAMS)]] = Field(
+        default_factory=list, max_length=MAX_SAFEGUARD_GROUPS
+    )
     """Each group must stay non-increasing in the listed order (e.g. newest bucket first ≥ … ≥ oldest)."""
 
 
 class TrainingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, strict=True,
+        json_schema_extra={"examples": [{"model": {"name": "logistic", "n_features": 3}, "rounds": 10}]},
+    )
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits",)
+    """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
     model: ModelSpec
-    rounds: int = Field(ge=1, le=100_000)
+    rounds: int = Field(ge=1, le=MAX_ROUNDS)
     """Training rounds (evaluation and label-count rounds come on top, see rounds_upper_bound)."""
-    clients_per_round: int | None = Field(default=None, ge=1)
+    clients_per_round: int | None = Field(default=None, ge=1, le=MAX_CLIENTS)
     """Minimum contributors of a round (overrides cohort.min_clients)."""
     sample_rate: float = Field(default=1.0, gt=0, le=1)
     """Bernoulli sampling of checked-in devices per round (what DP accounting amplifies with)."""
-    features: list[str] | None = Field(default=None, min_length=1)
+    features: list[Name] | None = Field(default=None, min_length=1, max_length=MAX_FEATURES)
     """Feature order for dict rows `{"x": {name: value}}` (and the order of list rows when scaling)."""
-    scaling: dict[str, Any] | None = None
+    scaling: dict[Name, Any] | None = Field(default=None, max_length=MAX_FEATURES)
     """A feature_stats result's `features` block (or the whole result): standardise by name on device."""
     client: ClientSpec = Field(default_factory=ClientSpec)
     server_optimizer: ServerOptimizer = Field(default_factory=lambda: FedAvgSpec(name="fedavg"))
@@ -119,9 +173,9 @@ class TrainingParams(BaseModel):
     """A clipped update's largest coordinate maps to 2^precision_bits (fixed point)."""
     weight_share: float = Field(default=0.25, gt=0, le=1)
     """The weight entry's scale relative to the update's (keeps the update dominant in sensitivity)."""
-    eval_every: int = Field(default=5, ge=0)
+    eval_every: int = Field(default=5, ge=0, le=MAX_EVAL_EVERY)
     """Evaluate before training, every eval_every training rounds and after the last; 0 = never."""
-    patience: int | None = Field(default=None, ge=1)
+    patience: int | None = Field(default=None, ge=1, le=MAX_EVAL_EVERY)
     """Stop after this many evaluations without improvement of the eval loss (keeping the best weights)."""
     min_delta: float = Field(default=0.0, ge=0)
     holdout_fraction: float = Field(default=0.2, ge=0, le=0.9)
@@ -139,11 +193,51 @@ class TrainingParams(BaseModel):
         return self
 
 
+class WeightNames(Sequence[str]):
+    """The names of a model's weights with O(1) lookup: a black-box model's own names, or w0 … w{n−1} for
+    white-box models (computed on demand, never listed, so resolving a large model allocates no names)."""
+
+    def __init__(self, n: int, names: Sequence[str] | None = None) -> None:
+        self.n = n
+        self._names = list(names) if names is not None else None
+        self._index = {name: i for i, name in enumerate(self._names)} if self._names is not None else None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return self._names[i] if self._names is not None else f"w{i % self.n}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names) if self._names is not None else (f"w{i}" for i in range(self.n))
+
+    def find(self, name: str) -> int | None:
+        """Index of `name`, or None."""
+        if self._index is not None:
+            return self._index.get(name)
+        if len(name) > 1 and name[0] == "w" and name[1:].isdigit() and (name[1] != "0" or name == "w0"):
+            i = int(name[1:])
+            return i if i < self.n else None
+        return None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.find(name) is not None
+
+    def index(self, name: str, *_: Any) -> int:  # type: ignore[override]
+        i = self.find(name)
+        if i is None:
+            raise ValueError(f"{name!r} is not a weight name")
+        return i
+
+
 @dataclass(frozen=True)
 class Resolved:
     model: Model | BlackBoxModel
     blackbox: bool
-    param_names: list[str]
+    param_names: list[str] | WeightNames
+    """A list for black-box models (reported in the result); `WeightNames` (w0, w1, …) otherwise."""
     initial: np.ndarray
     max_change: np.ndarray | None
     nonnegative: np.ndarray  # indices
@@ -157,7 +251,7 @@ class Resolved:
         return len(self.initial)
 
 
-def _per_weight(value: PerWeight, names: list[str], default: float, field: str, positive: bool) -> np.ndarray:
+def _per_weight(value: PerWeight, names: WeightNames, default: float, field: str, positive: bool) -> np.ndarray:
     n = len(names)
     if isinstance(value, (int, float)):
         out = np.full(n, float(value))
@@ -168,19 +262,21 @@ def _per_weight(value: PerWeight, names: list[str], default: float, field: str, 
     else:
         out = np.full(n, float(default))
         for key, v in value.items():
-            if key not in names:
-                raise ValueError(f"{field}: unknown weight name {key!r}")
-            out[names.index(key)] = float(v)
+            i = names.find(key)
+            if i is None:
+                raise ValueError(f"{field}: unknown weight name {key[:MAX_NAME_CHARS]!r}")
+            out[i] = float(v)
     if not np.all(np.isfinite(out)) or np.any(out <= 0 if positive else out < 0):
         raise ValueError(f"{field}: values must be finite and {'> 0' if positive else '≥ 0'}")
     return out
 
 
-def _index(ref: int | str, names: list[str], field: str) -> int:
+def _index(ref: int | str, names: WeightNames, field: str) -> int:
     if isinstance(ref, str):
-        if ref not in names:
-            raise ValueError(f"{field}: unknown weight name {ref!r}")
-        return names.index(ref)
+        i = names.find(ref)
+        if i is None:
+            raise ValueError(f"{field}: unknown weight name {ref[:MAX_NAME_CHARS]!r}")
+        return i
     if not 0 <= ref < len(names):
         raise ValueError(f"{field}: weight index {ref} out of range [0, {len(names)})")
     return ref
@@ -190,37 +286,46 @@ def _scaling_block(params: TrainingParams) -> dict[str, Any] | None:
     if params.scaling is None:
         return None
     block = params.scaling.get("features", params.scaling)
+    if not isinstance(block, dict):
+        raise ValueError("scaling.features: must be an object {feature: {mean, std}} (a feature_stats result's block)")
     if params.features is None:
         raise ValueError("scaling: needs params.features (the feature order) to apply scaling by name")
     missing = [n for n in params.features if not isinstance(block.get(n), dict) or "mean" not in block[n]]
     if missing:
-        raise ValueError(f"scaling: no mean/std for feature(s) {', '.join(missing)} in the feature_stats block")
+        raise ValueError(f"scaling: no mean/std for feature(s) {', '.join(missing[:10])} in the feature_stats block")
     names = list(params.features)
-    stds = [float(block[n].get("std") or 0.0) for n in names]
+    means, stds = [], []
+    for n in names:
+        mean, std = block[n]["mean"], block[n].get("std") or 0.0
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (mean, std)):
+            raise ValueError(f"scaling: mean and std of feature {n!r} must be numbers")
+        if not (math.isfinite(mean) and math.isfinite(std)):
+            raise ValueError(f"scaling: mean and std of feature {n!r} must be finite")
+        means.append(float(mean))
+        stds.append(float(std))
     return {
         "feature_names_in_": names,
-        "mean_": [float(block[n]["mean"]) for n in names],
-        "scale_": [s if s > 0 and math.isfinite(s) else 1.0 for s in stds],
+        "mean_": means,
+        "scale_": [s if s > 0 else 1.0 for s in stds],
     }
 
 
 def resolve(params: TrainingParams) -> Resolved:
-    spec = params.model.model_dump()
     name = params.model.name
     blackbox = name in known_blackbox()
     model: Model | BlackBoxModel
     if blackbox:
         model = get_blackbox(name)
-        names = list(model.param_names)
+        names = WeightNames(len(model.param_names), model.param_names)
         initial = np.asarray(model.initial_weights, dtype=np.float64)
     else:
-        model = build_model(spec)
-        names = [f"w{i}" for i in range(model.n_params)]
-        initial = model.initial_weights(np.random.default_rng(params.model.seed))
+        model = build_model(params.model.model_dump())  # refuses more than MAX_MODEL_PARAMS before allocating
+        names = WeightNames(model.n_params)
         if params.features is not None and len(params.features) != getattr(model, "n_features", len(params.features)):
             raise ValueError(f"features: {len(params.features)} names but model.n_features is {getattr(model, 'n_features')}")
         if params.class_weighting and model.n_classes is None:
             raise ValueError("class_weighting: needs a classifier model")
+        initial = model.initial_weights(np.random.default_rng(params.model.seed))
     iw = params.model.initial_weights
     if isinstance(iw, list):
         if len(iw) != len(names):
@@ -242,13 +347,15 @@ def resolve(params: TrainingParams) -> Resolved:
     else:
         nonneg = np.asarray(sorted({_index(r, names, "safeguards.nonnegative") for r in sg.nonnegative}), dtype=np.int64)
     groups = []
+    grouped: set[int] = set()
     for g, group in enumerate(sg.ordered_groups):
         idx = [_index(r, names, f"safeguards.ordered_groups[{g}]") for r in group]
         if len(set(idx)) != len(idx) or len(idx) < 2:
             raise ValueError(f"safeguards.ordered_groups[{g}]: needs at least two distinct weights")
-        shared = set(idx) & {int(i) for grp in groups for i in grp}
+        shared = grouped.intersection(idx)
         if shared:
-            raise ValueError(f"safeguards.ordered_groups[{g}]: shares weight(s) {sorted(shared)} with an earlier group")
+            raise ValueError(f"safeguards.ordered_groups[{g}]: shares weight(s) {sorted(shared)[:10]} with an earlier group")
+        grouped.update(idx)
         groups.append(np.asarray(idx, dtype=np.int64))
     if np.any(initial[nonneg] < 0):
         raise ValueError("model.initial_weights: violate safeguards.nonnegative")
@@ -264,4 +371,5 @@ def resolve(params: TrainingParams) -> Resolved:
         if np.any(step_max < opt.step_min):
             raise ValueError(f"server_optimizer.step_max: must not be below step_min ({opt.step_min})")
         steps = np.clip(steps, opt.step_min, step_max)
-    return Resolved(model, blackbox, names, initial, max_change, nonneg, groups, steps, step_max, _scaling_block(params))
+    param_names: list[str] | WeightNames = list(names) if blackbox else names
+    return Resolved(model, blackbox, param_names, initial, max_change, nonneg, groups, steps, step_max, _scaling_block(params))
