@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from queries.kind import contribution_generator
 from secagg.randomness import ByteSource, OsRandom, RandomSource, keyed_stream
 
 NONCE_BYTES = 16
@@ -53,7 +54,7 @@ class DeviceRandomness:
         return ContributionRandomness(
             secagg=base.child("secagg"),
             noise=keyed_stream(base.child("noise")),
-            kind=base.child("kind").generator(),
+            kind=contribution_generator(base.child("kind")),
         )
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from queries.spec import PrivacySpec
+from secagg.randomness import ByteSource
 
 if TYPE_CHECKING:  # the device imports kinds; it must not load the accountant behind queries.dp
     from queries.dp import RoundNoise
@@ -101,6 +102,12 @@ class Release:
     """Standard deviation of the noise in released values, in released units, keyed by the value's JSON
     Pointer into `result` (RFC 6901, `value_path`) — for confidence intervals. Only values that are a
     noisy sum are listed; absent values are exact or derived (ratios such as means)."""
+
+
+def contribution_generator(source: ByteSource) -> np.random.Generator:
+    """The numpy Generator a kind's `contribute` draws from (row subsampling, shuffles, stochastic rounding —
+    never keys, masks or noise): PCG64 seeded from 32 bytes of `source`, so a seeded source reproduces it."""
+    return np.random.Generator(np.random.PCG64(int.from_bytes(source.bytes(32), "big")))
 
 
 def value_path(*parts: str | int) -> str:

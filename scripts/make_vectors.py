@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from queries.dp import noise  # noqa: E402
+from queries.kind import contribution_generator  # noqa: E402
 from queries.registry import get_kind  # noqa: E402
 from queries.envelope import (  # noqa: E402
     HDR_NONCE,
@@ -555,14 +556,14 @@ def _kind_case(kind: str, params: Json, rows: list[Any], seed: bytes = b"kind/0"
 
 
 def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
-    rng = SeededRandom(seed).generator()
+    rng = contribution_generator(SeededRandom(seed))
     return np.asarray(get_kind(case["kind"]).contribute(case["task"], case["rows"], rng), dtype=np.int64)
 
 
 @topic(
     "kind_encodings",
     "Each query kind's device encoding (`contribute(task, rows, rng)`) of given rows, before noise and masking. "
-    "`rng` is SeededRandom(seed).generator() (numpy PCG64); `uses_rng` says whether the vector depends on it "
+    "`rng` is queries.kind.contribution_generator(SeededRandom(seed)) (numpy PCG64); `uses_rng` says whether the vector depends on it "
     "(stochastic rounding, local SGD) — a port reproduces those vectors only with the same generator, and checks "
     "the deterministic ones byte for byte.",
     [

@@ -10,10 +10,11 @@ import numpy as np
 
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
+from secagg.randomness import RandomSource, SeededRandom, uint64s
 from secagg.simulate import PROTOCOL_PHASES, expected_sum, protocol_randomness, run_session
 
 
-def _drops_within_tolerance(cfg: SecAggConfig, rng: np.random.Generator, dropout: float) -> dict[Phase, set[int]]:
+def _drops_within_tolerance(cfg: SecAggConfig, rng: RandomSource, dropout: float) -> dict[Phase, set[int]]:
     """Random drops per phase, redrawn (up to 50 times) until every neighbourhood keeps its threshold.
 
     The demo shows the success path; aborts below the threshold are covered by the tests and the bench.
@@ -23,8 +24,8 @@ def _drops_within_tolerance(cfg: SecAggConfig, rng: np.random.Generator, dropout
         alive = list(range(1, cfg.n + 1))
         drops: dict[Phase, set[int]] = {}
         for phase in PROTOCOL_PHASES:
-            k = int(rng.binomial(len(alive), dropout))
-            drops[phase] = set(rng.choice(alive, size=k, replace=False).tolist()) if k else set()
+            k = sum(rng.random() < dropout for _ in alive)
+            drops[phase] = set(rng.sample(alive, k))
             alive = [p for p in alive if p not in drops[phase]]
         survivors = set(alive)
         if len(survivors) >= cfg.survivor_threshold and all(
@@ -46,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, help="seed of the inputs and the drops", default=1)
     args = ap.parse_args(argv)
 
-    rng = np.random.default_rng(args.seed)
+    rng = SeededRandom(b"secagg.demo/%d" % args.seed)  # the simulated inputs and drops
     protocol = protocol_randomness(args.protocol_seed)
     session_id = protocol.child("session-id").bytes(16)
     cfg = SecAggConfig(session_id, args.devices, args.dim, args.bits, threat_model=args.threat_model)
-    inputs = {p: rng.integers(0, 1000, args.dim, dtype=np.uint64) for p in range(1, args.devices + 1)}
+    inputs = {p: uint64s(rng, args.dim) % np.uint64(1000) for p in range(1, args.devices + 1)}
     drops = _drops_within_tolerance(cfg, rng, args.dropout)
 
     graph = "complete" if cfg.uses_complete_graph else f"sparse (Harary, degree {cfg.resolved_degree})"

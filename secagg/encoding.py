@@ -8,11 +8,13 @@ entry on the wire.
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 
 from secagg.config import MAX_BITS
 from secagg.errors import ConfigError, MessageFormatError
-from secagg.randomness import OsRandom
+from secagg.randomness import OsRandom, uniforms
 
 
 def check_no_wrap(n: int, max_abs: int, bits: int, signed: bool = True) -> None:
@@ -63,6 +65,12 @@ def from_modular(values: np.ndarray, bits: int) -> np.ndarray:
     return signed
 
 
+class UniformDraws(Protocol):
+    """What stochastic rounding needs: uniform floats in [0, 1) of a given shape (a numpy Generator has it)."""
+
+    def random(self, size: Any) -> np.ndarray: ...
+
+
 class FixedPoint:
     """Floats ↔ integers: clip to [-clip, clip], scale by `scale`, round stochastically (unbiased)."""
 
@@ -78,14 +86,16 @@ class FixedPoint:
     def max_abs(self) -> int:
         return int(np.ceil(self.clip * self.scale))
 
-    def encode(self, x: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        rng = rng or OsRandom().generator()
+    def encode(self, x: np.ndarray, rng: UniformDraws | None = None) -> np.ndarray:
+        """Clip, scale and round stochastically (uniforms from `rng`, a numpy Generator on the device's
+        kind stream, or OS entropy by default)."""
         arr = np.asarray(x, dtype=np.float64)
         if not np.all(np.isfinite(arr)):
             raise ConfigError("values: must be finite to encode")
         scaled = np.clip(arr, -self.clip, self.clip) * self.scale
         low = np.floor(scaled)
-        up = rng.random(arr.shape) < (scaled - low)
+        u = uniforms(OsRandom(), arr.size).reshape(arr.shape) if rng is None else rng.random(arr.shape)
+        up = u < (scaled - low)
         return (low + up).astype(np.int64)
 
     def decode(self, total: np.ndarray) -> np.ndarray:

@@ -51,8 +51,6 @@ class RandomSource(ByteSource, Protocol):
 
     def sample(self, population: Sequence[_T], k: int) -> list[_T]: ...
 
-    def generator(self) -> np.random.Generator: ...
-
     def child(self, label: str) -> RandomSource: ...
 
 
@@ -91,10 +89,6 @@ class BaseRandom:
             j = i + self.randbelow(len(pool) - i)
             pool[i], pool[j] = pool[j], pool[i]
         return pool[:k]
-
-    def generator(self) -> np.random.Generator:
-        """A fresh numpy Generator (PCG64) seeded from 32 bytes of this source; not for security uses."""
-        return np.random.Generator(np.random.PCG64(int.from_bytes(self.bytes(32), "big")))
 
 
 class OsRandom(BaseRandom):
@@ -158,6 +152,11 @@ def uint64s(source: ByteSource, count: int) -> np.ndarray:
     return np.frombuffer(source.bytes(8 * count), dtype="<u8").astype(np.uint64, copy=False)
 
 
+def uniforms(source: ByteSource, count: int) -> np.ndarray:
+    """`count` uniform floats in [0, 1): the top 53 bits of each of `uint64s(source, count)` times 2^-53."""
+    return (uint64s(source, count) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 __all__ = [
-    "BaseRandom", "ByteSource", "KeyedRandom", "OsRandom", "RandomSource", "SeededRandom", "keyed_stream", "uint64s",
+    "BaseRandom", "ByteSource", "KeyedRandom", "OsRandom", "RandomSource", "SeededRandom", "keyed_stream", "uint64s", "uniforms",
 ]

@@ -20,6 +20,7 @@ from secagg.randomness import (
     SeededRandom,
     keyed_stream,
     uint64s,
+    uniforms,
 )
 from secagg.shamir import PRIME
 
@@ -130,11 +131,11 @@ def test_random_and_sample():
         src.sample([1, 2], 3)
 
 
-def test_generator_is_seeded_from_the_source():
-    a, b = SeededRandom(b"gen").generator(), SeededRandom(b"gen").generator()
-    assert np.array_equal(a.integers(0, 1 << 62, 16), b.integers(0, 1 << 62, 16))
-    src = SeededRandom(b"gen")
-    assert not np.array_equal(src.generator().random(8), src.generator().random(8))
+def test_uniforms_are_the_top_53_bits_of_each_word():
+    words = uint64s(SeededRandom(b"u"), 64)
+    u = uniforms(SeededRandom(b"u"), 64)
+    assert np.array_equal(u, (words >> np.uint64(11)).astype(np.float64) / 2.0**53)
+    assert u.min() >= 0.0 and u.max() < 1.0
 
 
 def test_os_source_differs_per_call_and_per_child():
@@ -143,7 +144,7 @@ def test_os_source_differs_per_call_and_per_child():
     assert src.child("x").bytes(16) != src.child("x").bytes(16)
     assert isinstance(src.child("x"), OsRandom)
     assert src.randbelow(1 << 128) != src.randbelow(1 << 128)
-    assert not np.array_equal(src.generator().random(4), src.generator().random(4))
+    assert not np.array_equal(uniforms(src, 4), uniforms(src, 4))
     assert keyed_stream(src).bytes(32) != keyed_stream(src).bytes(32)
 
 
