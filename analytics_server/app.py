@@ -60,7 +60,7 @@ def create_app(settings: Settings) -> web.Application:
         engine = make_engine(settings.db_url)
         await check_migrated(engine, settings.db_url)
         store = Store(engine)
-        executor = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="fa-cpu")
+        executor = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="fa-cpu")
         auth = DeviceAuth(store, settings.signature_window_s)
         await auth.start()
         pool = DevicePool(fresh_s=settings.retry_after_s + 2.0)

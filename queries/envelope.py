@@ -110,6 +110,12 @@ class Assignment(_Model):
     peer_identity_keys: dict[str, str] | None = Field(
         default=None, description="active model: party id → base64 Ed25519 identity key"
     )
+    server_url: str | None = Field(
+        default=None, max_length=2048,
+        description="base URL of the server process that runs this cohort: the device sends its phase requests "
+        "there (absent: the URL it checked in with). If that process cannot be reached the device leaves the "
+        "cohort and checks in again.",
+    )
 
 
 class CheckinResponse(_Model):
