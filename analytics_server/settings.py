@@ -39,6 +39,19 @@ class Settings(BaseSettings):
     metrics_auth: Literal["token", "open"] | None = Field(
         default=None, description="`/metrics` needs a token of role admin or metrics (`token`) or not (`open`); default token in production"
     )
+    advertise_url: str | None = Field(
+        default=None, max_length=2048,
+        description="base URL at which devices reach this process for the cohorts it runs (sent in assignments); "
+        "default: http://HOST:PORT, with this machine's host name when HOST is a wildcard address",
+    )
+    process_name: str | None = Field(
+        default=None, max_length=200, description="this process's label in /metrics, /healthz and /v1/cluster; default HOSTNAME:PID"
+    )
+    lease_ttl_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="a process's query leases (and its entry in /v1/cluster) expire this long after its last heartbeat",
+    )
+    heartbeat_s: float = Field(default=2.0, gt=0, le=600, description="how often a process renews its leases")
     cohort_formation_wait_s: float = Field(default=2.0, ge=0, description="after enough devices wait, wait this long for more")
     retry_after_s: float = Field(default=5.0, gt=0, description="`retry_after` given to devices with nothing to do")
     checkin_max_wait_s: float = Field(default=20.0, ge=0, description="cap on a device's long-poll")
