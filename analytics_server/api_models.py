@@ -67,10 +67,31 @@ class Contributors(BaseModel):
     rounds: dict[str, list[str]] = Field(description="round index → device ids whose input is in the round's sum")
 
 
+class ProcessLabel(BaseModel):
+    id: str
+    name: str
+    pid: int
+    url: str
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     queries_running: int
     cohorts_running: int
+    process: ProcessLabel
+
+
+class ProcessInfo(ProcessLabel):
+    host: str
+    started_at: float
+    heartbeat_at: float
+    live: bool
+    leases: list[str] = Field(description="ids of the queries this process runs")
+    load: dict[str, Any] = Field(description="queries, running cohorts, devices long-polling, check-ins since start")
+
+
+class ClusterView(BaseModel):
+    processes: list[ProcessInfo]
 
 
 class BudgetView(BaseModel):

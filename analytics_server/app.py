@@ -7,13 +7,15 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from analytics_server import openapi
-from analytics_server.api_models import Health
+from analytics_server.api_models import Health, ProcessLabel
 from analytics_server.auth import DeviceAuth, require_token
+from analytics_server.cluster import identity_for
 from analytics_server.db.engine import check_migrated, make_engine
 from analytics_server.db.store import Store
 from analytics_server.http import analyst, device
 from analytics_server.http.common import BODY_READ_TIMEOUT, make_error_middleware
-from analytics_server.metrics import Metrics
+from analytics_server.metrics import Metrics, count_statements
+from analytics_server.notify import notifier_for
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.pool import DevicePool
 from analytics_server.ratelimit import AddressRateLimiter
@@ -26,8 +28,10 @@ OPENAPI = web.AppKey("openapi", dict)
 
 async def healthz(request: web.Request) -> web.Response:
     st: AppState = request.app[STATE]
+    p = st.process
     body = Health(status="ok", queries_running=st.orchestrator.running_count(), cohorts_running=sum(
-        1 for c in st.orchestrator.cohorts.values() if c.status == "running"))
+        1 for c in st.orchestrator.cohorts.values() if c.status == "running"),
+        process=ProcessLabel(id=p.id, name=p.name, pid=p.pid, url=p.url))
     return web.json_response(body.model_dump())
 
 
@@ -63,11 +67,17 @@ def create_app(settings: Settings) -> web.Application:
         executor = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="fa-cpu")
         auth = DeviceAuth(store, settings.signature_window_s)
         await auth.start()
-        pool = DevicePool(fresh_s=settings.retry_after_s + 2.0)
-        orch = Orchestrator(store, settings, pool, metrics_, executor, device_keys=_key_lookup(auth))
+        notifier = notifier_for(settings.db_url)
+        pool = DevicePool(store, notifier, fresh_s=settings.retry_after_s + 2.0)
+        process = identity_for(settings)
+        metrics_.process = process.name
+        count_statements(engine, metrics_)
+        orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier)
         rate = settings.register_rate()
         limiter = AddressRateLimiter(rate, settings.register_burst) if rate > 0 else None
-        app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, limiter)
+        app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, process, limiter)
+        await notifier.start()
+        pool.start()
         await orch.start()
 
     async def cleanup(app: web.Application) -> None:
@@ -75,6 +85,8 @@ def create_app(settings: Settings) -> web.Application:
         if st is None:
             return
         await st.orchestrator.stop()
+        await st.pool.stop()
+        await st.orchestrator.notifier.stop()
         await st.auth.stop()
         st.executor.shutdown(wait=False, cancel_futures=True)
         await st.store.engine.dispose()
@@ -88,12 +100,3 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/v1/openapi.json", openapi_doc)
     return app
 
-
-def _key_lookup(auth: DeviceAuth):  # type: ignore[no-untyped-def]
-    def lookup(device_id: str) -> bytes:
-        key = auth.public_key(device_id)
-        if key is None:
-            raise KeyError(f"no identity key cached for device {device_id}")
-        return key
-
-    return lookup

@@ -58,8 +58,11 @@ class CohortRuntime:
         metrics: Metrics,
         executor: Executor,
         on_end: Callable[[CohortRuntime], None],
+        owner: str | None = None,
     ) -> None:
         self.id = cohort_id
+        self.owner = owner
+        """Id of this server process: the store refuses its phase closes and sums once the lease is lost."""
         self.query_id = query_id
         self.round_id = round_id
         self.session = session
@@ -86,6 +89,7 @@ class CohortRuntime:
         self.mode = "secagg"
         self.secagg_dict: dict[str, Any] = {}
         self.assignments: dict[str, Assignment] = {}
+        self._released: set[str] = set()
 
     # -- device side ----------------------------------------------------------------------------
 
@@ -184,7 +188,11 @@ class CohortRuntime:
                     except AbortError as exc:
                         await self._end_aborted(str(exc))
                         return
-                    await self._record_closed(closing)
+                    try:
+                        await self._record_closed(closing)
+                    except QueryNotLive as exc:  # cancelled elsewhere or lease lost: nothing more goes out
+                        await self._end_aborted(str(exc))
+                        return
                     self.metrics.observe_phase(closing.label, loop.time() - started)
                     if self.session.phase is Phase.DONE and self.session.result is not None:
                         self.contributors = self.session.result.contributors
@@ -198,6 +206,7 @@ class CohortRuntime:
                     return
                 self._notify()
                 await self.store.set_cohort_phase(self.id, self.phase)  # after waking the devices
+                await self._release_dropped()
         except asyncio.CancelledError:
             await asyncio.shield(self._end_aborted(self.reason or "cancelled"))
             raise
@@ -206,11 +215,19 @@ class CohortRuntime:
             await asyncio.shield(self._end_aborted(f"internal error: {type(exc).__name__}: {exc}"))
             raise
 
+    async def _release_dropped(self) -> None:
+        """Free the members the session dropped (missed a deadline) so they may be seated elsewhere."""
+        expected = self.session.expected()
+        gone = [d for d, p in self.members.items() if p not in expected and d not in self._released]
+        if gone:
+            self._released.update(gone)
+            await self.store.release_devices(self.id, gone)
+
     async def _record_closed(self, closing: Phase) -> None:
         """Store that the masked-input phase closed before any later phase's message goes out: from here on the
         server could learn the noisy sum, so the query's privacy charge is no longer refundable."""
         if closing is Phase.MASKED_INPUT:
-            await self.store.mark_masked_input_closed(self.id)
+            await self.store.mark_masked_input_closed(self.id, self.owner)
 
     async def _end_aborted(self, reason: str) -> None:
         if self.status != "running":
@@ -230,7 +247,7 @@ class CohortRuntime:
         total = encoding.from_modular(result.vector, self.bits)
         dropped: dict[str, Any] = {Phase(p).label: sorted(v) for p, v in result.dropped.items() if v}
         try:
-            await self.store.finish_cohort(self.id, total, result.contributors, dropped)
+            await self.store.finish_cohort(self.id, total, result.contributors, dropped, self.owner)
         except QueryNotLive as exc:  # cancelled or failed meanwhile: the sum is dropped, the cohort aborts
             await self._end_aborted(str(exc))
             return

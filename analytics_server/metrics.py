@@ -1,14 +1,23 @@
-"""In-process counters rendered in the Prometheus text format at `/metrics`."""
+"""In-process counters rendered in the Prometheus text format at `/metrics`.
+
+Every series carries a `process` label (`FA_PROCESS_NAME`, default HOST:PID): each server process reports its
+own counters, and a scraper sums them over the processes behind the balancer.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
+
+from sqlalchemy import event
 
 PHASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, process: str = "") -> None:
+        self.process = process
+        self.db_statements = 0
         self.checkins = 0
         self.cohorts: Counter[str] = Counter()
         self.http_responses: Counter[tuple[str, int]] = Counter()
@@ -47,4 +56,29 @@ class Metrics:
         lines += ["# HELP fa_http_responses_total HTTP responses by route class and status.", "# TYPE fa_http_responses_total counter"]
         for (route, status), n in sorted(self.http_responses.items()):
             lines.append(f'fa_http_responses_total{{route="{route}",status="{status}"}} {n}')
-        return "\n".join(lines) + "\n"
+        lines += [
+            "# HELP fa_db_statements_total SQL statements this process sent to the database.",
+            "# TYPE fa_db_statements_total counter",
+            f"fa_db_statements_total {self.db_statements}",
+        ]
+        return "\n".join(_label(line, self.process) for line in lines) + "\n"
+
+
+def _label(line: str, process: str) -> str:
+    """Add `process="…"` to a sample line (comments unchanged)."""
+    if line.startswith("#") or not process:
+        return line
+    name, _, rest = line.partition(" ")
+    value = process.replace("\\", "\\\\").replace('"', '\\"')
+    if name.endswith("}"):
+        return f'{name[:-1]},process="{value}"}} {rest}'
+    return f'{name}{{process="{value}"}} {rest}'
+
+
+def count_statements(engine: Any, metrics: Metrics) -> None:
+    """Count every statement the engine executes into `metrics.db_statements`."""
+
+    def before(*_args: Any) -> None:
+        metrics.db_statements += 1
+
+    event.listen(engine.sync_engine, "before_cursor_execute", before)

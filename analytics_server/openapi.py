@@ -24,6 +24,7 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("get", "/v1/quota", "The calling token's ε quota and active queries", None, am.QuotaView, "bearer"),
     ("put", "/v1/admin/tokens/{token_id}/quota", "Set a token's ε quota (admin)", am.QuotaRequest, am.QuotaView, "bearer"),
     ("get", "/v1/admin/queries/{id}/contributors", "Contributing devices per round (admin)", None, am.Contributors, "bearer"),
+    ("get", "/v1/cluster", "Server processes sharing the database, their leases and load (admin)", None, am.ClusterView, "bearer"),
     ("get", "/v1/budgets", "Privacy-budget ledgers of all sources", None, am.BudgetList, "bearer"),
     ("get", "/v1/budgets/{source}", "Privacy-budget ledger of one source", None, am.BudgetView, "bearer"),
     ("put", "/v1/admin/budgets/{source}", "Set a source's total privacy budget (admin)", am.BudgetRequest, am.BudgetView, "bearer"),

@@ -9,6 +9,11 @@ whose `Release` is stored as the result. The server reads nothing else of a kind
 Everything needed to continue is stored, so after a restart the task resumes from the database: cohorts
 that were in flight are aborted ("server restarted"), finished sums stay, seats in finished cohorts keep
 their devices out of the rest of the round.
+
+Many processes may share one database (docs/scaling.md): a query runs in the process holding its lease
+(`Store.acquire_query`), renewed every `heartbeat_s`; when a process stops heartbeating its leases lapse
+after `lease_ttl_s` and another process takes its queries over exactly as after a restart. A process that
+finds it lost a lease (or that the query was cancelled at another process) stops the query's task.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from dataclasses import asdict
 from typing import Any
 
 from analytics_server import privacy, sampling
+from analytics_server.cluster import ProcessIdentity
 from analytics_server.cohort import CohortRuntime
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
 from analytics_server.metrics import Metrics
+from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from queries.envelope import Assignment, b64e
@@ -49,32 +56,50 @@ class QueryFailed(Exception):
 
 class Orchestrator:
     def __init__(
-        self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor, device_keys: Any,
-        randomness: RandomSource | None = None,
+        self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor,
+        process: ProcessIdentity, notifier: Notifier, randomness: RandomSource | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.pool = pool
         self.metrics = metrics
         self.executor = executor
-        self.device_keys = device_keys
+        self.process = process
+        self.notifier = notifier
         self.randomness = randomness or OsRandom()  # session ids and cohort sampling
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.cohorts: dict[str, CohortRuntime] = {}
         self.live: dict[str, dict[str, Any]] = {}
         self._coins: dict[int, dict[str, bool]] = {}
+        self._held: set[str] = set()
+        """Queries whose lease this process acquired and whose task runs."""
+        self._stop_reason: dict[str, str] = {}
+        self._stored_progress: dict[str, dict[str, Any]] = {}
         self._stopping = False
+        self._beat: asyncio.Task[None] | None = None
+        self.cluster_running = 0
+        notifier.subscribe(CANCEL, self._on_cancel)
 
     async def start(self) -> None:
-        aborted = await self.store.abort_running_cohorts("server restarted")
-        if aborted:
-            log.info("aborted %d cohorts that were in flight before the restart", aborted)
-        for q in await self.store.queries_with_status(("pending", "running")):
-            self.spawn(q.id)
+        p = self.process
+        await self.store.register_process(p.id, p.name, p.url, p.host, p.pid)
+        if p.single:  # SQLite: no other process can be running these
+            aborted = await self.store.abort_running_cohorts("server restarted")
+            if aborted:
+                log.info("aborted %d cohorts that were in flight before the restart", aborted)
+        for qid in await self.store.unleased_queries() if not p.single else [
+            q.id for q in await self.store.queries_with_status(("pending", "running"))
+        ]:
+            self.spawn(qid)
+        self.cluster_running = await self.store.count_active_queries()
+        self._beat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
 
     async def stop(self) -> None:
-        """Graceful shutdown: running cohorts abort ("server shutting down"); queries resume at next start."""
+        """Graceful shutdown: running cohorts abort ("server shutting down"), the leases are released, and the
+        queries resume at once in another process (or at the next start)."""
         self._stopping = True
+        if self._beat is not None:
+            self._beat.cancel()
         for task in list(self.tasks.values()):
             task.cancel()
         for task in list(self.tasks.values()):
@@ -82,32 +107,101 @@ class Orchestrator:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
+        try:
+            await self.store.stop_process(self.process.id)
+        except Exception as exc:
+            log.warning("could not release leases at shutdown: %s", exc)
 
     def spawn(self, query_id: str) -> None:
-        if query_id in self.tasks:
+        """Run the query here if this process can take its lease (else another process runs it)."""
+        if query_id in self.tasks or self._stopping:
             return
         self.tasks[query_id] = asyncio.create_task(self._run_query(query_id), name=f"query-{query_id}")
 
     async def cancel(self, query_id: str) -> bool:
         """Stop the query's task and with it its cohorts, then mark it cancelled; the refund decision (in the
         same transaction as the status) thus sees every masked-input phase that closed. Shielded, so a caller
-        that goes away does not leave a stopped query marked running. False when it was already terminal."""
+        that goes away does not leave a stopped query marked running. False when it was already terminal.
+
+        A query run by another process is marked cancelled first (the store orders that decision against the
+        owner closing a masked-input phase) and its owner is told to stop it."""
         return await asyncio.shield(self._cancel(query_id))
 
     async def _cancel(self, query_id: str) -> bool:
         task = self.tasks.get(query_id)
         if task is not None:
+            self._stop_reason[query_id] = "query cancelled"
             task.cancel()
             await asyncio.wait({task})  # its cohorts end (aborted: "query cancelled") before it does
-        return await self.store.set_query_status(query_id, "cancelled")
+        done = await self.store.set_query_status(query_id, "cancelled")
+        if done and task is None and self.notifier.shared:
+            await self.notifier.publish(CANCEL, query_id)
+        return done
+
+    def _on_cancel(self, query_id: str) -> None:
+        task = self.tasks.get(query_id)
+        if task is not None and not task.done():
+            self._stop_reason[query_id] = "query cancelled"
+            task.cancel()
+
+    # -- leases ---------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_s)
+            try:
+                await self._heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database may be briefly unreachable: try again next beat
+                log.warning("heartbeat failed: %s", exc)
+
+    async def _heartbeat(self) -> None:
+        """Renew this process's row and leases, stop queries whose lease was lost, take over unleased ones,
+        and store live progress for the other processes' status pages."""
+        await self.store.heartbeat(self.process.id, self.load())
+        held = await self.store.renew_leases(self.process.id, self.settings.lease_ttl_s)
+        for qid in list(self._held - held):
+            task = self.tasks.get(qid)
+            if task is not None and not task.done():
+                q = await self.store.get_query(qid)
+                lost = q is None or q.status not in ("pending", "running")
+                self._stop_reason[qid] = "query cancelled" if lost else "the query moved to another server process"
+                log.warning("query %s: lease lost or query ended elsewhere; stopping it here", qid)
+                task.cancel()
+            self._held.discard(qid)
+        for qid in await self.store.unleased_queries():
+            self.spawn(qid)
+        changed = {qid: dict(live) for qid, live in self.live.items()
+                   if qid in self._held and self._stored_progress.get(qid) != live}
+        if changed:
+            await self.store.store_progress(changed, self.process.id)
+            self._stored_progress.update(changed)
+        self.cluster_running = await self.store.count_active_queries()
+
+    def load(self) -> dict[str, Any]:
+        return {
+            "queries": len(self._held),
+            "cohorts": sum(1 for c in self.cohorts.values() if c.status == "running"),
+            "devices_waiting": self.pool.waiting(),
+            "checkins": self.metrics.checkins,
+        }
 
     def running_count(self) -> int:
-        return len(self.tasks)
+        """Running queries in the whole cluster (as of the last heartbeat, or this process's if more)."""
+        return max(self.cluster_running, len(self._held))
 
     # -- per query ------------------------------------------------------------------------------
 
     async def _run_query(self, query_id: str) -> None:
         try:
+            p = self.process
+            if not await self.store.acquire_query(query_id, p.id, self.settings.lease_ttl_s):
+                return  # another process holds it
+            self._held.add(query_id)
+            aborted = await self.store.abort_running_cohorts("server restarted", query_id=query_id, keep_owner=p.id)
+            if aborted:
+                log.info("query %s: taken over; aborted %d cohorts of the process that ran it", query_id, aborted)
             q = await self.store.get_query(query_id)
             if q is None or q.status not in ("pending", "running"):
                 return
@@ -124,6 +218,9 @@ class Orchestrator:
         finally:
             self.tasks.pop(query_id, None)
             self.live.pop(query_id, None)
+            self._held.discard(query_id)
+            self._stop_reason.pop(query_id, None)
+            self._stored_progress.pop(query_id, None)
 
     async def _drive(self, q: Query) -> None:
         spec = QuerySpec.model_validate(q.spec)
@@ -208,12 +305,12 @@ class Orchestrator:
 
     # -- cohorts --------------------------------------------------------------------------------
 
-    def _eligible(self, rnd: Round, plan: RoundPlan, seated: set[str]) -> list[str]:
+    async def _eligible(self, rnd: Round, plan: RoundPlan, seated: set[str]) -> list[str]:
         """Free devices without a seat in the round that passed the round's sampling coin (a keyed function of
         the round's stored secret and the device id, so the same after a restart; cached per round)."""
         coins = self._coins.setdefault(rnd.id, {})
         out = []
-        for d in self.pool.available():
+        for d in await self.store.available_devices():
             if d in seated:
                 continue
             if plan.sample_rate < 1.0:
@@ -229,39 +326,30 @@ class Orchestrator:
         if plan.sample_rate < 1.0 and rnd.sampling_secret is None:
             rnd.sampling_secret = await self.store.round_sampling_secret(rnd.id, sampling.new_secret())
         seated = await self.store.round_members(rnd.id)
-        need, cap = rnd.need, spec.cohort.max_clients
-        enough_since: float | None = None
-        timeout = self._formation_timeout(spec)
-        deadline = time.monotonic() + timeout
         live.update(phase="forming")
-        while True:
-            eligible = self._eligible(rnd, plan, seated)
-            live["devices_eligible"] = len(eligible)
-            if len(eligible) >= need:
-                enough_since = enough_since or time.monotonic()
-                if len(eligible) >= cap or time.monotonic() - enough_since >= self.settings.cohort_formation_wait_s:
-                    break
-            else:
-                enough_since = None
-                if time.monotonic() >= deadline:
-                    raise QueryFailed(
-                        f"no cohort formed within {timeout:g} s: {len(eligible)} eligible devices, need {need} "
-                        f"(round {rnd.index}; cohort.formation_timeout_s)"
-                    )
-            await asyncio.sleep(FORMATION_POLL_S)
-        chosen = self.randomness.sample(eligible, min(cap, len(eligible)))
-        members = {d: i + 1 for i, d in enumerate(chosen)}
-        cohort = self._make_cohort(q, spec, rnd, plan, members)
-        await self.store.create_cohort(cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase)
+        session_id, members = await self._form(spec, rnd, plan, seated, live)
+        keys = await self.store.device_keys(list(members)) if self.settings.threat_model == "active" else {}
+        cohort = self._make_cohort(q, spec, rnd, plan, members, session_id, keys)
         self.cohorts[cohort.id] = cohort
-        for d, party in members.items():
-            self.pool.assign(d, cohort.assignments[d], cohort)
+        wire = {d: a.model_dump(mode="json", exclude_none=True) for d, a in cohort.assignments.items()}
+        try:
+            await self.store.create_cohort(
+                cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase, owner=self.process.id,
+                assignments=wire,
+            )
+        except BaseException:
+            self.cohorts.pop(cohort.id, None)
+            await asyncio.shield(self.store.release_devices(cohort.id))
+            raise
+        self.pool.deliver(wire)
+        if self.notifier.shared:
+            await self.notifier.publish(ASSIGN, cohort.id)
         live.update(phase=Phase(cohort.phase).label, cohort=cohort.id, cohort_size=len(members))
         task = asyncio.create_task(cohort.run(), name=f"cohort-{cohort.id}")
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
-            cohort.reason = "server shutting down" if self._stopping else "query cancelled"
+            cohort.reason = "server shutting down" if self._stopping else self._stop_reason.get(q.id, "query cancelled")
             task.cancel()
             try:
                 await task
@@ -272,6 +360,38 @@ class Orchestrator:
             pass  # recorded as an aborted cohort by the runtime; the round forms another
         live.update(phase=None, cohort=None)
         self._count_abort(cohort, live)
+
+    async def _form(
+        self, spec: QuerySpec, rnd: Round, plan: RoundPlan, seated: set[str], live: dict[str, Any]
+    ) -> tuple[bytes, dict[str, int]]:
+        """Wait until enough eligible devices are available, sample up to `max_clients` of them and claim them
+        in the database (another process may claim some first: then try again). Returns the new cohort's
+        session id and its members (device → party)."""
+        need, cap = rnd.need, spec.cohort.max_clients
+        enough_since: float | None = None
+        timeout = self._formation_timeout(spec)
+        deadline = time.monotonic() + timeout
+        while True:
+            eligible = await self._eligible(rnd, plan, seated)
+            live["devices_eligible"] = len(eligible)
+            if len(eligible) >= need:
+                enough_since = enough_since or time.monotonic()
+                if len(eligible) >= cap or time.monotonic() - enough_since >= self.settings.cohort_formation_wait_s:
+                    session_id = self.randomness.bytes(16)
+                    chosen = self.randomness.sample(eligible, min(cap, len(eligible)))
+                    claimed = await self.store.claim_devices(session_id.hex(), chosen)
+                    if len(claimed) >= need:
+                        return session_id, {d: i + 1 for i, d in enumerate(claimed)}
+                    await self.store.release_devices(session_id.hex())
+                    enough_since = None
+            else:
+                enough_since = None
+                if time.monotonic() >= deadline:
+                    raise QueryFailed(
+                        f"no cohort formed within {timeout:g} s: {len(eligible)} eligible devices, need {need} "
+                        f"(round {rnd.index}; cohort.formation_timeout_s)"
+                    )
+            await asyncio.sleep(FORMATION_POLL_S)
 
     def _formation_timeout(self, spec: QuerySpec) -> float:
         """Seconds a cohort may take to form: the spec's cohort.formation_timeout_s or the server default."""
@@ -296,10 +416,10 @@ class Orchestrator:
             raise QueryFailed(f"{limit} consecutive cohorts aborted (max_consecutive_aborts); last reasons: {causes}")
 
     def _make_cohort(
-        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int]
+        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int], session_id: bytes,
+        keys: dict[str, bytes],
     ) -> CohortRuntime:
         n, threat = len(members), self.settings.threat_model
-        session_id = self.randomness.bytes(16)
         cohort_id = session_id.hex()
         if bench_unmasked():
             session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)
@@ -311,16 +431,16 @@ class Orchestrator:
             )
             ids = None
             if cfg.active:
-                ids = {p: self.device_keys(d) for d, p in members.items()}
+                ids = {p: keys[d] for d, p in members.items()}
             session = ServerSession(cfg, ids)
             mode = "secagg"
         peer_ids = None
         if cfg.active and mode == "secagg":
-            peer_ids = {str(p): b64e(self.device_keys(d)) for d, p in members.items()}
+            peer_ids = {str(p): b64e(keys[d]) for d, p in members.items()}
         noise_block = privacy.device_noise_block(rnd.noise)
         cohort = CohortRuntime(
             cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
-            self.store, self.metrics, self.executor, self._cohort_ended,
+            self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id,
         )
         cohort.mode = mode
         cohort.secagg_dict = cfg.to_dict()
@@ -340,14 +460,15 @@ class Orchestrator:
                 phase_timeout_s=spec.cohort.phase_timeout_s,
                 noise=noise_block,
                 peer_identity_keys=peer_ids,
+                server_url=self.process.assignment_url,
             )
             for d, p in members.items()
         }
         return cohort
 
     def _cohort_ended(self, cohort: CohortRuntime) -> None:
-        """Free the devices; the runtime stays reachable for a while so late pollers learn the outcome."""
-        self.pool.release(list(cohort.members), cohort)
+        """The runtime stays reachable for a while so late pollers learn the outcome (the store freed the
+        devices when it recorded the end)."""
         cutoff = time.time() - ENDED_KEEP_S
         for cid in [c.id for c in self.cohorts.values() if c.ended is not None and c.ended < cutoff]:
             del self.cohorts[cid]

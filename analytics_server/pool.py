@@ -1,81 +1,96 @@
-"""Devices that checked in recently and are free, and the hand-over of assignments to them.
+"""Devices' availability and the hand-over of assignments to them, shared by every server process.
 
-A device is available while it long-polls a check-in, or for `fresh_s` after its last check-in. Cohort
-formation takes devices from here; `assign` marks them busy and wakes their long-poll. Busy devices are
-released when their cohort ends.
+A check-in (at any process) marks the device available in the database for its long-poll plus `fresh_s`.
+The process forming a cohort claims free devices there and stores their assignments with the cohort
+(`Store.claim_devices`, `Store.create_cohort`), then publishes the cohort id (`notify.ASSIGN`); the process
+holding a member's long-poll reads the assignment and answers. A notification that is lost is made up by
+polling the database for this process's waiters every `POLL_S`. A device claimed by a cohort is re-sent its
+assignment when it checks in again, until the cohort ends or drops it (`Store.release_devices`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
+from analytics_server.db.store import Store
+from analytics_server.notify import ASSIGN, Notifier
 from queries.envelope import Assignment
 
-if TYPE_CHECKING:
-    from analytics_server.cohort import CohortRuntime
-
-_jitter = random.Random()
+log = logging.getLogger(__name__)
+POLL_S = 1.0
+_jitter = random.Random()  # spreads long-poll expiries; not security-relevant
 
 
 class DevicePool:
-    def __init__(self, fresh_s: float) -> None:
+    def __init__(self, store: Store, notifier: Notifier, fresh_s: float) -> None:
+        self.store = store
         self.fresh_s = fresh_s
-        self._seen: dict[str, float] = {}
         self._waiters: dict[str, asyncio.Future[Assignment]] = {}
-        self.busy: dict[str, CohortRuntime] = {}
-        self.pending: dict[str, Assignment] = {}
+        self._task: asyncio.Task[None] | None = None
+        notifier.subscribe(ASSIGN, self._on_assign)
 
-    def touch(self, device_id: str) -> None:
-        self._seen[device_id] = time.monotonic()
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._poll(), name="pool-poll")
 
-    def available(self) -> list[str]:
-        cutoff = time.monotonic() - self.fresh_s
-        stale = [d for d, t in self._seen.items() if t < cutoff and d not in self._waiters]
-        for d in stale:
-            del self._seen[d]
-        return [d for d in self._seen if d not in self.busy]
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for fut in self._waiters.values():
+            fut.cancel()
 
-    def assign(self, device_id: str, assignment: Assignment, cohort: CohortRuntime) -> None:
-        self.busy[device_id] = cohort
-        self.pending[device_id] = assignment
-        self._seen.pop(device_id, None)
-        fut = self._waiters.pop(device_id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(assignment)
+    def waiting(self) -> int:
+        return len(self._waiters)
 
-    def release(self, device_ids: list[str], cohort: CohortRuntime) -> None:
-        for d in device_ids:
-            if self.busy.get(d) is cohort:
-                del self.busy[d]
-                self.pending.pop(d, None)
-
-    def current(self, device_id: str) -> Assignment | None:
-        """The assignment of a busy device that is still expected to answer (re-delivered on check-in)."""
-        cohort = self.busy.get(device_id)
-        if cohort is None or not cohort.still_expects(device_id):
-            return None
-        return self.pending.get(device_id)
-
-    async def wait(self, device_id: str, wait_s: float) -> Assignment | None:
-        self.touch(device_id)
-        if device_id in self.busy:
-            return None
-        if wait_s <= 0:
-            return None
+    async def checkin(self, device_id: str, wait_s: float) -> tuple[Assignment | None, bool]:
+        """(the device's assignment or None, whether it long-polled for `wait_s`)."""
         old = self._waiters.pop(device_id, None)
         if old is not None and not old.done():
             old.cancel()
         fut: asyncio.Future[Assignment] = asyncio.get_running_loop().create_future()
-        self._waiters[device_id] = fut
-        try:  # jittered so a fleet's long-polls do not stay synchronised into bursts
-            return await asyncio.wait_for(asyncio.shield(fut), wait_s * (0.5 + 0.5 * _jitter.random()))
-        except TimeoutError:
-            return fut.result() if fut.done() and not fut.cancelled() else None
+        self._waiters[device_id] = fut  # before reading: an assignment stored from now on wakes this future
+        try:
+            cohort_id, stored = await self.store.presence(device_id)
+            if stored is not None:
+                return Assignment.model_validate(stored), False
+            if cohort_id is None:
+                await self.store.mark_available(device_id, time.time() + max(wait_s, 0.0) + self.fresh_s)
+            if wait_s <= 0:
+                return None, False
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), wait_s * (0.5 + 0.5 * _jitter.random())), True
+            except TimeoutError:
+                return (fut.result() if fut.done() and not fut.cancelled() else None), True
         finally:
             if self._waiters.get(device_id) is fut:
                 del self._waiters[device_id]
-            if device_id not in self.busy:
-                self.touch(device_id)
+
+    def deliver(self, assignments: dict[str, dict[str, Any]]) -> None:
+        """Answer the long-polls this process holds for any of these devices."""
+        for d, a in assignments.items():
+            fut = self._waiters.get(d)
+            if fut is not None and not fut.done():
+                fut.set_result(Assignment.model_validate(a))
+
+    def _on_assign(self, cohort_id: str) -> None:
+        if self._waiters:
+            asyncio.ensure_future(self._deliver_cohort(cohort_id))
+
+    async def _deliver_cohort(self, cohort_id: str) -> None:
+        try:
+            self.deliver(await self.store.assignments_of_cohort(cohort_id))
+        except Exception as exc:  # the poll loop retries
+            log.warning("reading the assignments of cohort %s failed: %s", cohort_id, exc)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            if not self._waiters:
+                continue
+            try:
+                self.deliver(await self.store.assignments_for(list(self._waiters)))
+            except Exception as exc:
+                log.warning("polling assignments failed: %s", exc)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from analytics_server.auth import DeviceAuth
+from analytics_server.cluster import ProcessIdentity
 from analytics_server.db.store import Store
 from analytics_server.metrics import Metrics
 from analytics_server.orchestrator import Orchestrator
@@ -25,6 +26,7 @@ class AppState:
     metrics: Metrics
     orchestrator: Orchestrator
     executor: Executor
+    process: ProcessIdentity
     register_limiter: AddressRateLimiter | None = None
 
 

@@ -40,6 +40,12 @@ class Query(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    """Id of the server process running the query (`processes.id`); another takes over after `lease_expires`."""
+    lease_expires: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Unix time at which the lease lapses unless its owner renews it (heartbeat)."""
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The owner's live progress (phase, eligible devices), stored at each heartbeat for the other processes."""
 
 
 class Round(Base):
@@ -82,6 +88,8 @@ class Cohort(Base):
     dropped: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """Id of the server process that runs the cohort (in memory) and serves its phase messages."""
 
 
 class CohortMember(Base):
@@ -181,3 +189,36 @@ class LedgerLock(Base):
     __tablename__ = "ledger_locks"
 
     name: Mapped[str] = mapped_column(String(160), primary_key=True)
+
+
+class ServerProcess(Base):
+    """One `fa-server serve` process: registered at startup, heartbeat every `FA_HEARTBEAT_S`. It is live while
+    its heartbeat is younger than `FA_LEASE_TTL_S`; its query leases lapse with it."""
+
+    __tablename__ = "processes"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    url: Mapped[str] = mapped_column(String(2048))
+    """Advertised base URL: where devices send the phase requests of the cohorts this process runs."""
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
+    stopped: Mapped[bool] = mapped_column(Boolean, default=False)
+    load: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class DevicePresence(Base):
+    """A device's availability and current assignment, shared by every process: a check-in (at any process)
+    sets `available_until`; the process forming a cohort claims free devices by setting `cohort_id`
+    (conditionally, so two processes never seat one device twice) and stores each device's `assignment`,
+    which the process holding the device's long-poll then delivers. Cleared when the device's cohort ends
+    or drops it."""
+
+    __tablename__ = "device_presence"
+
+    device_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    available_until: Mapped[float] = mapped_column(Float, index=True)
+    cohort_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    assignment: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -29,11 +29,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from analytics_server.db.cluster_store import ClusterStore, _release
 from analytics_server.db.engine import session_factory
 from analytics_server.db.models import (
     Cohort,
     CohortMember,
     Device,
+    DevicePresence,
     Event,
     LedgerLock,
     Nonce,
@@ -153,15 +155,17 @@ S = TypeVar("S")
 
 
 def _run_to_completion(cls: type[S]) -> type[S]:
-    """Every public coroutine method of `cls` runs to completion even when its caller is cancelled.
+    """Every public coroutine method of `cls` (its own and its mixins') runs to completion even when its caller
+    is cancelled.
 
     A query's task is cancelled at whatever it awaits; cancelling a database call half way (aiosqlite runs it
     in a thread) can leave a connection holding SQLite's write lock until it is garbage-collected, and every
     other writer then fails with "database is locked". Shielded, the call finishes (commits or rolls back)
     and only the caller sees the CancelledError."""
-    for name, fn in list(vars(cls).items()):
-        if name.startswith("_") or not inspect.iscoroutinefunction(fn):
-            continue
+    names = {n for klass in cls.__mro__ for n, fn in vars(klass).items()
+             if not n.startswith("_") and inspect.iscoroutinefunction(fn)}
+    for name in names:
+        fn = getattr(cls, name)
 
         def wrap(f: Any) -> Any:
             @functools.wraps(f)
@@ -175,7 +179,7 @@ def _run_to_completion(cls: type[S]) -> type[S]:
 
 
 @_run_to_completion
-class Store:
+class Store(ClusterStore):
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(engine)
@@ -247,6 +251,11 @@ class Store:
         async with self.sessions() as s:
             row = await s.get(Device, device_id)
         return None if row is None else row.public_key
+
+    async def device_keys(self, device_ids: list[str]) -> dict[str, bytes]:
+        async with self.sessions() as s:
+            rows = (await s.execute(select(Device.id, Device.public_key).where(Device.id.in_(device_ids)))).all()
+        return {d: bytes(k) for d, k in rows}
 
     async def claim_nonces(self, rows: list[tuple[str, str, float]]) -> set[tuple[str, str]]:
         """Insert (device_id, nonce, expires_at) rows in one transaction; returns the (device_id, nonce)
@@ -595,9 +604,11 @@ class Store:
         mode: str,
         members: dict[str, int],
         phase: int = Phase.ADVERTISE_KEYS,
+        owner: str | None = None,
+        assignments: dict[str, dict[str, Any]] | None = None,
     ) -> None:
-        """Insert the cohort (open in `phase`) and its seats; IntegrityError if a device already has a seat in
-        this round."""
+        """Insert the cohort (open in `phase`, run by process `owner`) and its seats, and store each member's
+        assignment for delivery; IntegrityError if a device already has a seat in this round."""
         async with self._tx() as s:
             s.add(
                 Cohort(
@@ -611,6 +622,7 @@ class Store:
                     phase=int(phase),
                     contributors=0,
                     created_at=now(),
+                    owner=owner,
                 )
             )
             await s.flush()
@@ -621,11 +633,24 @@ class Store:
                     for d, p in members.items()
                 ],
             )
+            for d, a in (assignments or {}).items():
+                await s.execute(
+                    update(DevicePresence).where(DevicePresence.device_id == d, DevicePresence.cohort_id == cohort_id)
+                    .values(assignment=a)
+                )
             s.add(Event(query_id=query_id, cohort_id=cohort_id, type="cohort.formed", data={"n": len(members)}, created_at=now()))
 
-    async def mark_masked_input_closed(self, cohort_id: str) -> None:
-        """Record, before the next phase's messages go out, that the cohort's masked-input phase closed."""
+    async def mark_masked_input_closed(self, cohort_id: str, owner: str | None = None) -> None:
+        """Record, before the next phase's messages go out, that the cohort's masked-input phase closed.
+
+        Raises QueryNotLive (and records nothing) when the query is terminal or, with `owner`, leased by another
+        process. The query's row is locked first, so this and a cancellation's refund decision (another
+        process's `set_query_status`) are ordered: a cancel that refunded is never followed by a closed phase."""
         async with self._tx() as s:
+            c = await s.get(Cohort, cohort_id)
+            if c is None:
+                raise QueryNotLive(f"cohort {cohort_id} is gone")
+            await _query_live_locked(s, c.query_id, owner)
             await s.execute(update(Cohort).where(Cohort.id == cohort_id).values(masked_input_closed=True))
 
     async def set_cohort_phase(self, cohort_id: str, phase: int) -> None:
@@ -650,21 +675,22 @@ class Store:
             if phase is not None:
                 c.phase = int(phase)
             await s.execute(delete(CohortMember).where(CohortMember.cohort_id == cohort_id))
+            await _release(s, cohort_id)
             s.add(Event(query_id=c.query_id, cohort_id=cohort_id, type="cohort.aborted",
                         data={"reason": reason, "phase": Phase(c.phase).label}, created_at=now()))
 
     async def finish_cohort(
-        self, cohort_id: str, total: np.ndarray, contributor_parties: Iterable[int], dropped: dict[str, list[int]]
+        self, cohort_id: str, total: np.ndarray, contributor_parties: Iterable[int], dropped: dict[str, list[int]],
+        owner: str | None = None,
     ) -> None:
-        """Atomically: cohort finished with its sum, seats marked, sum and count added to the round."""
+        """Atomically: cohort finished with its sum, seats marked, sum and count added to the round, devices
+        freed. QueryNotLive when the query is terminal or (with `owner`) its lease passed to another process."""
         parties = sorted(contributor_parties)
         async with self._tx() as s:
             c = await s.get(Cohort, cohort_id)
             if c is None or c.status != "running":
-                raise RuntimeError(f"cohort {cohort_id} is not running")
-            q = await s.get(Query, c.query_id)
-            if q is None or q.status in TERMINAL:  # checked in this transaction: no sum for a dead query
-                raise QueryNotLive(f"query {c.query_id} is {q.status if q else 'gone'}; the cohort's sum is not stored")
+                raise QueryNotLive(f"cohort {cohort_id} is {c.status if c else 'gone'}; its sum is not stored")
+            await _query_live_locked(s, c.query_id, owner)  # no sum for a dead query or a lost lease
             r = await s.get(Round, c.round_id)
             assert r is not None
             agg = vec_from_bytes(r.aggregate)
@@ -675,6 +701,7 @@ class Store:
             c.status, c.sum, c.contributors, c.dropped, c.finished_at = "finished", vec_to_bytes(total), len(parties), dropped, now()
             c.phase = int(Phase.DONE)
             c.masked_input_closed = True
+            await _release(s, cohort_id)
             if parties:
                 await s.execute(
                     update(CohortMember)
@@ -695,10 +722,16 @@ class Store:
         async with self.sessions() as s:
             return list((await s.execute(select(Cohort).where(Cohort.round_id == round_id))).scalars())
 
-    async def abort_running_cohorts(self, reason: str) -> int:
-        """At startup: every cohort still marked running died with the previous process."""
+    async def abort_running_cohorts(self, reason: str, query_id: str | None = None, keep_owner: str | None = None) -> int:
+        """Abort cohorts still marked running whose process is gone: all of them (the single-process server
+        at startup) or, with `query_id`, those of one query not run by `keep_owner` (a lease takeover)."""
+        stmt = select(Cohort.id).where(Cohort.status == "running")
+        if query_id is not None:
+            stmt = stmt.where(Cohort.query_id == query_id)
+        if keep_owner is not None:
+            stmt = stmt.where(or_(Cohort.owner.is_(None), Cohort.owner != keep_owner))
         async with self.sessions() as s:
-            ids = list((await s.execute(select(Cohort.id).where(Cohort.status == "running"))).scalars())
+            ids = list((await s.execute(stmt)).scalars())
         for cid in ids:
             await self.abort_cohort(cid, reason)
         return len(ids)
@@ -712,6 +745,18 @@ class Store:
                     )
                 ).scalars()
             )
+
+
+async def _query_live_locked(s: AsyncSession, query_id: str, owner: str | None) -> None:
+    """Lock the query's row (PostgreSQL) and raise QueryNotLive unless it is live and, with `owner`, leased by
+    that process."""
+    row = (
+        await s.execute(select(Query.status, Query.lease_owner).where(Query.id == query_id).with_for_update())
+    ).first()
+    if row is None or row[0] in TERMINAL:
+        raise QueryNotLive(f"query {query_id} is {row[0] if row else 'gone'}; the cohort's sum is not stored")
+    if owner is not None and row[1] != owner:
+        raise QueryNotLive(f"query {query_id} is now run by another server process (lease lost)")
 
 
 class _Tx:

@@ -12,7 +12,9 @@ from analytics_server.api_models import (
     BudgetList,
     BudgetRequest,
     BudgetView,
+    ClusterView,
     Contributors,
+    ProcessInfo,
     Progress,
     QueryList,
     QueryView,
@@ -60,7 +62,7 @@ def _limits(st: AppState) -> AnalystLimits:
 
 
 async def _view(st: AppState, q: Query) -> QueryView:
-    live = st.orchestrator.live.get(q.id, {})
+    live = st.orchestrator.live.get(q.id) or q.progress or {}  # this process's, else the owner's last stored
     cohorts: dict[str, int] = {}
     contributors, need, index = 0, None, q.current_round
     rnd = await st.store.get_round(q.id, index)
@@ -269,6 +271,19 @@ async def contributors(request: web.Request) -> web.Response:
     q = await _query_or_404(st, request.match_info["id"], token)
     rounds = await st.store.contributors(q.id)
     return json_model(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()}))
+
+
+@routes.get("/v1/cluster")
+async def cluster(request: web.Request) -> web.Response:
+    """The server processes sharing this database: live ones first, their leases and load (admin only)."""
+    st = app_state(request)
+    await require_token(request, st.store, ADMIN)
+    procs = await st.store.list_processes(st.settings.lease_ttl_s)
+    return json_model(ClusterView(processes=[
+        ProcessInfo(id=p.id, name=p.name, pid=p.pid, url=p.url, host=p.host, started_at=p.started_at,
+                    heartbeat_at=p.heartbeat_at, live=p.live, leases=p.leases, load=p.load)
+        for p in procs
+    ]))
 
 
 @routes.get("/v1/budgets")

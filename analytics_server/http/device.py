@@ -93,12 +93,7 @@ async def checkin(request: web.Request) -> web.Response:
     await st.auth.claim(dev.device_id, dev.headers)  # before the device can be seated in a cohort
     device_id = dev.device_id
     st.metrics.checkins += 1
-    assignment = st.pool.current(device_id)
-    waited = False
-    if assignment is None and device_id not in st.pool.busy:
-        wait_s = min(req.wait_s, st.settings.checkin_max_wait_s)
-        assignment = await st.pool.wait(device_id, wait_s)
-        waited = wait_s > 0
+    assignment, waited = await st.pool.checkin(device_id, min(req.wait_s, st.settings.checkin_max_wait_s))
     running = st.orchestrator.running_count()
     if assignment is not None:
         return json_model(CheckinResponse(assignment=assignment, queries_running=running), exclude_none=True)
@@ -111,11 +106,17 @@ async def checkin(request: web.Request) -> web.Response:
     )
 
 
-def _cohort(st: AppState, cohort_id: str) -> CohortRuntime:
+async def _cohort(st: AppState, cohort_id: str) -> CohortRuntime:
+    """The cohort if this process runs it. A cohort another live process runs gets 421 naming that process's
+    URL (the assignment's `server_url`; the device sent this request to the wrong process)."""
     cohort = st.orchestrator.cohorts.get(cohort_id)
-    if cohort is None:
-        raise HttpError(404, f"unknown cohort {cohort_id[:64]!r} (it ended long ago or the server restarted)")
-    return cohort
+    if cohort is not None:
+        return cohort
+    route = await st.store.cohort_route(cohort_id[:64])
+    if route is not None and route[0] == "running" and route[1] and route[1] != st.process.url:
+        raise HttpError(421, f"cohort {cohort_id[:64]!r} is run by the server process at {route[1]}; send its requests there",
+                        headers={"Location": route[1]})
+    raise HttpError(404, f"unknown cohort {cohort_id[:64]!r} (it ended long ago or the server process running it stopped)")
 
 
 def _phase(request: web.Request) -> int:
@@ -139,7 +140,7 @@ async def _read_only(st: AppState, request: web.Request) -> str:
 async def cohort_status(request: web.Request) -> web.Response:
     st = _device_state(request)
     device_id = await _read_only(st, request)
-    cohort = _cohort(st, request.match_info["cohort_id"])
+    cohort = await _cohort(st, request.match_info["cohort_id"])
     if device_id not in cohort.members:
         raise HttpError(403, f"device is not a member of cohort {cohort.id}")
     return json_model(
@@ -152,7 +153,7 @@ async def post_message(request: web.Request) -> web.Response:
     st = _device_state(request)
     dev = await st.auth.identify(request)
     phase = _phase(request)
-    cohort = _cohort(st, request.match_info["cohort_id"])
+    cohort = await _cohort(st, request.match_info["cohort_id"])
     if dev.device_id not in cohort.members:
         raise HttpError(403, f"device is not a member of cohort {cohort.id}")
     if request.content_type != "application/octet-stream":
@@ -177,7 +178,7 @@ async def next_message(request: web.Request) -> web.StreamResponse:
         raise HttpError(400, "wait: must be a number of seconds") from None
     if not 0 <= wait_s <= MAX_LONG_POLL_S:
         raise HttpError(400, f"wait: must be between 0 and {MAX_LONG_POLL_S:g} seconds")
-    cohort = _cohort(st, request.match_info["cohort_id"])
+    cohort = await _cohort(st, request.match_info["cohort_id"])
     nxt = await cohort.next_message(device_id, phase, wait_s)
     if nxt.kind == "message":
         return web.Response(body=nxt.body, content_type="application/octet-stream", headers={HDR_PHASE: str(nxt.phase)})

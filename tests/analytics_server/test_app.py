@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import asyncio
 from pathlib import Path
 
@@ -73,11 +76,17 @@ async def test_openapi_covers_every_route(app_server: TestServer) -> None:
 async def test_metrics_and_health(app_server: TestServer) -> None:
     async with ClientSession(str(app_server.make_url(""))) as http:
         r = await http.get("/healthz")
-        assert (await r.json())["status"] == "ok"
+        health = await r.json()
         text = await (await http.get("/metrics")).text()
-    assert 'fa_queries{status="running"} 0' in text
-    assert 'fa_cohorts_total{outcome="aborted"} 0' in text
-    assert "fa_device_checkins_total 0" in text
+    assert health["status"] == "ok"
+    proc = health["process"]
+    assert proc["pid"] == os.getpid() and proc["name"] == f"{socket.gethostname()}:{os.getpid()}"
+    label = f'process="{proc["name"]}"'  # every series names its process
+    assert f'fa_queries{{status="running",{label}}} 0' in text
+    assert f'fa_cohorts_total{{outcome="aborted",{label}}} 0' in text
+    assert f"fa_device_checkins_total{{{label}}} 0" in text
+    statements = [line for line in text.splitlines() if line.startswith("fa_db_statements_total{")]
+    assert len(statements) == 1 and int(statements[0].split()[-1]) > 0
 
 
 async def test_app_startup_fails_on_unmigrated(tmp_path: Path) -> None:

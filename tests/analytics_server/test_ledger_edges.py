@@ -15,6 +15,8 @@ from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.metrics import Metrics
 from analytics_server.orchestrator import Orchestrator
+from analytics_server.cluster import identity_for
+from analytics_server.notify import Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from queries import dp
@@ -91,8 +93,10 @@ async def test_cancel_stops_the_cohorts_before_the_refund_decision(migrated_url:
     qid, rid, devs = await _charged_query(store, 2)
     await store.create_cohort("c", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
     await store.set_query_status(qid, "running")
-    orch = Orchestrator(store, Settings(db_url=migrated_url), DevicePool(1.0), Metrics(), ThreadPoolExecutor(1),
-                        device_keys=None)
+    settings = Settings(db_url=migrated_url)
+    notifier = Notifier()
+    orch = Orchestrator(store, settings, DevicePool(store, notifier, 1.0), Metrics(), ThreadPoolExecutor(1),
+                        identity_for(settings), notifier)
     status_when_stopped: list[str] = []
 
     async def query_task() -> None:

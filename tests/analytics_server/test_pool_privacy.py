@@ -3,51 +3,82 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from analytics_server import privacy
-from analytics_server.pool import DevicePool
+from analytics_server.db.engine import make_engine
+from analytics_server.db.models import DevicePresence
+from analytics_server.db.store import Store
+from analytics_server.notify import ASSIGN, Notifier
+from analytics_server.pool import POLL_S, DevicePool
 from queries.envelope import Assignment
 from queries.registry import get_kind
 from queries.spec import QuerySpec
 from secagg.encoding import bits_for
 
 
-class _Cohort:
-    def __init__(self, expects: bool) -> None:
-        self.expects = expects
-
-    def still_expects(self, device_id: str) -> bool:
-        return self.expects
+def _assignment(cohort_id: str = "c") -> dict[str, Any]:
+    return Assignment(query_id="q", round=0, cohort_id=cohort_id, party_id=1, kind="histogram", source="w", task={},
+                      secagg={}, threat_model="semi_honest", phase_timeout_s=1).model_dump(mode="json", exclude_none=True)
 
 
-def _assignment() -> Assignment:
-    return Assignment(query_id="q", round=0, cohort_id="c", party_id=1, kind="histogram", source="w", task={},
-                      secagg={}, threat_model="semi_honest", phase_timeout_s=1)
+async def test_long_poll_gets_assignment_and_claimed_devices_are_not_available(migrated_url: str) -> None:
+    store = Store(make_engine(migrated_url))
+    pool = DevicePool(store, Notifier(), fresh_s=5)
+    waiter = asyncio.create_task(pool.checkin("d1", 5))
+    await asyncio.sleep(0.1)
+    await store.mark_available("d2", time.time() + 5)
+    assert sorted(await store.available_devices()) == ["d1", "d2"]
+    assert await store.claim_devices("c", ["d1", "d3"]) == ["d1"]  # d3 never checked in
+    assert await store.claim_devices("c2", ["d1"]) == []  # never seated twice
+    assert await store.available_devices() == ["d2"]
+    pool.deliver({"d1": _assignment()})
+    got, waited = await waiter
+    assert got is not None and got.cohort_id == "c" and waited
+    await store.engine.dispose()
 
 
-async def test_long_poll_gets_assignment_and_busy_devices_are_not_available() -> None:
-    pool = DevicePool(fresh_s=5)
-    waiter = asyncio.create_task(pool.wait("d1", 5))
-    await asyncio.sleep(0.01)
-    pool.touch("d2")
-    assert sorted(pool.available()) == ["d1", "d2"]
-    cohort = _Cohort(True)
-    pool.assign("d1", _assignment(), cohort)  # type: ignore[arg-type]
-    assert (await waiter) is not None
-    assert pool.available() == ["d2"]
-    assert pool.current("d1") is not None
-    cohort.expects = False
-    assert pool.current("d1") is None  # dropped from its cohort: no re-delivery
-    pool.release(["d1"], cohort)  # type: ignore[arg-type]
-    assert pool.current("d1") is None and "d1" not in pool.busy
+async def test_assignment_is_delivered_by_notification_or_poll_and_redelivered(migrated_url: str) -> None:
+    """Another process stores the assignment: a notification wakes the long-poll; without one the poll finds
+    it; a claimed device checking in again gets its assignment back until the cohort drops it."""
+    store = Store(make_engine(migrated_url))
+    notifier = Notifier()
+    pool = DevicePool(store, notifier, fresh_s=5)
+    pool.start()
+    try:
+        for device, notify in (("d1", True), ("d2", False)):
+            waiter = asyncio.create_task(pool.checkin(device, 10))
+            await asyncio.sleep(0.1)
+            cohort = f"c-{device}"
+            assert await store.claim_devices(cohort, [device]) == [device]
+            async with store.sessions() as s:  # as `create_cohort` in another process
+                await s.execute(update(DevicePresence).where(DevicePresence.device_id == device)
+                                .values(assignment=_assignment(cohort)))
+                await s.commit()
+            if notify:
+                await notifier.publish(ASSIGN, cohort)
+            got, _ = await asyncio.wait_for(waiter, 0.5 if notify else POLL_S + 1.0)
+            assert got is not None and got.cohort_id == cohort
+            again, waited = await pool.checkin(device, 10)  # re-delivered at once
+            assert again is not None and again.cohort_id == cohort and not waited
+            await store.release_devices(cohort, [device])  # dropped: no re-delivery
+            none, _ = await pool.checkin(device, 0)
+            assert none is None
+    finally:
+        await pool.stop()
+        await store.engine.dispose()
 
 
-async def test_wait_times_out_to_none() -> None:
-    pool = DevicePool(fresh_s=5)
-    assert await pool.wait("d1", 0.05) is None
-    assert pool.available() == ["d1"]
+async def test_wait_times_out_to_none(migrated_url: str) -> None:
+    store = Store(make_engine(migrated_url))
+    pool = DevicePool(store, Notifier(), fresh_s=5)
+    assert await pool.checkin("d1", 0.05) == (None, True)
+    assert await store.available_devices() == ["d1"]
+    await store.engine.dispose()
 
 
 def test_privacy_hook_without_noise() -> None:

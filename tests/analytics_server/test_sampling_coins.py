@@ -9,11 +9,12 @@ import time
 
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
+from sqlalchemy import delete, insert
 
 from analytics_server import sampling
 from analytics_server.app import create_app
 from analytics_server.db.engine import make_engine
-from analytics_server.db.models import Round
+from analytics_server.db.models import DevicePresence, Round
 from analytics_server.db.store import Store
 from analytics_server.settings import Settings
 from analytics_server.state import STATE
@@ -63,9 +64,11 @@ async def _eligible_after_start(url: str, analyst: str, query_id: str | None) ->
                 break
             await asyncio.sleep(0.05)
         assert rnd is not None and rnd.sampling_secret is not None, "round 0 never got its sampling secret"
-        for d in DEVICES:
-            st.pool.touch(d)
-        eligible = set(st.orchestrator._eligible(rnd, RoundPlan(**rnd.plan), set()))
+        async with st.store.sessions() as s:  # the devices checked in (at any process)
+            await s.execute(delete(DevicePresence))
+            await s.execute(insert(DevicePresence), [{"device_id": d, "available_until": time.time() + 600} for d in DEVICES])
+            await s.commit()
+        eligible = set(await st.orchestrator._eligible(rnd, RoundPlan(**rnd.plan), set()))
         return query_id, eligible, rnd.sampling_secret
     finally:
         await server.close()

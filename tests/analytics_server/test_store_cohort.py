@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from analytics_server.cohort import CohortRuntime
 from analytics_server.db.engine import make_engine
-from analytics_server.db.store import Store, vec_from_bytes
+from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.errors import HttpError
 from analytics_server.metrics import Metrics
 from secagg import ClientSession, SecAggConfig, ServerSession, encoding
@@ -73,7 +73,7 @@ async def test_finished_sums_accumulate_atomically(migrated_url: str) -> None:
     await store.finish_cohort("c1", np.array([1, -2, 3]), [1, 2], {})
     await store.create_cohort("c2", qid, rid, {}, "secagg", {devs[2]: 1, devs[3]: 2})
     await store.finish_cohort("c2", np.array([10, 20, 30]), [2], {"masked_input": [1]})
-    with pytest.raises(RuntimeError, match="not running"):
+    with pytest.raises(QueryNotLive, match="is finished"):
         await store.finish_cohort("c2", np.array([1, 1, 1]), [1], {})
     r = await store.get_round_by_id(rid)
     assert r is not None and r.contributors == 3
