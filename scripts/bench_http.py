@@ -65,7 +65,7 @@ class CpuSampler:
 def phase_seconds(url: str) -> dict[str, float]:
     text = urllib.request.urlopen(url + "/metrics", timeout=60).read().decode()
     out = {}
-    for m in re.finditer(r'^fa_phase_duration_seconds_sum\{phase="([a-z_]+)"\} ([0-9.e+-]+)$', text, re.M):
+    for m in re.finditer(r'^fa_phase_duration_seconds_sum\{phase="([a-z_]+)"[^}]*\} ([0-9.e+-]+)$', text, re.M):
         out[m.group(1)] = round(float(m.group(2)), 2)
     return out
 

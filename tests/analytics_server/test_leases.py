@@ -1,0 +1,100 @@
+"""Query leases, fencing and device claims (analytics_server.db.cluster_store), with two "processes" as two
+stores on one database: at most one lease holder, takeover after expiry, a lapsed holder cannot store a sum
+or close a masked-input phase, a device is never seated twice, and a cancel's refund decision is ordered
+against a closing masked-input phase."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from sqlalchemy import update
+
+from analytics_server.db.engine import make_engine
+from analytics_server.db.models import Query
+from analytics_server.db.store import QueryNotLive, Store
+
+
+async def _two(url: str) -> tuple[Store, Store, str, int]:
+    a, b = Store(make_engine(url)), Store(make_engine(url))
+    q = await a.create_query("histogram", None, "words", {}, {}, 1, None, None)
+    r = await a.create_round(q.id, 0, {}, None, 20, need=1, dim=3)
+    for d in ("d1", "d2", "d3"):
+        await a.register_device(d, d.encode().ljust(32, b"\0"))
+    await a.register_process("A", "a", "http://a", "h", 1)
+    await b.register_process("B", "b", "http://b", "h", 2)
+    return a, b, q.id, r.id
+
+
+async def _expire(store: Store, query_id: str) -> None:
+    async with store.sessions() as s:
+        await s.execute(update(Query).where(Query.id == query_id).values(lease_expires=time.time() - 1))
+        await s.commit()
+
+
+async def test_one_holder_takeover_after_expiry_and_fencing(migrated_url: str) -> None:
+    a, b, qid, rid = await _two(migrated_url)
+    assert await a.acquire_query(qid, "A", ttl=30)
+    assert not await b.acquire_query(qid, "B", ttl=30)  # held and fresh
+    assert await a.renew_leases("A", ttl=30) == {qid}
+    assert await b.unleased_queries() == []
+    await a.create_cohort("c1", qid, rid, {}, "secagg", {"d1": 1}, owner="A")
+    await _expire(a, qid)  # A went silent
+    assert await b.unleased_queries() == [qid]
+    assert await b.acquire_query(qid, "B", ttl=30)
+    assert await a.renew_leases("A", ttl=30) == set()  # A learns it lost the lease
+    with pytest.raises(QueryNotLive, match="lease lost"):  # and cannot store a sum any more
+        await a.finish_cohort("c1", np.array([1, 2, 3]), [1], {}, owner="A")
+    with pytest.raises(QueryNotLive, match="lease lost"):
+        await a.mark_masked_input_closed("c1", owner="A")
+    assert await b.abort_running_cohorts("server restarted", query_id=qid, keep_owner="B") == 1
+    r = await b.get_round_by_id(rid)
+    assert r is not None and r.contributors == 0
+    views = {v.id: v for v in await b.list_processes(ttl=30)}
+    assert views["B"].leases == [qid] and views["A"].leases == []
+    await a.stop_process("A")
+    assert not {v.id: v for v in await b.list_processes(ttl=30)}["A"].live
+    await a.engine.dispose()
+    await b.engine.dispose()
+
+
+async def test_graceful_stop_releases_leases_at_once(migrated_url: str) -> None:
+    a, b, qid, _ = await _two(migrated_url)
+    assert await a.acquire_query(qid, "A", ttl=300)
+    await a.stop_process("A")
+    assert await b.acquire_query(qid, "B", ttl=30)
+    await a.engine.dispose()
+    await b.engine.dispose()
+
+
+async def test_devices_are_claimed_once_across_processes(migrated_url: str) -> None:
+    a, b, _, _ = await _two(migrated_url)
+    for d in ("d1", "d2", "d3"):
+        await a.mark_available(d, time.time() + 30)
+    got_a, got_b = await asyncio.gather(a.claim_devices("ca", ["d1", "d2", "d3"]), b.claim_devices("cb", ["d3", "d2", "d1"]))
+    assert sorted(got_a + got_b) == ["d1", "d2", "d3"]  # each device in exactly one cohort
+    await a.mark_available("d1", time.time() + 30)  # a check-in does not undo a claim
+    assert await b.available_devices() == []
+    await a.release_devices("ca")
+    await b.release_devices("cb", ["d3"])
+    assert await a.available_devices() == []  # freed devices wait for their next check-in
+    await a.engine.dispose()
+    await b.engine.dispose()
+
+
+async def test_cancel_elsewhere_fences_the_masked_input_close(migrated_url: str) -> None:
+    """Process B cancels (refund decided: nothing seen); A then tries to close the masked-input phase: refused,
+    so no unmasking message can go out after a refund."""
+    a, b, qid, rid = await _two(migrated_url)
+    assert await a.acquire_query(qid, "A", ttl=30)
+    await a.set_query_status(qid, "running")
+    await a.create_cohort("c1", qid, rid, {}, "secagg", {"d1": 1}, owner="A")
+    assert await b.set_query_status(qid, "cancelled")
+    with pytest.raises(QueryNotLive, match="cancelled"):
+        await a.mark_masked_input_closed("c1", owner="A")
+    (c,) = await a.cohorts_of_round(rid)
+    assert not c.masked_input_closed
+    await a.engine.dispose()
+    await b.engine.dispose()
