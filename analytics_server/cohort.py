@@ -1,8 +1,9 @@
 """One running cohort: drives a `secagg.ServerSession` through its phases over HTTP.
 
 Devices POST their message for the current phase (`submit`) and long-poll for the server's next message
-(`next_message`). A phase closes when every expected party has answered or at its deadline
-(`cohort.phase_timeout_s`); `close_phase` (Shamir reconstruction, unmasking) runs in the executor. A
+(`next_message`). A phase closes when every expected party has answered, at its deadline
+(`cohort.phase_timeout_s`), or earlier once arrivals have stalled (`stalled`: enough parties answered and
+none for a grace derived from the phase's own arrival times; docs/secagg.md "Closing a phase"); `close_phase` (Shamir reconstruction, unmasking) runs in the executor. A
 finished cohort's sum is stored atomically with its round (`Store.finish_cohort`); an aborted cohort is
 recorded with its reason and the phase that failed, and its devices are freed. Each phase the cohort
 opens is recorded on its row (and as a `cohort.phase` event) once the devices have been woken for it.
@@ -34,6 +35,21 @@ from secagg.server import ServerSession
 log = logging.getLogger(__name__)
 OFFLOAD_BYTES = 256 * 1024
 """Messages larger than this are decoded and accumulated in the executor."""
+GRACE_MIN_S = 0.5
+GRACE_FACTOR = 0.5
+"""A phase closes early after max(GRACE_MIN_S, GRACE_FACTOR × (last arrival − phase open)) without arrivals."""
+EARLY_PHASES = frozenset({Phase.ADVERTISE_KEYS, Phase.SHARE_KEYS, Phase.MASKED_INPUT, Phase.CONSISTENCY_CHECK})
+"""Phases that may close early. Unmasking waits for every survivor or the deadline: with a sparse (SecAgg+)
+graph each dropped party needs a threshold of shares from its own neighbours, which a global count of
+answers does not guarantee."""
+
+
+def stalled(now: float, opened: float, last_arrival: float | None, received: int, quorum: int) -> bool:
+    """Whether a phase may close before its deadline: at least `quorum` parties answered (never fewer than the
+    protocol and t_min need) and no answer arrived for the grace derived from the phase's arrival times."""
+    if received < quorum or last_arrival is None:
+        return False
+    return now - last_arrival >= max(GRACE_MIN_S, GRACE_FACTOR * (last_arrival - opened))
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,8 @@ class CohortRuntime:
         """sha256 of each (phase, party) message the session accepted, so identical retries stay harmless."""
         self._lock = asyncio.Lock()
         self._all_in = asyncio.Event()
+        self._arrived = asyncio.Event()
+        self._last_arrival: float | None = None
         self._changed = asyncio.Event()
         self.started = time.time()
         self.ended: float | None = None
@@ -130,6 +148,8 @@ class CohortRuntime:
             except (SecAggError, ValueError) as exc:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest
+            self._last_arrival = asyncio.get_running_loop().time()
+            self._arrived.set()
             if len(self.session.received()) >= len(self.session.expected()):
                 self._all_in.set()
 
@@ -176,11 +196,7 @@ class CohortRuntime:
         try:
             while True:
                 started = loop.time()
-                if len(self.session.received()) < len(self.session.expected()):
-                    try:
-                        await asyncio.wait_for(self._all_in.wait(), self.phase_timeout_s)
-                    except TimeoutError:
-                        pass
+                await self._wait_for_answers(started)
                 async with self._lock:
                     closing = self.session.phase
                     try:
@@ -201,6 +217,7 @@ class CohortRuntime:
                         del self._outboxes[old]
                     self.phase = int(self.session.phase)
                     self._all_in = asyncio.Event()
+                    self._last_arrival = None
                 if self.session.phase is Phase.DONE:
                     await self._end_finished()
                     return
@@ -214,6 +231,37 @@ class CohortRuntime:
             log.exception("cohort %s failed", self.id)
             await asyncio.shield(self._end_aborted(f"internal error: {type(exc).__name__}: {exc}"))
             raise
+
+    @cached_property
+    def quorum(self) -> int:
+        """Fewest answers a phase may close early with: the session's survivor threshold (≥ the round's need,
+        hence ≥ t_min)."""
+        if isinstance(self.session, ServerSession):
+            return self.session.config.survivor_threshold
+        return self.session.min_survivors
+
+    async def _wait_for_answers(self, opened: float) -> None:
+        """Until every expected party answered, the deadline, or (phases in EARLY_PHASES) arrivals stalled."""
+        loop = asyncio.get_running_loop()
+        deadline = opened + self.phase_timeout_s
+        early = self.session.phase in EARLY_PHASES
+        while len(self.session.received()) < len(self.session.expected()):
+            now = loop.time()
+            if now >= deadline:
+                return
+            wake = deadline
+            if early and len(self.session.received()) >= self.quorum and self._last_arrival is not None:
+                if stalled(now, opened, self._last_arrival, len(self.session.received()), self.quorum):
+                    self.metrics.early_closes += 1
+                    log.info("cohort %s: %s closed early with %d of %d answers (arrivals stalled)", self.id,
+                             Phase(self.session.phase).label, len(self.session.received()), len(self.session.expected()))
+                    return
+                wake = min(deadline, self._last_arrival + max(GRACE_MIN_S, GRACE_FACTOR * (self._last_arrival - opened)))
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), max(0.0, wake - now) + 0.01)
+            except TimeoutError:
+                pass
 
     async def _release_dropped(self) -> None:
         """Free the members the session dropped (missed a deadline) so they may be seated elsewhere."""

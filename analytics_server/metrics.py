@@ -19,6 +19,7 @@ class Metrics:
         self.process = process
         self.db_statements = 0
         self.checkins = 0
+        self.early_closes = 0
         self.cohorts: Counter[str] = Counter()
         self.http_responses: Counter[tuple[str, int]] = Counter()
         self._phase_buckets: dict[str, list[int]] = {}
@@ -44,6 +45,9 @@ class Metrics:
             "# HELP fa_device_checkins_total Device check-ins.",
             "# TYPE fa_device_checkins_total counter",
             f"fa_device_checkins_total {self.checkins}",
+            "# HELP fa_phases_closed_early_total Phases closed before their deadline because arrivals stalled.",
+            "# TYPE fa_phases_closed_early_total counter",
+            f"fa_phases_closed_early_total {self.early_closes}",
             "# HELP fa_phase_duration_seconds Secure-aggregation phase durations (formation to close).",
             "# TYPE fa_phase_duration_seconds histogram",
         ]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy.exc import IntegrityError
 
-from analytics_server.cohort import CohortRuntime
+from analytics_server.cohort import GRACE_FACTOR, GRACE_MIN_S, CohortRuntime, stalled
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.errors import HttpError
@@ -84,7 +87,7 @@ async def test_finished_sums_accumulate_atomically(migrated_url: str) -> None:
 
 async def _drive(
     migrated_url: str, n: int, drop_before: dict[int, Phase], min_survivors: int,
-    sent: dict[int, tuple[int, bytes]] | None = None,
+    sent: dict[int, tuple[int, bytes]] | None = None, phase_timeout_s: float = 0.7, metrics: Metrics | None = None,
 ) -> tuple[CohortRuntime, dict[int, np.ndarray], Store]:
     dim, bits = 4, 16
     store, qid, rid, devs = await _setup(migrated_url, n, dim)
@@ -92,7 +95,7 @@ async def _drive(
     members = {d: i + 1 for i, d in enumerate(devs)}
     await store.create_cohort("c", qid, rid, cfg.to_dict(), "secagg", members)
     ended: list[CohortRuntime] = []
-    cohort = CohortRuntime("c", qid, rid, ServerSession(cfg), bits, members, 0.7, store, Metrics(),
+    cohort = CohortRuntime("c", qid, rid, ServerSession(cfg), bits, members, phase_timeout_s, store, metrics or Metrics(),
                            ThreadPoolExecutor(2), ended.append)
     rng = np.random.default_rng(0)
     inputs = {p: rng.integers(-5, 6, size=dim) for p in members.values()}
@@ -156,3 +159,44 @@ async def test_identical_retry_after_the_phase_closed_is_harmless(migrated_url: 
         await cohort.submit("dev000", phase, msg + b"x")  # a different message is not
     assert exc.value.status in (409, 410)
     await store.engine.dispose()
+
+
+async def test_phase_closes_early_once_arrivals_stall(migrated_url: str) -> None:
+    """Three of ten parties are gone before sharing keys: the phase closes once the others' answers stalled,
+    long before its 30 s deadline, and the sum over the survivors is exact."""
+    drops = {p: Phase.SHARE_KEYS for p in (2, 5, 9)}
+    metrics = Metrics()
+    started = time.monotonic()
+    cohort, inputs, store = await _drive(migrated_url, 10, drops, 5, phase_timeout_s=30.0, metrics=metrics)
+    assert cohort.status == "finished" and metrics.early_closes == 1  # share_keys only: the rest had everyone
+    assert time.monotonic() - started < 30.0
+    survivors = set(inputs) - set(drops)
+    assert cohort.contributors == survivors
+    (row,) = await store.cohorts_of_round(cohort.round_id)
+    assert vec_from_bytes(row.sum).tolist() == sum(inputs[p] for p in survivors).tolist()
+    await store.engine.dispose()
+
+
+async def test_phase_never_closes_early_below_the_survivor_threshold(migrated_url: str) -> None:
+    drops = {p: Phase.SHARE_KEYS for p in range(1, 7)}  # 4 answer, 5 needed: wait for the deadline, then abort
+    metrics = Metrics()
+    cohort, _, store = await _drive(migrated_url, 10, drops, 5, phase_timeout_s=2.0, metrics=metrics)
+    assert cohort.status == "aborted" and metrics.early_closes == 0
+    await store.engine.dispose()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    opened=st.floats(0, 1e6), gaps=st.lists(st.floats(0, 100), min_size=0, max_size=5),
+    received=st.integers(0, 1000), quorum=st.integers(1, 1000), wait=st.floats(0, 1000),
+)
+def test_stalled_never_closes_below_quorum_or_inside_the_grace(
+    opened: float, gaps: list[float], received: int, quorum: int, wait: float
+) -> None:
+    last = opened + sum(gaps) if gaps else None
+    now = (last if last is not None else opened) + wait
+    closes = stalled(now, opened, last, received, quorum)
+    if received < quorum or last is None:
+        assert not closes
+    if closes:
+        assert now - last >= GRACE_MIN_S and now - last >= GRACE_FACTOR * (last - opened)  # type: ignore[operator]
