@@ -20,7 +20,7 @@ import math
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from analytics_server.cohort import CohortRuntime
+from analytics_server.cohort import CohortRuntime, NextMessage
 from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
 from analytics_server.ratelimit import AddressRateLimiter
@@ -164,7 +164,29 @@ async def post_message(request: web.Request) -> web.Response:
         raise HttpError(400, "empty body: expected the secagg message bytes")
     await st.auth.claim(dev.device_id, dev.headers)
     await cohort.submit(dev.device_id, phase, body)
+    wait_s = _wait_s(request)
+    if wait_s > 0:  # one round trip: the answer to this phase's message is the next phase's message
+        return _next_response(await cohort.next_message(dev.device_id, phase, wait_s), accepted=True)
     return web.json_response({"accepted": True, "phase": phase}, status=202)
+
+
+def _wait_s(request: web.Request) -> float:
+    try:
+        wait_s = float(request.query.get("wait", "0"))
+    except ValueError:
+        raise HttpError(400, "wait: must be a number of seconds") from None
+    if not 0 <= wait_s <= MAX_LONG_POLL_S:  # also refuses nan
+        raise HttpError(400, f"wait: must be between 0 and {MAX_LONG_POLL_S:g} seconds")
+    return wait_s
+
+
+def _next_response(nxt: NextMessage, accepted: bool = False) -> web.StreamResponse:
+    if nxt.kind == "message":
+        return web.Response(body=nxt.body, content_type="application/octet-stream", headers={HDR_PHASE: str(nxt.phase)})
+    if nxt.kind == "finished":
+        return web.json_response({"status": "finished", "contributed": nxt.contributed})
+    extra = {"accepted": True} if accepted else {}
+    return web.json_response({"status": "pending", "retry_after": 0.5, **extra}, status=202)
 
 
 @routes.get("/v1/device/cohorts/{cohort_id}/phases/{phase}/next")
@@ -172,16 +194,6 @@ async def next_message(request: web.Request) -> web.StreamResponse:
     st = _device_state(request)
     device_id = await _read_only(st, request)
     phase = _phase(request)
-    try:
-        wait_s = float(request.query.get("wait", "0"))
-    except ValueError:
-        raise HttpError(400, "wait: must be a number of seconds") from None
-    if not 0 <= wait_s <= MAX_LONG_POLL_S:
-        raise HttpError(400, f"wait: must be between 0 and {MAX_LONG_POLL_S:g} seconds")
+    wait_s = _wait_s(request)
     cohort = await _cohort(st, request.match_info["cohort_id"])
-    nxt = await cohort.next_message(device_id, phase, wait_s)
-    if nxt.kind == "message":
-        return web.Response(body=nxt.body, content_type="application/octet-stream", headers={HDR_PHASE: str(nxt.phase)})
-    if nxt.kind == "finished":
-        return web.json_response({"status": "finished", "contributed": nxt.contributed})
-    return web.json_response({"status": "pending", "retry_after": 0.5}, status=202)
+    return _next_response(await cohort.next_message(device_id, phase, wait_s))
