@@ -1,6 +1,7 @@
 """`fa`: submit a query spec, follow its progress, print its result (table, JSON or CSV).
 
-Server and token come from --server/--token or FA_SERVER/FA_TOKEN. `AnalystClient` is the small
+Server and token come from --server/--token or FA_SERVER/FA_TOKEN; the server may be a comma-separated list
+of processes sharing one database, tried in turn when one cannot be reached. `AnalystClient` is the small
 synchronous HTTP client behind the commands (also used by scripts/demo_server.py).
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from device_sdk.servers import parse_server_urls
 from queries.spec import QuerySpec
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -32,28 +34,64 @@ class ApiError(Exception):
         self.message = message
 
 
+FAILOVER_STATUSES = (502, 503, 504)
+
+
 class AnalystClient:
-    def __init__(self, server: str, token: str, timeout_s: float = 30.0) -> None:
-        self.server = server.rstrip("/")
+    def __init__(self, server: str | list[str], token: str, timeout_s: float = 30.0) -> None:
+        self.servers = parse_server_urls(server, "server")
+        self._current = 0
         self.token = token
         self.timeout = timeout_s
 
+    @property
+    def server(self) -> str:
+        return self.servers[self._current]
+
     def call(self, method: str, path: str, body: Any = None) -> Any:
+        """One request, failing over to the next server URL: a GET after any connection failure or a 502/503/504;
+        a POST/PUT only when the connection was refused (nothing reached the server). A POST whose answer was lost
+        may have been carried out (a query submitted, charged to a budget): retrying it elsewhere could do it
+        twice, so that error is raised instead."""
+        idempotent = method == "GET"
+        for attempt in range(len(self.servers)):
+            try:
+                return self._call_once(method, path, body)
+            except urllib.error.HTTPError as exc:
+                if idempotent and exc.code in FAILOVER_STATUSES and attempt + 1 < len(self.servers):
+                    self._next()
+                    continue
+                raise self._api_error(exc) from None
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+                reason = getattr(exc, "reason", exc)
+                refused = isinstance(reason, ConnectionRefusedError)
+                if (idempotent or refused) and attempt + 1 < len(self.servers):
+                    self._next()
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _next(self) -> None:
+        self._current = (self._current + 1) % len(self.servers)
+        print(f"fa: switching to server {self.server}", file=sys.stderr)
+
+    def _call_once(self, method: str, path: str, body: Any) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            return json.loads(resp.read() or b"null")
+
+    @staticmethod
+    def _api_error(exc: urllib.error.HTTPError) -> ApiError:
+        raw = exc.read()
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                msg = json.loads(raw).get("error", raw.decode())
-            except ValueError:
-                msg = raw.decode("utf-8", "replace")
-            raise ApiError(exc.code, msg) from None
+            msg = json.loads(raw).get("error", raw.decode())
+        except ValueError:
+            msg = raw.decode("utf-8", "replace")
+        return ApiError(exc.code, msg)
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", "/v1/queries", spec)

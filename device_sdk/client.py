@@ -3,7 +3,14 @@
 One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: compute the
 contribution with the query kind, add the DP noise share (device_sdk.noise), mask it with
 `secagg.ClientSession`, and exchange phase messages. `run_forever()` repeats, honours `retry_after`, and
-backs off exponentially with full jitter on network errors. Every request is signed with the device's
+backs off exponentially with full jitter on network errors.
+
+Servers: one URL or several (a list, or one string of comma-separated URLs) of processes sharing one
+database. Registration and check-ins go to the current one; when it cannot be reached or answers 502/503/504
+the device moves on to the next (round robin) and stays there while it works. A cohort's phase requests go
+to the process that runs it (the assignment's `server_url`, else the check-in URL); if that process cannot
+be reached, or no longer knows the cohort, the device leaves the cohort (as if it aborted) and checks in
+again. Every request is signed with the device's
 Ed25519 key (kept in the store, so the registration survives restarts). Keys, nonces, masks and noise come
 from one injected source (`device_sdk.randomness`; OS entropy by default).
 """
@@ -15,7 +22,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
@@ -26,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from device_sdk.noise import add_noise
 from device_sdk.randomness import DeviceRandomness
+from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
 from queries.envelope import (
     HDR_DEVICE,
@@ -56,6 +64,9 @@ log = logging.getLogger(__name__)
 KEY_META = "device_key"
 ID_META = "device_id"
 REGISTERED_META = "registered_at"
+
+FAILOVER_STATUSES = (502, 503, 504)
+"""Answers (from a balancer or a process shutting down) after which the device tries the next server URL."""
 
 DropoutFn = Callable[[Assignment], int | None]
 """Simulation hook: the phase before which this device stops answering, or None."""
@@ -91,7 +102,7 @@ class Outcome:
 class DeviceClient:
     def __init__(
         self,
-        server_url: str,
+        server_url: str | Sequence[str],
         store: LocalStore,
         *,
         session: aiohttp.ClientSession | None = None,
@@ -102,7 +113,8 @@ class DeviceClient:
         request_timeout_s: float = 120.0,
         randomness: RandomSource | None = None,
     ) -> None:
-        self.server = server_url.rstrip("/")
+        self.servers = parse_server_urls(server_url)
+        self._current = 0
         self.store = store
         self._session = session
         self._own_session = session is None
@@ -126,6 +138,21 @@ class DeviceClient:
 
     # -- transport ------------------------------------------------------------------------------
 
+    @property
+    def server(self) -> str:
+        """The server URL registrations and check-ins go to now."""
+        return self.servers[self._current]
+
+    def start_at(self, index: int) -> None:
+        """Begin with the `index`-th URL (mod their number): spreads a fleet over processes by hand."""
+        self._current = index % len(self.servers)
+
+    def fail_over(self) -> None:
+        """Move registrations and check-ins to the next URL."""
+        if len(self.servers) > 1:
+            self._current = (self._current + 1) % len(self.servers)
+            log.info("device %s: switching to server %s", self.device_id[:8], self.server)
+
     async def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -144,9 +171,11 @@ class DeviceClient:
         content_type: str | None = None,
         query: dict[str, Any] | None = None,
         register: bool = False,
+        base: str | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """Signed request → (status, headers, body). Raises aiohttp.ClientError on network errors and
-        ProtocolVersionError when the server refuses this SDK's protocol version."""
+        """Signed request to `base` (default: the current server) → (status, headers, body). Raises
+        aiohttp.ClientError on network errors and ProtocolVersionError when the server refuses this SDK's
+        protocol version."""
         path_qs = path + ("?" + urlencode(query) if query else "")
         ts, nonce = str(int(time.time())), self.randomness.nonce()
         headers = {
@@ -160,7 +189,7 @@ class DeviceClient:
         if content_type:
             headers["Content-Type"] = content_type
         http = await self._http()
-        async with http.request(method, self.server + path_qs, data=body or None, headers=headers, timeout=self.timeout) as resp:
+        async with http.request(method, (base or self.server) + path_qs, data=body or None, headers=headers, timeout=self.timeout) as resp:
             status, answer_headers, answer = resp.status, dict(resp.headers), await resp.read()
         server_version = answer_headers.get(HDR_PROTOCOL)
         if status == 400 and server_version is not None and server_version != str(PROTOCOL_VERSION):
@@ -189,10 +218,22 @@ class DeviceClient:
         return self.device_id
 
     async def run_once(self) -> Outcome:
-        """One check-in; runs the assigned cohort to its end when there is one."""
-        await self.ensure_registered()
-        payload = {"wait_s": self.checkin_wait_s, "sources": self.store.collections()}
-        status, body = await self._json("POST", "/v1/device/checkin", payload)
+        """One check-in; runs the assigned cohort to its end when there is one. A check-in server that cannot be
+        reached (or answers 502/503/504) makes the device fail over to the next URL before the error is raised."""
+        try:
+            await self.ensure_registered()
+            payload = {"wait_s": self.checkin_wait_s, "sources": self.store.collections()}
+            status, body = await self._json("POST", "/v1/device/checkin", payload)
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            self.fail_over()
+            raise
+        except ServerError as exc:
+            if exc.status in FAILOVER_STATUSES:
+                self.fail_over()
+            raise
+        if status in FAILOVER_STATUSES:
+            self.fail_over()
+            raise ServerError(status, _msg(body))
         if status == 401 and "unknown device" in _msg(body):
             self.store.delete_meta(REGISTERED_META + ":" + self.server)  # server lost us: register again
             raise ServerError(status, _msg(body))
@@ -238,20 +279,36 @@ class DeviceClient:
         except (ValueError, KeyError, RuntimeError) as exc:
             return Outcome("rejected", cohort_id=a.cohort_id, detail=f"cannot take part: {exc}")
         drop_at = self.dropout(a) if self.dropout else None
+        try:
+            return await self._exchange(a, client, message, drop_at)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the process running the cohort is gone
+            log.info("device %s: leaving cohort %s: its server is unreachable (%s)", self.device_id[:8], a.cohort_id[:8], exc)
+            return Outcome("aborted", cohort_id=a.cohort_id, detail=f"cohort server unreachable: {exc}")
+
+    async def _exchange(
+        self, a: Assignment, client: ClientSession | PlainClientSession, message: bytes | None, drop_at: int | None
+    ) -> Outcome:
         phase = a.first_phase
         base = f"/v1/device/cohorts/{a.cohort_id}/phases"
+        owner = (a.server_url or self.server).rstrip("/")
         wait = min(MAX_LONG_POLL_S, max(1.0, a.phase_timeout_s + 5.0))
         while True:
             if drop_at is not None and phase >= drop_at:
                 return Outcome("dropped", cohort_id=a.cohort_id, detail=f"stopped before phase {phase}")
-            if message is not None:
-                status, _, raw = await self.request("POST", f"{base}/{phase}", message, "application/octet-stream")
-                if status != 202:
+            status = 202
+            if message is not None:  # the POST long-polls for the next phase's message (one round trip)
+                status, headers, raw = await self.request(
+                    "POST", f"{base}/{phase}", message, "application/octet-stream", query={"wait": wait}, base=owner
+                )
+                if status == 421 and headers.get("Location", "").rstrip("/") not in ("", owner):
+                    owner = headers["Location"].rstrip("/")  # told which process runs the cohort: once
+                    status, headers, raw = await self.request(
+                        "POST", f"{base}/{phase}", message, "application/octet-stream", query={"wait": wait}, base=owner
+                    )
+                if status not in (200, 202):
                     return _ended(status, raw, a.cohort_id)
-            while True:
-                status, headers, raw = await self.request("GET", f"{base}/{phase}/next", query={"wait": wait})
-                if status != 202:
-                    break
+            while status == 202:
+                status, headers, raw = await self.request("GET", f"{base}/{phase}/next", query={"wait": wait}, base=owner)
             if status != 200:
                 return _ended(status, raw, a.cohort_id)
             if headers.get("Content-Type", "").startswith("application/json"):

@@ -9,13 +9,17 @@ import logging
 import signal
 import sys
 
+from device_sdk.servers import parse_server_urls
 from device_sdk.scenarios import SCENARIOS
 from device_sdk.simulator import make_devices, run_fleet, run_fleet_processes, write_truth
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fa-sim", description="simulated device fleet")
-    p.add_argument("--server", default="http://127.0.0.1:8000")
+    p.add_argument("--server", default="http://127.0.0.1:8000",
+                   help="server URL, or comma-separated URLs of processes sharing one database (devices fail over)")
+    p.add_argument("--split-servers", action="store_true",
+                   help="spread the devices over the --server URLs (each starts at a different one) instead of all at the first")
     p.add_argument("--devices", type=int, default=100)
     p.add_argument("--scenario", default="words", help=f"one of: {', '.join(sorted(SCENARIOS))}")
     p.add_argument("--dropout", type=float, default=0.0, help="per-cohort probability that a device stops at a random phase")
@@ -42,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--dropout: must be in [0, 1)")
     if args.devices < 1 or args.processes < 1:
         p.error("--devices and --processes must be ≥ 1")
+    try:
+        parse_server_urls(args.server, "--server")
+    except ValueError as exc:
+        p.error(str(exc))
     devices = make_devices(args.devices, args.scenario, args.seed, seeded_randomness=args.seeded_randomness)
     if args.truth_file:
         write_truth(args.truth_file, args.scenario, args.seed, devices)
@@ -49,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes > 1:
         outcomes = run_fleet_processes(
             args.server, devices, args.processes, args.dropout, args.seed, args.until_idle, args.idle_seconds,
-            args.checkin_wait, args.seeded_randomness,
+            args.checkin_wait, args.seeded_randomness, args.split_servers,
         )
     else:
         outcomes = asyncio.run(_run_single(args, devices)).outcomes
@@ -64,7 +72,7 @@ async def _run_single(args: argparse.Namespace, devices):  # type: ignore[no-unt
         loop.add_signal_handler(sig, stop.set)
     return await run_fleet(
         args.server, devices, args.dropout, args.seed, args.until_idle, args.idle_seconds, args.checkin_wait, stop,
-        seeded_randomness=args.seeded_randomness,
+        seeded_randomness=args.seeded_randomness, split=args.split_servers,
     )
 
 

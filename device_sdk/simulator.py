@@ -91,7 +91,10 @@ async def run_fleet(
     stop: asyncio.Event | None = None,
     parent_pid: int | None = None,
     seeded_randomness: bool = False,
+    split: bool = False,
 ) -> FleetStats:
+    """Run the devices until `stop` (or idle). `server`: one URL or comma-separated URLs of processes sharing
+    a database; with `split` each device starts at a different one (spread by its id), not the first."""
     stop = stop or asyncio.Event()
     stats = FleetStats()
     rng = random.Random(seed)
@@ -103,12 +106,13 @@ async def run_fleet(
             store.set_meta(KEY_META, b64e(key))
             for coll, rows in data.items():
                 store.add_many(coll, rows)
-            clients.append(
-                DeviceClient(
-                    server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng),
-                    randomness=device_randomness(key, seeded_randomness),
-                )
+            client = DeviceClient(
+                server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng),
+                randomness=device_randomness(key, seeded_randomness),
             )
+            if split:
+                client.start_at(int(client.device_id[:8], 16))
+            clients.append(client)
 
         async def one(c: DeviceClient) -> None:
             await asyncio.sleep(rng.random() * 0.5)
@@ -172,11 +176,12 @@ def write_truth(path: str | Path, scenario: str, seed: int, devices: Sequence[tu
 
 
 def _child(
-    args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int, bool],
+    args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int, bool, bool],
 ) -> dict[str, int]:
-    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent, seeded = args
+    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent, seeded, split = args
     stats = asyncio.run(
-        run_fleet(server, devices, dropout, seed, until_idle, idle_s, wait_s, parent_pid=parent, seeded_randomness=seeded)
+        run_fleet(server, devices, dropout, seed, until_idle, idle_s, wait_s, parent_pid=parent, seeded_randomness=seeded,
+                  split=split)
     )
     return stats.outcomes
 
@@ -191,6 +196,7 @@ def run_fleet_processes(
     idle_s: float,
     checkin_wait_s: float,
     seeded_randomness: bool = False,
+    split: bool = False,
 ) -> dict[str, int]:
     chunks = [list(devices[i::processes]) for i in range(processes)]
     ctx = mp.get_context("spawn")
@@ -202,7 +208,8 @@ def run_fleet_processes(
         pending = pool.map_async(
             _child,
             [
-                (server, c, dropout, seed * 1000 + i, until_idle, idle_s, checkin_wait_s, os.getpid(), seeded_randomness)
+                (server, c, dropout, seed * 1000 + i, until_idle, idle_s, checkin_wait_s, os.getpid(), seeded_randomness,
+                 split)
                 for i, c in enumerate(chunks)
             ],
         )

@@ -50,9 +50,8 @@ def one(pg_url: str, processes: int, n: int) -> dict[str, Any]:
             admin = AnalystClient(urls[0], servers[0].token("admin"), timeout_s=120)
             live = [p for p in admin.call("GET", "/v1/cluster")["processes"] if p["live"]]
             assert len(live) == processes, live
-            split = ",".join(urls)
             # 1) check-ins/s: the fleet polls without long-polling for a fixed window
-            fleet = Fleet(split, n, tmp, seed=1, checkin_wait=0, extra=["--processes", "2", "--split-servers"])
+            fleet = Fleet(urls, n, tmp, seed=1, checkin_wait=0, extra=["--processes", "2"], split=True)
             deadline = time.monotonic() + 600
             while total(urls, "fa_device_checkins_total") < 2 * n and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -61,7 +60,7 @@ def one(pg_url: str, processes: int, n: int) -> dict[str, Any]:
             checkins_per_s = (total(urls, "fa_device_checkins_total") - c0) / (time.monotonic() - t0)
             fleet.stop()
             # 2) one round with the fleet long-polling
-            fleet = Fleet(split, n, tmp, seed=2, checkin_wait=10, extra=["--processes", "2", "--split-servers"])
+            fleet = Fleet(urls, n, tmp, seed=2, checkin_wait=10, extra=["--processes", "2"], split=True)
             c1 = total(urls, "fa_device_checkins_total")
             while total(urls, "fa_device_checkins_total") < c1 + n and time.monotonic() < deadline:
                 time.sleep(0.5)

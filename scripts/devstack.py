@@ -101,13 +101,18 @@ class Server:
 
 
 class Fleet:
-    def __init__(self, server_url: str, n: int, tmp: Path, scenario: str = "words", dropout: float = 0.0, seed: int = 1,
-                 checkin_wait: float = 3.0, extra: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+    """`fa-sim` as a subprocess. `server_url`: one URL or several (processes sharing a database); with `split`
+    the devices are spread over them by hand instead of all starting at the first."""
+
+    def __init__(self, server_url: str | list[str], n: int, tmp: Path, scenario: str = "words", dropout: float = 0.0,
+                 seed: int = 1, checkin_wait: float = 3.0, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None, split: bool = False) -> None:
         self.truth_path = tmp / f"truth-{seed}.json"
         self.log = open(tmp / f"fleet-{seed}.log", "ab")
-        args = [str(BIN / "fa-sim"), "--server", server_url, "--devices", str(n), "--scenario", scenario,
+        servers = server_url if isinstance(server_url, str) else ",".join(server_url)
+        args = [str(BIN / "fa-sim"), "--server", servers, "--devices", str(n), "--scenario", scenario,
                 "--dropout", str(dropout), "--seed", str(seed), "--truth-file", str(self.truth_path),
-                "--checkin-wait", str(checkin_wait), *(extra or [])]
+                "--checkin-wait", str(checkin_wait), *(["--split-servers"] if split else []), *(extra or [])]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 120
         while not self.truth_path.exists():
