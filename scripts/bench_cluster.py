@@ -41,11 +41,8 @@ def one(pg_url: str, processes: int, n: int) -> dict[str, Any]:
         fleet = None
         try:
             for i in range(processes):
-                s = Server(pg_url, tmp / f"server{i}.log", env={
-                    "FA_RETRY_AFTER_S": "0.2", "FA_COHORT_FORMATION_WAIT_S": "2", "FA_PROCESS_NAME": f"p{i}",
-                })
-                s.env["FA_ADVERTISE_URL"] = s.url
-                servers.append(s.start())
+                env = {"FA_RETRY_AFTER_S": "0.2", "FA_COHORT_FORMATION_WAIT_S": "2"}
+                servers.append(Server(pg_url, tmp / f"server{i}.log", env=env, name=f"p{i}").start())
             urls = [s.url for s in servers]
             admin = AnalystClient(urls[0], servers[0].token("admin"), timeout_s=120)
             live = [p for p in admin.call("GET", "/v1/cluster")["processes"] if p["live"]]

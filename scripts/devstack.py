@@ -53,12 +53,16 @@ def cli(*args: str, env: dict[str, str] | None = None) -> str:
 
 
 class Server:
-    def __init__(self, db_url: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+    """One `fa-server serve` process. With `name` it is a member of a cluster (processes sharing one
+    PostgreSQL database): it advertises its own URL to devices and carries `name` as its process label."""
+
+    def __init__(self, db_url: str, log_path: Path, env: dict[str, str] | None = None, name: str | None = None) -> None:
         self.db_url = db_url
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        self.env = {**os.environ, **SERVER_ENV, **(env or {})}
+        member = {"FA_ADVERTISE_URL": self.url, "FA_PROCESS_NAME": name} if name else {}
+        self.env = {**os.environ, **SERVER_ENV, **member, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:

@@ -15,6 +15,8 @@ import pytest
 from tests.e2e.harness import Server, fresh_database
 
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
+collect_ignore = [] if PG_URL else ["test_cluster.py"]
+"""Many processes need PostgreSQL: the cluster tests exist only under `make test-postgres`."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
