@@ -34,7 +34,9 @@ class CliError(Exception):
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {k: v for k, v in (("db_url", args.db), ("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v is not None}
+    pairs = (("db_url", args.db), ("host", getattr(args, "host", None)), ("port", getattr(args, "port", None)),
+             ("advertise_url", getattr(args, "advertise_url", None)))
+    overrides = {k: v for k, v in pairs if v is not None}
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -117,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--host")
     p_serve.add_argument("--port", type=int)
     p_serve.add_argument("--migrate", action="store_true", help="apply migrations before serving")
+    p_serve.add_argument("--advertise-url", help="base URL devices reach this process at for its cohorts "
+                         "(default FA_ADVERTISE_URL or http://HOST:PORT)")
+    p_serve.add_argument("--workers", type=int, default=1,
+                         help="run N processes on this machine sharing --port (PostgreSQL only; docs/scaling.md)")
+    p_serve.add_argument("--worker-ports", type=int, metavar="BASE",
+                         help="with --workers: worker i also listens on, and advertises, port BASE+i (default PORT+1)")
+    p_serve.add_argument("--shared-port", action="store_true", help=argparse.SUPPRESS)  # set by the supervisor
+    p_serve.add_argument("--private-port", type=int, help=argparse.SUPPRESS)
     p_mig = sub.add_parser("migrate", help="apply database migrations")
     p_mig.add_argument("--db")
     p_tok = sub.add_parser("token", help="manage tokens")
@@ -159,13 +169,24 @@ def _run(args: argparse.Namespace) -> int:
                 raise CliError(exc.args[0] if exc.args else "no such token") from None
             print(f"revoked token {row.id} ({row.role}{', ' + row.prefix if row.prefix else ''})")
         return 0
+    if not 1 <= args.workers <= 64:
+        raise CliError(f"--workers: must be between 1 and 64, got {args.workers}")
+    if args.workers > 1:
+        from analytics_server import supervisor
+
+        try:
+            supervisor.check(settings, args.workers)
+        except supervisor.WorkersRefused as exc:
+            raise CliError(str(exc)) from None
     if args.migrate:
         _db(url, lambda: migrate(url))
     _db(url, lambda: asyncio.run(_check(url)))
     from analytics_server import serving
 
+    if args.workers > 1:
+        return supervisor.run_workers(settings, args.workers, args.worker_ports, url)
     try:
-        serving.run(settings)
+        serving.run(settings, shared_port=args.shared_port, private_port=args.private_port)
     except DB_ERRORS as exc:
         if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise CliError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None

@@ -19,6 +19,7 @@ import asyncio
 import errno
 import logging
 import resource
+import socket
 import time
 from collections import Counter
 from typing import Any
@@ -124,8 +125,23 @@ def install_log_limits() -> None:
         handler.addFilter(flt)
 
 
-def run(settings: Settings) -> None:
-    """Serve until SIGINT/SIGTERM."""
+def listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A bound, listening TCP socket; with `reuse_port` (SO_REUSEPORT) several processes share the port and
+    the kernel spreads connections over them."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def run(settings: Settings, shared_port: bool = False, private_port: int | None = None) -> None:
+    """Serve until SIGINT/SIGTERM. A worker of `fa-server serve --workers N` listens on the shared port
+    (`shared_port`: SO_REUSEPORT) and on its own `private_port`, which it advertises to devices."""
     from analytics_server.app import create_app
 
     raise_open_file_limit()
@@ -133,7 +149,10 @@ def run(settings: Settings) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     loop = asyncio.new_event_loop()
     loop.set_exception_handler(LoopErrorHandler())
+    socks = [listening_socket(settings.host, settings.port, reuse_port=shared_port)]
+    if private_port is not None:
+        socks.append(listening_socket(settings.host, private_port))
     web.run_app(
-        create_app(settings), host=settings.host, port=settings.port, shutdown_timeout=3.0,
+        create_app(settings), sock=socks, shutdown_timeout=3.0,
         keepalive_timeout=settings.idle_timeout_s, loop=loop, print=lambda m: print(m, flush=True),
     )

@@ -87,3 +87,12 @@ def test_database_failures_are_one_friendly_line(url: str, expected: str, comman
         assert out.returncode == 2, (cmd, out.stderr[-2000:])
         assert len(lines) == 1 and lines[0].startswith("fa-server: ") and expected in lines[0], (cmd, out.stderr[-2000:])
         assert "s3cret" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_workers_refuse_sqlite_with_the_reason_and_the_alternative(migrated_url: str) -> None:
+    out = fa_server("serve", "--workers", "2", "--db", migrated_url)
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.strip().splitlines()
+    assert "SQLite allows one writing process" in line and "postgresql+asyncpg://" in line
+    bad = fa_server("serve", "--workers", "0", "--db", migrated_url)
+    assert bad.returncode == 2 and "--workers: must be between 1 and 64" in bad.stderr

@@ -13,8 +13,11 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import signal
+import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,8 @@ import pytest
 from device_sdk.analyst_cli import AnalystClient, ApiError
 from queries.envelope import b64e
 from tests.e2e.cluster import Cluster, HAProxy, sse_events
-from tests.e2e.harness import Fleet, SyncDevice, check_exact, fresh_database
+from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, check_exact, cli, free_port, fresh_database
+from scripts.devstack import BIN
 from tests.e2e.test_training_e2e import training_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -175,3 +179,54 @@ def test_a_replayed_request_is_accepted_by_one_process_only(cluster: Cluster) ->
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             statuses = sorted(pool.map(send, cluster.urls))
         assert statuses.count(201) == 1 and all(s in (201, 401, 409) for s in statuses), (attempt, statuses)
+
+
+def _healthz(url: str) -> int:
+    with urllib.request.urlopen(url + "/healthz", timeout=5) as r:
+        return int(json.loads(r.read())["process"]["pid"])
+
+
+def _until(check: Any, timeout_s: float = 30) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            got = check()
+            if got:
+                return got
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_workers_share_a_port_and_are_restarted(pg_url: str, tmp_path: Path) -> None:
+    """`fa-server serve --workers 2`: both answer on the shared port, each on its private (advertised) port;
+    a worker killed with SIGKILL is restarted; SIGTERM to the supervisor stops them all."""
+    port, base = free_port(), free_port()
+    log = open(tmp_path / "workers.log", "ab")
+    sup = subprocess.Popen([str(BIN / "fa-server"), "serve", "--db", pg_url, "--port", str(port), "--workers", "2",
+                            "--worker-ports", str(base)], stdout=log, stderr=subprocess.STDOUT,
+                           env={**os.environ, **SERVER_ENV})
+    shared = f"http://127.0.0.1:{port}"
+    private = [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
+    try:
+        pids = [_until(lambda u=u: _healthz(u)) for u in private]
+        assert len(set(pids)) == 2
+        seen = _until(lambda: {_healthz(shared) for _ in range(40)} == set(pids) or None)
+        assert seen
+        admin = AnalystClient(shared, cli("fa-server", "token", "create", "--role", "admin", "--db", pg_url).strip())
+        urls = _until(lambda: sorted(p["url"] for p in admin.call("GET", "/v1/cluster")["processes"] if p["live"]) == private)
+        assert urls
+        os.kill(pids[0], signal.SIGKILL)
+        restarted = _until(lambda: (pid := _healthz(private[0])) != pids[0] and pid)
+        assert restarted not in pids
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+        for u in private + [shared]:
+            with pytest.raises(OSError):
+                _healthz(u)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait(10)
+        log.close()
