@@ -7,8 +7,10 @@ device_sdk: it only starts the console scripts installed next to this interprete
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,6 +37,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_run(n: int) -> int:
+    """The first of `n` consecutive free ports, below Linux's ephemeral range (32768-60999), so an outgoing
+    connection (to the database, say) cannot take one of them before the server binds it."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - n)
+        try:
+            with contextlib.ExitStack() as stack:
+                for port in range(base, base + n):
+                    s = stack.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no run of {n} free ports found")
 
 
 def fresh_database(url: str) -> None:

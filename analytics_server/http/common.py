@@ -30,6 +30,9 @@ BODY_READ_TIMEOUT = web.AppKey("body_read_timeout_s", float)
 DEFAULT_BODY_READ_TIMEOUT_S = 30.0
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays/objects accepted in a JSON body (the specs need fewer than ten)."""
+MAX_JSON_CONTAINERS = 10_000
+"""Most arrays/objects accepted in one JSON body (a spec at its size limits has a few hundred). Parsing
+hundreds of thousands of small containers holds the interpreter for about a second, stalling the server."""
 _JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
 """A JSON string literal, possibly unterminated; possessive, so matching is linear in the body length."""
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
@@ -94,14 +97,16 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def json_depth(body: bytes) -> int:
-    """Deepest nesting of `[`/`{` in a JSON text, ignoring brackets inside strings (linear time)."""
+def json_shape(body: bytes) -> tuple[int, int]:
+    """(deepest nesting, number of arrays and objects) of a JSON text, ignoring brackets inside strings; linear
+    time, so it runs before the parser on any body."""
     brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
     if not brackets:
-        return 0
+        return 0, 0
     arr = np.frombuffer(brackets, dtype=np.uint8)
-    steps = np.where((arr == ord("[")) | (arr == ord("{")), 1, -1)
-    return int(np.cumsum(steps).max())
+    opens = (arr == ord("[")) | (arr == ord("{"))
+    steps = np.where(opens, 1, -1)
+    return int(np.cumsum(steps).max()), int(opens.sum())
 
 
 def parse_json_body(request: web.Request, body: bytes) -> Any:
@@ -110,9 +115,12 @@ def parse_json_body(request: web.Request, body: bytes) -> Any:
         raise HttpError(415, f"Content-Type must be application/json, got {ctype or 'none'}")
     if not body:
         raise HttpError(400, "empty body: expected a JSON object")
-    depth = json_depth(body)
+    depth, containers = json_shape(body)
     if depth > MAX_JSON_DEPTH:
         raise HttpError(400, f"malformed JSON: nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
+    if containers > MAX_JSON_CONTAINERS:
+        raise HttpError(400, f"JSON body too complex: {containers} arrays/objects; at most {MAX_JSON_CONTAINERS} "
+                             "are accepted")
     try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

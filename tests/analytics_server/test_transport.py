@@ -15,7 +15,7 @@ from analytics_server.auth import DeviceAuth, RecentNonces, SignedHeaders
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import Store
 from analytics_server.errors import HttpError
-from analytics_server.http.common import MAX_JSON_DEPTH, json_depth
+from analytics_server.http.common import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, json_shape
 from analytics_server.ratelimit import AddressRateLimiter, client_key
 from queries.envelope import b64e
 from tests.signed_device import SignedDevice
@@ -119,13 +119,14 @@ async def test_read_only_replay_is_refused_and_state_changing_replay_survives_a_
         assert r.status == 401 and "replayed" in (await r.json())["error"]
 
 
-def test_json_depth_ignores_brackets_in_strings_and_is_linear() -> None:
-    assert json_depth(b'{"a": [1, {"b": "[[[[{{{{"}]}') == 3
-    assert json_depth(b'"\\"[[[["') == 0
-    assert json_depth(b"[" * 1000 + b"]" * 1000) == 1000
+def test_json_shape_ignores_brackets_in_strings_and_is_linear() -> None:
+    assert json_shape(b'{"a": [1, {"b": "[[[[{{{{"}]}') == (3, 3)
+    assert json_shape(b'"\\"[[[["') == (0, 0)
+    assert json_shape(b"[" * 1000 + b"]" * 1000) == (1000, 1000)
+    assert json_shape(b"[" + b"[1],{}," * 400 + b"0]") == (2, 801)
     started = time.perf_counter()
-    json_depth(b'"' + b'\\"' * 500_000)  # unterminated string of escapes: no quadratic backtracking
-    json_depth(b"[" * 1_000_000)
+    json_shape(b'"' + b'\\"' * 500_000)  # unterminated string of escapes: no quadratic backtracking
+    json_shape(b"[" * 1_000_000)
     assert time.perf_counter() - started < 5
 
 
@@ -143,6 +144,10 @@ async def test_deeply_nested_json_is_400_on_analyst_and_device_routes(start_app_
         r = await http.post("/v1/queries", data=ok_depth, headers={"Authorization": f"Bearer {token}",
                                                                     "Content-Type": "application/json"})
         assert r.status == 422  # parsed; the spec is wrong, not the JSON
+        wide = b'{"kind": "histogram", "source": "s", "params": {"buckets": [' + b",".join([b"[[1]]"] * 6000) + b"]}}"
+        r = await http.post("/v1/queries", data=wide, headers={"Authorization": f"Bearer {token}",
+                                                                "Content-Type": "application/json"})
+        assert r.status == 400 and str(MAX_JSON_CONTAINERS) in (await r.json())["error"]
         dev = Device()
         body, h = dev.register_request()
         assert (await http.post("/v1/device/register", data=body, headers=h)).status == 201

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +14,7 @@ from typing import Any
 from device_sdk.analyst_cli import AnalystClient
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from scripts.devstack import SERVER_ENV, Fleet, Server, cli, free_port, fresh_database  # noqa: F401
+from scripts.devstack import SERVER_ENV, Fleet, Server, cli, free_port, free_port_run, fresh_database  # noqa: F401
 from tests.signed_device import SignedDevice
 
 
@@ -93,3 +95,47 @@ class SyncDevice(SignedDevice):
                 return data["assignment"]
             time.sleep(data.get("retry_after") or 0)
         raise AssertionError("no assignment")
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def chunked_upload(port: int, path: str, headers: dict[str, str], total: int, timeout_s: float = 60) -> tuple[int, int]:
+    """POST `total` zero bytes with Transfer-Encoding: chunked (no Content-Length), stopping as soon as the
+    server answers. Returns (status, bytes of body sent before the answer)."""
+    frame = f"{64 * 1024:x}\r\n".encode() + b"\0" * (64 * 1024) + b"\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.encode())
+        s.setblocking(False)
+        sent, pending, answer = 0, memoryview(frame), b""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            writing = [s] if pending else []
+            readable, writable, _ = select.select([s], writing, [], 1.0)
+            if readable:
+                try:
+                    data = s.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    break
+                answer += data
+                if b"\r\n" in answer:
+                    return int(answer.split(b" ", 2)[1]), sent
+            if writable:
+                try:
+                    n = s.send(pending)
+                except (BrokenPipeError, ConnectionResetError):
+                    pending = memoryview(b"")
+                    continue
+                pending = pending[n:]
+                if not pending and sent < total:
+                    sent += 64 * 1024
+                    pending = memoryview(frame if sent < total else b"0\r\n\r\n")
+        raise AssertionError(f"no answer to the chunked upload to {path} (sent {sent} bytes, got {answer[:100]!r})")

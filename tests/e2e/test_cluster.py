@@ -27,7 +27,7 @@ import pytest
 from device_sdk.analyst_cli import AnalystClient, ApiError
 from queries.envelope import b64e
 from tests.e2e.cluster import Cluster, HAProxy, sse_events
-from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, check_exact, cli, free_port, fresh_database
+from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, check_exact, cli, free_port, free_port_run, fresh_database
 from scripts.devstack import BIN
 from tests.e2e.test_training_e2e import training_spec
 
@@ -186,7 +186,7 @@ def _healthz(url: str) -> int:
         return int(json.loads(r.read())["process"]["pid"])
 
 
-def _until(check: Any, timeout_s: float = 30) -> Any:
+def _until(check: Any, log: Path, timeout_s: float = 60) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -195,30 +195,31 @@ def _until(check: Any, timeout_s: float = 30) -> Any:
                 return got
         except OSError:
             pass
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, "timed out; the workers' log ends:\n" + log.read_text()[-4000:]
         time.sleep(0.2)
 
 
 def test_workers_share_a_port_and_are_restarted(pg_url: str, tmp_path: Path) -> None:
     """`fa-server serve --workers 2`: both answer on the shared port, each on its private (advertised) port;
     a worker killed with SIGKILL is restarted; SIGTERM to the supervisor stops them all."""
-    port, base = free_port(), free_port()
-    log = open(tmp_path / "workers.log", "ab")
+    port, base = free_port(), free_port_run(2)
+    log_path = tmp_path / "workers.log"
+    log = open(log_path, "ab")
     sup = subprocess.Popen([str(BIN / "fa-server"), "serve", "--db", pg_url, "--port", str(port), "--workers", "2",
                             "--worker-ports", str(base)], stdout=log, stderr=subprocess.STDOUT,
                            env={**os.environ, **SERVER_ENV})
     shared = f"http://127.0.0.1:{port}"
     private = [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
     try:
-        pids = [_until(lambda u=u: _healthz(u)) for u in private]
+        pids = [_until(lambda u=u: _healthz(u), log_path) for u in private]
         assert len(set(pids)) == 2
-        seen = _until(lambda: {_healthz(shared) for _ in range(40)} == set(pids) or None)
+        seen = _until(lambda: {_healthz(shared) for _ in range(40)} == set(pids) or None, log_path)
         assert seen
         admin = AnalystClient(shared, cli("fa-server", "token", "create", "--role", "admin", "--db", pg_url).strip())
-        urls = _until(lambda: sorted(p["url"] for p in admin.call("GET", "/v1/cluster")["processes"] if p["live"]) == private)
+        urls = _until(lambda: sorted(p["url"] for p in admin.call("GET", "/v1/cluster")["processes"] if p["live"]) == private, log_path)
         assert urls
         os.kill(pids[0], signal.SIGKILL)
-        restarted = _until(lambda: (pid := _healthz(private[0])) != pids[0] and pid)
+        restarted = _until(lambda: (pid := _healthz(private[0])) != pids[0] and pid, log_path)
         assert restarted not in pids
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(30) == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import resource
-import select
 import socket
 import time
 import urllib.error
@@ -18,7 +17,7 @@ import pytest
 
 from device_sdk.analyst_cli import AnalystClient
 from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
-from tests.e2e.harness import Fleet, Server, SyncDevice, fresh_database
+from tests.e2e.harness import Fleet, Server, SyncDevice, chunked_upload, fresh_database, rss_bytes
 
 pytestmark = pytest.mark.e2e
 MiB = 1 << 20
@@ -82,50 +81,6 @@ def test_requests_replayed_after_sigkill_and_restart_are_refused(server: Server)
         assert status == 401 and b"replayed" in raw, (path, status, raw)
 
 
-def _rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def chunked_upload(port: int, path: str, headers: dict[str, str], total: int, timeout_s: float = 60) -> tuple[int, int]:
-    """POST `total` zero bytes with Transfer-Encoding: chunked (no Content-Length), stopping as soon as the
-    server answers. Returns (status, bytes of body sent before the answer)."""
-    frame = f"{64 * 1024:x}\r\n".encode() + b"\0" * (64 * 1024) + b"\r\n"
-    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
-    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(head.encode())
-        s.setblocking(False)
-        sent, pending, answer = 0, memoryview(frame), b""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            writing = [s] if pending else []
-            readable, writable, _ = select.select([s], writing, [], 1.0)
-            if readable:
-                try:
-                    data = s.recv(65536)
-                except ConnectionResetError:
-                    data = b""
-                if not data:
-                    break
-                answer += data
-                if b"\r\n" in answer:
-                    return int(answer.split(b" ", 2)[1]), sent
-            if writable:
-                try:
-                    n = s.send(pending)
-                except (BrokenPipeError, ConnectionResetError):
-                    pending = memoryview(b"")
-                    continue
-                pending = pending[n:]
-                if not pending and sent < total:
-                    sent += 64 * 1024
-                    pending = memoryview(frame if sent < total else b"0\r\n\r\n")
-        raise AssertionError(f"no answer to the chunked upload to {path} (sent {sent} bytes, got {answer[:100]!r})")
-
-
 def test_chunked_oversized_uploads_are_cut_off_while_streaming(server: Server, tmp_path: Path) -> None:
     """Ten chunked 60 MiB uploads each to registration (413), to a phase as a stranger (401) and to a phase
     as a member of a live cohort (413 at the cohort's message size, far below FA_BINARY_BODY_LIMIT):
@@ -141,7 +96,7 @@ def test_chunked_oversized_uploads_are_cut_off_while_streaming(server: Server, t
         phase_path = f"/v1/device/cohorts/{a['cohort_id']}/phases/0"
         stranger = SyncDevice(server.url)
         pid = server.proc.pid  # type: ignore[union-attr]
-        before = _rss_bytes(pid)
+        before = rss_bytes(pid)
         answers: dict[str, list[tuple[int, int]]] = {"register": [], "stranger": [], "member": []}
         for _ in range(10):
             h = stranger.signed_headers("POST", "/v1/device/register", b"", device=False)
@@ -153,7 +108,7 @@ def test_chunked_oversized_uploads_are_cut_off_while_streaming(server: Server, t
             h = member.signed_headers("POST", phase_path, b"")
             answers["member"].append(chunked_upload(server.port, phase_path,
                                                     {**h, "Content-Type": "application/octet-stream"}, 60 * MiB))
-        growth = _rss_bytes(pid) - before
+        growth = rss_bytes(pid) - before
         print(json.dumps({"rss_before_mb": round(before / MiB, 1), "rss_growth_mb": round(growth / MiB, 1),
                           "max_sent_before_answer_mb": {k: round(max(s for _, s in v) / MiB, 1) for k, v in answers.items()}}))
         assert {st for st, _ in answers["register"]} == {413}
