@@ -14,17 +14,21 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[server,analyst,sim,dev]"
 	touch $(STAMP)
 
+# The whole suite: the in-process tiers on two workers (pytest-xdist), then the end-to-end tier one test at a
+# time (its fleets use every core; run side by side, their phase deadlines would measure contention).
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m e2e $(PYTEST_ARGS)
 
 # Everything but the end-to-end tier (real server processes and fleets): under a minute.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not e2e" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
 bench: $(STAMP)
+	bash scripts/install_postgres.sh
 	$(PY) scripts/bench.py
 
 clean:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from analytics_server.db.engine import NotMigratedError, check_migrated, make_engine, migrate
+from analytics_server.db.engine import NotMigratedError, check_migrated, make_engine, migrate, settle_driver_threads
 from analytics_server.db.store import ROLES, Store, TokenRow
 from analytics_server.settings import Settings
 
@@ -89,6 +89,7 @@ def _with_store(url: str, fn: Callable[[Store], Awaitable[T]]) -> T:
             return await fn(Store(engine))
         finally:
             await engine.dispose()
+            await settle_driver_threads()
 
     return _db(url, lambda: asyncio.run(go()))
 
@@ -99,6 +100,7 @@ async def _check(url: str) -> None:
         await check_migrated(engine, url)
     finally:
         await engine.dispose()
+        await settle_driver_threads()
 
 
 def format_tokens(rows: list[TokenRow]) -> str:

@@ -1,7 +1,7 @@
 """Scale-out benchmark (`make bench`): 1, 2 and 3 server processes on one throw-away PostgreSQL database.
 
 For each process count: check-ins per second the processes answered together while a fleet polled without
-long-polling; one histogram round over the whole fleet (devices split across the processes' URLs by hand,
+long-polling (with the SQL statements and PostgreSQL CPU per check-in); one histogram round over the whole fleet (devices split across the processes' URLs by hand,
 each long-polling as real devices do): wall time from submit to result, server CPU seconds (all processes)
 and PostgreSQL CPU seconds during the round, per device, and SQL statements the processes sent per device
 in that round. All processes, the database and the simulated fleet share this machine's cores, so the
@@ -53,8 +53,12 @@ def one(pg_url: str, processes: int, n: int) -> dict[str, Any]:
             while total(urls, "fa_device_checkins_total") < 2 * n and time.monotonic() < deadline:
                 time.sleep(0.5)
             c0, t0 = total(urls, "fa_device_checkins_total"), time.monotonic()
+            s0, d0 = total(urls, "fa_db_statements_total"), postgres_cpu_seconds()
             time.sleep(5)
-            checkins_per_s = (total(urls, "fa_device_checkins_total") - c0) / (time.monotonic() - t0)
+            checkins = total(urls, "fa_device_checkins_total") - c0
+            checkins_per_s = checkins / (time.monotonic() - t0)
+            statements_per_checkin = (total(urls, "fa_db_statements_total") - s0) / max(1.0, checkins)
+            db_ms_per_checkin = 1000 * (postgres_cpu_seconds() - d0) / max(1.0, checkins)
             fleet.stop()
             # 2) one round with the fleet long-polling
             fleet = Fleet(urls, n, tmp, seed=2, checkin_wait=10, extra=["--processes", "2"], split=True)
@@ -80,6 +84,8 @@ def one(pg_url: str, processes: int, n: int) -> dict[str, Any]:
                 "status": final["status"],
                 "clients": clients,
                 "checkins_per_s": round(checkins_per_s, 1),
+                "db_statements_per_checkin": round(statements_per_checkin, 2),
+                "db_cpu_ms_per_checkin": round(db_ms_per_checkin, 3),
                 "round_wall_s": round(wall, 2),
                 "server_cpu_s": round(cpu, 2),
                 "server_cpu_ms_per_device": round(1000 * cpu / n, 3),

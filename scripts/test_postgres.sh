@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-postgres`: install PostgreSQL and HAProxy (Debian packages) if needed, start a throw-away local
+# `make test-postgres`: install PostgreSQL and HAProxy (Debian packages, scripts/install_postgres.sh) if needed, start a throw-away local
 # cluster, create a database, and run the PostgreSQL variants of the end-to-end tests (-m postgres) against
 # it, including the many-process tests (tests/e2e/test_cluster.py, behind a real HAProxy).
 set -euo pipefail
@@ -9,15 +9,7 @@ PORT="${FA_PG_PORT:-54329}"
 
 find_pgbin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 
-MISSING=()
-[ -z "$(find_pgbin)" ] && MISSING+=(postgresql)
-command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || MISSING+=(haproxy)
-if [ "${#MISSING[@]}" -gt 0 ]; then
-  echo "[test-postgres] installing ${MISSING[*]} (apt-get)…"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${MISSING[@]}" >/dev/null
-fi
+bash scripts/install_postgres.sh
 export PATH="$PATH:/usr/sbin"
 PGBIN="$(find_pgbin)"
 [ -n "$PGBIN" ] || { echo "[test-postgres] PostgreSQL binaries not found after install" >&2; exit 1; }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -48,6 +50,17 @@ def make_engine(url: str) -> AsyncEngine:
             cur.close()
 
     return engine
+
+
+async def settle_driver_threads(timeout_s: float = 2.0) -> None:
+    """Wait (keeping the event loop running) until aiosqlite's connection threads have stopped. After a failed
+    connect, aiosqlite stops its thread without awaiting it; closing the loop first makes that thread print a
+    "Event loop is closed" traceback on the way out. Call before leaving `asyncio.run` in one-shot commands."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while any(t.is_alive() and "_connection_worker_thread" in t.name for t in threading.enumerate()):
+        if asyncio.get_running_loop().time() > deadline:
+            return
+        await asyncio.sleep(0.01)
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

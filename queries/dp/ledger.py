@@ -15,11 +15,14 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from queries.dp import rdp
-from queries.dp.calibrate import QueryCalibration
 from queries.dp.errors import BudgetExceeded, PrivacyError
+
+if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) loads only when a composition is computed
+    from queries.dp.calibrate import QueryCalibration
 
 TOLERANCE = 1e-9
 """Relative slack when comparing a composed cost with the budget (float sums of stored values)."""
@@ -60,6 +63,8 @@ def compose_rdp(queries: Sequence[tuple[QueryCalibration, int]], delta: float) -
     """ε at δ of several calibrated queries with their rounds run, composed with RDP (tighter than basic)."""
     if not 0 < delta < 1:
         raise PrivacyError(f"delta: must be in (0, 1), got {delta!r}")
+    from queries.dp import rdp
+
     curve = np.zeros(len(rdp.ORDERS))
     for cal, rounds_run in queries:
         curve = curve + cal.rdp_curve(rounds_run)

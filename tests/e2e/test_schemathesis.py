@@ -1,7 +1,7 @@
 """Schemathesis against the served /v1/openapi.json of a real server process (SQLite), with an analyst token.
 
 The run uses schemathesis' examples, coverage, fuzzing and stateful phases, bounded by `MAX_EXAMPLES` per
-operation (about two minutes on two cores), and its checks for server errors and for responses that do not
+operation (about 4,900 cases in 90 s on two cores), and its checks for server errors and for responses that do not
 conform to the schema (status codes, content types, headers, bodies), plus `negative_data_rejection` (a
 request the schema forbids must be refused) and `ignored_auth`. Not selected: the method checks
 (`unsupported_method`, `allow_header_conformance`: the `Allow` header on 405 belongs to the transport
@@ -31,7 +31,7 @@ from tests.e2e.harness import Server, fresh_database
 
 pytestmark = pytest.mark.e2e
 
-MAX_EXAMPLES = 700
+MAX_EXAMPLES = 150
 SEED = 1
 CHECKS = ",".join([
     "not_a_server_error", "status_code_conformance", "content_type_conformance", "response_headers_conformance",
