@@ -147,6 +147,8 @@ class Orchestrator:
     # -- leases ---------------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
             await asyncio.sleep(self.settings.heartbeat_s)
             try:
@@ -155,6 +157,11 @@ class Orchestrator:
                 raise
             except Exception as exc:  # the database may be briefly unreachable: try again next beat
                 log.warning("heartbeat failed: %s", exc)
+                continue
+            gap, last = loop.time() - last, loop.time()
+            if gap > self.settings.lease_ttl_s:
+                log.warning("heartbeat %.1f s after the previous one (lease TTL %g s): this process is overloaded; "
+                            "another process may take over its queries (FA_LEASE_TTL_S)", gap, self.settings.lease_ttl_s)
 
     async def _heartbeat(self) -> None:
         """Renew this process's row and leases, stop queries whose lease was lost, take over unleased ones,

@@ -16,7 +16,8 @@ All times are unix seconds from the processes' clocks, which must agree to well 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,12 @@ class ProcessView:
     load: dict[str, Any]
 
 
+@asynccontextmanager
+async def _direct_tx(sessions: Any) -> AsyncIterator[Any]:
+    async with sessions() as s, s.begin():
+        yield s
+
+
 def _chunks(ids: Sequence[str]) -> Iterable[list[str]]:
     for i in range(0, len(ids), CHUNK):
         yield list(ids[i:i + CHUNK])
@@ -72,9 +79,17 @@ class ClusterStore:
             s.add(ServerProcess(id=pid_, name=name, url=url, host=host, pid=pid, started_at=t, heartbeat_at=t,
                                 stopped=False, load={}))
 
+    def _lease_tx(self) -> Any:
+        """The transaction for heartbeats and lease renewals. On PostgreSQL it does not queue behind this
+        process's other writes (the in-process write lock serialises them for SQLite's sake): a busy process
+        must still renew its leases in time, or it would hand its queries to another one while alive."""
+        if self.engine.dialect.name == "sqlite":
+            return self._tx()
+        return _direct_tx(self.sessions)
+
     async def heartbeat(self, process_id: str, load: dict[str, Any]) -> None:
         t = time.time()
-        async with self._tx() as s:
+        async with self._lease_tx() as s:
             await s.execute(update(ServerProcess).where(ServerProcess.id == process_id).values(heartbeat_at=t, load=load))
             await s.execute(ServerProcess.__table__.delete().where(ServerProcess.heartbeat_at < t - PROCESS_KEEP_S))
 
@@ -128,16 +143,16 @@ class ClusterStore:
             return bool(res.rowcount)
 
     async def renew_leases(self, owner: str, ttl: float) -> set[str]:
-        """Extend every lease this process holds on a live query; returns the ids still held."""
+        """Extend every lease this process holds on a live query; returns the ids still held. A lease that
+        lapsed but that no other process took over (`lease_owner` is still this process) is still held: nobody
+        else has run the query meanwhile, so this process keeps it instead of restarting its round."""
         now = time.time()
-        async with self._tx() as s:
-            await s.execute(
-                update(Query)
-                .where(Query.lease_owner == owner, Query.status.in_(ACTIVE), Query.lease_expires >= now)
-                .values(lease_expires=now + ttl)
-            )
+        async with self._lease_tx() as s:
             rows = await s.execute(
-                select(Query.id).where(Query.lease_owner == owner, Query.status.in_(ACTIVE), Query.lease_expires > now)
+                update(Query)
+                .where(Query.lease_owner == owner, Query.status.in_(ACTIVE))
+                .values(lease_expires=now + ttl)
+                .returning(Query.id)
             )
             return set(rows.scalars())
 

@@ -60,6 +60,19 @@ async def test_one_holder_takeover_after_expiry_and_fencing(migrated_url: str) -
     await b.engine.dispose()
 
 
+async def test_a_late_heartbeat_keeps_a_lapsed_lease_nobody_took(migrated_url: str) -> None:
+    """A process too busy to heartbeat in time keeps its queries when no other process took them over
+    (it used to find its own lease lapsed, stop the query and restart its round, again and again)."""
+    a, b, qid, _ = await _two(migrated_url)
+    assert await a.acquire_query(qid, "A", ttl=30)
+    await _expire(a, qid)
+    assert await a.renew_leases("A", ttl=30) == {qid}
+    assert await b.unleased_queries() == []  # renewed: no longer up for takeover
+    assert not await b.acquire_query(qid, "B", ttl=30)
+    await a.engine.dispose()
+    await b.engine.dispose()
+
+
 async def test_graceful_stop_releases_leases_at_once(migrated_url: str) -> None:
     a, b, qid, _ = await _two(migrated_url)
     assert await a.acquire_query(qid, "A", ttl=300)
