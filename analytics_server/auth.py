@@ -32,6 +32,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.exc import SQLAlchemyError
 
+from analytics_server.db.group_commit import GroupCommit
 from analytics_server.db.store import Store, TokenInfo
 from analytics_server.errors import HttpError
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP, b64d, signing_payload
@@ -88,40 +89,25 @@ class NonceLedger:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._pending: list[tuple[tuple[str, str, float], asyncio.Future[bool]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writer: GroupCommit[tuple[str, str, float], bool] = GroupCommit(self._claim_batch, CLAIM_BATCH_MAX)
 
     async def claim(self, device_id: str, nonce: str, expires_at: float) -> bool:
         """True once the pair is committed as new; False when it was already stored (a replay)."""
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append(((device_id, nonce, expires_at), fut))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._drain())
-        return await fut
+        return await self._writer.submit((device_id, nonce, expires_at))
 
-    async def _drain(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[:CLAIM_BATCH_MAX], self._pending[CLAIM_BATCH_MAX:]
-            rows: dict[tuple[str, str], tuple[str, str, float]] = {}
-            for row, _ in batch:
-                rows.setdefault((row[0], row[1]), row)
-            try:
-                fresh = await self.store.claim_nonces(list(rows.values()))
-            except Exception as exc:  # the waiting requests answer 503; nothing was accepted
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for row, fut in batch:
-                key = (row[0], row[1])
-                ok = key in fresh
-                fresh.discard(key)  # a second claim of the same pair in this batch is a replay
-                if not fut.done():
-                    fut.set_result(ok)
+    async def _claim_batch(self, batch: list[tuple[str, str, float]]) -> list[bool]:
+        rows: dict[tuple[str, str], tuple[str, str, float]] = {}
+        for row in batch:
+            rows.setdefault((row[0], row[1]), row)
+        fresh = await self.store.claim_nonces(list(rows.values()))
+        out = []
+        for d, n, _ in batch:
+            out.append((d, n) in fresh)
+            fresh.discard((d, n))  # a second claim of the same pair in this batch is a replay
+        return out
 
     async def wait_idle(self) -> None:
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
+        await self._writer.wait_idle()
 
 
 class RecentNonces:

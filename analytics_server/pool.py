@@ -1,6 +1,7 @@
 """Devices' availability and the hand-over of assignments to them, shared by every server process.
 
-A check-in (at any process) marks the device available in the database for its long-poll plus `fresh_s`.
+A check-in (at any process) marks the device available in the database for its long-poll plus `fresh_s`
+(check-ins arriving together are written in one transaction: `GroupCommit`).
 The process forming a cohort claims free devices there and stores their assignments with the cohort
 (`Store.claim_devices`, `Store.create_cohort`), then publishes the cohort id (`notify.ASSIGN`); the process
 holding a member's long-poll reads the assignment and answers. A notification that is lost is made up by
@@ -16,6 +17,7 @@ import random
 import time
 from typing import Any
 
+from analytics_server.db.group_commit import GroupCommit
 from analytics_server.db.store import Store
 from analytics_server.notify import ASSIGN, Notifier
 from queries.envelope import Assignment
@@ -31,6 +33,7 @@ class DevicePool:
         self.fresh_s = fresh_s
         self._waiters: dict[str, asyncio.Future[Assignment]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._available: GroupCommit[tuple[str, float], None] = GroupCommit(self._mark_available)
         notifier.subscribe(ASSIGN, self._on_assign)
 
     def start(self) -> None:
@@ -57,7 +60,7 @@ class DevicePool:
             if stored is not None:
                 return Assignment.model_validate(stored), False
             if cohort_id is None:
-                await self.store.mark_available(device_id, time.time() + max(wait_s, 0.0) + self.fresh_s)
+                await self._available.submit((device_id, time.time() + max(wait_s, 0.0) + self.fresh_s))
             if wait_s <= 0:
                 return None, False
             try:
@@ -67,6 +70,10 @@ class DevicePool:
         finally:
             if self._waiters.get(device_id) is fut:
                 del self._waiters[device_id]
+
+    async def _mark_available(self, rows: list[tuple[str, float]]) -> list[None]:
+        await self.store.mark_available(rows)
+        return [None] * len(rows)
 
     def deliver(self, assignments: dict[str, dict[str, Any]]) -> None:
         """Answer the long-polls this process holds for any of these devices."""

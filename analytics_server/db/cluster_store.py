@@ -181,12 +181,20 @@ class ClusterStore:
     def _upsert(self) -> Any:
         return pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
 
-    async def mark_available(self, device_id: str, until: float) -> None:
-        """The device checked in and may be seated until `until` (a claim in progress is kept)."""
-        ins = self._upsert()(DevicePresence).values(device_id=device_id, available_until=until, cohort_id=None)
-        ins = ins.on_conflict_do_update(index_elements=["device_id"], set_={"available_until": ins.excluded.available_until})
+    async def mark_available(self, rows: Sequence[tuple[str, float]]) -> None:
+        """These devices checked in and may be seated until their `until` (a claim in progress is kept).
+        One transaction for all of them; a device listed twice keeps its latest `until`."""
+        latest: dict[str, float] = {}
+        for device_id, until in rows:
+            latest[device_id] = max(until, latest.get(device_id, until))
+        ids = list(latest)
         async with self._tx() as s:
-            await s.execute(ins)
+            for chunk in _chunks(ids):
+                ins = self._upsert()(DevicePresence).values(
+                    [{"device_id": d, "available_until": latest[d], "cohort_id": None} for d in chunk])
+                ins = ins.on_conflict_do_update(index_elements=["device_id"],
+                                                set_={"available_until": ins.excluded.available_until})
+                await s.execute(ins)
 
     async def presence(self, device_id: str) -> tuple[str | None, dict[str, Any] | None]:
         """(cohort the device is claimed for, its assignment once stored)."""

@@ -85,10 +85,10 @@ async def test_graceful_stop_releases_leases_at_once(migrated_url: str) -> None:
 async def test_devices_are_claimed_once_across_processes(migrated_url: str) -> None:
     a, b, _, _ = await _two(migrated_url)
     for d in ("d1", "d2", "d3"):
-        await a.mark_available(d, time.time() + 30)
+        await a.mark_available([(d, time.time() + 30)])
     got_a, got_b = await asyncio.gather(a.claim_devices("ca", ["d1", "d2", "d3"]), b.claim_devices("cb", ["d3", "d2", "d1"]))
     assert sorted(got_a + got_b) == ["d1", "d2", "d3"]  # each device in exactly one cohort
-    await a.mark_available("d1", time.time() + 30)  # a check-in does not undo a claim
+    await a.mark_available([("d1", time.time() + 30)])  # a check-in does not undo a claim
     assert await b.available_devices() == []
     await a.release_devices("ca")
     await b.release_devices("cb", ["d3"])

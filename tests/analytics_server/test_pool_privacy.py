@@ -31,7 +31,7 @@ async def test_long_poll_gets_assignment_and_claimed_devices_are_not_available(m
     pool = DevicePool(store, Notifier(), fresh_s=5)
     waiter = asyncio.create_task(pool.checkin("d1", 5))
     await asyncio.sleep(0.1)
-    await store.mark_available("d2", time.time() + 5)
+    await store.mark_available([("d2", time.time() + 5)])
     assert sorted(await store.available_devices()) == ["d1", "d2"]
     assert await store.claim_devices("c", ["d1", "d3"]) == ["d1"]  # d3 never checked in
     assert await store.claim_devices("c2", ["d1"]) == []  # never seated twice
