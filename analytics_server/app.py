@@ -17,7 +17,7 @@ from analytics_server.http.common import BODY_READ_TIMEOUT, make_error_middlewar
 from analytics_server.metrics import Metrics, count_statements
 from analytics_server.notify import notifier_for
 from analytics_server.orchestrator import Orchestrator
-from analytics_server.pool import DevicePool
+from analytics_server.pool import AVAILABILITY_SLACK_S, DevicePool
 from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.settings import Settings
 from analytics_server.state import STATE, AppState
@@ -68,7 +68,7 @@ def create_app(settings: Settings) -> web.Application:
         auth = DeviceAuth(store, settings.signature_window_s)
         await auth.start()
         notifier = notifier_for(settings.db_url)
-        pool = DevicePool(store, notifier, fresh_s=settings.retry_after_s + 2.0)
+        pool = DevicePool(store, notifier, fresh_s=settings.retry_after_s + AVAILABILITY_SLACK_S)
         process = identity_for(settings)
         metrics_.process = process.name
         count_statements(engine, metrics_)

@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.exc import SQLAlchemyError
 
-from analytics_server.db.group_commit import GroupCommit
+from analytics_server.db.batching import Batcher
 from analytics_server.db.store import Store, TokenInfo
 from analytics_server.errors import HttpError
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP, b64d, signing_payload
@@ -89,7 +89,7 @@ class NonceLedger:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._writer: GroupCommit[tuple[str, str, float], bool] = GroupCommit(self._claim_batch, CLAIM_BATCH_MAX)
+        self._writer: Batcher[tuple[str, str, float], bool] = Batcher(self._claim_batch, CLAIM_BATCH_MAX)
 
     async def claim(self, device_id: str, nonce: str, expires_at: float) -> bool:
         """True once the pair is committed as new; False when it was already stored (a replay)."""

@@ -379,8 +379,16 @@ class Orchestrator:
         timeout = self._formation_timeout(spec)
         deadline = time.monotonic() + timeout
         while True:
-            eligible = await self._eligible(rnd, plan, seated)
-            live["devices_eligible"] = len(eligible)
+            pause = FORMATION_POLL_S
+            available = await self.store.count_available()  # an upper bound on the eligible: no rows fetched
+            if available >= need:
+                t0 = time.monotonic()
+                eligible = await self._eligible(rnd, plan, seated)
+                # listing a large fleet is not free: spend at most a fifth of the time on it
+                pause = max(pause, 4 * (time.monotonic() - t0))
+            else:
+                eligible = []
+            live["devices_eligible"] = len(eligible) if available >= need else available  # else an upper bound
             if len(eligible) >= need:
                 enough_since = enough_since or time.monotonic()
                 if len(eligible) >= cap or time.monotonic() - enough_since >= self.settings.cohort_formation_wait_s:
@@ -394,11 +402,12 @@ class Orchestrator:
             else:
                 enough_since = None
                 if time.monotonic() >= deadline:
+                    found = f"{len(eligible)} eligible" if available >= need else f"only {available} available"
                     raise QueryFailed(
-                        f"no cohort formed within {timeout:g} s: {len(eligible)} eligible devices, need {need} "
+                        f"no cohort formed within {timeout:g} s: {found} devices, need {need} "
                         f"(round {rnd.index}; cohort.formation_timeout_s)"
                     )
-            await asyncio.sleep(FORMATION_POLL_S)
+            await asyncio.sleep(pause)
 
     def _formation_timeout(self, spec: QuerySpec) -> float:
         """Seconds a cohort may take to form: the spec's cohort.formation_timeout_s or the server default."""

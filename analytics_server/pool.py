@@ -1,7 +1,8 @@
 """Devices' availability and the hand-over of assignments to them, shared by every server process.
 
 A check-in (at any process) marks the device available in the database for its long-poll plus `fresh_s`
-(check-ins arriving together are written in one transaction: `GroupCommit`).
+plus twice the current check-in lag (check-ins arriving together are read and written in one statement each:
+`Batcher`).
 The process forming a cohort claims free devices there and stores their assignments with the cohort
 (`Store.claim_devices`, `Store.create_cohort`), then publishes the cohort id (`notify.ASSIGN`); the process
 holding a member's long-poll reads the assignment and answers. A notification that is lost is made up by
@@ -17,13 +18,20 @@ import random
 import time
 from typing import Any
 
-from analytics_server.db.group_commit import GroupCommit
+from analytics_server.db.batching import Batcher
 from analytics_server.db.store import Store
 from analytics_server.notify import ASSIGN, Notifier
 from queries.envelope import Assignment
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
+AVAILABILITY_SLACK_S = 5.0
+"""How long past its long-poll (and the Retry-After it was told) a device still counts as available, on top
+of twice the time check-ins currently take to reach the database (`DevicePool.lag_s`): its next check-in may
+queue as long on a busy server. Too short, and under load a fleet's devices lapse between check-ins faster
+than a large cohort can form; a device that left meanwhile and is seated drops out of the cohort's first
+phase, which closes without it."""
+LAG_SMOOTHING = 0.05
 _jitter = random.Random()  # spreads long-poll expiries; not security-relevant
 
 
@@ -33,7 +41,10 @@ class DevicePool:
         self.fresh_s = fresh_s
         self._waiters: dict[str, asyncio.Future[Assignment]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._available: GroupCommit[tuple[str, float], None] = GroupCommit(self._mark_available)
+        self._available: Batcher[tuple[str, float], None] = Batcher(self._mark_available)
+        self._presence: Batcher[str, tuple[str | None, dict[str, Any] | None]] = Batcher(self._read_presence)
+        self.lag_s = 0.0
+        """Smoothed time from a check-in's arrival to its availability being written."""
         notifier.subscribe(ASSIGN, self._on_assign)
 
     def start(self) -> None:
@@ -48,19 +59,23 @@ class DevicePool:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    async def checkin(self, device_id: str, wait_s: float) -> tuple[Assignment | None, bool]:
-        """(the device's assignment or None, whether it long-polled for `wait_s`)."""
+    async def checkin(self, device_id: str, wait_s: float, arrived: float | None = None) -> tuple[Assignment | None, bool]:
+        """(the device's assignment or None, whether it long-polled for `wait_s`). `arrived`: `time.monotonic()`
+        when the request reached the server (default: now)."""
+        arrived = time.monotonic() if arrived is None else arrived
         old = self._waiters.pop(device_id, None)
         if old is not None and not old.done():
             old.cancel()
         fut: asyncio.Future[Assignment] = asyncio.get_running_loop().create_future()
         self._waiters[device_id] = fut  # before reading: an assignment stored from now on wakes this future
         try:
-            cohort_id, stored = await self.store.presence(device_id)
+            cohort_id, stored = await self._presence.submit(device_id)
             if stored is not None:
                 return Assignment.model_validate(stored), False
             if cohort_id is None:
-                await self._available.submit((device_id, time.time() + max(wait_s, 0.0) + self.fresh_s))
+                until = time.time() + max(wait_s, 0.0) + self.fresh_s + 2 * self.lag_s
+                await self._available.submit((device_id, until))
+                self.lag_s += LAG_SMOOTHING * (time.monotonic() - arrived - self.lag_s)
             if wait_s <= 0:
                 return None, False
             try:
@@ -71,6 +86,10 @@ class DevicePool:
             if self._waiters.get(device_id) is fut:
                 del self._waiters[device_id]
 
+    async def _read_presence(self, device_ids: list[str]) -> list[tuple[str | None, dict[str, Any] | None]]:
+        found = await self.store.presence(device_ids)
+        return [found.get(d, (None, None)) for d in device_ids]
+
     async def _mark_available(self, rows: list[tuple[str, float]]) -> list[None]:
         await self.store.mark_available(rows)
         return [None] * len(rows)
@@ -79,7 +98,7 @@ class DevicePool:
         """Answer the long-polls this process holds for any of these devices."""
         for d, a in assignments.items():
             fut = self._waiters.get(d)
-            if fut is not None and not fut.done():
+            if a is not None and fut is not None and not fut.done():  # None: a JSON null an older server stored
                 fut.set_result(Assignment.model_validate(a))
 
     def _on_assign(self, cohort_id: str) -> None:

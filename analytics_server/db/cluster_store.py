@@ -196,13 +196,26 @@ class ClusterStore:
                                                 set_={"available_until": ins.excluded.available_until})
                 await s.execute(ins)
 
-    async def presence(self, device_id: str) -> tuple[str | None, dict[str, Any] | None]:
-        """(cohort the device is claimed for, its assignment once stored)."""
+    async def presence(self, device_ids: Sequence[str]) -> dict[str, tuple[str | None, dict[str, Any] | None]]:
+        """Per device with a presence row: (cohort it is claimed for, its assignment once stored)."""
+        out: dict[str, tuple[str | None, dict[str, Any] | None]] = {}
         async with self.sessions() as s:
-            row = (
-                await s.execute(select(DevicePresence.cohort_id, DevicePresence.assignment).where(DevicePresence.device_id == device_id))
-            ).first()
-        return (row[0], row[1]) if row is not None else (None, None)
+            for chunk in _chunks(list(dict.fromkeys(device_ids))):
+                rows = await s.execute(
+                    select(DevicePresence.device_id, DevicePresence.cohort_id, DevicePresence.assignment)
+                    .where(DevicePresence.device_id.in_(chunk))
+                )
+                out.update({d: (c, a) for d, c, a in rows.all()})
+        return out
+
+    async def count_available(self) -> int:
+        """How many devices are available and free (cheaper than listing them: no rows leave the database)."""
+        now = time.time()
+        async with self.sessions() as s:
+            return int((await s.execute(
+                select(func.count()).select_from(DevicePresence)
+                .where(DevicePresence.available_until > now, DevicePresence.cohort_id.is_(None))
+            )).scalar_one())
 
     async def available_devices(self) -> list[str]:
         now = time.time()

@@ -221,4 +221,4 @@ class DevicePresence(Base):
     device_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     available_until: Mapped[float] = mapped_column(Float, index=True)
     cohort_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
-    assignment: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    assignment: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)

@@ -16,6 +16,7 @@ state-changing requests claim their nonce in the database before they act.
 from __future__ import annotations
 
 import math
+import time
 
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -85,6 +86,7 @@ async def register(request: web.Request) -> web.Response:
 
 @routes.post("/v1/device/checkin")
 async def checkin(request: web.Request) -> web.Response:
+    arrived = time.monotonic()
     st = _device_state(request)
     dev = await st.auth.identify(request)
     body = await read_body(request, st.settings.device_json_body_limit)
@@ -93,7 +95,7 @@ async def checkin(request: web.Request) -> web.Response:
     await st.auth.claim(dev.device_id, dev.headers)  # before the device can be seated in a cohort
     device_id = dev.device_id
     st.metrics.checkins += 1
-    assignment, waited = await st.pool.checkin(device_id, min(req.wait_s, st.settings.checkin_max_wait_s))
+    assignment, waited = await st.pool.checkin(device_id, min(req.wait_s, st.settings.checkin_max_wait_s), arrived)
     running = st.orchestrator.running_count()
     if assignment is not None:
         return json_model(CheckinResponse(assignment=assignment, queries_running=running), exclude_none=True)

@@ -95,3 +95,14 @@ def test_privacy_hook_without_noise() -> None:
     block = privacy.privacy_block(spec, None, [None], [42], [11])
     assert block["epsilon"] is None and block["delta"] is None and block["mechanism"] == "none"
     assert block["contributors"] == [42] and block["min_clients"] == 10 and block["bits"] == [11]
+
+
+async def test_a_claimed_device_has_no_assignment_until_its_cohort_is_stored(migrated_url: str) -> None:
+    """Between the claim and the cohort's creation there is nothing to deliver (the claim used to store a
+    JSON null that the delivery poll read as an assignment, and failed for every waiter)."""
+    store = Store(make_engine(migrated_url))
+    await store.mark_available([("d1", time.time() + 30)])
+    assert await store.claim_devices("c", ["d1"]) == ["d1"]
+    assert await store.assignments_for(["d1"]) == {}
+    assert await store.assignments_of_cohort("c") == {}
+    await store.engine.dispose()

@@ -120,7 +120,7 @@ def test_formation_deadline_fails_the_query_and_refunds(start: Any) -> None:
     for qid, seconds in ((own, "1.5"), (default, "3")):
         final = a.wait(qid, timeout_s=60, poll_s=0.2)
         assert final["status"] == "failed", final
-        assert final["error"].startswith(f"no cohort formed within {seconds} s: 0 eligible devices, need 10"), final
+        assert final["error"].startswith(f"no cohort formed within {seconds} s: only 0 available devices, need 10"), final
     ledger = a.call("GET", "/v1/budgets/deadline")
     assert (ledger["spent_epsilon"], ledger["queries_charged"]) == (0.0, 0), ledger
     assert a.call("GET", "/v1/quota")["active_queries"] == 0

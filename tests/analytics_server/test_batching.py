@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from analytics_server.db.engine import make_engine
-from analytics_server.db.group_commit import GroupCommit
+from analytics_server.db.batching import Batcher
 from analytics_server.db.models import DevicePresence
 from analytics_server.db.store import Store
 from analytics_server.notify import Notifier
@@ -25,7 +25,7 @@ async def test_concurrent_items_share_batches_and_get_their_own_results() -> Non
         await asyncio.sleep(0.01)
         return [i * 2 for i in items]
 
-    gc: GroupCommit[int, int] = GroupCommit(write, max_batch=50)
+    gc: Batcher[int, int] = Batcher(write, max_batch=50)
     results = await asyncio.gather(*(gc.submit(i) for i in range(200)))
     assert results == [i * 2 for i in range(200)]
     assert sorted(i for b in seen for i in b) == list(range(200))
@@ -40,7 +40,7 @@ async def test_a_failed_batch_fails_its_callers_only() -> None:
             raise OSError("database went away")
         return items
 
-    gc: GroupCommit[int, int] = GroupCommit(write, max_batch=5)
+    gc: Batcher[int, int] = Batcher(write, max_batch=5)
     results = await asyncio.gather(*(gc.submit(i) for i in range(16)), return_exceptions=True)
     failed = [i for i, r in enumerate(results) if isinstance(r, OSError)]
     assert 13 in failed and len(failed) <= 5
@@ -52,7 +52,7 @@ async def test_a_write_returning_the_wrong_count_is_an_error() -> None:
     async def write(items: list[int]) -> list[int]:
         return items[:-1]
 
-    gc: GroupCommit[int, int] = GroupCommit(write)
+    gc: Batcher[int, int] = Batcher(write)
     with pytest.raises(RuntimeError, match="results for"):
         await gc.submit(1)
 
@@ -65,8 +65,28 @@ async def test_a_burst_of_checkins_is_written_in_few_transactions(migrated_url: 
         await asyncio.gather(*(pool.checkin(f"d{i}", 0) for i in range(300)))
         assert len(await store.available_devices()) == 300
         assert pool._available.batches <= 10, pool._available.batches
+        assert pool._presence.batches <= 10, pool._presence.batches
         async with store.sessions() as s:
             earliest = (await s.execute(select(func.min(DevicePresence.available_until)))).scalar_one()
         assert earliest >= before + 5
+    finally:
+        await store.engine.dispose()
+
+
+async def test_availability_outlasts_the_time_checkins_take_to_reach_the_database(migrated_url: str) -> None:
+    """On a busy server a device's next check-in queues as long as this one did: its availability is
+    extended by twice the smoothed lag, so a fleet polling a saturated server does not lapse."""
+    store = Store(make_engine(migrated_url))
+    pool = DevicePool(store, Notifier(), fresh_s=5)
+    try:
+        for i in range(100):  # each request arrived 4 s before it was handled
+            await pool.checkin(f"slow{i}", 0, arrived=time.monotonic() - 4.0)
+        assert 3.0 < pool.lag_s < 4.5
+        before = time.time()
+        await pool.checkin("next", 0)
+        async with store.sessions() as s:
+            until = (await s.execute(select(DevicePresence.available_until)
+                                     .where(DevicePresence.device_id == "next"))).scalar_one()
+        assert until >= before + 5 + 2 * 3.0
     finally:
         await store.engine.dispose()

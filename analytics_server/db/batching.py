@@ -1,10 +1,11 @@
-"""Group commit: small writes that arrive together share one transaction.
+"""Batching: small statements that arrive together share one round trip to the database.
 
-Each caller `await`s `submit(item)`. Items submitted while a batch is being written wait and go together in
-the next one (at most `max_batch` per transaction), so a burst of N check-ins costs a handful of
-transactions instead of N, and a process's other writes (lease renewals, a cohort's sums) do not queue
-behind N small ones. Every caller still waits until its own item is committed and gets its own result, or
-the exception of the batch that carried it (nothing is acknowledged that was not written).
+Each caller `await`s `submit(item)`. Items submitted while a batch is in flight wait and go together in the
+next one (at most `max_batch` at a time). For writes this is group commit: a burst of N check-ins costs a
+handful of transactions instead of N, and a process's other writes (lease renewals, a cohort's sums) do not
+queue behind N small ones; every caller still waits until its own item is committed and gets its own result,
+or the exception of the batch that carried it (nothing is acknowledged that was not written). For reads
+(a device's presence at check-in) it is one `IN (…)` query instead of N.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class GroupCommit(Generic[T, R]):
+class Batcher(Generic[T, R]):
     def __init__(self, write: Callable[[list[T]], Awaitable[Sequence[R]]], max_batch: int = 500) -> None:
-        """`write(items)` commits a batch and returns one result per item, in order."""
+        """`write(items)` runs one batch (commits it, for writes) and returns one result per item, in order."""
         if max_batch < 1:
             raise ValueError("max_batch: must be at least 1")
         self._write = write
@@ -42,7 +43,7 @@ class GroupCommit(Generic[T, R]):
             try:
                 results = await self._write([item for item, _ in batch])
                 if len(results) != len(batch):
-                    raise RuntimeError(f"group commit: {len(results)} results for {len(batch)} items")
+                    raise RuntimeError(f"batch: {len(results)} results for {len(batch)} items")
             except Exception as exc:  # every caller in the batch sees the failure; none was acknowledged
                 for _, fut in batch:
                     if not fut.done():
@@ -53,6 +54,6 @@ class GroupCommit(Generic[T, R]):
                     fut.set_result(result)
 
     async def wait_idle(self) -> None:
-        """Until every submitted item is written (or failed)."""
+        """Until every submitted item is done (or failed)."""
         while self._writer is not None and not self._writer.done():
             await asyncio.gather(self._writer, return_exceptions=True)
