@@ -66,6 +66,16 @@ ID_META = "device_id"
 REGISTERED_META = "registered_at"
 
 FAILOVER_STATUSES = (502, 503, 504)
+KEEPALIVE_S = 5.0
+"""How long an idle pooled connection is reused: well below the server's idle timeout (`FA_IDLE_TIMEOUT_S`,
+15 s by default). aiohttp reuses the oldest idle connection first, so with a timeout equal to the server's a
+busy fleet kept sending requests on connections the server was closing ("Server disconnected"); a request
+that still meets a closed connection is sent once more on a new one (`DeviceClient.request`)."""
+
+
+def new_connector() -> aiohttp.TCPConnector:
+    """The connection pool for device requests (no connection cap: long-polls hold their connections)."""
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
 """Answers (from a balancer or a process shutting down) after which the device tries the next server URL."""
 
 DropoutFn = Callable[[Assignment], int | None]
@@ -155,7 +165,7 @@ class DeviceClient:
 
     async def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            self._session = aiohttp.ClientSession(connector=new_connector())
         return self._session
 
     async def close(self) -> None:
@@ -177,20 +187,30 @@ class DeviceClient:
         aiohttp.ClientError on network errors and ProtocolVersionError when the server refuses this SDK's
         protocol version."""
         path_qs = path + ("?" + urlencode(query) if query else "")
-        ts, nonce = str(int(time.time())), self.randomness.nonce()
-        headers = {
-            HDR_PROTOCOL: str(PROTOCOL_VERSION),
-            HDR_TIMESTAMP: ts,
-            HDR_NONCE: nonce,
-            HDR_SIGNATURE: b64e(self.key.sign(signing_payload(method, path_qs, ts, nonce, body))),
-        }
-        if not register:
-            headers[HDR_DEVICE] = self.device_id
-        if content_type:
-            headers["Content-Type"] = content_type
         http = await self._http()
-        async with http.request(method, (base or self.server) + path_qs, data=body or None, headers=headers, timeout=self.timeout) as resp:
-            status, answer_headers, answer = resp.status, dict(resp.headers), await resp.read()
+        for attempt in (1, 2):
+            ts, nonce = str(int(time.time())), self.randomness.nonce()
+            headers = {
+                HDR_PROTOCOL: str(PROTOCOL_VERSION),
+                HDR_TIMESTAMP: ts,
+                HDR_NONCE: nonce,
+                HDR_SIGNATURE: b64e(self.key.sign(signing_payload(method, path_qs, ts, nonce, body))),
+            }
+            if not register:
+                headers[HDR_DEVICE] = self.device_id
+            if content_type:
+                headers["Content-Type"] = content_type
+            try:
+                async with http.request(method, (base or self.server) + path_qs, data=body or None, headers=headers,
+                                        timeout=self.timeout) as resp:
+                    status, answer_headers, answer = resp.status, dict(resp.headers), await resp.read()
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # typically a pooled connection the server closed as it was reused (a busy device's event loop may
+                # release it long after the answer came): every device request may be sent again (phase messages
+                # and registration are idempotent, a check-in is a new check-in)
+                if attempt == 2:
+                    raise
         server_version = answer_headers.get(HDR_PROTOCOL)
         if status == 400 and server_version is not None and server_version != str(PROTOCOL_VERSION):
             raise ProtocolVersionError(status, _error_text(answer), server_version)

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from device_sdk.client import KEY_META, DeviceClient, Outcome
+from device_sdk.client import KEY_META, DeviceClient, Outcome, new_connector
 from device_sdk.scenarios import generate
 from device_sdk.store import LocalStore
 from queries.envelope import Assignment, b64e
@@ -98,8 +98,7 @@ async def run_fleet(
     stop = stop or asyncio.Event()
     stats = FleetStats()
     rng = random.Random(seed)
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as http:
+    async with aiohttp.ClientSession(connector=new_connector()) as http:
         clients = []
         for key, data in devices:
             store = LocalStore(":memory:")
