@@ -48,8 +48,9 @@ class Settings(BaseSettings):
         default=None, max_length=200, description="this process's label in /metrics, /healthz and /v1/cluster; default HOSTNAME:PID"
     )
     lease_ttl_s: float = Field(
-        default=10.0, gt=0, le=3600,
-        description="a process's query leases (and its entry in /v1/cluster) expire this long after its last heartbeat",
+        default=30.0, gt=0, le=3600,
+        description="a process's query leases (and its entry in /v1/cluster) expire this long after its last heartbeat; "
+                    "longer than the event loop's worst stall (a 5,000-device cohort's phase burst stalls it 15-20 s on two cores)",
     )
     heartbeat_s: float = Field(default=2.0, gt=0, le=600, description="how often a process renews its leases")
     cohort_formation_wait_s: float = Field(default=2.0, ge=0, description="after enough devices wait, wait this long for more")
