@@ -108,7 +108,7 @@ class Assignment(_Model):
     phase_timeout_s: float
     noise: NoiseBlock | None = None
     peer_identity_keys: dict[str, str] | None = Field(
-        default=None, description="active model: party id → base64 Ed25519 identity key"
+        default=None, description="active model: party id → base64 Ed25519 identity key, for the party's closed neighbourhood"
     )
     server_url: str | None = Field(
         default=None, max_length=2048,
