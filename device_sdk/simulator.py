@@ -126,7 +126,7 @@ async def run_fleet(
                     await _sleep(stop, rng.uniform(0, min(30.0, 0.5 * 2**failures)))
                     continue
                 stats.record(out)
-                if out.status == "idle":
+                if out.status in ("idle", "paused"):
                     await _sleep(stop, out.retry_after)
                 elif out.status == "dropped":
                     await _sleep(stop, 30.0)  # offline for a while: the cohort goes on without it

@@ -125,6 +125,9 @@ class QueryKind(ABC, Generic[P, S]):
     name: ClassVar[str]
     Params: type[P]
     State: type[S]
+    supports_proofs: ClassVar[bool] = False
+    """Whether devices can prove their contributions to this kind valid (`privacy.validation = "proofs"`);
+    a device whose policy has `require_proofs` refuses such a kind's assignments without proofs."""
 
     def parse_params(self, raw: dict[str, Any]) -> P:
         """Validate `params`; raises pydantic.ValidationError naming the bad field."""
