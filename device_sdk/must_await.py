@@ -20,13 +20,14 @@ T = TypeVar("T")
 
 
 class _Checked(Coroutine[Any, Any, T]):
-    __slots__ = ("_coro", "_name", "_hint", "_started")
+    __slots__ = ("_coro", "_name", "_hint", "_started", "__name__", "__qualname__")
 
     def __init__(self, coro: Coroutine[Any, Any, T], name: str, hint: str) -> None:
         self._coro = coro
         self._name = name
         self._hint = hint
         self._started = False
+        self.__name__ = self.__qualname__ = name  # what asyncio shows for a task running it
 
     def __await__(self) -> Generator[Any, None, T]:
         self._started = True
