@@ -1,9 +1,14 @@
 """`DeviceClient`: registers the device, checks in, and runs its assigned secure-aggregation cohorts.
 
-One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: compute the
-contribution with the query kind, add the DP noise share (device_sdk.noise), mask it with
-`secagg.ClientSession`, and exchange phase messages. `run_forever()` repeats, honours `retry_after`, and
-backs off exponentially with full jitter on network errors.
+One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: check the assignment
+against the device's own policy and ledger before reading anything (device_sdk/policy.py; a refusal is
+reported to the server), compute the contribution with the query kind, add the DP noise share
+(device_sdk.noise), mask it with `secagg.ClientSession` (holding the cohort to the device's survivor floor),
+exchange phase messages, and settle the ledger and transparency log (device_sdk/contribution.py).
+`run_forever()` repeats, honours `retry_after`, backs off exponentially with full jitter on errors, and stops
+at once when its event is set. `start()`/`stop()` run it in a background thread (device_sdk/runner.py);
+`run_once_sync()` is one step for plain code. Not checking in: while `eligible()` says no, after an opt-out,
+or once a daily limit is reached. See docs/device_sdk.md.
 
 Servers: one URL or several (a list, or one string of comma-separated URLs) of processes sharing one
 database. Registration and check-ins go to the current one; when it cannot be reached or answers 502/503/504
@@ -30,6 +35,7 @@ from urllib.parse import urlencode
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pydantic import ValidationError
 
 from device_sdk.contribution import Contribution
 from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
@@ -409,7 +415,10 @@ class DeviceClient:
             raise ServerError(status, _msg(body))
         if status != 200:
             raise ServerError(status, _msg(body), _retry_after(headers))
-        resp = CheckinResponse.model_validate(body)
+        try:
+            resp = CheckinResponse.model_validate(body)
+        except ValidationError as exc:  # a server (or proxy) answering something else: back off, do not crash
+            raise ServerError(status, f"malformed check-in answer ({exc.error_count()} errors): {str(exc)[:300]}") from None
         a = resp.assignment
         if a is None or a.cohort_id in self._abandoned:
             retry = resp.retry_after if resp.retry_after is not None else 1.0
@@ -538,12 +547,15 @@ class DeviceClient:
             except ProtocolVersionError as exc:
                 self._emit("on_error", exc)
                 raise
-            except (aiohttp.ClientError, asyncio.TimeoutError, ServerError) as exc:
+            except Exception as exc:  # network, server answers, and anything a bad answer breaks: back off
                 failures += 1
                 delay = self._jitter.uniform(0, min(self.backoff_cap_s, self.backoff_base_s * 2**failures))
                 if isinstance(exc, ServerError) and exc.retry_after:
                     delay = max(delay, exc.retry_after)
-                log.warning("device %s: %s; retrying in %.1fs", self.device_id[:8], exc, delay)
+                if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ServerError)):
+                    log.warning("device %s: %s; retrying in %.1fs", self.device_id[:8], exc, delay)
+                else:
+                    log.exception("device %s: unexpected error; retrying in %.1fs", self.device_id[:8], delay)
                 self._emit("on_error", exc)
                 await _sleep(stop, delay)
                 continue

@@ -48,8 +48,11 @@ class _Checked(Coroutine[Any, Any, T]):
     def __del__(self) -> None:
         if not self._started:
             self._coro.close()  # ours replaces Python's "never awaited" warning
-            log.error("%s() is a coroutine function and was called without being awaited, so it did nothing. %s",
-                      self._name, self._hint)
+            try:
+                log.error("%s() is a coroutine function and was called without being awaited, so it did nothing. %s",
+                          self._name, self._hint)
+            except Exception:  # interpreter shutting down
+                pass
 
 
 def must_await(hint: str) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Callable[P, Coroutine[Any, Any, T]]]:

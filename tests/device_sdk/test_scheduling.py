@@ -169,3 +169,40 @@ async def test_awaited_coroutines_stay_quiet(caplog: pytest.LogCaptureFixture) -
         gc.collect()
     await client.close()
     assert not [r for r in caplog.records if "without being awaited" in r.getMessage()]
+
+
+async def test_a_server_answering_garbage_does_not_kill_the_device() -> None:
+    """A fake server speaking the wire protocol badly (a check-in answer that is not an assignment): the device
+    reports it through on_error and backs off, instead of its loop (or the app's thread) dying."""
+    from aiohttp import web
+
+    from queries.envelope import b64d, device_id_for
+
+    checkins = 0
+
+    async def register(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"device_id": device_id_for(b64d(body["public_key"], "public_key", 32))}, status=201)
+
+    async def checkin(request: web.Request) -> web.Response:
+        nonlocal checkins
+        checkins += 1
+        return web.json_response({"assignment": {"query_id": 7}, "queries_running": "many"})
+
+    app = web.Application()
+    app.router.add_post("/v1/device/register", register)
+    app.router.add_post("/v1/device/checkin", checkin)
+    fake = TestServer(app)
+    await fake.start_server()
+    errors: list[BaseException] = []
+    client = DeviceClient(str(fake.make_url("")), LocalStore(), backoff_base_s=0.01, backoff_cap_s=0.05,
+                          on_error=errors.append)
+    stop = asyncio.Event()
+    task = asyncio.create_task(client.run_forever(stop))
+    await _until(lambda: checkins >= 3)
+    assert not task.done()
+    stop.set()
+    await task
+    await client.close()
+    await fake.close()
+    assert errors and all("malformed check-in answer" in str(e) for e in errors)
