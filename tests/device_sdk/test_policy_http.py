@@ -182,3 +182,25 @@ async def test_the_honest_server_passes_and_the_transparency_log_matches_what_wa
         assert record.accepted_at <= record.sent_at <= record.ended_at
         assert dev.contributions == [record] and dev.refusals == []
     assert sorted(contributors) == sorted(d.client.device_id for d in devices)
+
+
+async def test_an_opted_out_collection_is_deleted_and_never_read(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    """The user opts out of "words": its rows are gone from the file, later rows are dropped, and an assignment on
+    it is refused (reported) without reading; the query finishes with the others."""
+    server = await start_app_server()
+    url = str(server.make_url(""))
+    hdr = await analyst(server)
+    async with aiohttp.ClientSession() as http:
+        fleet = Fleet(server, http)
+        user = fleet.add(["moon", "sun", "moon"])
+        for rows in WORDS[:5]:
+            fleet.add(rows)
+        assert user.client.opt_out("words") == 3
+        user.store.add("words", "star")
+        final = await run_query(http, url, PLAIN, hdr)
+        await fleet.stop()
+        assert await metric(http, url, "fa_device_refusals_total", 'reason="opted_out"') == len(user.refusals)
+    assert final["status"] == "succeeded" and final["result"]["result"]["clients"] == 5, final
+    assert {r.reason for r in user.refusals} == {"opted_out"} and user.store.reads == []
+    assert user.store._db.execute("SELECT COUNT(*) FROM rows").fetchone()[0] == 0  # noqa: SLF001 (the file itself)
+    assert user.client.transparency_log() == []
