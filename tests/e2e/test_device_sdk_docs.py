@@ -3,6 +3,7 @@ with its own device.db) joining a cohort of `fa-sim` devices on a real server, f
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -39,7 +40,8 @@ def test_the_doc_has_one_example_per_api_style() -> None:
 
 def test_the_embedding_examples_run_against_a_live_server(server: Server, tmp_path: Path) -> None:
     analyst = AnalystClient(server.url, server.token("admin"))
-    fleet = Fleet(server.url, FLEET, tmp_path, scenario="words", checkin_wait=2.0)
+    fleet = Fleet(server.url, FLEET, tmp_path, scenario="words", checkin_wait=2.0,  # fa-sim devices with a policy too
+                  extra=["--policy", json.dumps({"require_noise": True, "max_epsilon_per_day": 5.0, "min_cohort": FLEET + 1})])
     try:
         for i, code in enumerate(examples()):
             app = tmp_path / f"app{i}"
