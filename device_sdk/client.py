@@ -395,7 +395,8 @@ class DeviceClient:
             return paused
         try:
             await self.ensure_registered()
-            payload = {"wait_s": self.checkin_wait_s, "sources": self.store.collections()}
+            sources = [c for c in self.store.collections() if self.policy.allows_source(c)]  # no more than it may use
+            payload = {"wait_s": self.checkin_wait_s, "sources": sources}
             status, headers, raw = await self.request(
                 "POST", "/v1/device/checkin", json.dumps(payload).encode(), "application/json"
             )
