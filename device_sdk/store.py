@@ -60,6 +60,8 @@ class LocalStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
         with self._lock:
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")  # one fsync per commit, readers never blocked
             self._db.execute("CREATE TABLE IF NOT EXISTS rows (id INTEGER PRIMARY KEY, collection TEXT NOT NULL, value TEXT NOT NULL)")
             columns = {r[1] for r in self._db.execute("PRAGMA table_info(rows)")}
             if "created_at" not in columns:  # a store written by an SDK before retention: its rows count from now

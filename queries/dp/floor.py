@@ -17,7 +17,8 @@ and every round's discrete noise it plans has a total σ ≥ z·Δ2 (discrete Ga
 for Skellam), because each bound it compares with α/(2z²) has α·Δ2²/(2σ²) as its leading term. Hence an
 honest server's per-device scale is never below the floor, and a server that shrinks the noise below what
 any accounting of (ε, δ) allows is caught. What the floor cannot catch: noise between the floor and the
-server's own calibration (the RDP conversion's slack, about 5–20 % of σ) — the device accepts it.
+server's own calibration (the RDP conversion's slack, 4–12 % of σ over the grid of `scripts/bench_device.py`)
+— the device accepts it.
 
 Poisson sampling is not credited: the server calibrates every query at sampling rate 1, and a device that
 credited amplification would have to trust the server's claim that it samples.
