@@ -176,6 +176,8 @@ class DeviceClient:
         self.ledger = ContributionLedger(store)
         self._runner: Any = None
         self._retention_at = 0.0
+        self._wake_loop: asyncio.AbstractEventLoop | None = None
+        self._wake_event: asyncio.Event | None = None
         self.servers = parse_server_urls(server_url)
         self._current = 0
         self.store = store
@@ -563,9 +565,28 @@ class DeviceClient:
             if out is None:  # stopped
                 return
             if out.status in ("idle", "paused"):
-                await _sleep(stop, _jittered(out.retry_after, self._jitter))
+                await self._rest(stop, _jittered(out.retry_after, self._jitter) if out.status == "idle" else out.retry_after)
             elif out.status == "dropped" and offline_after_drop_s:
                 await _sleep(stop, offline_after_drop_s)
+
+    async def _rest(self, stop: asyncio.Event, seconds: float) -> None:
+        """Wait `seconds` between check-ins, or less if `stop` is set or `wake()` is called."""
+        self._wake_loop, self._wake_event = asyncio.get_running_loop(), asyncio.Event()
+        waiter = asyncio.ensure_future(self._wake_event.wait())
+        sleeper = asyncio.ensure_future(_sleep(stop, seconds))
+        try:
+            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            sleeper.cancel()
+            self._wake_loop = self._wake_event = None
+
+    def wake(self) -> None:
+        """Cut the current pause short, from any thread: call it when the app's eligibility facts change (the
+        charger was plugged in) so the device checks again now instead of after `ineligible_poll_s`."""
+        loop, event = self._wake_loop, self._wake_event
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
 
     def start(self) -> None:
         """Run `run_forever` in a background thread (its own event loop) until `stop()`. Not with a `session=`

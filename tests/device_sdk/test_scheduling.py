@@ -48,8 +48,11 @@ async def test_an_ineligible_device_never_checks_in(start_app_server) -> None:  
         await asyncio.sleep(0.5)  # ~10 eligibility polls
         assert _checkins(server) == 0
         assert await server.app[STATE].store.device_key(client.device_id) is None  # not even registered
-        facts["charging"] = True  # the app's facts change: the device takes part
-        await _until(lambda: _checkins(server) >= 1)
+        facts["charging"] = True  # the app's facts change and it says so: the device checks in at once
+        client.ineligible_poll_s = 3600
+        await asyncio.sleep(0.1)  # now in an hour-long pause
+        client.wake()
+        await _until(lambda: _checkins(server) >= 1, timeout=5)
     finally:
         assert client.stop()
 
