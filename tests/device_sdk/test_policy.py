@@ -190,3 +190,24 @@ def test_the_ledger_survives_a_restart(tmp_path) -> None:  # type: ignore[no-unt
     (record,) = again.records()
     assert record.query_id == "q" and record.status == "finished" and record.contributed and record.epsilon == 1.0
     assert again.spent_since(0) == (1.0, 1e-6, 1) and again.history("q").layers_charged == 1
+
+
+def test_a_vector_above_the_declared_bounds_is_not_sent(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """For a kind that cannot bound its vector from the task, the device holds the vector to the declared
+    sensitivities; the reservation is released when nothing is sent."""
+    import numpy as np
+
+    from device_sdk.contribution import Contribution
+
+    a = assignment()
+    monkeypatch.setattr(type(HISTOGRAM), "task_sensitivity", lambda self, task: None)
+    d = verdict(DevicePolicy(), a)
+    ledger = ContributionLedger(LocalStore(tmp_path / "d.db"))
+    row = ledger.reserve(query_id="q1", round=0, cohort_id=a.cohort_id, kind="histogram", source="words",
+                         mechanism="skellam", epsilon=1.0, delta=1e-6, query_privacy={}, encoding_scale=1, proofs=False,
+                         cohort_size=8)
+    c = Contribution(a, d, ledger, row)  # type: ignore[arg-type]
+    assert c.check_vector(np.array([0, 1, 0])) is None
+    refusal = c.check_vector(np.array([1, 1, 0]))
+    assert refusal is not None and refusal.reason == "contribution_exceeds_bound"
+    assert c.end(False, None) is None and ledger.records() == []
