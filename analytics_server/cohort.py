@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -118,6 +119,9 @@ class CohortRuntime:
         self.secagg_dict: dict[str, Any] = {}
         self.assignments: dict[str, Assignment] = {}
         self._released: set[str] = set()
+        self.withdrawn: set[int] = set()
+        """Parties whose device refused the assignment (its own policy): no phase waits for them."""
+        self.refusals: Counter[str] = Counter()
 
     # -- device side ----------------------------------------------------------------------------
 
@@ -191,6 +195,20 @@ class CohortRuntime:
             except TimeoutError:
                 return NextMessage("pending")
 
+    async def withdraw(self, device_id: str, reason: str) -> bool:
+        """A member refused its assignment under its own policy: phases stop waiting for it and its device is
+        free for other cohorts. False when it had already withdrawn."""
+        party = self._party(device_id)
+        if party in self.withdrawn:
+            return False
+        self.withdrawn.add(party)
+        self.refusals[reason] += 1
+        self._arrived.set()  # the phase may now have every answer it can get
+        if device_id not in self._released:
+            self._released.add(device_id)
+            await self.store.release_devices(self.id, [device_id])
+        return True
+
     def _party(self, device_id: str) -> int:
         party = self.members.get(device_id)
         if party is None:
@@ -256,7 +274,7 @@ class CohortRuntime:
         """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early."""
         loop = asyncio.get_running_loop()
         deadline = opened + self.phase_timeout_s
-        while len(self.session.received()) < len(self.session.expected()):
+        while self.session.expected() - self.session.received() - self.withdrawn:  # refusers are not waited for
             now = loop.time()
             if now >= deadline:
                 return
@@ -299,6 +317,10 @@ class CohortRuntime:
     async def _end_aborted(self, reason: str) -> None:
         if self.status != "running":
             return
+        if self.refusals:  # say why the devices that refused did so: the query's error lists abort reasons
+            reason += "; devices refused: " + ", ".join(
+                r if n == 1 else f"{r} ×{n}" for r, n in sorted(self.refusals.items())
+            )
         self.status, self.reason = "aborted", reason
         self.metrics.cohorts["aborted"] += 1
         self.ended = time.time()

@@ -35,7 +35,7 @@ from analytics_server.metrics import Metrics
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
-from queries.envelope import Assignment, b64e
+from queries.envelope import Assignment, AssignmentPrivacy, b64e
 from queries.kind import QueryKind, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
@@ -467,6 +467,9 @@ class Orchestrator:
             mode = "secagg"
         peer_ids = neighbour_identity_keys(cfg, members, keys) if cfg.active and mode == "secagg" else {}
         noise_block = privacy.device_noise_block(rnd.noise)
+        privacy_block = AssignmentPrivacy.model_validate(
+            privacy.assignment_privacy(spec, q.calibration, plan, q.rounds_upper_bound)
+        )
         cohort = CohortRuntime(
             cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
             self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id,
@@ -488,6 +491,7 @@ class Orchestrator:
                 first_phase=int(session.phase),
                 phase_timeout_s=spec.cohort.phase_timeout_s,
                 noise=noise_block,
+                privacy=privacy_block,
                 peer_identity_keys=peer_ids.get(p),
                 server_url=self.process.assignment_url,
             )
