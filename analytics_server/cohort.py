@@ -166,7 +166,7 @@ class CohortRuntime:
             if self._first_arrival is None:
                 self._first_arrival = self._last_arrival
             self._arrived.set()
-            if len(self.session.received()) >= len(self.session.expected()):
+            if self.session.received_count() >= len(self.session.expected()):
                 self._all_in.set()
 
     async def next_message(self, device_id: str, phase: int, wait_s: float) -> NextMessage:
@@ -274,17 +274,17 @@ class CohortRuntime:
         """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early."""
         loop = asyncio.get_running_loop()
         deadline = opened + self.phase_timeout_s
-        while self.session.expected() - self.session.received() - self.withdrawn:  # refusers are not waited for
+        while self._awaited():
             now = loop.time()
             if now >= deadline:
                 return
             wake = deadline
-            first, last, received = self._first_arrival, self._last_arrival, len(self.session.received())
+            first, last, received = self._first_arrival, self._last_arrival, self.session.received_count()
             if self._may_close_early() and first is not None and last is not None:
                 if stalled(now, opened, first, last, received, self.quorum):
                     self.metrics.early_closes += 1
                     log.info("cohort %s: %s closed early with %d of %d answers (arrivals stalled)", self.id,
-                             Phase(self.session.phase).label, len(self.session.received()), len(self.session.expected()))
+                             Phase(self.session.phase).label, self.session.received_count(), len(self.session.expected()))
                     return
                 wake = min(deadline, last + grace(opened, first, last, received))
             self._arrived.clear()
@@ -293,12 +293,19 @@ class CohortRuntime:
             except TimeoutError:
                 pass
 
+    def _awaited(self) -> int:
+        """Answers the open phase still waits for: expected parties that neither answered nor refused (O(refusers),
+        not O(n): it runs at every arrival)."""
+        expected, session = self.session.expected(), self.session
+        refused = sum(1 for p in self.withdrawn if p in expected and not session.has_answered(p))
+        return len(expected) - session.received_count() - refused
+
     def _may_close_early(self) -> bool:
         """Whether the open phase could close now without losing anything the protocol needs
         (`ServerSession.close_ready`: no abort, no answering party pruned, every needed secret recoverable)."""
         if isinstance(self.session, ServerSession):
             return self.session.close_ready()
-        return len(self.session.received()) >= self.session.min_survivors
+        return self.session.received_count() >= self.session.min_survivors
 
     async def _release_dropped(self) -> None:
         """Free the members the session dropped (missed a deadline) so they may be seated elsewhere."""
