@@ -182,7 +182,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--devices", type=int, nargs="+", default=[1000, 5000])
+    p.add_argument("--devices", type=int, nargs="*", default=[1000, 5000])
     p.add_argument("--dropout-devices", type=int, default=1000, help="fleet size of the dropout comparison (0: skip)")
     p.add_argument("--dropout", type=float, default=0.10)
     p.add_argument("--big", type=int, default=10_000, help="fleet size of the one large masked round (0: skip)")
