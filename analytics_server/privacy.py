@@ -76,17 +76,20 @@ def check_and_calibrate(
         raise PrivacyPolicyError(str(exc)) from None
     if mech == "none":
         return None
+    from analytics_server.validation import calibration_delta
+
+    delta = calibration_delta(spec)  # less the share that pays for truncating the noise at B (proofs)
     try:
         if spec.privacy.noise_multiplier is not None:  # analyst's z: run until the budget is spent
             cal = dp.fixed_calibration(
-                mech, spec.privacy.epsilon, spec.privacy.delta, spec.privacy.noise_multiplier,
+                mech, spec.privacy.epsilon, delta, spec.privacy.noise_multiplier,
                 rounds=kind.rounds_upper_bound(params), t_min=spec.cohort.min_clients,
             )
         else:
             cal = dp.calibrate_query(
                 mech,
                 spec.privacy.epsilon,
-                spec.privacy.delta,
+                delta,
                 rounds=kind.rounds_upper_bound(params),
                 t_min=spec.cohort.min_clients,
             )

@@ -31,10 +31,10 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from device_sdk.noise import add_noise
 from device_sdk.randomness import DeviceRandomness
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
+from device_sdk.validity import contribution
 from queries.envelope import (
     HDR_DEVICE,
     HDR_NONCE,
@@ -280,7 +280,7 @@ class DeviceClient:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
             draws = self.randomness.for_contribution(a.cohort_id)
-            vec = add_noise(kind.contribute(a.task, self.store.rows(a.source), draws.kind), a.noise, draws.noise)
+            vec, proof = contribution(a, kind, self.store.rows(a.source), draws)  # noise, proofs: device_sdk.validity
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
                 if not bench_unmasked():
@@ -293,7 +293,8 @@ class DeviceClient:
                         return Outcome("rejected", cohort_id=a.cohort_id, detail="active model without peer identity keys")
                     peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
                 client = ClientSession(
-                    cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg
+                    cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg,
+                    input_proof=proof,
                 )
             message: bytes | None = client.start()
         except (ValueError, KeyError, RuntimeError) as exc:

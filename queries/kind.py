@@ -36,6 +36,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from queries.spec import PrivacySpec
 from secagg.randomness import ByteSource
+from secagg.validity.statement import Statement
 
 if TYPE_CHECKING:  # the device imports kinds; it must not load the accountant behind queries.dp
     from queries.dp import RoundNoise
@@ -159,6 +160,14 @@ class QueryKind(ABC, Generic[P, S]):
         except ValidationError as exc:
             raise QueryKindError(f"state: not a stored {self.name} state ({exc.error_count()} errors)") from None
         return state
+
+    def validity(self, task: dict[str, Any]) -> Statement | None:
+        """Optional hook: what every honest contribution to a round with this `task` satisfies (per segment of
+        the vector: votes, signs or ranges), for the devices' validity proofs (`privacy.validation:
+        "proofs"`). Both sides derive it from the task, the device to prove and the server to verify.
+        Default None: the round's contributions cannot be proved (the server still refuses aggregates that no
+        honest cohort could produce)."""
+        return None
 
     @abstractmethod
     def initial_state(self, params: P) -> S:
