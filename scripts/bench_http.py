@@ -98,7 +98,8 @@ def server_timeline(db_path: Path, query_id: str) -> dict[str, float]:
     }
 
 
-def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
+def one_round(n: int, unmasked: bool, processes: int, validation: str | None = None) -> dict[str, Any]:
+    """One histogram round over n devices; `validation` sets the spec's privacy.validation (server default if None)."""
     env = {BENCH_UNMASKED_ENV: "1"} if unmasked else {}
     with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s:
         tmp = Path(tmp_s)
@@ -126,6 +127,8 @@ def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
                 time.sleep(0.5)
             spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star", "cloud"]},
                     "cohort": {"min_clients": int(n * 0.9), "max_clients": n, "phase_timeout_s": 300}}
+            if validation is not None:
+                spec["privacy"] = {"validation": validation}
             assert server.proc is not None
             sampler = CpuSampler(server.proc.pid)
             start = time.perf_counter()
@@ -139,6 +142,7 @@ def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
             return {
                 "devices": n,
                 "masking": not unmasked,
+                "validation": res.get("privacy", {}).get("validation"),
                 "status": final["status"],
                 "clients": res["result"].get("clients"),
                 **server_timeline(tmp / "fa.db", qid),
