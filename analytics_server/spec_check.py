@@ -77,7 +77,7 @@ def check_spec(raw: Any, settings: Settings) -> CheckedSpec:
     except noise_plan.NoisePlanError:
         plans = []  # reported by the noise plan check below
     try:
-        spec = validation.resolve(spec, kind, plans, settings.validation_required())
+        spec = validation.resolve(spec, kind, plans, settings.validation_required(), params)
     except validation.ValidationError as exc:
         raise HttpError(422, str(exc), [{"field": "privacy.validation", "message": str(exc)}]) from None
     try:

@@ -280,7 +280,8 @@ class DeviceClient:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
             draws = self.randomness.for_contribution(a.cohort_id)
-            vec, proof = contribution(a, kind, self.store.rows(a.source), draws)  # noise, proofs: device_sdk.validity
+            # noise and validity proofs (device_sdk.validity): proving takes milliseconds to seconds, off the event loop
+            vec, proof = await asyncio.to_thread(contribution, a, kind, self.store.rows(a.source), draws)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
                 if not bench_unmasked():

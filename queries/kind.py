@@ -169,6 +169,11 @@ class QueryKind(ABC, Generic[P, S]):
         honest cohort could produce)."""
         return None
 
+    def largest_validity(self, params: P) -> Statement | None:
+        """Optional hook: the largest statement any round of the query can have (sizes the cost of proofs when later
+        rounds grow, e.g. a heavy-hitters frontier). Default None: the rounds planned at submit are representative."""
+        return None
+
     @abstractmethod
     def initial_state(self, params: P) -> S:
         """The state before the first round."""

@@ -238,6 +238,10 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             raise QueryKindError(f"task: malformed heavy_hitters task ({exc!r})") from None
         return Statement((Bits(dim, w),))
 
+    def largest_validity(self, params: HeavyHittersParams) -> Statement:
+        """A full frontier: `max_frontier` prefixes."""
+        return Statement((Bits(params.max_frontier * params.width, params.max_words_per_device),))
+
     def threshold(
         self, params: HeavyHittersParams, plan: RoundPlan, contributors: int, noise: AggregateNoise | None = None
     ) -> float:

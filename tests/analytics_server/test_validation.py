@@ -152,3 +152,55 @@ async def test_specs_name_the_validation_field(start_app_server: Any) -> None:
         assert r.status == 422 and "validation" in (await r.text())
         r = await http.post(url + "/v1/queries", json={**training, "privacy": {}}, headers=hdr)
         assert r.status == 201  # no proofs for clipped updates: "none" by default, even where proofs are required
+
+
+async def test_noise_beyond_the_bound_is_detected(start_app_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device that adds "noise" far beyond B behind a valid proof: its cohort is refused, the round completes with
+    fresh devices, and the privacy block reports the bound and the δ spent on truncation."""
+    bend(monkeypatch)
+    server = await start_app_server(cohort_formation_wait_s=0.0)
+    url = str(server.make_url(""))
+    st = server.app[STATE]
+    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    rng = np.random.default_rng(13)
+    first, later = _rows(rng, 2), _rows(rng, 4)
+    spec = _spec(min_clients=3, max_clients=3)
+    spec["privacy"] = {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6}
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as http:
+        qid = await _submit(http, url, hdr, spec)
+        clients, tasks = await _fleet(http, url, [[BENT + "noise_beyond_bound", "sun"]] + first, stop)
+        for _ in range(300):
+            if st.metrics.cheating_detected:
+                break
+            await asyncio.sleep(0.1)
+        assert st.metrics.cheating_detected == 1
+        more, more_tasks = await _fleet(http, url, later, stop)
+        res = await _wait(http, url, hdr, qid)
+        stop.set()
+        await asyncio.gather(*tasks, *more_tasks)
+        contributors = (await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json())["rounds"]["0"]
+    assert set(contributors) <= {c.device_id for c in more} and res["result"]["clients"] == len(contributors) == 3
+    p = res["privacy"]
+    assert p["validation"] == "proofs" and p["delta"] == 1e-6
+    assert p["truncation_delta"] == pytest.approx(1e-8) and p["delta_calibrated"] == pytest.approx(0.99e-6)
+    assert p["validation_rounds"][0]["noise_bound"] >= 1
+
+
+async def test_the_default_follows_support_and_cost(start_app_server: Any) -> None:
+    """Proofs by default for a cheap histogram; "none" by default when a cohort's proofs would cost more than
+    DEFAULT_PROOF_BRANCHES (a full heavy-hitters frontier with noise) unless the server requires proofs."""
+    hh = {"kind": "heavy_hitters", "source": "words", "params": {"mode": "secagg", "max_length": 4, "max_frontier": 32},
+          "privacy": {"mechanism": "skellam", "epsilon": 4.0, "delta": 1e-6},
+          "cohort": {"min_clients": 400, "max_clients": 500}}
+    for required, expected in ((False, "none"), (True, "proofs")):
+        server = await start_app_server(require_validation=required)
+        url = str(server.make_url(""))
+        store = server.app[STATE].store
+        hdr = {"Authorization": f"Bearer {await store.create_token('admin')}"}
+        async with aiohttp.ClientSession() as http:
+            expensive = await _submit(http, url, hdr, hh)
+            cheap = await _submit(http, url, hdr, _spec())
+        assert (await store.get_query(expensive)).spec["privacy"]["validation"] == expected, required
+        assert (await store.get_query(cheap)).spec["privacy"]["validation"] == "proofs"
+        await server.close()
