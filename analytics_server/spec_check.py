@@ -76,12 +76,17 @@ def check_spec(raw: Any, settings: Settings) -> CheckedSpec:
         plans = noise_plan.preview_rounds(kind, params, kind.initial_state(params), spec.cohort.min_clients)
     except noise_plan.NoisePlanError:
         plans = []  # reported by the noise plan check below
+    asked = spec.privacy.validation
     try:
-        spec = validation.resolve(spec, kind, plans, settings.validation_required(), params)
+        spec = validation.resolve(spec, kind, plans, settings.validation_required())
     except validation.ValidationError as exc:
         raise HttpError(422, str(exc), [{"field": "privacy.validation", "message": str(exc)}]) from None
     try:
         calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
+        settled = validation.settle_default(spec, kind, params, plans, calibration, asked, settings.validation_required())
+        if settled is not spec:  # proofs by default would cost too much: none, with the whole δ for the noise
+            spec = settled
+            calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
     except privacy.PrivacyPolicyError as exc:
         raise HttpError(422, str(exc)) from None
     state = kind.initial_state(params)

@@ -28,6 +28,7 @@ from queries.spec import QuerySpec
 from secagg.encoding import bits_for
 from secagg.errors import InvalidInputError, MessageFormatError
 from secagg.messages import MaskedInputProved, decode
+from secagg.validity.statement import range_weights
 from secagg.validity import (
     LIMB_BITS,
     LIMBS,
@@ -42,12 +43,10 @@ from secagg.validity import (
 
 TRUNCATION_DELTA_SHARE = 0.01
 """Share of a query's δ spent on truncating the devices' noise at the tail bound B (proofs with noise)."""
-DEFAULT_PROOF_BRANCHES = 250_000
+DEFAULT_PROOF_BRANCHES = 50_000
 """Proofs are the default (outside the production profile) when one cohort's proofs cost at most this many OR
-branches to verify (≈ 100 µs each: about 25 s of server CPU per cohort); larger queries default to "none" and
-may ask for proofs. The production profile uses proofs wherever the kind supports them."""
-NOISE_BITS_ESTIMATE = 6
-"""Bits per entry of a noise range proof assumed when estimating the cost at submit (B up to 32)."""
+branches to verify (≈ 100–200 µs each on a shared core: 5–10 s of server CPU per cohort); larger queries default
+to "none" and may ask for proofs. The production profile uses proofs wherever the kind supports them."""
 IMPLAUSIBLE_LOG_PROB = math.log(1e-12)
 """A sum entry is implausible when honest noise exceeds it with probability below 1e-12 (over all entries)."""
 
@@ -61,21 +60,36 @@ def supports_proofs(kind: QueryKind, plans: list[RoundPlan]) -> bool:
     return bool(plans) and all(kind.validity(p.task) is not None for p in plans)
 
 
-def proof_cost(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan]) -> int:
-    """Estimated OR branches to verify one cohort's proofs in the query's most expensive round."""
-    statements = [kind.validity(p.task) for p in plans]
+def proof_cost(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan],
+               calibration: dict[str, Any] | None) -> int:
+    """OR branches to verify one cohort's proofs in the query's most expensive round (the rounds planned at submit
+    with their noise bounds, and the kind's largest statement with the widest of those bounds)."""
+    from analytics_server import privacy
+
+    statements = [round_statement(spec, kind, p, privacy.round_noise(calibration, p), calibration) for p in plans]
+    noise_bits = max((len(range_weights(2 * st.noise_bound)) for st in statements if st is not None), default=0)
+    costs = [st.branches() for st in statements if st is not None]
     largest = kind.largest_validity(params)
     if largest is not None:
-        statements.append(largest)
-    noise_bits = NOISE_BITS_ESTIMATE if spec.privacy.mechanism != "none" else 0
-    worst = max((st.branches(noise_bits) for st in statements if st is not None), default=0)
-    return worst * spec.cohort.max_clients
+        costs.append(largest.branches(noise_bits))
+    return max(costs, default=0) * spec.cohort.max_clients
 
 
-def resolve(spec: QuerySpec, kind: QueryKind, plans: list[RoundPlan], require: bool, params: Any = None) -> QuerySpec:
+def settle_default(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan],
+                   calibration: dict[str, Any] | None, asked: str | None, require: bool) -> QuerySpec:
+    """An unset validation that `resolve` made "proofs": "none" instead when not required and a cohort's proofs would
+    cost more than DEFAULT_PROOF_BRANCHES (the caller then calibrates again with the whole δ)."""
+    if asked is not None or require or not uses_proofs(spec):
+        return spec
+    if proof_cost(spec, kind, params, plans, calibration) <= DEFAULT_PROOF_BRANCHES:
+        return spec
+    return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": "none"})})
+
+
+def resolve(spec: QuerySpec, kind: QueryKind, plans: list[RoundPlan], require: bool) -> QuerySpec:
     """The spec with `privacy.validation` set: refuses "proofs" for a kind that cannot prove these rounds, and
-    (when `require`) "none" for a kind that can. Unset: "proofs" when supported and (unless required) when a cohort's
-    proofs cost at most DEFAULT_PROOF_BRANCHES."""
+    (when `require`) "none" for a kind that can. Unset: "proofs" when supported (`settle_default` then weighs the
+    cost once the noise is calibrated)."""
     supported = supports_proofs(kind, plans)
     asked = spec.privacy.validation
     if asked == "proofs" and not supported:
@@ -90,11 +104,7 @@ def resolve(spec: QuerySpec, kind: QueryKind, plans: list[RoundPlan], require: b
             "privacy.validation: this server requires validity proofs for kinds that support them "
             "(FA_REQUIRE_VALIDATION); remove \"validation\" or set it to \"proofs\""
         )
-    if asked is None:
-        cheap = supported and (require or proof_cost(spec, kind, params, plans) <= DEFAULT_PROOF_BRANCHES)
-        mode = "proofs" if cheap else "none"
-    else:
-        mode = asked
+    mode = asked or ("proofs" if supported else "none")
     return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": mode})})
 
 
