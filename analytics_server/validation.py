@@ -43,10 +43,12 @@ from secagg.validity import (
 
 TRUNCATION_DELTA_SHARE = 0.01
 """Share of a query's δ spent on truncating the devices' noise at the tail bound B (proofs with noise)."""
-DEFAULT_PROOF_BRANCHES = 50_000
-"""Proofs are the default (outside the production profile) when one cohort's proofs cost at most this many OR
-branches to verify (≈ 100–200 µs each on a shared core: 5–10 s of server CPU per cohort); larger queries default
-to "none" and may ask for proofs. The production profile uses proofs wherever the kind supports them."""
+VERIFY_S_PER_BRANCH = 150e-6
+"""Server time to verify one OR branch (about two libsodium scalar multiplications on a shared core)."""
+DEFAULT_PHASE_SHARE = 0.25
+"""Proofs are the default (outside the production profile) when verifying one cohort's proofs takes at most this
+share of `cohort.phase_timeout_s` (estimated with VERIFY_S_PER_BRANCH); costlier queries default to "none" and may
+ask for proofs. The production profile uses proofs wherever the kind supports them."""
 IMPLAUSIBLE_LOG_PROB = math.log(1e-12)
 """A sum entry is implausible when honest noise exceeds it with probability below 1e-12 (over all entries)."""
 
@@ -77,11 +79,12 @@ def proof_cost(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundP
 
 def settle_default(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan],
                    calibration: dict[str, Any] | None, asked: str | None, require: bool) -> QuerySpec:
-    """An unset validation that `resolve` made "proofs": "none" instead when not required and a cohort's proofs would
-    cost more than DEFAULT_PROOF_BRANCHES (the caller then calibrates again with the whole δ)."""
+    """An unset validation that `resolve` made "proofs": "none" instead when not required and verifying a cohort's
+    proofs would take more than DEFAULT_PHASE_SHARE of a phase (the caller then calibrates again with the whole δ)."""
     if asked is not None or require or not uses_proofs(spec):
         return spec
-    if proof_cost(spec, kind, params, plans, calibration) <= DEFAULT_PROOF_BRANCHES:
+    seconds = proof_cost(spec, kind, params, plans, calibration) * VERIFY_S_PER_BRANCH
+    if seconds <= DEFAULT_PHASE_SHARE * spec.cohort.phase_timeout_s:
         return spec
     return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": "none"})})
 

@@ -167,7 +167,7 @@ async def test_specs_name_the_validation_field(start_app_server: Any) -> None:
 
 async def test_the_default_follows_support_and_cost(start_app_server: Any) -> None:
     """Proofs by default for a cheap histogram; "none" by default when a cohort's proofs would cost more than
-    DEFAULT_PROOF_BRANCHES (a full heavy-hitters frontier with noise) unless the server requires proofs."""
+    a quarter of a phase to verify (a full heavy-hitters frontier with noise) unless the server requires proofs."""
     hh = {"kind": "heavy_hitters", "source": "words", "params": {"mode": "secagg", "max_length": 4, "max_frontier": 32},
           "privacy": {"mechanism": "skellam", "epsilon": 4.0, "delta": 1e-6},
           "cohort": {"min_clients": 400, "max_clients": 500}}
