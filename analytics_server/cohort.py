@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -40,19 +41,28 @@ OFFLOAD_BYTES = 256 * 1024
 """Messages larger than this are decoded and accumulated in the executor."""
 GRACE_MIN_S = 0.5
 GRACE_FACTOR = 0.5
-"""A phase closes early after max(GRACE_MIN_S, GRACE_FACTOR × (last arrival − phase open)) without arrivals."""
-EARLY_PHASES = frozenset({Phase.ADVERTISE_KEYS, Phase.SHARE_KEYS, Phase.MASKED_INPUT, Phase.CONSISTENCY_CHECK})
-"""Phases that may close early. Unmasking waits for every survivor or the deadline: with a sparse (SecAgg+)
-graph each dropped party needs a threshold of shares from its own neighbours, which a global count of
-answers does not guarantee."""
+GRACE_GAPS = 20
+"""A phase closes early once no answer arrived for `grace`: GRACE_GAPS mean gaps between the phase's arrivals
+so far, at most GRACE_FACTOR × (last arrival − phase open), never less than GRACE_MIN_S."""
+
+def grace(opened: float, first_arrival: float, last_arrival: float, received: int) -> float:
+    """Seconds without an answer after which a phase's arrivals count as stalled. A burst of answers a few
+    milliseconds apart stalls after GRACE_MIN_S; answers that trickle in seconds apart get a proportionally
+    longer grace, up to GRACE_FACTOR of the time the phase has taken."""
+    spread = GRACE_FACTOR * (last_arrival - opened)
+    if received >= 2 and last_arrival > first_arrival:
+        spread = min(spread, GRACE_GAPS * (last_arrival - first_arrival) / (received - 1))
+    return max(GRACE_MIN_S, spread)
 
 
-def stalled(now: float, opened: float, last_arrival: float | None, received: int, quorum: int) -> bool:
+def stalled(
+    now: float, opened: float, first_arrival: float | None, last_arrival: float | None, received: int, quorum: int
+) -> bool:
     """Whether a phase may close before its deadline: at least `quorum` parties answered (never fewer than the
-    protocol and t_min need) and no answer arrived for the grace derived from the phase's arrival times."""
-    if received < quorum or last_arrival is None:
+    protocol and t_min need) and no answer arrived for the `grace` derived from the phase's arrival times."""
+    if received < quorum or first_arrival is None or last_arrival is None:
         return False
-    return now - last_arrival >= max(GRACE_MIN_S, GRACE_FACTOR * (last_arrival - opened))
+    return now - last_arrival >= grace(opened, first_arrival, last_arrival, received)
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,7 @@ class CohortRuntime:
         self._lock = asyncio.Lock()
         self._all_in = asyncio.Event()
         self._arrived = asyncio.Event()
+        self._first_arrival: float | None = None
         self._last_arrival: float | None = None
         self._changed = asyncio.Event()
         self.started = time.time()
@@ -117,6 +128,9 @@ class CohortRuntime:
         """Why the unmasked sum (the kind's entries, signed) is implausible, or None (every round)."""
         self.kind_dim: int | None = None
         """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
+        self.withdrawn: set[int] = set()
+        """Parties whose device refused the assignment (its own policy): no phase waits for them."""
+        self.refusals: Counter[str] = Counter()
 
     # -- device side ----------------------------------------------------------------------------
 
@@ -150,10 +164,10 @@ class CohortRuntime:
             # the result when it accepts the message)
             await asyncio.get_running_loop().run_in_executor(self.executor, self.validation.preverify, party, data)
         async with self._lock:
+            if party not in self.session.expected():  # before the phase check: a late answer learns it was dropped
+                raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")
             if phase != self.phase:
                 raise HttpError(409, f"phase {phase} is not open; the cohort is in phase {self.phase} ({Phase(self.phase).label})")
-            if party not in self.session.expected():
-                raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")
             try:
                 if len(data) > OFFLOAD_BYTES or (self.validation is not None and phase == Phase.MASKED_INPUT):
                     await asyncio.get_running_loop().run_in_executor(self.executor, self.session.receive, party, data)
@@ -169,8 +183,10 @@ class CohortRuntime:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest
             self._last_arrival = asyncio.get_running_loop().time()
+            if self._first_arrival is None:
+                self._first_arrival = self._last_arrival
             self._arrived.set()
-            if len(self.session.received()) >= len(self.session.expected()):
+            if self.session.received_count() >= len(self.session.expected()):
                 self._all_in.set()
 
     async def next_message(self, device_id: str, phase: int, wait_s: float) -> NextMessage:
@@ -195,9 +211,24 @@ class CohortRuntime:
                 return NextMessage("pending")
             changed = self._changed
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # no task per waiter (wait_for wraps the coroutine in one)
+                    await changed.wait()
             except TimeoutError:
                 return NextMessage("pending")
+
+    async def withdraw(self, device_id: str, reason: str) -> bool:
+        """A member refused its assignment under its own policy: phases stop waiting for it and its device is
+        free for other cohorts. False when it had already withdrawn."""
+        party = self._party(device_id)
+        if party in self.withdrawn:
+            return False
+        self.withdrawn.add(party)
+        self.refusals[reason] += 1
+        self._arrived.set()  # the phase may now have every answer it can get
+        if device_id not in self._released:
+            self._released.add(device_id)
+            await self.store.release_devices(self.id, [device_id])
+        return True
 
     def _party(self, device_id: str) -> int:
         party = self.members.get(device_id)
@@ -237,7 +268,7 @@ class CohortRuntime:
                         del self._outboxes[old]
                     self.phase = int(self.session.phase)
                     self._all_in = asyncio.Event()
-                    self._last_arrival = None
+                    self._first_arrival = self._last_arrival = None
                 if self.session.phase is Phase.DONE:
                     await self._end_finished()
                     return
@@ -261,27 +292,42 @@ class CohortRuntime:
         return self.session.min_survivors
 
     async def _wait_for_answers(self, opened: float) -> None:
-        """Until every expected party answered, the deadline, or (phases in EARLY_PHASES) arrivals stalled."""
+        """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early."""
         loop = asyncio.get_running_loop()
         deadline = opened + self.phase_timeout_s
-        early = self.session.phase in EARLY_PHASES
-        while len(self.session.received()) < len(self.session.expected()):
+        while self._awaited():
             now = loop.time()
             if now >= deadline:
                 return
             wake = deadline
-            if early and len(self.session.received()) >= self.quorum and self._last_arrival is not None:
-                if stalled(now, opened, self._last_arrival, len(self.session.received()), self.quorum):
+            first, last, received = self._first_arrival, self._last_arrival, self.session.received_count()
+            if self._may_close_early() and first is not None and last is not None:
+                if stalled(now, opened, first, last, received, self.quorum):
                     self.metrics.early_closes += 1
                     log.info("cohort %s: %s closed early with %d of %d answers (arrivals stalled)", self.id,
-                             Phase(self.session.phase).label, len(self.session.received()), len(self.session.expected()))
+                             Phase(self.session.phase).label, self.session.received_count(), len(self.session.expected()))
                     return
-                wake = min(deadline, self._last_arrival + max(GRACE_MIN_S, GRACE_FACTOR * (self._last_arrival - opened)))
+                wake = min(deadline, last + grace(opened, first, last, received))
             self._arrived.clear()
             try:
-                await asyncio.wait_for(self._arrived.wait(), max(0.0, wake - now) + 0.01)
+                async with asyncio.timeout(max(0.0, wake - now) + 0.01):
+                    await self._arrived.wait()
             except TimeoutError:
                 pass
+
+    def _awaited(self) -> int:
+        """Answers the open phase still waits for: expected parties that neither answered nor refused (O(refusers),
+        not O(n): it runs at every arrival)."""
+        expected, session = self.session.expected(), self.session
+        refused = sum(1 for p in self.withdrawn if p in expected and not session.has_answered(p))
+        return len(expected) - session.received_count() - refused
+
+    def _may_close_early(self) -> bool:
+        """Whether the open phase could close now without losing anything the protocol needs
+        (`ServerSession.close_ready`: no abort, no answering party pruned, every needed secret recoverable)."""
+        if isinstance(self.session, ServerSession):
+            return self.session.close_ready()
+        return self.session.received_count() >= self.session.min_survivors
 
     async def _release_dropped(self) -> None:
         """Free the members the session dropped (missed a deadline) so they may be seated elsewhere."""
@@ -300,6 +346,10 @@ class CohortRuntime:
     async def _end_aborted(self, reason: str, keep_seats: bool = False) -> None:
         if self.status != "running":
             return
+        if self.refusals:  # say why the devices that refused did so: the query's error lists abort reasons
+            reason += "; devices refused: " + ", ".join(
+                r if n == 1 else f"{r} ×{n}" for r, n in sorted(self.refusals.items())
+            )
         self.status, self.reason = "aborted", reason
         self.metrics.cohorts["aborted"] += 1
         self.ended = time.time()

@@ -35,7 +35,7 @@ from analytics_server.metrics import Metrics
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
-from queries.envelope import Assignment, b64e
+from queries.envelope import Assignment, AssignmentPrivacy, b64e
 from queries.kind import QueryKind, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
@@ -47,11 +47,21 @@ from secagg.server import ServerSession
 
 log = logging.getLogger(__name__)
 FORMATION_POLL_S = 0.1
+FORMATION_STALL_S = 0.5
+"""Once a round has enough eligible devices, its cohort forms when no new one arrived for this long (or at
+`max_clients`, or after `cohort_formation_wait_s`): devices still checking in join, stragglers are not awaited."""
 ENDED_KEEP_S = 600.0
 
 
 class QueryFailed(Exception):
     """A query that cannot continue; the message is stored as the query's error."""
+
+
+def neighbour_identity_keys(cfg: SecAggConfig, members: dict[str, int], keys: dict[str, bytes]) -> dict[int, dict[str, str]]:
+    """Active model: per party, the identity keys of its closed neighbourhood (party id → base64), all a device
+    verifies signatures of — O(n log n) in all with a sparse graph, not n²."""
+    encoded = {p: b64e(keys[d]) for d, p in members.items()}
+    return {p: {str(v): encoded[v] for v in cfg.neighbour_graph.closed(p)} for p in members.values()}
 
 
 class Orchestrator:
@@ -385,6 +395,7 @@ class Orchestrator:
         session id and its members (device → party)."""
         need, cap = rnd.need, spec.cohort.max_clients
         enough_since: float | None = None
+        grown_at, last_count = time.monotonic(), -1
         timeout = self._formation_timeout(spec)
         deadline = time.monotonic() + timeout
         while True:
@@ -398,9 +409,13 @@ class Orchestrator:
             else:
                 eligible = []
             live["devices_eligible"] = len(eligible) if available >= need else available  # else an upper bound
+            if len(eligible) > last_count:
+                grown_at, last_count = time.monotonic(), len(eligible)
             if len(eligible) >= need:
-                enough_since = enough_since or time.monotonic()
-                if len(eligible) >= cap or time.monotonic() - enough_since >= self.settings.cohort_formation_wait_s:
+                now = time.monotonic()
+                enough_since = enough_since or now
+                if (len(eligible) >= cap or now - enough_since >= self.settings.cohort_formation_wait_s
+                        or now - grown_at >= max(FORMATION_STALL_S, 2 * pause)):
                     session_id = self.randomness.bytes(16)
                     chosen = self.randomness.sample(eligible, min(cap, len(eligible)))
                     claimed = await self.store.claim_devices(session_id.hex(), chosen)
@@ -409,7 +424,7 @@ class Orchestrator:
                     await self.store.release_devices(session_id.hex())
                     enough_since = None
             else:
-                enough_since = None
+                enough_since, last_count = None, -1
                 if time.monotonic() >= deadline:
                     found = f"{len(eligible)} eligible" if available >= need else f"only {available} available"
                     raise QueryFailed(
@@ -465,10 +480,11 @@ class Orchestrator:
                 ids = {p: keys[d] for d, p in members.items()}
             session = ServerSession(cfg, ids, input_validator=checks.validator if checks else None)
             mode = "secagg"
-        peer_ids = None
-        if cfg.active and mode == "secagg":
-            peer_ids = {str(p): b64e(keys[d]) for d, p in members.items()}
+        peer_ids = neighbour_identity_keys(cfg, members, keys) if cfg.active and mode == "secagg" else {}
         noise_block = privacy.device_noise_block(rnd.noise)
+        privacy_block = AssignmentPrivacy.model_validate(
+            privacy.assignment_privacy(spec, q.calibration, plan, q.rounds_upper_bound)
+        )
         cohort = CohortRuntime(
             cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
             self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id,
@@ -494,7 +510,8 @@ class Orchestrator:
                 phase_timeout_s=spec.cohort.phase_timeout_s,
                 noise=noise_block,
                 validation=validation.assignment_block(statement),
-                peer_identity_keys=peer_ids,
+                privacy=privacy_block,
+                peer_identity_keys=peer_ids.get(p),
                 server_url=self.process.assignment_url,
             )
             for d, p in members.items()

@@ -1,6 +1,7 @@
-"""The device's contribution when its cohort validates inputs (`privacy.validation: "proofs"`,
-docs/validation.md): the kind's vector x, a noise share e truncated at the round's bound B, the masked
-content s·x + e followed by the blinding limbs, and the validity proof that goes with the masked input.
+"""What the device masks, from the kind's vector x: without validation s·x plus its noise share
+(device_sdk.noise); when its cohort validates inputs (`privacy.validation: "proofs"`, docs/validation.md) a noise
+share e truncated at the round's bound B, the masked content s·x + e followed by the blinding limbs, and the
+validity proof that goes with the masked input.
 
 Without a `validation` block in the assignment this is the plain path: s·x plus the untruncated noise share
 (device_sdk.noise). The device refuses a bound B below `MIN_BOUND_STDS` standard deviations of its own
@@ -26,11 +27,11 @@ MIN_BOUND_STDS = 6.0
 about 2e-9 per entry; servers choose B from δ, typically 8–10 standard deviations)."""
 
 
-def contribution(
-    a: Assignment, kind: QueryKind[Any, Any], rows: list[Any], draws: ContributionRandomness
+def masked_content(
+    a: Assignment, kind: QueryKind[Any, Any], x: np.ndarray, draws: ContributionRandomness
 ) -> tuple[np.ndarray, bytes | None]:
-    """(the vector to mask, the validity proof or None). ValueError when the device cannot take part."""
-    x = kind.contribute(a.task, rows, draws.kind)
+    """(the vector to mask, the validity proof or None) for the kind's vector `x`. ValueError when the device
+    cannot take part."""
     if a.validation is None:
         return add_noise(x, a.noise, draws.noise), None
     base = kind.validity(a.task)

@@ -89,7 +89,7 @@ def main() -> int:
     if not args.no_http:
         from scripts.bench_http import one_round
 
-        out["http_histogram_round"] = [one_round(args.devices, False, 2, v, checkins=False) for v in ("proofs", "none")]
+        out["http_histogram_round"] = [one_round(args.devices, False, 2, checkins=False, validation=v) for v in ("proofs", "none")]
     print(json.dumps(out))
     return 0
 

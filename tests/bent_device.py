@@ -1,8 +1,9 @@
 """Cheating devices for the validity tests: the real SDK with its contribution bent just before masking.
 
-`bend(monkeypatch)` swaps `device_sdk.client.contribution` for a wrapper that leaves honest devices alone and
-bends the devices whose local rows start with a `BENT` marker ("__bent__:<attack>"), each as an attacker who
-knows the protocol would:
+`bend(monkeypatch)` swaps `device_sdk.client.masked_content` for a wrapper that leaves honest devices alone and
+bends the devices whose local rows hold a `BENT` marker ("__bent__:<attack>"; the device's rows reach the wrapper
+through a context variable set around `DeviceClient._run_assignment`), each as an attacker who knows the protocol
+would:
 
 - vote_twice, vote_1000, negative, noise_beyond_bound: masks a bent vector (two votes, a vote of 1,000, a −1
   entry, a noise entry far beyond B) with a proof made by a prover whose own checks are switched off — the
@@ -13,6 +14,7 @@ knows the protocol would:
 
 from __future__ import annotations
 
+import contextvars
 import os
 from typing import Any
 
@@ -27,6 +29,7 @@ from secagg.validity import proof as proof_module
 from secagg.validity import statement as statement_module
 
 BENT = "__bent__:"
+_ROWS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("bent_rows", default=[])
 ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "forged", "replayed")
 
 
@@ -44,7 +47,7 @@ def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001
 
 def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], draws: Any) -> tuple[np.ndarray, bytes]:
     honest_rows = [r for r in rows if not (isinstance(r, str) and r.startswith(BENT))]
-    vec, proof = device_validity.contribution(a, kind, honest_rows, draws)
+    vec, proof = device_validity.masked_content(a, kind, kind.contribute(a.task, honest_rows, draws.kind), draws)
     assert proof is not None, "the cohort does not validate inputs"
     dim = len(vec) - len(blind_limbs(0))
     statement = kind.validity(a.task).with_noise(a.noise.encoding_scale if a.noise else 1, a.validation.noise_bound)
@@ -79,13 +82,23 @@ def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], dr
 
 
 def bend(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Devices whose first row is "__bent__:<attack>" cheat with that attack; the others stay honest."""
-    honest = device_sdk.client.contribution
+    """Devices whose rows hold "__bent__:<attack>" cheat with that attack; the others stay honest."""
+    honest = device_sdk.client.masked_content
+    run = device_sdk.client.DeviceClient._run_assignment
 
-    def contribution(a: Assignment, kind: Any, rows: list[Any], draws: Any) -> tuple[np.ndarray, bytes | None]:
+    async def run_assignment(self: Any, a: Assignment, *args: Any) -> Any:
+        token = _ROWS.set(self.store.rows(a.source))
+        try:
+            return await run(self, a, *args)
+        finally:
+            _ROWS.reset(token)
+
+    def masked_content(a: Assignment, kind: Any, x: np.ndarray, draws: Any) -> tuple[np.ndarray, bytes | None]:
+        rows = _ROWS.get()
         marker = next((r for r in rows if isinstance(r, str) and r.startswith(BENT)), None)
         if marker is None or a.validation is None:
-            return honest(a, kind, rows, draws)
+            return honest(a, kind, x, draws)
         return bent_contribution(marker[len(BENT):], a, kind, rows, draws)
 
-    monkeypatch.setattr(device_sdk.client, "contribution", contribution)
+    monkeypatch.setattr(device_sdk.client.DeviceClient, "_run_assignment", run_assignment)
+    monkeypatch.setattr(device_sdk.client, "masked_content", masked_content)
