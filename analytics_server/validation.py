@@ -112,7 +112,7 @@ def resolve(spec: QuerySpec, kind: QueryKind, plans: list[RoundPlan], require: b
 
 
 def uses_proofs(spec: QuerySpec) -> bool:
-    return spec.privacy.validation == "proofs"
+    return getattr(spec.privacy, "validation", None) == "proofs"
 
 
 def calibration_delta(spec: QuerySpec) -> float:
