@@ -96,6 +96,10 @@ class AnalystClient:
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", "/v1/queries", spec)
 
+    def preview(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/queries/preview`: the charge and the expected noise of every value, nothing created."""
+        return self.call("POST", "/v1/queries/preview", spec)
+
     def status(self, query_id: str) -> dict[str, Any]:
         return self.call("GET", f"/v1/queries/{query_id}")
 
