@@ -189,8 +189,9 @@ def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def row_counts_layout(grid_size: int) -> Layout:
-    """Round 0 (bound from the data): one-hot over the grid's buckets of rows per device."""
-    return Layout.of(devices=grid_size)
+    """Round 0 (bound from the data): one-hot over the grid's buckets of rows per device, the last one for
+    devices above the largest candidate (the limit)."""
+    return Layout.of(devices=grid_size + 1)
 
 
 def first_moments_layout(n_features: int) -> Layout:
@@ -248,13 +249,14 @@ def choose_bound(grid: list[int], counts: np.ndarray, threshold: float, bucket_s
     would clip (from the noisy histogram, buckets below `threshold` taken as empty) squared, plus the noise
     variance (row_std·g_j)² that bound implies in the first-moment round — the bias–variance trade-off of
     Amin, Kulesza, Muñoz Medina, Vassilvitskii, "Bounding User Contributions: A Bias-Variance Trade-off in
-    Differential Privacy" (ICML 2019). Bucket k holds devices with g_{k−1} < rows ≤ g_k (the last also those
-    above the limit); its devices are taken to hold the bucket's midpoint. Without evidence (no bucket passes)
-    the limit is chosen: nothing is clipped that could not be seen."""
+    Differential Privacy" (ICML 2019). `counts` has one bucket per candidate — bucket k holds the devices with
+    g_{k−1} < rows ≤ g_k, taken to hold its midpoint — and one more for the devices above the limit (taken
+    to hold limit + 1 rows: their clipped rows are a lower bound). Without evidence (no bucket passes) the
+    limit is chosen: nothing is clipped that could not be seen."""
     c = np.asarray(counts, dtype=np.float64)
     g = np.asarray(grid, dtype=np.float64)
     lows = np.concatenate([[1.0], g[:-1] + 1])
-    mids = (lows + g) / 2
+    mids = np.concatenate([(lows + g) / 2, [g[-1] + 1]])
     seen = np.where(c >= threshold, c, 0.0)
     last = len(grid) - 1
     if not np.any(seen > 0):
@@ -265,7 +267,7 @@ def choose_bound(grid: list[int], counts: np.ndarray, threshold: float, bucket_s
     over = mids[j + 1:] - g[j]
     return BoundChoice(
         index=j, bound=int(grid[j]), evidence=bool(np.any(seen > 0)),
-        devices_over=float(seen[j + 1:].sum()), devices_over_std=bucket_std * math.sqrt(len(grid) - 1 - j),
+        devices_over=float(seen[j + 1:].sum()), devices_over_std=bucket_std * math.sqrt(len(c) - 1 - j),
         rows_clipped=float(np.dot(seen[j + 1:], over)), rows_clipped_std=bucket_std * float(np.linalg.norm(over)),
     )
 
@@ -368,9 +370,9 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
             if not grid or len(grid) > 10_000 or any(b <= a for a, b in zip(grid, grid[1:])):
                 raise QueryKindError("task.grid: must be a non-empty increasing list of at most 10,000 bounds")
-            vec = np.zeros(len(grid), dtype=np.int64)
+            vec = np.zeros(len(grid) + 1, dtype=np.int64)
             if rows:
-                vec[min(int(np.searchsorted(grid, len(rows))), len(grid) - 1)] = 1
+                vec[int(np.searchsorted(grid, len(rows)))] = 1  # len(grid): above the limit
             return vec
         try:
             specs = [FeatureSpec.model_validate(s) for s in task["features"]]
@@ -450,7 +452,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         grid = bound_grid(params.max_examples_limit)
         counts = row_counts_layout(len(grid)).view(np.asarray(aggregate, dtype=np.float64), "aggregate")["devices"]
         std = 0.0 if noise is None else float(noise.std)
-        tau = release_threshold(noise, contributors, len(grid), BOUND_FALSE_RATE, 1.0)
+        tau = release_threshold(noise, contributors, len(grid) + 1, BOUND_FALSE_RATE, 1.0)
         w = params.weights()
         row_std = std * math.sqrt(w[0] / w[1]) * math.sqrt(2 * len(params.features))  # first-moment noise per row of bound
         choice = choose_bound(grid, counts, tau, std, row_std)
@@ -576,7 +578,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             "max_examples_per_device": state.bound,
             "chosen_from_data": True,
             "budget_share": params.bound_budget_share,
-            "devices_by_rows": {"upper_edges": choice["grid"], "counts": counts},
+            "devices_by_rows": {"upper_edges": choice["grid"] + [None], "counts": counts},
             "devices_over_bound": max(0.0, float(choice["devices_over"])),
             "rows_clipped": max(0.0, float(choice["rows_clipped"])),
         }
