@@ -142,7 +142,7 @@ def summarise(runs: list[dict[str, Any]], bins: int | None) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--runs", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=100)
     args = ap.parse_args()
     started = time.perf_counter()
     out: dict[str, Any] = {"epsilon": EPSILON, "delta": DELTA, "devices": DEVICES, "rows_per_device": "1-3",
