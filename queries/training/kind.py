@@ -386,6 +386,8 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                        f"keeps {kept} — lower client.lr or server_optimizer.lr, or clip the updates (clip_norm or "
                        "adaptive_clipping)")
             warnings.append(ReleaseWarning(value_path("stop_reason"), failure))
+        if params.weighting == "examples" and state.eval_noise and any(state.eval_noise) and not _uses_votes(params):
+            warnings.append(ReleaseWarning(value_path("weights"), _EXAMPLES_UNDER_DP))
         advice = ("raise privacy.epsilon, evaluate over more devices (cohort.min_clients) or less often (eval_every) — "
                   "differences between evaluations smaller than their intervals are noise")
         return Release(result, noise_std=noise_std, intervals=intervals, warnings=warnings, advice=advice, failure=failure)
@@ -409,7 +411,8 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                 loss_std = params.loss_cap * sigma_u / n * math.sqrt(1 + 0.01)
                 values.append(ExpectedValue(value_path("history", 0, "eval_loss"), loss_std, note))
                 values.append(ExpectedValue(value_path("history", 0, "loss"), loss_std, note))
-                if res.model.n_classes is not None if not isinstance(res.model, BlackBoxModel) else res.model.correct is not None:
+                classifier = (res.model.correct is not None) if isinstance(res.model, BlackBoxModel) else (res.model.n_classes is not None)
+                if classifier:
                     acc_std = sigma_u / n * math.sqrt(1.5)
                     values.append(ExpectedValue(value_path("history", 0, "accuracy"), acc_std, note))
                     if 1.96 * acc_std > 0.05:
@@ -427,7 +430,14 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                         " before the server optimiser") + (" at the initial clip norm (adaptive clipping moves it)"
                         if params.adaptive_clipping else ""))
                 values.append(ExpectedValue(value_path("weights", 0), std, note))
+        if params.weighting == "examples" and any(r.std > 0 for r in rounds) and not _uses_votes(params):
+            warnings.append(ReleaseWarning(value_path("weights"), _EXAMPLES_UNDER_DP))
         return values, warnings
+
+
+_EXAMPLES_UNDER_DP = ("weighting 'examples' under DP: a device's weight is its rows / client.max_examples, so devices "
+                      "holding few rows give averages whose weights drown in the noise — use weighting 'uniform' (the "
+                      "DP default) or lower client.max_examples to the rows a device holds")
 
 
 def _next_clip(clip: float, counts: np.ndarray, contributors: int, target: float, lr: float) -> float:

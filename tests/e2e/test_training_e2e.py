@@ -28,7 +28,7 @@ import pytest
 
 from device_sdk.analyst_cli import AnalystClient
 from device_sdk.scenarios import generate
-from device_sdk.scenarios.datasets import breast_cancer_feature_bounds, breast_cancer_split
+from device_sdk.scenarios.datasets import breast_cancer_split
 from queries.training import TrainedModel, frecency, urlbar_sim
 from tests.e2e.harness import Fleet, Server, fresh_database
 
@@ -53,12 +53,6 @@ def central_auc() -> float:
     mean, std = sp.X_train.mean(axis=0), sp.X_train.std(axis=0)
     clf = LogisticRegression(max_iter=5000).fit((sp.X_train - mean) / std, sp.y_train)
     return _auc(sp.y_test, clf.decision_function((sp.X_test - mean) / std))
-
-
-def feature_stats_spec() -> dict[str, Any]:
-    feats = [{"name": n, "lower": lo, "upper": hi} for n, (lo, hi) in breast_cancer_feature_bounds().items()]
-    return {"kind": "feature_stats", "name": "bc scaling", "source": "features",
-            "params": {"features": feats, "max_examples_per_device": 50}, "cohort": COHORT}
 
 
 def training_spec(scaling: dict[str, Any], rounds: int = 10, dp: bool = False, **extra: Any) -> dict[str, Any]:
