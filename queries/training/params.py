@@ -315,16 +315,24 @@ def _index(ref: int | str, names: WeightNames, field: str) -> int:
 def _scaling_block(params: TrainingParams) -> dict[str, Any] | None:
     """The scaler from `params.scaling`: a feature_stats result's `features` block, the whole result, or the
     whole answer of `GET /v1/queries/{id}/result` (`fa result ID --format json`). The feature order is
-    `params.features`, or the block's own order (the feature_stats query's) when that is not given."""
+    `params.features`, else the result's `scaler.feature_names_in_` (the feature_stats query's order), else the
+    block's key order."""
     if params.scaling is None:
         return None
     block: Any = params.scaling
     if isinstance(block.get("result"), dict):
         block = block["result"]
-    block = block.get("features", block)
+    scaler = block.get("scaler")
+    order = scaler.get("feature_names_in_") if isinstance(scaler, dict) else None  # a list keeps its order when
+    block = block.get("features", block)  # the JSON was written with sorted keys (`fa … --format json` does)
     if not isinstance(block, dict):
         raise ValueError("scaling.features: must be an object {feature: {mean, std}} (a feature_stats result's block)")
-    names = list(params.features) if params.features is not None else [str(n) for n in block]
+    if params.features is not None:
+        names = list(params.features)
+    elif isinstance(order, list) and all(isinstance(n, str) for n in order):
+        names = list(order)
+    else:
+        names = [str(n) for n in block]
     if not names:
         raise ValueError("scaling: no features in the feature_stats block")
     missing = [n for n in names if not isinstance(block.get(n), dict) or "mean" not in block[n]]

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient
+from device_sdk.analyst_cli import AnalystClient, format_result
 from device_sdk.scenarios import generate
 from device_sdk.scenarios.datasets import breast_cancer_split
 from queries.training import TrainedModel, frecency, urlbar_sim
@@ -112,7 +112,7 @@ def scaling(admin: AnalystClient, bc_fleet: Fleet) -> dict[str, Any]:
     qid = admin.submit(json.loads((EXAMPLES / "bc_stats.json").read_text()))["id"]
     final = admin.wait(qid, timeout_s=120)
     assert final["status"] == "succeeded", final
-    answer = admin.result(qid)
+    answer = json.loads(format_result(admin.result(qid), "json"))  # as `fa … --format json` writes it: sorted keys
     res = answer["result"]
     sp = breast_cancer_split()
     assert np.allclose([res["features"][n]["mean"] for n in sp.feature_names], sp.X_train.mean(axis=0), rtol=1e-6)

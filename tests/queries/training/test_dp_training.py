@@ -178,7 +178,8 @@ def test_readme_dp_example_reaches_central_auc() -> None:
     devices = [generate("breast_cancer_train", 7, i) for i in range(50)]
     stats = run_query(get_kind("feature_stats"), stats_spec["params"], [d["features"] for d in devices],
                       privacy=stats_spec["privacy"])
-    params = dict(train_spec["params"], scaling={"id": "…", "kind": "feature_stats", "result": stats.result})
+    answer = json.loads(json.dumps({"id": "…", "kind": "feature_stats", "result": stats.result}, sort_keys=True))
+    params = dict(train_spec["params"], scaling=answer)  # as `fa … --format json` writes it: sorted keys
     sp = breast_cancer_split()
     mean, std = sp.X_train.mean(axis=0), sp.X_train.std(axis=0)
     central = roc_auc_score(sp.y_test, LogisticRegression(max_iter=5000).fit((sp.X_train - mean) / std, sp.y_train)
@@ -188,5 +189,5 @@ def test_readme_dp_example_reaches_central_auc() -> None:
                         t_min=train_spec["cohort"]["min_clients"], rng=np.random.default_rng(seed),
                         noise_source=SeededRandom(b"readme-%d" % seed))
         auc = roc_auc_score(sp.y_test, TrainedModel(run.result).scores(sp.X_test))
-        assert run.result["stop_reason"] == "completed"
+        assert run.result["stop_reason"] == "completed" and run.result["features"] == sp.feature_names
         assert auc >= central - 0.03, (seed, auc, central)
