@@ -113,8 +113,8 @@ def test_noisy_release_is_consistent_and_carries_intervals() -> None:
 
 
 def test_intervals_cover_the_truth() -> None:
-    """12 runs × 2 features × (count, mean, var): a std off by 2× would cover ~70 %."""
-    hits = []
+    """12 seeded runs × 2 features, per value type (count, mean, var): a std half its size would cover ~67 %."""
+    hits: dict[str, list[bool]] = {"count": [], "mean": [], "var": []}
     for seed in range(12):
         devices = _devices(100 + seed, 400)
         run = run_query(KIND, {"features": FEATURES}, devices, privacy=SKELLAM, rng=np.random.default_rng(seed),
@@ -124,8 +124,9 @@ def test_intervals_cover_the_truth() -> None:
             truth = _truth(devices, f["name"])
             for key in ("count", "mean", "var"):
                 lo, hi = uncertainty[f"/features/{f['name']}/{key}"]["ci95"]
-                hits.append(lo <= truth[key] <= hi)
-    assert np.mean(hits) >= 0.85, np.mean(hits)
+                hits[key].append(lo <= truth[key] <= hi)
+    coverage = {k: float(np.mean(v)) for k, v in hits.items()}
+    assert min(coverage.values()) >= 0.8 and np.mean(list(coverage.values())) >= 0.88, coverage
 
 
 def test_variance_swamped_by_noise_is_floored_and_flagged() -> None:
