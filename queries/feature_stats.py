@@ -517,6 +517,11 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         done = state.stage >= 2
         s1 = state.noise_std[0] if len(state.noise_std) > 0 else 0.0
         s2 = state.noise_std[1] if len(state.noise_std) > 1 else 0.0
+        # the moment rounds may have different contributors (dropouts, other cohorts): second-round sums are
+        # rescaled to the first round's population, which the counts and means describe
+        n1, n2 = (state.contributors[-2], state.contributors[-1]) if done and len(state.contributors) >= 2 else (1, 1)
+        to_first = n1 / n2 if n1 > 0 and n2 > 0 else 1.0
+        s2 *= to_first
         bins = params.bins or 0
         for i, spec in enumerate(params.features):
             mean = state.means[i] if done and i < len(state.means) else None
@@ -524,7 +529,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 suppressed.append(spec.name)
                 continue
             path = lambda *p: value_path("features", spec.name, *p)  # noqa: E731
-            entry, stds, ivs, notes = _feature_entry(spec, state, i, s1, s2, bins)
+            entry, stds, ivs, notes = _feature_entry(spec, state, i, s1, s2, bins, to_first)
             features[spec.name] = entry
             for key, value in stds.items():
                 noise_std[path(*key)] = value
@@ -600,10 +605,11 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
 
 
 def _feature_entry(
-    spec: FeatureSpec, state: FeatureStatsState, i: int, s1: float, s2: float, bins: int
+    spec: FeatureSpec, state: FeatureStatsState, i: int, s1: float, s2: float, bins: int, to_first: float = 1.0
 ) -> tuple[dict[str, Any], dict[tuple[Any, ...], float], dict[tuple[Any, ...], tuple[float, float]], list[tuple[tuple[Any, ...], str]]]:
     """One released feature: its entry, the noise std and 95 % interval of each noisy value (keyed by the path
-    below the feature), and its warnings."""
+    below the feature), and its warnings. `to_first` rescales the second round's sums (whose std `s2` already
+    includes it) to the first round's contributors."""
     r = spec.upper - spec.lower
     stds: dict[tuple[Any, ...], float] = {}
     ivs: dict[tuple[Any, ...], tuple[float, float]] = {}
@@ -612,7 +618,7 @@ def _feature_entry(
     count_std = s1
     hist = None
     if bins and state.histograms is not None:
-        raw_bins = np.asarray(state.histograms[i], dtype=np.float64)
+        raw_bins = np.asarray(state.histograms[i], dtype=np.float64) * to_first
         if s1 > 0 and s2 > 0:  # inverse-variance combination of the count with the bins' sum
             v1, vb = s1 * s1, bins * s2 * s2
             count = (count / v1 + float(raw_bins.sum()) / vb) / (1 / v1 + 1 / vb)
@@ -624,7 +630,7 @@ def _feature_entry(
     c1 = max(float(state.counts[i]), 1e-12)  # the means were decoded with round 1's count
     mean_std = r / c1 * s1 * math.sqrt(1 + mu * mu) if s1 > 0 else 0.0
     cvar = max(count, 1e-12)
-    raw_var = r * r * float(state.seconds[i]) / cvar - mean_std**2  # centring on the noisy mean adds its variance
+    raw_var = r * r * float(state.seconds[i]) * to_first / cvar - mean_std**2  # centring on the noisy mean adds its variance
     b = _second_scale(spec, mean)
     var_std = math.hypot(r * r * b * s2 / cvar, raw_var * count_std / cvar) if s2 > 0 else 0.0
     max_var = r * r / 4

@@ -157,3 +157,18 @@ def test_preview_lists_every_value_with_its_assumption() -> None:
     assert any("chosen from the data" in w.message for w in warnings)
     # no evidence in an all-zero histogram: planned at the limit, so every std is an upper bound
     assert rounds[1].plan.task["max_examples"] == 100
+
+
+def test_rounds_with_different_contributors_describe_the_first_rounds_population() -> None:
+    """Dropouts: the second round sums over other (here half as many) devices; its sums are rescaled to the first
+    round's contributors, so the variance and the bins stay on the count's scale."""
+    devices = [[{"age": 20.0 + (i % 2) * 50.0}] * 2 for i in range(100)]  # mean 45, variance 625
+    params = KIND.parse_params({"features": [{"name": "age", "lower": 0.0, "upper": 100.0}], "max_examples_per_device": 2,
+                                "bins": 2})
+    state, rng = KIND.initial_state(params), np.random.default_rng(0)
+    for r, who in enumerate([devices, devices[:50]]):
+        plan = KIND.plan_round(params, state, r)
+        state = KIND.decode_round(params, state, plan, sum(KIND.contribute(plan.task, d, rng) for d in who), len(who))
+    got = KIND.finalize(params, state).result["features"]["age"]
+    assert got["count"] == 200 and got["mean"] == pytest.approx(45.0)
+    assert got["var"] == pytest.approx(625.0, rel=1e-6) and got["histogram"]["counts"] == [100, 100]
