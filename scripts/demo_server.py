@@ -95,15 +95,20 @@ def compare(console: Console, admin: AnalystClient, qid: str, spec: dict[str, An
     kind = get_kind(spec["kind"])
     rows_of = lambda ids: [truth[d].get(spec["source"], []) for d in ids]  # noqa: E731
     all_truth, _ = run_locally(kind, spec["params"], rows_of(sorted(truth)))
-    contrib_truth = None
+    contrib_truth, contrib = None, None
     if len(rounds) == 1:
-        contrib_truth, _ = run_locally(kind, spec["params"], rows_of(rounds["0"]))
+        contrib = rounds["0"]
+        contrib_truth, _ = run_locally(kind, spec["params"], rows_of(contrib))
+    elif spec["kind"] == "feature_stats":  # counts and means describe the first-moment round's contributors
+        contrib = rounds[str(len(rounds) - 2)]
+        bound = res["result"]["contribution_bound"]["max_examples_per_device"]
+        contrib_truth, _ = run_locally(kind, {**spec["params"], "max_examples_per_device": bound}, rows_of(contrib))
     table = Table(title=f"{spec['kind']}: server result vs ground truth")
     table.add_column("key")
     table.add_column("server (secure aggregation)", justify="right")
     table.add_column("± 95 %", justify="right")
-    if contrib_truth is not None:
-        table.add_column(f"truth over the {len(rounds['0'])} contributors", justify="right")
+    if contrib_truth is not None and contrib is not None:
+        table.add_column(f"truth over the {len(contrib)} contributors", justify="right")
     table.add_column(f"truth over all {len(truth)} devices", justify="right")
     got = dict(_flatten(res["result"]))
     halfwidth = {_pointer_key(p): (u["ci95"][1] - u["ci95"][0]) / 2 for p, u in res.get("uncertainty", {}).items()}
