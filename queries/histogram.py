@@ -36,6 +36,7 @@ from queries.kind import (
     value_path,
 )
 from queries.release import count_threshold, release_threshold
+from queries.uncertainty import interval
 
 # Limits of a histogram spec (listed with every kind's in docs/security/spec.md).
 MAX_BUCKETS = 100_000
@@ -222,6 +223,8 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
             "threshold": state.threshold,
         }
         noise_std = {value_path("counts", name): state.noise_std for name in counts} if state.noise_std else {}
+        intervals = {value_path("counts", name): interval(float(v), state.noise_std, 0.0)  # a count is never below 0
+                     for name, v in counts.items()} if state.noise_std else {}
         advice = ("raise privacy.epsilon, lower max_contributions_per_device, or include more devices "
                   "(cohort.min_clients)")
-        return Release(result, {"release_threshold": state.threshold}, noise_std, advice=advice)
+        return Release(result, {"release_threshold": state.threshold}, noise_std, intervals=intervals, advice=advice)

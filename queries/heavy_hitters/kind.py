@@ -43,6 +43,7 @@ from queries.kind import (
 )
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
+from queries.uncertainty import interval, value_at
 
 # Limits of a heavy_hitters spec (docs/heavy_hitters.md, "Limits"): a round's vector has at most
 # MAX_FRONTIER·(MAX_ALPHABET + 1) = 528,384 entries, and at most MAX_LENGTH rounds run.
@@ -178,6 +179,11 @@ class HeavyHittersState:
     frontier_truncated: int = 0
     noise_std: list[float] = field(default_factory=list)
     """Per round, the standard deviation of each count's noise (0 without noise)."""
+
+
+def _count_at(result: dict[str, Any], path: str) -> float:
+    value = value_at(result, path)
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
@@ -333,7 +339,8 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             if round_std(len(prefix) - 1) > 0:
                 noise_std[value_path("trie", prefix)] = round_std(len(prefix) - 1)
         advice = "raise privacy.epsilon or include more devices (cohort.min_clients)"
-        return Release(result, {"release_thresholds": state.thresholds}, noise_std, advice=advice,
+        intervals = {p: interval(float(_count_at(result, p)), std, 0.0) for p, std in noise_std.items()}  # counts ≥ 0
+        return Release(result, {"release_thresholds": state.thresholds}, noise_std, intervals=intervals, advice=advice,
                        auxiliary=("/trie",))
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
