@@ -19,7 +19,9 @@ or nested dataclasses of them. Old stored states load as long as new fields have
 What crosses the boundary, and nothing else: the server passes the round's noise to `decode_round` as
 an `AggregateNoise` (None without noise) and the reason it stopped a query early to `finalize`
 (`stop_reason`); `finalize` returns a `Release` (the released result, the release thresholds the kind
-applied, the noise std of released values). The server never reads a kind's state or result keys.
+applied, the noise std and intervals of released values, the kind's warnings, and a failure the analyst must
+not mistake for success). Before a query is submitted, `preview` maps its planned rounds' noise to the
+expected noise of each value it will release. The server never reads a kind's state or result keys.
 
 Adding a kind touches its own module and one line of `queries.registry`, nothing in the server or SDK.
 """
