@@ -156,7 +156,7 @@ def show_privacy(console: Console, admin: AnalystClient, res: dict[str, Any], sp
 
 
 def main() -> int:
-    console = Console()
+    console = Console(width=max(Console().width, 130))  # keys of the comparison tables stay readable
     with tempfile.TemporaryDirectory(prefix="fa-demo-") as tmp_s:
         tmp = Path(tmp_s)
         url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
