@@ -340,26 +340,45 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         unit = 1 << k
         if state.stage == 0:
             task |= {"stage": "first_moments"}
-            dim, per_feature, purpose = first_moments_layout(f).dim, 2, "counts and means"
+            dim, purpose = first_moments_layout(f).dim, "counts and means"
             weight = weights[offset]
         elif state.stage == 1:
             scales = [None if mean is None else _second_scale(spec, mean) for spec, mean in zip(params.features, state.means)]
             task |= {"stage": "second_moments", "means": state.means, "second_scales": scales, "bins": bins}
-            dim, per_feature = second_moments_layout(f, bins).dim, 1 + (1 if bins else 0)
+            dim = second_moments_layout(f, bins).dim
             purpose = "variances" + (" and histograms" if bins else "")
             weight = weights[offset + 1]
         else:
             return None
-        return RoundPlan(
-            round=round_index,
-            task=task,
-            dim=dim,
-            max_abs=m * unit,
-            l1_sensitivity=float(m * unit * per_feature * f),
-            l2_sensitivity=float(m * unit * math.sqrt(per_feature * f)),
-            privacy_weight=weight,
-            purpose=purpose,
-        )
+        l1, l2 = self.task_sensitivity(task)
+        return RoundPlan(round=round_index, task=task, dim=dim, max_abs=m * unit, l1_sensitivity=l1, l2_sensitivity=l2,
+                         privacy_weight=weight, purpose=purpose)
+
+    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+        """Rows held: one 1 (one-hot). Moments: per example and feature at most 2^K in each of the count and the
+        first moment (first moments), or in the scaled second moment and one histogram bin (second moments);
+        at most `max_examples` examples."""
+        stage = task.get("stage") if isinstance(task, dict) else None
+        if stage == "row_counts":
+            return 1.0, 1.0
+        try:
+            f, k, m = len(task["features"]), task["scale_exp"], task["max_examples"]
+        except (KeyError, TypeError) as exc:
+            raise QueryKindError(f"task: malformed feature_stats task ({exc!r})") from None
+        for name, v in (("scale_exp", k), ("max_examples", m)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise QueryKindError(f"task.{name}: must be an integer ≥ 0, got {v!r}")
+        if stage == "first_moments":
+            per_example = 2
+        elif stage == "second_moments":
+            bins = task.get("bins") or 0
+            if isinstance(bins, bool) or not isinstance(bins, int) or bins < 0:
+                raise QueryKindError(f"task.bins: must be an integer ≥ 0, got {bins!r}")
+            per_example = 2 if bins else 1
+        else:
+            raise QueryKindError(f"task.stage: unknown feature_stats stage {stage!r}")
+        unit = m * (1 << k)
+        return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         stage = task.get("stage") if isinstance(task, dict) else None

@@ -28,7 +28,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from queries.kind import AggregateNoise, ExpectedValue, QueryKind, Release, ReleaseWarning, RoundPlan, RoundPreview, value_path
+from queries.kind import (
+    AggregateNoise,
+    ExpectedValue,
+    QueryKind,
+    QueryKindError,
+    Release,
+    ReleaseWarning,
+    RoundPlan,
+    RoundPreview,
+    value_path,
+)
 from queries.spec import PrivacySpec
 from queries.training import client, encoding
 from queries.training.blackbox import BlackBoxModel
@@ -201,6 +211,30 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         return client.contribute(task, rows, rng)
+
+    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+        """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""
+        try:
+            phase, pb = task["phase"], task["precision_bits"]
+            if isinstance(pb, bool) or not isinstance(pb, int):
+                raise TypeError(f"precision_bits must be an integer, got {pb!r}")
+            if phase == "label_counts":
+                b = encoding.label_bounds(int(task["n_classes"]), pb)
+            elif phase == "train":
+                votes = task["votes"] == "sign"
+                weighted = task["weighting"] == "examples" and not votes
+                entries = 0 if votes else int(task.get("clip_entries") or 0)
+                if entries not in (0, 1, encoding.NORM_BUCKETS):
+                    raise ValueError(f"clip_entries must be 0, 1 or {encoding.NORM_BUCKETS}, got {entries}")
+                b = encoding.train_bounds(len(task["weights"]), votes, weighted, pb, float(task["weight_share"]),
+                                          entries, float(task.get("count_share") or 0.0))
+            elif phase == "eval":
+                b = encoding.eval_bounds(len(task["metrics"]), pb)
+            else:
+                raise ValueError(f"unknown phase {phase!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed training task ({exc})") from None
+        return b.l1, b.l2
 
     # ------------------------------------------------------------------ decoding
     def decode_round(
