@@ -149,7 +149,8 @@ def assignment_privacy(
     which a device recomputes the noise floor it accepts and charges its own ledger (docs/device_sdk.md).
 
     `rounds` is what the query's (ε, δ) covers: the calibrated rounds, or — with the analyst's own noise
-    multiplier — the rounds that fit ε (the orchestrator stops before any later one)."""
+    multiplier — the rounds that fit ε (the orchestrator stops before any later one); `weight` the unit rounds
+    this round spends (its `privacy_weight`)."""
     validation = getattr(spec.privacy, "validation", None) or "none"
     sensitivities = {"l1_sensitivity": plan.l1_sensitivity, "l2_sensitivity": plan.l2_sensitivity}
     if calibration is None:
@@ -158,7 +159,7 @@ def assignment_privacy(
     rounds = cal.rounds if spec.privacy.noise_multiplier is None else _affordable(tuple(sorted(cal.to_dict().items())))
     return {
         "mechanism": cal.mechanism, "epsilon": cal.epsilon, "delta": cal.delta, "rounds": max(1, rounds),
-        "t_min": cal.t_min, **sensitivities, "validation": validation,
+        "t_min": cal.t_min, **sensitivities, "validation": validation, "weight": plan.privacy_weight,
     }
 
 
