@@ -668,9 +668,10 @@ def _feature_entry(
     }
     if floored:
         entry["var_floored"] = True
-        notes.append((("var",), f"the noisy variance ({fmt(raw_var)}) fell below its noise std; released at the floor "
-                                f"{fmt(var)} (var_floored) — the true variance is probably small but is not known: raise "
-                                "privacy.epsilon, narrow lower/upper, or include more devices before scaling with it"))
+        notes.append((("var",), f"the noisy variance ({fmt(raw_var)}) is within one noise std ({fmt(var_std)}) of 0: "
+                                f"released at the floor {fmt(var)} (var_floored), so the variance is only known to be "
+                                "below about twice that — raise privacy.epsilon, narrow lower/upper, or include more "
+                                "devices before scaling with it"))
     if hist is not None:
         entry["histogram"] = {"edges": np.linspace(spec.lower, spec.upper, bins + 1).tolist(),
                               "counts": hist.tolist()}
