@@ -669,9 +669,9 @@ def _feature_entry(
     if floored:
         entry["var_floored"] = True
         notes.append((("var",), f"the noisy variance ({fmt(raw_var)}) is within one noise std ({fmt(var_std)}) of 0: "
-                                f"released at the floor {fmt(var)} (var_floored), so the variance is only known to be "
-                                "below about twice that — raise privacy.epsilon, narrow lower/upper, or include more "
-                                "devices before scaling with it"))
+                                f"released at the floor {fmt(var)} (var_floored): the variance is only known to lie below "
+                                f"{fmt(var + Z95 * var_std)} (its 95 % interval) — raise privacy.epsilon, narrow "
+                                "lower/upper, or include more devices before scaling with it"))
     if hist is not None:
         entry["histogram"] = {"edges": np.linspace(spec.lower, spec.upper, bins + 1).tolist(),
                               "counts": hist.tolist()}
