@@ -96,6 +96,10 @@ class AnalystClient:
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", "/v1/queries", spec)
 
+    def preview(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/queries/preview`: the charge and the expected noise of every value, nothing created."""
+        return self.call("POST", "/v1/queries/preview", spec)
+
     def status(self, query_id: str) -> dict[str, Any]:
         return self.call("GET", f"/v1/queries/{query_id}")
 
@@ -173,10 +177,11 @@ def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def _wait_with_bar(client: AnalystClient, query_id: str) -> dict[str, Any]:
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                  transient=False) as bar:
+                  transient=False, console=Console(stderr=True)) as bar:  # stdout carries only the result
         task = bar.add_task(f"query {query_id}", total=None, info="")
 
         def update(st: dict[str, Any]) -> None:
