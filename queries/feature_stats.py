@@ -53,7 +53,7 @@ from queries.layout import Layout
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
 from queries.uncertainty import Z95, fmt, interval
-from secagg.validity.statement import Ranged, Statement
+from secagg.validity.statement import Bits, Ranged, Statement
 
 # Limits of a feature_stats spec (docs/feature_stats.md, "Limits"): the second round's vector has
 # len(features)·(1 + bins) ≤ 1,001,000 entries.
@@ -433,17 +433,23 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
 
     def validity(self, task: dict[str, Any]) -> Statement:
-        """Every entry within what `max_examples` examples can add: counts, first moments, histogram bins and
-        second moments each in [0, max_examples·2^scale_exp]."""
+        """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
+        entry within what `max_examples` examples can add: counts, first moments, histogram bins and second
+        moments each in [0, max_examples·2^scale_exp]."""
+        if isinstance(task, dict) and task.get("stage") == "row_counts":
+            try:
+                return Statement((Bits(row_counts_layout(len(task["grid"])).dim, 1),))
+            except (KeyError, TypeError) as exc:
+                raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
         try:
             f, k, m, stage = len(task["features"]), int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
         top = m << k
-        if stage == "first_moments":
-            bins = int(task.get("bins") or 0)
-            return Statement(tuple(Ranged(n, 0, top) for n in (f, f, f * bins) if n))
-        return Statement((Ranged(f, 0, top),))
+        if stage == "first_moments":  # counts, first moments
+            return Statement((Ranged(f, 0, top), Ranged(f, 0, top)))
+        bins = int(task.get("bins") or 0)  # second moments, then the histogram bins
+        return Statement(tuple(Ranged(n, 0, top) for n in (f, f * bins) if n))
 
     def decode_round(
         self,

@@ -39,10 +39,11 @@ async def test_histogram_preview_is_the_noise_the_query_will_carry(app_server: T
     status, body = await _post(app_server, HIST, token)
     assert status == 200, body
     assert body["kind"] == "histogram" and body["source"] == "words" and body["rounds"] == 1 and body["t_min"] == 100
-    assert body["privacy"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "skellam"}
+    assert body["privacy"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "skellam", "validation": "proofs"}
     assert body["budget"] == {"source": "words", "remaining_epsilon": 10.0, "remaining_delta": 1e-5, "fits": True}
     # the std the orchestrator's round noise gives at t_min contributors, per bucket (JSON Pointers, escaped)
-    spec = QuerySpec.model_validate(HIST)
+    # the spec as submitted, with the validation the server settled on (proofs leave part of δ to truncation)
+    spec = QuerySpec.model_validate({**HIST, "privacy": {**HIST["privacy"], "validation": body["privacy"]["validation"]}})
     kind = get_kind("histogram")
     params = kind.parse_params(spec.params)
     cal = privacy.check_and_calibrate(spec, kind, params, "demo")
