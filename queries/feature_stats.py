@@ -697,7 +697,8 @@ def _feature_entry(
         entry["histogram"] = {"edges": np.linspace(spec.lower, spec.upper, bins + 1).tolist(),
                               "counts": hist.tolist()}
     if s1 > 0:
-        stds[("count",)], ivs[("count",)] = count_std, interval(count, count_std, 0.0)
+        # around the released (rounded) count, so the interval always holds the value it is printed beside
+        stds[("count",)], ivs[("count",)] = count_std, interval(float(entry["count"]), count_std, 0.0)
         stds[("mean",)], ivs[("mean",)] = mean_std, interval(mean, mean_std, spec.lower, spec.upper)
     if s2 > 0:
         lo, hi = interval(var, var_std, 0.0, max_var)

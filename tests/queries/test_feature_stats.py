@@ -152,3 +152,16 @@ def test_release_reports_the_noise_of_counts_and_bins_and_finalizes_early() -> N
     assert release.noise_std["/features/a/count"] == pytest.approx(math.sqrt(1 / (1 / 4 + 1 / 18)))
     assert release.noise_std["/features/a/histogram/counts/0"] == release.noise_std["/features/a/histogram/counts/1"] == 3.0
     assert {"/features/a/mean", "/features/a/var", "/features/a/std", "/scaler/mean_/0"} <= set(release.noise_std)
+
+
+def test_a_rounded_count_lies_in_its_own_interval() -> None:
+    """A noisy count of 0.29 is released as 0: its 95 % interval is taken around the released 0 (clamped at 0),
+    not around 0.29 (whose interval [0.01, 0.57] would not hold the printed value)."""
+    from queries.feature_stats import FeatureSpec, FeatureStatsState, _feature_entry
+
+    spec = FeatureSpec(name="x", lower=0.0, upper=1.0)
+    state = FeatureStatsState(stage=2, bound=1, counts=[0.288], means=[0.5], firsts=[0.1], seconds=[0.01])
+    entry, stds, ivs, _ = _feature_entry(spec, state, 0, 0.144, 0.0, 0)
+    assert entry["count"] == 0
+    lo, hi = ivs[("count",)]
+    assert lo == 0.0 <= entry["count"] <= hi and hi == pytest.approx(1.959963984540054 * 0.144)
