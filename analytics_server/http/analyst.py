@@ -118,7 +118,7 @@ def _live_cohort(st: AppState, live: dict[str, Any]) -> CohortProgress | None:
     """The running cohort: this process's runtime, else the owner's snapshot stored at its last heartbeat."""
     runtime = st.orchestrator.cohorts.get(live.get("cohort") or "")
     snap = runtime.snapshot() if runtime is not None and runtime.status == "running" else live.get("cohort_live")
-    if not snap:
+    if not snap or snap.get("phase") in ("done", "aborted"):  # ending: its outcome is in `cohorts`
         return None
     return CohortProgress(**snap, deadline_in_s=max(0.0, float(snap["deadline_at"]) - time.time()))
 

@@ -37,17 +37,29 @@ export function destroyCharts() {
  * Bars with 95 % interval whiskers (a thin floating bar from lo to hi over each bar). items: [{label, value,
  * lo?, hi?, suppressed?}]. horizontal: ranked bars.
  */
-export function barsWithIntervals(canvas, items, { horizontal = false, valueLabel = "count" } = {}) {
+export function barsWithIntervals(canvas, items, { horizontal = false, valueLabel = "count", threshold = null } = {}) {
   const labels = items.map((i) => i.label);
   const datasets = [
     {
       label: valueLabel,
-      data: items.map((i) => (i.suppressed ? 0 : i.value)),
-      backgroundColor: items.map((i) => (i.suppressed ? COLORS.suppressed : COLORS.value)),
+      data: items.map((i) => (i.suppressed ? null : i.value)),
+      backgroundColor: COLORS.value,
       grouped: false,
       order: 2,
     },
   ];
+  if (items.some((i) => i.suppressed)) {  // a grey bar up to the threshold: "somewhere below this, not released"
+    datasets.push({
+      label: "suppressed (below the release threshold)",
+      data: items.map((i) => (i.suppressed ? [0, Number.isFinite(threshold) ? threshold : 0] : null)),
+      backgroundColor: COLORS.suppressed,
+      borderColor: "#9aa3af",
+      borderWidth: 1,
+      borderDash: [4, 3],
+      grouped: false,
+      order: 3,
+    });
+  }
   if (items.some((i) => Number.isFinite(i.lo))) {
     datasets.push({
       label: "95 % interval",
@@ -67,11 +79,6 @@ export function barsWithIntervals(canvas, items, { horizontal = false, valueLabe
       scales: horizontal ? { x: valueAxis } : { y: valueAxis },
       plugins: {
         legend: { display: datasets.length > 1 },
-        tooltip: {
-          callbacks: {
-            afterLabel: (ctx) => (items[ctx.dataIndex].suppressed ? "suppressed: below the release threshold" : ""),
-          },
-        },
       },
     },
   });
@@ -83,7 +90,7 @@ export function barsWithIntervals(canvas, items, { horizontal = false, valueLabe
  */
 export function featureChart(canvas, { edges, counts, mean, meanLo, meanHi, name }) {
   const bars = counts.map((c, i) => ({ x: (edges[i] + edges[i + 1]) / 2, y: Math.max(0, c) }));
-  const top = Math.max(1, ...bars.map((b) => b.y)) * 1.1;
+  const top = Math.max(1, ...bars.map((b) => b.y)) * 1.05;
   const datasets = [
     {
       type: "bar", label: "rows per bin", data: bars, backgroundColor: COLORS.value, barPercentage: 1,
@@ -108,8 +115,12 @@ export function featureChart(canvas, { edges, counts, mean, meanLo, meanHi, name
     options: {
       parsing: true,
       scales: {
-        x: { type: "linear", min: edges[0], max: edges[edges.length - 1], title: { display: true, text: name } },
-        y: { beginAtZero: true, max: top, title: { display: true, text: "rows" } },
+        x: {
+          type: "linear", min: edges[0], max: edges[edges.length - 1], title: { display: true, text: name },
+          // ticks at the bin edges: Chart.js sizes bars by the closest ticks, so the bars fill their bins
+          afterBuildTicks: (scale) => { scale.ticks = edges.map((value) => ({ value })); },
+        },
+        y: { beginAtZero: true, title: { display: true, text: "rows" } },
       },
       plugins: { legend: { display: true, labels: { boxWidth: 12 } } },
     },

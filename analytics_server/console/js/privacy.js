@@ -22,13 +22,16 @@ export function describePrivacy(view) {
     const tmin = p.t_min ?? p.min_clients;
     const noise = (p.noise || []).filter(Boolean);
     const released = noise.length ? noise.map((n) => n.noise_std_released).filter(Number.isFinite) : [];
-    const stdText = released.length
+    // released units are counts for histogram and heavy hitters; other kinds release values decoded from a
+    // fixed-point encoding, where the sum's noise std says little by itself (their intervals carry it)
+    const counts = view.kind === "histogram" || view.kind === "heavy_hitters";
+    const stdText = counts && released.length
       ? (Math.min(...released) === Math.max(...released) ? fmt.num(released[0], 3) : `${fmt.num(Math.min(...released), 3)} to ${fmt.num(Math.max(...released), 3)}`)
       : null;
     sentences.push(
       `Distributed differential privacy with ${MECHANISMS[p.mechanism] || p.mechanism}: every device added its share of ` +
       `integer noise before masking, so each sum the server saw over at least t_min = ${tmin} devices already carried ` +
-      `the full noise` + (stdText ? ` (standard deviation ${stdText} in the released units).` : "."));
+      `the full noise` + (stdText ? ` (standard deviation ${stdText} on each released count).` : "."));
     sentences.push(
       `The query spent ε = ${fmt.eps(p.epsilon_spent ?? p.epsilon)} of its ε = ${fmt.eps(p.epsilon)} with δ = ${fmt.delta(p.delta)}` +
       (p.rounds_calibrated ? `, calibrated for ${p.rounds_calibrated} round${p.rounds_calibrated === 1 ? "" : "s"}` : "") +

@@ -56,7 +56,7 @@ function histogram(view, spec) {
     { label: "", cell: (i) => (i.suppressed ? h("span", { class: "badge suppressed" }, "suppressed") : "released") },
   ], items, { "data-testid": "values", "aria-label": "released counts" },
   (i) => valueData(i.label, i.value, i.unc, { suppressed: i.suppressed ? "1" : "0" }));
-  queueMicrotask(() => barsWithIntervals(canvas, items));
+  queueMicrotask(() => barsWithIntervals(canvas, items, { threshold: r.threshold }));
   return h("div", {},
     facts([
       ["contributors", fmt.num(r.clients)],

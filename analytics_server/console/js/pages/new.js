@@ -23,7 +23,8 @@ export async function render({ main, params }) {
   function load(k) {
     kind = k;
     select.value = k;
-    editor.value = JSON.stringify(byKind[k].spec, null, 2);
+    // the commented text `fa init` writes, without its comment lines (the notes are listed beside the editor)
+    editor.value = byKind[k].text.split("\n").filter((line) => !line.trim().startsWith("//")).join("\n").trim() + "\n";
     title.textContent = byKind[k].title;
     replace(notes, h("h3", {}, "Fields"), h("dl", { class: "facts notes-list" },
       Object.entries(byKind[k].notes).flatMap(([path, note]) => [h("dt", {}, h("code", {}, path)), h("dd", {}, note)])));
