@@ -224,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=fmt_result, default="table")
     r.add_argument("--plot", action="store_true", help="terminal bars (counts, feature histograms) and sparklines (training)")
 
+    w = sub.add_parser("wait", help="follow a query on stderr until it ends, then print its result")
+    w.add_argument("id")
+    w.add_argument("--timeout-s", dest="wait_timeout", type=float, default=3600.0, help="seconds to wait before giving up")
+    w.add_argument("--format", choices=fmt_result, default="table")
+    w.add_argument("--plot", action="store_true")
+
     c = sub.add_parser("cancel", help="cancel a query")
     c.add_argument("id")
 
@@ -308,6 +314,11 @@ def _follow_and_print(client: AnalystClient, qid: str, fmt: str, plot: bool, tim
         return EXIT_FAILED
     _out(format_result(client.result(qid), fmt, spec, plot, _width()))
     return 0
+
+
+def _wait(client: AnalystClient, args: argparse.Namespace) -> int:
+    spec = client.status(args.id).get("spec") or {}
+    return _follow_and_print(client, args.id, args.format, args.plot, args.wait_timeout, spec)
 
 
 def _status(client: AnalystClient, args: argparse.Namespace) -> int:
@@ -400,7 +411,7 @@ def _ping(args: argparse.Namespace) -> int:
         return 0
 
 
-COMMANDS = {"submit": _submit, "status": _status, "result": _result, "cancel": _cancel, "ls": _ls,
+COMMANDS = {"submit": _submit, "wait": _wait, "status": _status, "result": _result, "cancel": _cancel, "ls": _ls,
             "budget": _budget, "validate": _validate}
 
 

@@ -94,8 +94,17 @@ def _render(value: Any, notes: dict[str, str], path: str, indent: int) -> list[s
     return [text]
 
 
+def _present(spec: dict[str, Any], path: str) -> bool:
+    node: Any = spec
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 TEMPLATES: dict[str, Template] = {
-    t.kind: t
+    t.kind: Template(t.kind, t.title, t.spec, {k: v for k, v in t.notes.items() if _present(t.spec, k)})
     for t in [
         Template(
             "histogram",
@@ -162,8 +171,8 @@ TEMPLATES: dict[str, Template] = {
         ),
         Template(
             "training",
-            "training: logistic regression on breast cancer over 50 label-skewed devices (FedAvg with "
-            "distributed DP); pass a feature_stats result as params.scaling",
+            "training: logistic regression on breast cancer over 50 label-skewed devices (FedAvg); pass a "
+            "feature_stats result as params.scaling",
             {
                 "kind": "training",
                 "name": "breast cancer logistic",
@@ -175,11 +184,10 @@ TEMPLATES: dict[str, Template] = {
                     "client": {"epochs": 1, "batch_size": 0, "lr": 1.0},
                     "server_optimizer": {"name": "fedavg", "lr": 3.0},
                     "clip_norm": 10.0,
-                    "weighting": "uniform",
                     "eval_every": 5,
                     "holdout_fraction": 0.0,
                 },
-                "privacy": {"mechanism": "discrete_gaussian", "epsilon": 8, "delta": 1e-5},
+                "privacy": {"mechanism": "none"},
                 "cohort": {"min_clients": 45, "max_clients": 50, "phase_timeout_s": 30},
             },
             _COMMON | {
@@ -190,13 +198,19 @@ TEMPLATES: dict[str, Template] = {
                                  "learning rate",
                 "params.server_optimizer": "fedavg, adam or rprop, applied to the averaged update",
                 "params.clip_norm": "L2 bound of one device's update: sets the noise",
-                "params.weighting": "uniform (every device counts once; use with DP) or examples",
+                "privacy": "none here: exact sums of the clipped updates. For distributed DP set mechanism "
+                           "discrete_gaussian with epsilon and delta, and params.weighting to uniform",
                 "params.eval_every": "a federated evaluation round every this many updates (0: none)",
                 "params.holdout_fraction": "share of each device's rows kept out of training for evaluation",
             },
         ),
     ]
 }
+
+
+def dumps(spec: dict[str, Any]) -> str:
+    """A spec as the examples/ files hold it: two-space indent, short objects and lists on one line."""
+    return "\n".join(_render(spec, {}, "", 0)) + "\n"
 
 
 def get_template(kind: str) -> Template:
