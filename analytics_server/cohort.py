@@ -38,19 +38,28 @@ OFFLOAD_BYTES = 256 * 1024
 """Messages larger than this are decoded and accumulated in the executor."""
 GRACE_MIN_S = 0.5
 GRACE_FACTOR = 0.5
-"""A phase closes early after max(GRACE_MIN_S, GRACE_FACTOR × (last arrival − phase open)) without arrivals."""
-EARLY_PHASES = frozenset({Phase.ADVERTISE_KEYS, Phase.SHARE_KEYS, Phase.MASKED_INPUT, Phase.CONSISTENCY_CHECK})
-"""Phases that may close early. Unmasking waits for every survivor or the deadline: with a sparse (SecAgg+)
-graph each dropped party needs a threshold of shares from its own neighbours, which a global count of
-answers does not guarantee."""
+GRACE_GAPS = 20
+"""A phase closes early once no answer arrived for `grace`: GRACE_GAPS mean gaps between the phase's arrivals
+so far, at most GRACE_FACTOR × (last arrival − phase open), never less than GRACE_MIN_S."""
+
+def grace(opened: float, first_arrival: float, last_arrival: float, received: int) -> float:
+    """Seconds without an answer after which a phase's arrivals count as stalled. A burst of answers a few
+    milliseconds apart stalls after GRACE_MIN_S; answers that trickle in seconds apart get a proportionally
+    longer grace, up to GRACE_FACTOR of the time the phase has taken."""
+    spread = GRACE_FACTOR * (last_arrival - opened)
+    if received >= 2 and last_arrival > first_arrival:
+        spread = min(spread, GRACE_GAPS * (last_arrival - first_arrival) / (received - 1))
+    return max(GRACE_MIN_S, spread)
 
 
-def stalled(now: float, opened: float, last_arrival: float | None, received: int, quorum: int) -> bool:
+def stalled(
+    now: float, opened: float, first_arrival: float | None, last_arrival: float | None, received: int, quorum: int
+) -> bool:
     """Whether a phase may close before its deadline: at least `quorum` parties answered (never fewer than the
-    protocol and t_min need) and no answer arrived for the grace derived from the phase's arrival times."""
-    if received < quorum or last_arrival is None:
+    protocol and t_min need) and no answer arrived for the `grace` derived from the phase's arrival times."""
+    if received < quorum or first_arrival is None or last_arrival is None:
         return False
-    return now - last_arrival >= max(GRACE_MIN_S, GRACE_FACTOR * (last_arrival - opened))
+    return now - last_arrival >= grace(opened, first_arrival, last_arrival, received)
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,7 @@ class CohortRuntime:
         self._lock = asyncio.Lock()
         self._all_in = asyncio.Event()
         self._arrived = asyncio.Event()
+        self._first_arrival: float | None = None
         self._last_arrival: float | None = None
         self._changed = asyncio.Event()
         self.started = time.time()
@@ -150,10 +160,10 @@ class CohortRuntime:
         if self.status != "running":
             raise HttpError(410, f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         async with self._lock:
+            if party not in self.session.expected():  # before the phase check: a late answer learns it was dropped
+                raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")
             if phase != self.phase:
                 raise HttpError(409, f"phase {phase} is not open; the cohort is in phase {self.phase} ({Phase(self.phase).label})")
-            if party not in self.session.expected():
-                raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")
             try:
                 if len(data) > OFFLOAD_BYTES:
                     await asyncio.get_running_loop().run_in_executor(self.executor, self.session.receive, party, data)
@@ -165,6 +175,8 @@ class CohortRuntime:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest
             self._last_arrival = asyncio.get_running_loop().time()
+            if self._first_arrival is None:
+                self._first_arrival = self._last_arrival
             self._arrived.set()
             if len(self.session.received()) >= len(self.session.expected()):
                 self._all_in.set()
@@ -234,7 +246,7 @@ class CohortRuntime:
                         del self._outboxes[old]
                     self.phase = int(self.session.phase)
                     self._all_in = asyncio.Event()
-                    self._last_arrival = None
+                    self._first_arrival = self._last_arrival = None
                 if self.session.phase is Phase.DONE:
                     await self._end_finished()
                     return
@@ -258,27 +270,34 @@ class CohortRuntime:
         return self.session.min_survivors
 
     async def _wait_for_answers(self, opened: float) -> None:
-        """Until every expected party answered, the deadline, or (phases in EARLY_PHASES) arrivals stalled."""
+        """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early."""
         loop = asyncio.get_running_loop()
         deadline = opened + self.phase_timeout_s
-        early = self.session.phase in EARLY_PHASES
         while len(self.session.received()) < len(self.session.expected()):
             now = loop.time()
             if now >= deadline:
                 return
             wake = deadline
-            if early and len(self.session.received()) >= self.quorum and self._last_arrival is not None:
-                if stalled(now, opened, self._last_arrival, len(self.session.received()), self.quorum):
+            first, last, received = self._first_arrival, self._last_arrival, len(self.session.received())
+            if self._may_close_early() and first is not None and last is not None:
+                if stalled(now, opened, first, last, received, self.quorum):
                     self.metrics.early_closes += 1
                     log.info("cohort %s: %s closed early with %d of %d answers (arrivals stalled)", self.id,
                              Phase(self.session.phase).label, len(self.session.received()), len(self.session.expected()))
                     return
-                wake = min(deadline, self._last_arrival + max(GRACE_MIN_S, GRACE_FACTOR * (self._last_arrival - opened)))
+                wake = min(deadline, last + grace(opened, first, last, received))
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), max(0.0, wake - now) + 0.01)
             except TimeoutError:
                 pass
+
+    def _may_close_early(self) -> bool:
+        """Whether the open phase could close now without losing anything the protocol needs
+        (`ServerSession.close_ready`: no abort, no answering party pruned, every needed secret recoverable)."""
+        if isinstance(self.session, ServerSession):
+            return self.session.close_ready()
+        return len(self.session.received()) >= self.session.min_survivors
 
     async def _release_dropped(self) -> None:
         """Free the members the session dropped (missed a deadline) so they may be seated elsewhere."""

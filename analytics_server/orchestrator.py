@@ -48,6 +48,9 @@ from secagg.server import ServerSession
 
 log = logging.getLogger(__name__)
 FORMATION_POLL_S = 0.1
+FORMATION_STALL_S = 0.5
+"""Once a round has enough eligible devices, its cohort forms when no new one arrived for this long (or at
+`max_clients`, or after `cohort_formation_wait_s`): devices still checking in join, stragglers are not awaited."""
 ENDED_KEEP_S = 600.0
 
 
@@ -388,6 +391,7 @@ class Orchestrator:
         session id and its members (device → party)."""
         need, cap = rnd.need, spec.cohort.max_clients
         enough_since: float | None = None
+        grown_at, last_count = time.monotonic(), -1
         timeout = self._formation_timeout(spec)
         deadline = time.monotonic() + timeout
         while True:
@@ -401,9 +405,13 @@ class Orchestrator:
             else:
                 eligible = []
             live["devices_eligible"] = len(eligible) if available >= need else available  # else an upper bound
+            if len(eligible) > last_count:
+                grown_at, last_count = time.monotonic(), len(eligible)
             if len(eligible) >= need:
-                enough_since = enough_since or time.monotonic()
-                if len(eligible) >= cap or time.monotonic() - enough_since >= self.settings.cohort_formation_wait_s:
+                now = time.monotonic()
+                enough_since = enough_since or now
+                if (len(eligible) >= cap or now - enough_since >= self.settings.cohort_formation_wait_s
+                        or now - grown_at >= max(FORMATION_STALL_S, 2 * pause)):
                     session_id = self.randomness.bytes(16)
                     chosen = self.randomness.sample(eligible, min(cap, len(eligible)))
                     claimed = await self.store.claim_devices(session_id.hex(), chosen)
@@ -412,7 +420,7 @@ class Orchestrator:
                     await self.store.release_devices(session_id.hex())
                     enough_since = None
             else:
-                enough_since = None
+                enough_since, last_count = None, -1
                 if time.monotonic() >= deadline:
                     found = f"{len(eligible)} eligible" if available >= need else f"only {available} available"
                     raise QueryFailed(

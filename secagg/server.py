@@ -102,6 +102,12 @@ class ServerSession:
         self.dropped: dict[Phase, frozenset[int]] = {}
         self.result: AggregateResult | None = None
         self.abort_reason: AbortError | None = None
+        self._heard: dict[int, int] = {}
+        """Per party whose neighbourhood the open phase must keep at t: how many of its closed neighbours answered."""
+        self._short = 0
+        """How many of those parties have fewer than t answering neighbours so far."""
+        self._cover_all = False
+        self._open_coverage()
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -133,6 +139,7 @@ class ServerSession:
         if not isinstance(msg, _EXPECTS[self.phase]):
             raise WrongPhaseError(f"{type(msg).__name__} does not belong to phase {self.phase.label}")
         getattr(self, f"_accept_{self.phase.name.lower()}")(party, msg)
+        self._count_answer(party)
         self._digests[party] = digest
 
     def close_phase(self) -> dict[int, bytes]:
@@ -147,7 +154,22 @@ class ServerSession:
             self.abort_reason = exc
             raise
         self._digests = {}
+        if self.phase not in (Phase.DONE, Phase.ABORTED):
+            self._open_coverage()
         return out
+
+    def close_ready(self) -> bool:
+        """Whether closing the open phase now would lose nothing the protocol needs: it would not abort, would
+        not prune a party that answered (advertise and share keys), and would keep every share-keys survivor's
+        secrets recoverable (t answering neighbours in masked input and the consistency check; t shares of each
+        needed secret in unmasking). Later answers could add contributors but never rescue a phase closed
+        now, so a caller may close it before its deadline once answers stall. O(1); kept up to date per
+        answer in O(degree)."""
+        return (
+            self.phase not in (Phase.DONE, Phase.ABORTED)
+            and self._short == 0
+            and len(self._digests) >= self.config.survivor_threshold
+        )
 
     def survivors(self, phase: Phase) -> frozenset[int]:
         """Parties that completed `phase` (available once it closed)."""
@@ -206,6 +228,28 @@ class ServerSession:
             if shamir.from_bytes(share) >= shamir.PRIME:
                 raise MessageFormatError(f"party {party}: share for {v} is out of the field")
         self._shares[party] = msg
+
+    # -- closing readiness ------------------------------------------------------------------------
+
+    def _open_coverage(self) -> None:
+        """Start counting answers for the phase just opened. Advertise and share keys must keep each party
+        that answers (its answering neighbours ≥ t, else the close prunes it); the later phases must keep
+        every share-keys survivor's secrets recoverable (≥ t of its neighbours answer, in unmasking with
+        its shares)."""
+        self._cover_all = self.phase in (Phase.MASKED_INPUT, Phase.CONSISTENCY_CHECK, Phase.UNMASKING)
+        cover = self._u[Phase.SHARE_KEYS] if self._cover_all else self._expected
+        self._heard = dict.fromkeys(cover, 0)
+        self._short = len(cover) if self._cover_all else 0
+
+    def _count_answer(self, party: int) -> None:
+        heard, t = self._heard, self._t
+        for u in self._graph.closed(party):
+            if u in heard:
+                heard[u] += 1
+                if heard[u] == t and (self._cover_all or u in self._digests):
+                    self._short -= 1
+        if not self._cover_all and heard[party] < t:
+            self._short += 1
 
     # -- phase transitions ------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.exc import IntegrityError
 
-from analytics_server.cohort import GRACE_FACTOR, GRACE_MIN_S, CohortRuntime, stalled
+from analytics_server.cohort import GRACE_FACTOR, GRACE_GAPS, GRACE_MIN_S, CohortRuntime, grace, stalled
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.errors import HttpError
@@ -193,10 +193,80 @@ async def test_phase_never_closes_early_below_the_survivor_threshold(migrated_ur
 def test_stalled_never_closes_below_quorum_or_inside_the_grace(
     opened: float, gaps: list[float], received: int, quorum: int, wait: float
 ) -> None:
+    first = opened + gaps[0] if gaps else None
     last = opened + sum(gaps) if gaps else None
     now = (last if last is not None else opened) + wait
-    closes = stalled(now, opened, last, received, quorum)
+    closes = stalled(now, opened, first, last, received, quorum)
     if received < quorum or last is None:
         assert not closes
     if closes:
-        assert now - last >= GRACE_MIN_S and now - last >= GRACE_FACTOR * (last - opened)  # type: ignore[operator]
+        assert first is not None and last is not None
+        assert now - last >= GRACE_MIN_S  # never inside the minimum grace
+        assert now - last >= min(GRACE_FACTOR * (last - opened), GRACE_GAPS * (last - first) / max(1, received - 1))
+
+
+def test_grace_follows_the_arrival_rate() -> None:
+    """A burst of 900 answers within 2 s stalls after the minimum grace; 10 answers over 8 s wait longer, but
+    never more than half the time the phase has taken."""
+    assert grace(0.0, 0.1, 2.0, 900) == GRACE_MIN_S
+    assert grace(0.0, 0.0, 8.0, 10) == pytest.approx(GRACE_FACTOR * 8.0)
+    assert grace(0.0, 0.0, 8.0, 100) == pytest.approx(GRACE_GAPS * 8.0 / 99)  # between the two
+
+
+async def test_unmasking_closes_early_once_every_secret_is_reconstructible(migrated_url: str) -> None:
+    """Two survivors never send their unmask shares: the phase closes once the others' shares suffice (not at
+    its 30 s deadline), and the sum still covers both (they sent their masked input)."""
+    drops = {3: Phase.UNMASKING, 7: Phase.UNMASKING}
+    metrics = Metrics()
+    started = time.monotonic()
+    cohort, inputs, store = await _drive(migrated_url, 10, drops, 5, phase_timeout_s=30.0, metrics=metrics)
+    assert cohort.status == "finished" and metrics.early_closes == 1
+    assert time.monotonic() - started < 30.0
+    assert cohort.contributors == set(inputs)
+    (row,) = await store.cohorts_of_round(cohort.round_id)
+    assert vec_from_bytes(row.sum).tolist() == sum(inputs.values()).tolist()
+    await store.engine.dispose()
+
+
+async def test_a_late_answer_is_dropped_cleanly(migrated_url: str) -> None:
+    """Party 4 sends its masked input only after the phase closed early without it: the answer gets 410
+    (dropped, as documented), the sum covers exactly the others, each once, and the stored round agrees."""
+    dim, bits, n = 4, 16, 8
+    store, qid, rid, devs = await _setup(migrated_url, n, dim)
+    cfg = SecAggConfig(session_id=b"L" * 16, n=n, dim=dim, bits=bits, min_survivors=5)
+    members = {d: i + 1 for i, d in enumerate(devs)}
+    await store.create_cohort("c", qid, rid, cfg.to_dict(), "secagg", members)
+    cohort = CohortRuntime("c", qid, rid, ServerSession(cfg), bits, members, 30.0, store, Metrics(),
+                           ThreadPoolExecutor(2), lambda c: None)
+    inputs = {p: np.arange(dim) + p for p in members.values()}
+    runner = asyncio.create_task(cohort.run())
+    late: list[int] = []
+
+    async def device(d: str, p: int) -> None:
+        client = ClientSession(cfg, p, encoding.to_modular(inputs[p], bits))
+        msg, phase = client.start(), 0
+        while True:
+            if p == 4 and phase == Phase.MASKED_INPUT:
+                while cohort.phase == Phase.MASKED_INPUT:  # hold the answer until the phase closed without it
+                    await asyncio.sleep(0.05)
+                for _ in range(2):  # the retry of a late answer gets the same answer
+                    with pytest.raises(HttpError) as exc:
+                        await cohort.submit(d, phase, msg)
+                    late.append(exc.value.status)
+                return
+            await cohort.submit(d, phase, msg)
+            nxt = await cohort.next_message(d, phase, 10)
+            if nxt.kind != "message":
+                return
+            msg, phase = client.receive(nxt.body), nxt.phase
+
+    await asyncio.gather(*(device(d, p) for d, p in members.items()))
+    await runner
+    assert late == [410, 410]
+    assert cohort.status == "finished" and cohort.contributors == set(inputs) - {4}
+    (row,) = await store.cohorts_of_round(rid)
+    assert vec_from_bytes(row.sum).tolist() == sum(v for p, v in inputs.items() if p != 4).tolist()
+    r = await store.get_round_by_id(rid)
+    assert r is not None and r.contributors == n - 1
+    assert await store.contributors(qid) == {0: sorted(d for d, p in members.items() if p != 4)}
+    await store.engine.dispose()
