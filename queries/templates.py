@@ -156,8 +156,8 @@ TEMPLATES: dict[str, Template] = {
                 "name": "popular words",
                 "source": "words",
                 "params": {"mode": "secagg", "max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyz",
-                           "max_frontier": 32},
-                "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+                           "max_frontier": 16},
+                "privacy": {"mechanism": "skellam", "epsilon": 2.0, "delta": 1e-6},
                 "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
             },
             _COMMON | {

@@ -42,12 +42,15 @@ class ConsoleSession:
     problems: list[str] = field(default_factory=list)
 
     def goto(self, route: str, timeout_ms: float = 20_000) -> None:
-        """Open a console route (`#/queries`, `#/q/ID`, …) and wait until the page marks itself ready."""
+        """Open a console route (`#/queries`, `#/q/ID`, …) and wait until that page marks itself ready."""
         self.page.goto(f"{self.base_url}/ui/{route}")
         self.wait_ready(timeout_ms)
 
     def wait_ready(self, timeout_ms: float = 20_000) -> None:
-        self.page.wait_for_selector("main[data-ready]", state="attached", timeout=timeout_ms)
+        """Until the page now in the address bar has rendered (`<main data-ready data-route=HASH>`)."""
+        self.page.wait_for_function(
+            "() => { const m = document.querySelector('main'); return m && m.dataset.ready === '1' "
+            "&& m.dataset.route === location.hash; }", timeout=timeout_ms)
 
     def shot(self, path: Path, full_page: bool = True) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 // The console's router: hash routes → page modules. Each page renders into <main>, registers what to stop when
-// the user leaves it (timers, event streams), and marks <main data-ready> once its first render is complete.
+// the user leaves it (timers, event streams), and marks <main data-ready> once its first render is complete
+// (<main data-route> names the route it rendered, so a test can wait for one page and not the previous one).
 
 import { session, signOut } from "./api.js";
 import { destroyCharts } from "./charts.js";
@@ -51,6 +52,7 @@ async function render() {
   renderWho(s);
   const main = document.getElementById("app");
   delete main.dataset.ready;
+  main.dataset.route = location.hash;
   replace(main);
   const route = ROUTES.find(([re]) => re.test(hash));
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", !!route && a.dataset.page === route[1]);

@@ -92,8 +92,13 @@ export async function render({ main, onLeave, current }) {
     facts([["queries by status", Object.entries(f.queries).map(([k, n]) => `${n} ${k}`).join(", ") || "none"]]));
   }
 
+  const error = h("div", { class: "error", role: "alert", hidden: true });
+  main.append(error);
   await refresh();
-  const timer = setInterval(() => refresh().catch(() => {}), REFRESH_MS);
+  const timer = setInterval(() => refresh().then(() => { error.hidden = true; }, (err) => {
+    error.textContent = `Could not refresh: ${err.message}`;
+    error.hidden = false;
+  }), REFRESH_MS);
   onLeave(() => clearInterval(timer));
 }
 
