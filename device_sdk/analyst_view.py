@@ -82,7 +82,7 @@ def interval(u: Uncertainty | None) -> str:
 
 
 def eps(x: float | None) -> str:
-    return "–" if x is None else (f"{x:.3g}" if x >= 0.01 else f"{x:.2e}")
+    return "–" if x is None else (f"{x:.3g}" if x >= 0.01 or x == 0 else f"{x:.2e}")
 
 
 def delta(x: float | None) -> str:
@@ -124,14 +124,18 @@ def _table(title: str | None, columns: list[tuple[str, str]], data: list[list[st
     from rich.table import Table
 
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for name, justify in columns:  # "left+" wraps (names, messages); every other column keeps its text whole
-        wrap = justify.endswith("+")
-        table.add_column(name, justify=justify.rstrip("+"), no_wrap=not wrap, overflow="fold")  # type: ignore[arg-type]
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in data:
         table.add_row(*row)
     buf = io.StringIO()
-    Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False).print(table)
-    return buf.getvalue().rstrip("\n")
+    console = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
+    # whole ids, numbers and names: a table wider than `width` rather than cropped cells
+    need = console.measure(table, options=console.options.update_width(10_000)).maximum
+    if need > width:
+        console = Console(file=buf, width=need, force_terminal=False, color_system=None, highlight=False)
+    console.print(table)
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
 
 
 # -- results ------------------------------------------------------------------------------------------
@@ -248,7 +252,7 @@ def _training(view: dict[str, Any], spec: dict[str, Any] | None, plot: bool, wid
 
 def _generic(view: dict[str, Any], spec: dict[str, Any] | None, plot: bool, width: int) -> str:
     _, data = rows(view, spec)
-    return _table(None, [("key", "left+"), ("value", "right+")], [[str(r["key"]), num(r["value"])] for r in data], None, width)
+    return _table(None, [("key", "left"), ("value", "right")], [[str(r["key"]), num(r["value"])] for r in data], None, width)
 
 
 def privacy_words(view: dict[str, Any]) -> str:
@@ -361,7 +365,7 @@ def format_queries(queries: list[dict[str, Any]], width: int = 120) -> str:
                      f"{p.get('contributors')}/{p.get('need') or '–'}",
                      ((p.get("cohort") or {}).get("phase") or p.get("phase") or "") if q["status"] in ("pending", "running") else "",
                      (q.get("created_at") or "")[:19].replace("T", " ")])
-    return _table(None, [("id", "left"), ("name", "left+"), ("kind", "left"), ("source", "left+"), ("status", "left"),
+    return _table(None, [("id", "left"), ("name", "left"), ("kind", "left"), ("source", "left"), ("status", "left"),
                          ("round", "right"), ("contrib/need", "right"), ("phase", "left"), ("submitted (UTC)", "left")],
                   data, None, width)
 
@@ -414,7 +418,7 @@ def format_preview(p: dict[str, Any], width: int = 120) -> str:
     values = p.get("values") or []
     if values:
         lines.append(_table("expected noise of each released value", [("value", "left"), ("std", "right"),
-                                                                      ("± 95 %", "right"), ("note", "left+")],
+                                                                      ("± 95 %", "right"), ("note", "left")],
                             [[v.get("path", ""), num(v.get("std"), 3), num(v.get("ci95_halfwidth"), 3), v.get("note") or ""]
                              for v in values], None, width))
     for w in p.get("warnings") or []:
