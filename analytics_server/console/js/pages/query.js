@@ -33,9 +33,9 @@ export async function render({ main, params, onLeave, current }) {
           + (v.finished_at ? ` · ended after ${fmt.since(v.created_at, v.finished_at)}` : ""))),
       h("div", { class: "actions" }, statusBadge(v.status), cancelButton(v, reload)));
     renderProgress(progress, v);
-    if (v.status === "succeeded" && !shownResult && current()) {
+    if ((v.status === "succeeded" || v.status === "failed") && !shownResult && current()) {
       shownResult = true;
-      await showResult();
+      await showResult(v.status);
     }
   }
 
@@ -43,11 +43,18 @@ export async function render({ main, params, onLeave, current }) {
     await show(await api("GET", `/v1/queries/${encodeURIComponent(id)}`));
   }
 
-  async function showResult() {
-    const view = await api("GET", `/v1/queries/${encodeURIComponent(id)}/result`);
+  async function showResult(status) {
+    let view;
+    try {
+      view = await api("GET", `/v1/queries/${encodeURIComponent(id)}/result`);
+    } catch (err) {
+      if (status === "failed" && err.status === 409) return;  // a failed query usually has no result
+      throw err;
+    }
     if (!current()) return;
     replace(result,
       h("section", { class: "card" },
+        status === "failed" ? h("p", { class: "notice" }, "The query failed (see the error above); this is the last result it kept.") : null,
         h("div", { class: "pagehead" }, h("h2", {}, "Result"),
           button("Download result (JSON)", () => download(`result-${id}.json`, JSON.stringify(view, null, 2)))),
         renderResult(view, spec)),
