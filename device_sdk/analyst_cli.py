@@ -161,9 +161,9 @@ class Reporter:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
-            self._task = self._bar.add_task(f"query {query_id}", total=1.0, info="")
+            self._bar = Progress(BarColumn(bar_width=24), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                                 console=Console(stderr=True), transient=False)
+            self._task = self._bar.add_task("", total=1.0, info="")  # the id is on the line above
 
     def __enter__(self) -> Reporter:
         if self._bar is not None:
