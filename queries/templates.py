@@ -1,8 +1,9 @@
 """Starter specs, one per query kind, with a note on every field: what `fa init KIND` writes (as JSON with
 comments) and what the console's new-query page offers (`GET /v1/templates`).
 
-Each spec runs as it stands against the README's fleet (`fa-sim --scenario mixed` with 200 devices for
-histogram, feature_stats and heavy_hitters; `--scenario breast_cancer_train` with 50 devices for training);
+The histogram, feature_stats and heavy_hitters specs run as they stand against the README's fleet (`fa-sim
+--scenario mixed`, 200 devices); the training spec runs on `--scenario breast_cancer_train` (50 devices) once
+`params.scaling` holds a feature_stats answer over the same features (unscaled, its raw features diverge).
 `examples/` in the repository holds the same specs (a test keeps them equal) and more.
 """
 
