@@ -28,9 +28,11 @@ function valueData(key, value, unc, extra = {}) {
   return { dataset: { key, value: value ?? "", lo: unc ? unc.lo : "", hi: unc ? unc.hi : "", ...extra } };
 }
 
-function noIntervalNote(items) {
-  return items.some((i) => i.unc) ? null
-    : h("p", { class: "muted small" }, "No 95 % intervals: this server reported no uncertainty for these values.");
+function noIntervalNote(items, view) {
+  if (items.some((i) => i.unc)) return null;
+  const exact = ((view.privacy || {}).mechanism || "none") === "none";
+  return h("p", { class: "muted small" }, exact ? "Exact values: no noise was added (privacy mechanism none)."
+    : "No 95 % intervals: this server reported no uncertainty for these values.");
 }
 
 // -- histogram ------------------------------------------------------------------------------------
@@ -64,7 +66,7 @@ function histogram(view, spec) {
       ["suppressed buckets", suppressed.size ? [...suppressed].join(", ") : "none"],
     ]),
     h("div", { class: "split" }, box, h("div", { class: "tablebox" }, tbl)),
-    noIntervalNote(items));
+    noIntervalNote(items, view));
 }
 
 // -- heavy hitters --------------------------------------------------------------------------------
@@ -93,7 +95,7 @@ function heavyHitters(view) {
     ]),
     items.length ? h("div", { class: "split" }, box, h("div", { class: "tablebox" }, tbl))
       : h("p", { class: "empty" }, "No string reached the release threshold."),
-    noIntervalNote(items),
+    noIntervalNote(items, view),
     h("h3", {}, "Trie of popular prefixes"),
     h("p", { class: "muted small" }, "Each prefix with the number of devices that voted for it; open one to see how it grew. “·end” marks a complete string."),
     trieExplorer(r.trie || {}));
@@ -163,7 +165,7 @@ function featureStats(view) {
       ["suppressed features", (r.suppressed || []).length ? r.suppressed.join(", ") : "none"],
     ]),
     h("div", { class: "tablebox" }, tbl),
-    noIntervalNote(rows.map((x) => x.mean)),
+    noIntervalNote(rows.map((x) => x.mean), view),
     scaler ? h("div", { class: "downloads" },
       button("Download scaler (JSON)", () => download(`scaler-${view.id}.json`, JSON.stringify(scaler, null, 2)), { "data-testid": "download-scaler" }),
       h("span", { class: "muted small" }, "scikit-learn: ", h("code", {},
