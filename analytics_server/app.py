@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -24,6 +25,7 @@ from analytics_server.state import STATE, AppState
 
 
 OPENAPI = web.AppKey("openapi", dict)
+ACCOUNTANT_MODULE = "queries.dp.report"
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -66,6 +68,9 @@ def create_app(settings: Settings) -> web.Application:
         await check_migrated(engine, settings.db_url)
         store = Store(engine)
         executor = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="fa-cpu")
+        # the accountant (dp_accounting, scipy: ~1 s) loads lazily; load it now, off the loop, rather than in
+        # the middle of the first query that needs it
+        executor.submit(importlib.import_module, ACCOUNTANT_MODULE)
         auth = DeviceAuth(store, settings.signature_window_s)
         await auth.start()
         notifier = notifier_for(settings.db_url)

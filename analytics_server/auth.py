@@ -5,13 +5,17 @@ Device requests carry `X-FA-Device`, `X-FA-Timestamp` (unix seconds), `X-FA-Nonc
 method, path and query, timestamp, nonce and the body's hash). A request is accepted only while
 |now − timestamp| ≤ window, and only once:
 
-- state-changing requests (registration, check-in, phase messages) *claim* their (device, nonce) in the
-  database before they act: an INSERT under the `nonces` primary key, so a replay is refused by whichever
-  server process sees it, also right after a crash. Claims arriving together are written in one
-  transaction (group commit; each request still waits for its own row to be committed).
-- read-only long-polls (cohort status, the server's next phase message) are checked against a bounded
-  in-process set only. Their signature binds method and path, so a captured read-only request can only be
-  replayed as itself, and it changes nothing: it returns the same public-to-the-device answer again.
+- registration and check-ins *claim* their (device, nonce) in the database before they act: an INSERT
+  under the `nonces` primary key, so a replay is refused by whichever server process sees it, also right
+  after a crash. Claims arriving together are written in one transaction (group commit; each request
+  still waits for its own row to be committed).
+- phase messages and read-only long-polls (cohort status, the server's next phase message) are checked
+  against a bounded in-process set only. A read-only request's signature binds method and path, so a
+  captured one can only be replayed as itself, and it changes nothing: it returns the same
+  public-to-the-device answer again. A phase message is idempotent by content (the cohort accepts the same
+  bytes for the same party and phase once and answers every identical copy alike), and its cohort lives only
+  in the memory of the process that runs it: a replay elsewhere gets 421, after a crash 404. A database
+  claim would add nothing but a write per device and phase.
 
 Each nonce is kept until max(received, timestamp) + window: after that no request carrying it can pass the
 timestamp check, so pruning it cannot re-open a replay (pruning by receive time would, for a request

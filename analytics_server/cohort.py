@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -121,6 +122,9 @@ class CohortRuntime:
         self.secagg_dict: dict[str, Any] = {}
         self.assignments: dict[str, Assignment] = {}
         self._released: set[str] = set()
+        self.withdrawn: set[int] = set()
+        """Parties whose device refused the assignment (its own policy): no phase waits for them."""
+        self.refusals: Counter[str] = Counter()
 
     # -- device side ----------------------------------------------------------------------------
 
@@ -178,7 +182,7 @@ class CohortRuntime:
             if self._first_arrival is None:
                 self._first_arrival = self._last_arrival
             self._arrived.set()
-            if len(self.session.received()) >= len(self.session.expected()):
+            if self.session.received_count() >= len(self.session.expected()):
                 self._all_in.set()
 
     async def next_message(self, device_id: str, phase: int, wait_s: float) -> NextMessage:
@@ -206,6 +210,20 @@ class CohortRuntime:
                 await asyncio.wait_for(changed.wait(), remaining)
             except TimeoutError:
                 return NextMessage("pending")
+
+    async def withdraw(self, device_id: str, reason: str) -> bool:
+        """A member refused its assignment under its own policy: phases stop waiting for it and its device is
+        free for other cohorts. False when it had already withdrawn."""
+        party = self._party(device_id)
+        if party in self.withdrawn:
+            return False
+        self.withdrawn.add(party)
+        self.refusals[reason] += 1
+        self._arrived.set()  # the phase may now have every answer it can get
+        if device_id not in self._released:
+            self._released.add(device_id)
+            await self.store.release_devices(self.id, [device_id])
+        return True
 
     def _party(self, device_id: str) -> int:
         party = self.members.get(device_id)
@@ -273,17 +291,17 @@ class CohortRuntime:
         """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early."""
         loop = asyncio.get_running_loop()
         deadline = opened + self.phase_timeout_s
-        while len(self.session.received()) < len(self.session.expected()):
+        while self._awaited():
             now = loop.time()
             if now >= deadline:
                 return
             wake = deadline
-            first, last, received = self._first_arrival, self._last_arrival, len(self.session.received())
+            first, last, received = self._first_arrival, self._last_arrival, self.session.received_count()
             if self._may_close_early() and first is not None and last is not None:
                 if stalled(now, opened, first, last, received, self.quorum):
                     self.metrics.early_closes += 1
                     log.info("cohort %s: %s closed early with %d of %d answers (arrivals stalled)", self.id,
-                             Phase(self.session.phase).label, len(self.session.received()), len(self.session.expected()))
+                             Phase(self.session.phase).label, self.session.received_count(), len(self.session.expected()))
                     return
                 wake = min(deadline, last + grace(opened, first, last, received))
             self._arrived.clear()
@@ -292,12 +310,19 @@ class CohortRuntime:
             except TimeoutError:
                 pass
 
+    def _awaited(self) -> int:
+        """Answers the open phase still waits for: expected parties that neither answered nor refused (O(refusers),
+        not O(n): it runs at every arrival)."""
+        expected, session = self.session.expected(), self.session
+        refused = sum(1 for p in self.withdrawn if p in expected and not session.has_answered(p))
+        return len(expected) - session.received_count() - refused
+
     def _may_close_early(self) -> bool:
         """Whether the open phase could close now without losing anything the protocol needs
         (`ServerSession.close_ready`: no abort, no answering party pruned, every needed secret recoverable)."""
         if isinstance(self.session, ServerSession):
             return self.session.close_ready()
-        return len(self.session.received()) >= self.session.min_survivors
+        return self.session.received_count() >= self.session.min_survivors
 
     async def _release_dropped(self) -> None:
         """Free the members the session dropped (missed a deadline) so they may be seated elsewhere."""
@@ -316,6 +341,10 @@ class CohortRuntime:
     async def _end_aborted(self, reason: str) -> None:
         if self.status != "running":
             return
+        if self.refusals:  # say why the devices that refused did so: the query's error lists abort reasons
+            reason += "; devices refused: " + ", ".join(
+                r if n == 1 else f"{r} ×{n}" for r, n in sorted(self.refusals.items())
+            )
         self.status, self.reason = "aborted", reason
         self.metrics.cohorts["aborted"] += 1
         self.ended = time.time()

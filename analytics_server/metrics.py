@@ -11,6 +11,8 @@ from typing import Any
 
 from sqlalchemy import event
 
+from queries.envelope import REFUSAL_REASONS
+
 PHASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -21,6 +23,8 @@ class Metrics:
         self.checkins = 0
         self.early_closes = 0
         self.cohorts: Counter[str] = Counter()
+        self.refusals: Counter[str] = Counter()
+        """Assignments devices refused under their own policy, by reason (`queries.envelope.REFUSAL_REASONS`)."""
         self.http_responses: Counter[tuple[str, int]] = Counter()
         self._phase_buckets: dict[str, list[int]] = {}
         self._phase_sum: Counter[str] = Counter()
@@ -45,6 +49,9 @@ class Metrics:
             "# HELP fa_device_checkins_total Device check-ins.",
             "# TYPE fa_device_checkins_total counter",
             f"fa_device_checkins_total {self.checkins}",
+            "# HELP fa_device_refusals_total Assignments devices refused under their own policy, by reason.",
+            "# TYPE fa_device_refusals_total counter",
+            *(f'fa_device_refusals_total{{reason="{r}"}} {self.refusals[r]}' for r in REFUSAL_REASONS),
             "# HELP fa_phases_closed_early_total Phases closed before their deadline because arrivals stalled.",
             "# TYPE fa_phases_closed_early_total counter",
             f"fa_phases_closed_early_total {self.early_closes}",

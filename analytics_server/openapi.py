@@ -35,6 +35,7 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("post", "/v1/device/register", "Register a device identity key", env.RegisterRequest, env.RegisterResponse, "signed"),
     ("post", "/v1/device/checkin", "Check in; long-poll for an assignment", env.CheckinRequest, env.CheckinResponse, "signed"),
     ("get", "/v1/device/cohorts/{cohort_id}", "Cohort status", None, env.CohortStatus, "signed"),
+    ("post", "/v1/device/cohorts/{cohort_id}/refusal", "Refuse the assignment under the device's own policy", env.RefusalReport, None, "signed"),
     ("post", "/v1/device/cohorts/{cohort_id}/phases/{phase}", "Send this device's secagg message", "binary", None, "signed"),
     ("get", "/v1/device/cohorts/{cohort_id}/phases/{phase}/next", "Long-poll the server's next secagg message", None, "binary", "signed"),
     ("get", "/healthz", "Liveness", None, am.Health, "none"),

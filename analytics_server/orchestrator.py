@@ -36,7 +36,7 @@ from analytics_server.metrics import Metrics
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
-from queries.envelope import Assignment, b64e
+from queries.envelope import Assignment, AssignmentPrivacy, b64e
 from queries.kind import QueryKind, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
@@ -56,6 +56,13 @@ ENDED_KEEP_S = 600.0
 
 class QueryFailed(Exception):
     """A query that cannot continue; the message is stored as the query's error."""
+
+
+def neighbour_identity_keys(cfg: SecAggConfig, members: dict[str, int], keys: dict[str, bytes]) -> dict[int, dict[str, str]]:
+    """Active model: per party, the identity keys of its closed neighbourhood (party id → base64), all a device
+    verifies signatures of — O(n log n) in all with a sparse graph, not n²."""
+    encoded = {p: b64e(keys[d]) for d, p in members.items()}
+    return {p: {str(v): encoded[v] for v in cfg.neighbour_graph.closed(p)} for p in members.values()}
 
 
 class Orchestrator:
@@ -470,10 +477,11 @@ class Orchestrator:
                 ids = {p: keys[d] for d, p in members.items()}
             session = ServerSession(cfg, ids)
             mode = "secagg"
-        peer_ids = None
-        if cfg.active and mode == "secagg":
-            peer_ids = {str(p): b64e(keys[d]) for d, p in members.items()}
+        peer_ids = neighbour_identity_keys(cfg, members, keys) if cfg.active and mode == "secagg" else {}
         noise_block = privacy.device_noise_block(rnd.noise)
+        privacy_block = AssignmentPrivacy.model_validate(
+            privacy.assignment_privacy(spec, q.calibration, plan, q.rounds_upper_bound)
+        )
         cohort = CohortRuntime(
             cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
             self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id,
@@ -495,7 +503,8 @@ class Orchestrator:
                 first_phase=int(session.phase),
                 phase_timeout_s=spec.cohort.phase_timeout_s,
                 noise=noise_block,
-                peer_identity_keys=peer_ids,
+                privacy=privacy_block,
+                peer_identity_keys=peer_ids.get(p),
                 server_url=self.process.assignment_url,
             )
             for d, p in members.items()

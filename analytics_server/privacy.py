@@ -1,7 +1,7 @@
 """The one place where differential privacy plugs into the server.
 
 The orchestrator calls exactly these functions: `check_and_calibrate` at submit, `round_noise` and
-`choose_bits` when a round is planned, `unscale` + `aggregate_noise` before the kind decodes a round,
+`choose_bits` when a round is planned, `assignment_privacy` for the devices' own checks, `unscale` + `aggregate_noise` before the kind decodes a round,
 `privacy_block` when the query finishes. The math lives in `queries.dp` (calibration, noise, bit width,
 accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`).
 
@@ -14,6 +14,7 @@ post-processing) before the kind decodes, and reports the noise in the kind's un
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -135,6 +136,31 @@ def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
     if noise is None:
         return None
     return {**dp.RoundNoise.from_dict(noise).task_block(), "encoding_scale": encoding_scale(noise)}
+
+
+@functools.lru_cache(maxsize=256)
+def _affordable(calibration: tuple[tuple[str, Any], ...]) -> int:
+    return dp.rounds_affordable(dp.QueryCalibration.from_dict(dict(calibration)))
+
+
+def assignment_privacy(
+    spec: QuerySpec, calibration: dict[str, Any] | None, plan: RoundPlan, rounds_upper_bound: int
+) -> dict[str, Any]:
+    """The `privacy` block of an assignment (`queries.envelope.AssignmentPrivacy`): the public parameters from
+    which a device recomputes the noise floor it accepts and charges its own ledger (docs/device_sdk.md).
+
+    `rounds` is what the query's (ε, δ) covers: the calibrated rounds, or — with the analyst's own noise
+    multiplier — the rounds that fit ε (the orchestrator stops before any later one)."""
+    validation = getattr(spec.privacy, "validation", None) or "none"
+    sensitivities = {"l1_sensitivity": plan.l1_sensitivity, "l2_sensitivity": plan.l2_sensitivity}
+    if calibration is None:
+        return {"mechanism": "none", "rounds": max(1, rounds_upper_bound), **sensitivities, "validation": validation}
+    cal = dp.QueryCalibration.from_dict(calibration)
+    rounds = cal.rounds if spec.privacy.noise_multiplier is None else _affordable(tuple(sorted(cal.to_dict().items())))
+    return {
+        "mechanism": cal.mechanism, "epsilon": cal.epsilon, "delta": cal.delta, "rounds": max(1, rounds),
+        "t_min": cal.t_min, **sensitivities, "validation": validation,
+    }
 
 
 def choose_bits(n: int, plan: RoundPlan, noise: dict[str, Any] | None) -> int:

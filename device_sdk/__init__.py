@@ -1,11 +1,25 @@
-"""Device SDK: `LocalStore` (named collections in an SQLite file), `DeviceClient` (check-in, secure
-aggregation over HTTP), the fleet simulator (`fa-sim`) and the analyst CLI (`fa`).
+"""Device SDK: `LocalStore` (named collections in an SQLite file, with retention and opt-out),
+`DeviceClient` (check-in, secure aggregation over HTTP; `start()`/`stop()` in a background thread or the async
+`run_once()`/`run_forever()`), `DevicePolicy` (the device's own privacy limits, checked on the device), the
+fleet simulator (`fa-sim`) and the analyst CLI (`fa`). See docs/device_sdk.md.
 
 `register_scoring_function` registers an app's ranking function by name so the server can tune its
 parameters (black-box training by finite differences, see docs/frecency.md)."""
 
 from device_sdk.client import DeviceClient, Outcome
-from device_sdk.store import LocalStore
+from device_sdk.ledger import ContributionRecord
+from device_sdk.policy import DevicePolicy, PolicyError, Refusal
+from device_sdk.store import LocalStore, StoreError
 from queries.training.blackbox import register_scoring_function
 
-__all__ = ["DeviceClient", "LocalStore", "Outcome", "register_scoring_function"]
+__all__ = [
+    "ContributionRecord",
+    "DeviceClient",
+    "DevicePolicy",
+    "LocalStore",
+    "Outcome",
+    "PolicyError",
+    "Refusal",
+    "StoreError",
+    "register_scoring_function",
+]

@@ -1,9 +1,14 @@
 """`DeviceClient`: registers the device, checks in, and runs its assigned secure-aggregation cohorts.
 
-One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: compute the
-contribution with the query kind, add the DP noise share (device_sdk.noise), mask it with
-`secagg.ClientSession`, and exchange phase messages. `run_forever()` repeats, honours `retry_after`, and
-backs off exponentially with full jitter on network errors.
+One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: check the assignment
+against the device's own policy and ledger before reading anything (device_sdk/policy.py; a refusal is
+reported to the server), compute the contribution with the query kind, add the DP noise share
+(device_sdk.noise), mask it with `secagg.ClientSession` (holding the cohort to the device's survivor floor),
+exchange phase messages, and settle the ledger and transparency log (device_sdk/contribution.py).
+`run_forever()` repeats, honours `retry_after`, backs off exponentially with full jitter on errors, and stops
+at once when its event is set. `start()`/`stop()` run it in a background thread (device_sdk/runner.py);
+`run_once_sync()` is one step for plain code. Not checking in: while `eligible()` says no, after an opt-out,
+or once a daily limit is reached. See docs/device_sdk.md.
 
 Servers: one URL or several (a list, or one string of comma-separated URLs) of processes sharing one
 database. Registration and check-ins go to the current one; when it cannot be reached or answers 502/503/504
@@ -22,7 +27,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
@@ -30,8 +35,13 @@ from urllib.parse import urlencode
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pydantic import ValidationError
 
+from device_sdk.contribution import Contribution
+from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
+from device_sdk.must_await import must_await
 from device_sdk.noise import add_noise
+from device_sdk.policy import Decision, DevicePolicy, Refusal, checkin_pause, decide, refuse
 from device_sdk.randomness import DeviceRandomness
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
@@ -46,6 +56,7 @@ from queries.envelope import (
     PROTOCOL_VERSION,
     Assignment,
     CheckinResponse,
+    RefusalReport,
     b64d,
     b64e,
     device_id_for,
@@ -55,7 +66,7 @@ from queries.registry import get_kind
 from secagg import encoding
 from secagg.client import ClientSession
 from secagg.config import SecAggConfig
-from secagg.errors import SecAggError
+from secagg.errors import SecAggError, TooFewSurvivorsError
 from secagg.phases import Phase
 from secagg.plain import PlainClientSession, bench_unmasked
 from secagg.randomness import RandomSource
@@ -83,12 +94,14 @@ DropoutFn = Callable[[Assignment], int | None]
 
 
 class ServerError(Exception):
-    """An HTTP error answer from the server that the device cannot act on."""
+    """An HTTP error answer from the server that the device cannot act on (`retry_after`: the server's
+    `Retry-After`, honoured by `run_forever` as the least wait before the next try)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 class ProtocolVersionError(ServerError):
@@ -101,12 +114,28 @@ class ProtocolVersionError(ServerError):
 
 @dataclass(frozen=True)
 class Outcome:
-    status: Literal["idle", "finished", "dropped", "aborted", "rejected"]
+    """What one `run_once` did. `status`: idle (no assignment), paused (did not check in: not eligible, a daily
+    limit reached, opted out; `retry_after` says when to try again), refused (the device's policy said no;
+    `reason`), finished, dropped (simulated), aborted (the cohort ended without this device), rejected (a
+    protocol violation or a task the device cannot run)."""
+
+    status: Literal["idle", "paused", "refused", "finished", "dropped", "aborted", "rejected"]
     retry_after: float = 0.0
     cohort_id: str | None = None
     contributed: bool | None = None
     detail: str = ""
     queries_running: int = 0
+    reason: str | None = None
+    """The refusal reason (`queries.envelope.REFUSAL_REASONS`) when status is refused."""
+
+
+Eligibility = Callable[[], bool]
+"""The app's answer to "may the device take part now?" (charging, unmetered network, idle…)."""
+
+RUN_FOREVER_HINT = ("From plain code use client.start() / client.stop() (a background thread) or client.run_once_sync(); "
+                    "from async code `await client.run_forever(stop_event)` (or asyncio.run(client.run_forever())).")
+RUN_ONCE_HINT = "From plain code use client.run_once_sync(); from async code `await client.run_once()`."
+RETENTION_EVERY_S = 60.0
 
 
 class DeviceClient:
@@ -122,7 +151,33 @@ class DeviceClient:
         backoff_cap_s: float = 30.0,
         request_timeout_s: float = 120.0,
         randomness: RandomSource | None = None,
+        policy: DevicePolicy | None = None,
+        eligible: Eligibility | None = None,
+        on_assignment: Callable[[Assignment], Any] | None = None,
+        on_contribution: Callable[[ContributionRecord], Any] | None = None,
+        on_refusal: Callable[[Refusal], Any] | None = None,
+        on_error: Callable[[BaseException], Any] | None = None,
+        ineligible_poll_s: float = 60.0,
     ) -> None:
+        """`policy`: the device's own limits (docs/device_sdk.md); `eligible`: called before every check-in
+        (and again before a cohort starts), the device only takes part while it returns True; the `on_…`
+        callbacks run on the client's thread and must not block (exceptions are logged, never raised)."""
+        if policy is not None and not isinstance(policy, DevicePolicy):
+            raise TypeError(f"policy: must be a DevicePolicy, got {type(policy).__name__}")
+        if eligible is not None and not callable(eligible):
+            raise TypeError("eligible: must be a callable returning True or False")
+        self.policy = policy or DevicePolicy()
+        self.eligible = eligible
+        self.on_assignment = on_assignment
+        self.on_contribution = on_contribution
+        self.on_refusal = on_refusal
+        self.on_error = on_error
+        self.ineligible_poll_s = ineligible_poll_s
+        self.ledger = ContributionLedger(store)
+        self._runner: Any = None
+        self._retention_at = 0.0
+        self._wake_loop: asyncio.AbstractEventLoop | None = None
+        self._wake_event: asyncio.Event | None = None
         self.servers = parse_server_urls(server_url)
         self._current = 0
         self.store = store
@@ -218,10 +273,7 @@ class DeviceClient:
 
     async def _json(self, method: str, path: str, payload: dict[str, Any], register: bool = False) -> tuple[int, Any]:
         status, _, raw = await self.request(method, path, json.dumps(payload).encode(), "application/json", register=register)
-        try:
-            return status, json.loads(raw) if raw else None
-        except ValueError:
-            return status, {"error": raw[:200].decode("utf-8", "replace")}
+        return status, _json_body(raw)
 
     # -- protocol -------------------------------------------------------------------------------
 
@@ -237,13 +289,120 @@ class DeviceClient:
         self.store.set_meta(REGISTERED_META + ":" + self.server, str(time.time()))
         return self.device_id
 
+    # -- the device's own limits ---------------------------------------------------------------
+
+    def _emit(self, name: str, value: Any) -> None:
+        callback = getattr(self, name)
+        if callback is None:
+            return
+        try:
+            callback(value)
+        except Exception:
+            log.exception("device %s: the %s callback raised", self.device_id[:8], name)
+
+    def _is_eligible(self) -> bool:
+        if self.eligible is None:
+            return True
+        try:
+            return bool(self.eligible())
+        except Exception:
+            log.exception("device %s: the eligibility callback raised; treating the device as not eligible", self.device_id[:8])
+            return False
+
+    def _pause(self) -> Outcome | None:
+        """Why the device must not check in now (and for how long), or None."""
+        if self.store.is_opted_out():
+            return Outcome("paused", retry_after=self.ineligible_poll_s, detail="opted out")
+        if not self._is_eligible():
+            return Outcome("paused", retry_after=self.ineligible_poll_s, detail="not eligible")
+        now = time.time()
+        if now - self._retention_at >= RETENTION_EVERY_S:
+            self._retention_at = now
+            self.store.apply_retention(now)
+            self.ledger.prune(now)
+        p = self.policy
+        if p.max_contributions_per_day is None and p.max_epsilon_per_day is None:
+            return None
+        since = now - DAY_S
+        spent, _, count = self.ledger.spent_since(since)
+        wait = checkin_pause(p, spent, count, self.ledger.oldest_since(since), self.ledger.oldest_since(since, True), now)
+        if wait is None:
+            return None
+        return Outcome("paused", retry_after=min(wait, DAY_S), detail="daily limit reached")
+
+    def _admit(self, a: Assignment) -> Contribution | Refusal:
+        """Check the assignment against the policy and the ledger and reserve its charge — one store
+        transaction, before any local data is read."""
+        try:
+            kind = get_kind(a.kind)
+        except ValueError as exc:
+            return refuse(a, "invalid_assignment", str(exc))
+        if not self._is_eligible():
+            return refuse(a, "not_eligible", "the device stopped being eligible while it waited for the cohort")
+        now = time.time()
+        with self.store.transaction():
+            spent, _, count = self.ledger.spent_since(now - DAY_S)
+            verdict = decide(self.policy, a, kind, self.ledger.history(a.query_id), spent, count,
+                             self.store.is_opted_out(a.source))
+            if isinstance(verdict, Refusal):
+                return verdict
+            row = self.ledger.reserve(**_ledger_fields(a, verdict, now))
+        return Contribution(a, verdict, self.ledger, row)
+
+    async def _report_refusal(self, a: Assignment, refusal: Refusal) -> None:
+        """Tell the server (best effort: it then stops waiting for this device), log it, call on_refusal."""
+        log.warning("device %s: refused query %s round %d (%s): %s", self.device_id[:8], a.query_id[:8], a.round,
+                    refusal.reason, refusal.detail)
+        self._emit("on_refusal", refusal)
+        body = RefusalReport(reason=refusal.reason, detail=refusal.detail[:500]).model_dump_json().encode()
+        owner = (a.server_url or self.server).rstrip("/")
+        try:
+            status, headers, raw = await self.request(
+                "POST", f"/v1/device/cohorts/{a.cohort_id}/refusal", body, "application/json", base=owner
+            )
+            if status == 421 and headers.get("Location", "").rstrip("/") not in ("", owner):
+                status, _, raw = await self.request("POST", f"/v1/device/cohorts/{a.cohort_id}/refusal", body,
+                                                    "application/json", base=headers["Location"].rstrip("/"))
+            if status != 200:
+                log.info("device %s: the server did not record the refusal: HTTP %d %s", self.device_id[:8], status,
+                         _error_text(raw))
+        except (aiohttp.ClientError, asyncio.TimeoutError, ServerError) as exc:
+            log.info("device %s: could not report the refusal: %s", self.device_id[:8], exc)
+
+    def transparency_log(self, since: float | None = None, limit: int = 1000) -> list[ContributionRecord]:
+        """Every contribution this device accepted, newest first: what it sent, when, with which noise and ε."""
+        return self.ledger.records(since, limit)
+
+    def opt_out(self, collection: str | None = None, delete_history: bool = False) -> int:
+        """Delete a collection (or, with None, every collection) and never contribute from it again; a full
+        opt-out also stops the background thread and further check-ins. Returns the rows deleted."""
+        if collection is not None:
+            return self.store.opt_out(collection)
+        deleted = self.store.opt_out_all(delete_history)
+        if self._runner is not None:
+            self._runner.request_stop()
+        return deleted
+
+    # -- one check-in ---------------------------------------------------------------------------
+
+    @must_await(RUN_ONCE_HINT)
     async def run_once(self) -> Outcome:
-        """One check-in; runs the assigned cohort to its end when there is one. A check-in server that cannot be
-        reached (or answers 502/503/504) makes the device fail over to the next URL before the error is raised."""
+        """One check-in; runs the assigned cohort to its end when there is one. Does not check in (status
+        paused) while the device is not eligible, has opted out or reached a daily limit. A check-in server that
+        cannot be reached (or answers 502/503/504) makes the device fail over to the next URL before the error
+        is raised."""
+        paused = self._pause()
+        if paused is not None:
+            log.debug("device %s: not checking in (%s)", self.device_id[:8], paused.detail)
+            return paused
         try:
             await self.ensure_registered()
-            payload = {"wait_s": self.checkin_wait_s, "sources": self.store.collections()}
-            status, body = await self._json("POST", "/v1/device/checkin", payload)
+            sources = [c for c in self.store.collections() if self.policy.allows_source(c)]  # no more than it may use
+            payload = {"wait_s": self.checkin_wait_s, "sources": sources}
+            status, headers, raw = await self.request(
+                "POST", "/v1/device/checkin", json.dumps(payload).encode(), "application/json"
+            )
+            body = _json_body(raw)
         except (aiohttp.ClientError, asyncio.TimeoutError):
             self.fail_over()
             raise
@@ -253,38 +412,66 @@ class DeviceClient:
             raise
         if status in FAILOVER_STATUSES:
             self.fail_over()
-            raise ServerError(status, _msg(body))
+            raise ServerError(status, _msg(body), _retry_after(headers))
         if status == 401 and "unknown device" in _msg(body):
             self.store.delete_meta(REGISTERED_META + ":" + self.server)  # server lost us: register again
             raise ServerError(status, _msg(body))
         if status != 200:
-            raise ServerError(status, _msg(body))
-        resp = CheckinResponse.model_validate(body)
+            raise ServerError(status, _msg(body), _retry_after(headers))
+        try:
+            resp = CheckinResponse.model_validate(body)
+        except ValidationError as exc:  # a server (or proxy) answering something else: back off, do not crash
+            raise ServerError(status, f"malformed check-in answer ({exc.error_count()} errors): {str(exc)[:300]}") from None
         a = resp.assignment
         if a is None or a.cohort_id in self._abandoned:
             retry = resp.retry_after if resp.retry_after is not None else 1.0
             return Outcome("idle", retry_after=retry, queries_running=resp.queries_running)
         out = await self.run_assignment(a)
-        return Outcome(out.status, out.retry_after, out.cohort_id, out.contributed, out.detail, resp.queries_running)
+        return Outcome(out.status, out.retry_after, out.cohort_id, out.contributed, out.detail, resp.queries_running,
+                       out.reason)
 
     async def run_assignment(self, a: Assignment) -> Outcome:
+        """Admit the assignment under the device's policy (refusing it, with a report to the server, before any
+        data is read), run it, and settle the ledger and the transparency log."""
         try:
-            return await self._run_assignment(a)
+            log.info("device %s: assigned query %s round %d (%s on %r), cohort %s", self.device_id[:8], a.query_id[:8],
+                     a.round, a.kind, a.source, a.cohort_id[:8])
+            self._emit("on_assignment", a)
+            admitted = self._admit(a)
+            if isinstance(admitted, Refusal):
+                await self._report_refusal(a, admitted)
+                return Outcome("refused", cohort_id=a.cohort_id, detail=admitted.detail, reason=admitted.reason)
+            out: Outcome | None = None
+            try:
+                out = await self._run_assignment(a, admitted)
+            finally:
+                finished = out is not None and out.status == "finished"
+                record = admitted.end(finished, out.contributed if out is not None else None,
+                                      out.detail if out is not None else "interrupted")
+                if record is not None:
+                    log.info("device %s: contributed to query %s round %d (%s; ε charged %s)", self.device_id[:8],
+                             a.query_id[:8], a.round, record.status, record.epsilon)
+                    self._emit("on_contribution", record)
+            if out.status == "refused" and out.reason is not None:
+                await self._report_refusal(a, refuse(a, out.reason, out.detail))  # type: ignore[arg-type]
+            return out
         finally:
             self._abandoned.add(a.cohort_id)
             if len(self._abandoned) > 1000:
                 self._abandoned = set(list(self._abandoned)[-100:])
 
-    async def _run_assignment(self, a: Assignment) -> Outcome:
+    async def _run_assignment(self, a: Assignment, contribution: Contribution) -> Outcome:
         try:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
             draws = self.randomness.for_contribution(a.cohort_id)
-            vec = add_noise(kind.contribute(a.task, self.store.rows(a.source), draws.kind), a.noise, draws.noise)
+            raw = kind.contribute(a.task, self.store.rows(a.source), draws.kind)
+            over = contribution.check_vector(raw)
+            if over is not None:
+                return Outcome("refused", cohort_id=a.cohort_id, detail=over.detail, reason=over.reason)
+            vec = add_noise(raw, a.noise, draws.noise)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
-                if not bench_unmasked():
-                    return Outcome("rejected", cohort_id=a.cohort_id, detail="refusing an unmasked (plain) assignment")
                 client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
             else:
                 peers = None
@@ -293,20 +480,22 @@ class DeviceClient:
                         return Outcome("rejected", cohort_id=a.cohort_id, detail="active model without peer identity keys")
                     peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
                 client = ClientSession(
-                    cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg
+                    cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg,
+                    min_survivors=contribution.min_survivors,
                 )
             message: bytes | None = client.start()
         except (ValueError, KeyError, RuntimeError) as exc:
             return Outcome("rejected", cohort_id=a.cohort_id, detail=f"cannot take part: {exc}")
         drop_at = self.dropout(a) if self.dropout else None
         try:
-            return await self._exchange(a, client, message, drop_at)
+            return await self._exchange(a, client, message, drop_at, contribution.before_send)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the process running the cohort is gone
             log.info("device %s: leaving cohort %s: its server is unreachable (%s)", self.device_id[:8], a.cohort_id[:8], exc)
             return Outcome("aborted", cohort_id=a.cohort_id, detail=f"cohort server unreachable: {exc}")
 
     async def _exchange(
-        self, a: Assignment, client: ClientSession | PlainClientSession, message: bytes | None, drop_at: int | None
+        self, a: Assignment, client: ClientSession | PlainClientSession, message: bytes | None, drop_at: int | None,
+        before_send: Callable[[int], None] = lambda phase: None,
     ) -> Outcome:
         phase = a.first_phase
         base = f"/v1/device/cohorts/{a.cohort_id}/phases"
@@ -317,6 +506,7 @@ class DeviceClient:
                 return Outcome("dropped", cohort_id=a.cohort_id, detail=f"stopped before phase {phase}")
             status = 202
             if message is not None:  # the POST long-polls for the next phase's message (one round trip)
+                before_send(phase)
                 status, headers, raw = await self.request(
                     "POST", f"{base}/{phase}", message, "application/octet-stream", query={"wait": wait}, base=owner
                 )
@@ -336,32 +526,170 @@ class DeviceClient:
                 return Outcome("finished", cohort_id=a.cohort_id, contributed=bool(info.get("contributed")))
             try:
                 message = client.receive(raw)
+            except TooFewSurvivorsError as exc:  # the device's own floor (policy, t_min): refused before unmasking
+                return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="survivors_below_minimum")
             except SecAggError as exc:
                 return Outcome("rejected", cohort_id=a.cohort_id, detail=f"refused server message: {exc}")
             phase = int(headers.get(HDR_PHASE, phase + 1))
             if client.phase is Phase.DONE and message is None:
                 return Outcome("finished", cohort_id=a.cohort_id, contributed=True)
 
+    # -- loops and threads ----------------------------------------------------------------------
+
+    @must_await(RUN_FOREVER_HINT)
     async def run_forever(self, stop: asyncio.Event | None = None, offline_after_drop_s: float = 0.0) -> None:
-        """Check in until `stop` is set; raises ProtocolVersionError (retrying cannot help), backs off on the rest."""
+        """Check in until `stop` is set (it takes effect at once, even during a long-poll or a cohort, which the
+        device then leaves); raises ProtocolVersionError (retrying cannot help), backs off with full jitter on
+        the rest, honouring the server's `retry_after`. A coroutine: `await` it, or use `start()`."""
         failures = 0
         stop = stop or asyncio.Event()
         while not stop.is_set():
             try:
-                out = await self.run_once()
+                out = await _unless_stopped(stop, self.run_once())
                 failures = 0
-            except ProtocolVersionError:
+            except ProtocolVersionError as exc:
+                self._emit("on_error", exc)
                 raise
-            except (aiohttp.ClientError, asyncio.TimeoutError, ServerError) as exc:
+            except Exception as exc:  # network, server answers, and anything a bad answer breaks: back off
                 failures += 1
                 delay = self._jitter.uniform(0, min(self.backoff_cap_s, self.backoff_base_s * 2**failures))
-                log.debug("device %s: %s; retrying in %.1fs", self.device_id[:8], exc, delay)
+                if isinstance(exc, ServerError) and exc.retry_after:
+                    delay = max(delay, exc.retry_after)
+                if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ServerError)):
+                    log.warning("device %s: %s; retrying in %.1fs", self.device_id[:8], exc, delay)
+                else:
+                    log.exception("device %s: unexpected error; retrying in %.1fs", self.device_id[:8], delay)
+                self._emit("on_error", exc)
                 await _sleep(stop, delay)
                 continue
-            if out.status == "idle":
-                await _sleep(stop, out.retry_after)
+            if out is None:  # stopped
+                return
+            if out.status in ("idle", "paused"):
+                await self._rest(stop, _jittered(out.retry_after, self._jitter) if out.status == "idle" else out.retry_after)
             elif out.status == "dropped" and offline_after_drop_s:
                 await _sleep(stop, offline_after_drop_s)
+
+    async def _rest(self, stop: asyncio.Event, seconds: float) -> None:
+        """Wait `seconds` between check-ins, or less if `stop` is set or `wake()` is called."""
+        self._wake_loop, self._wake_event = asyncio.get_running_loop(), asyncio.Event()
+        waiter = asyncio.ensure_future(self._wake_event.wait())
+        sleeper = asyncio.ensure_future(_sleep(stop, seconds))
+        try:
+            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            sleeper.cancel()
+            self._wake_loop = self._wake_event = None
+
+    def wake(self) -> None:
+        """Cut the current pause short, from any thread: call it when the app's eligibility facts change (the
+        charger was plugged in) so the device checks again now instead of after `ineligible_poll_s`."""
+        loop, event = self._wake_loop, self._wake_event
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
+    def start(self) -> None:
+        """Run `run_forever` in a background thread (its own event loop) until `stop()`. Not with a `session=`
+        of another event loop."""
+        from device_sdk.runner import BackgroundRunner
+
+        if self._runner is not None and self._runner.alive:
+            raise RuntimeError("the device is already running in its background thread")
+        if not self._own_session:
+            raise RuntimeError("start() runs its own event loop: create the DeviceClient without session=")
+        self._runner = BackgroundRunner(self)
+        self._runner.start()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop the background thread: it leaves any long-poll or cohort at once. True once it has ended."""
+        if self._runner is None:
+            return True
+        ended = bool(self._runner.stop(timeout))
+        if ended:
+            self._runner = None
+        return ended
+
+    @property
+    def running(self) -> bool:
+        """Whether the background thread runs."""
+        return self._runner is not None and self._runner.alive
+
+    def run_once_sync(self) -> Outcome:
+        """`run_once` for plain (non-async) code: one check-in and its cohort, on a private event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("run_once_sync() was called inside a running event loop; use `await client.run_once()`")
+        if self.running:
+            raise RuntimeError("the device runs in its background thread; stop() it before calling run_once_sync()")
+        if not self._own_session:
+            raise RuntimeError("run_once_sync() runs its own event loop: create the DeviceClient without session=")
+        return asyncio.run(self._once_then_close())
+
+    async def _once_then_close(self) -> Outcome:
+        try:
+            return await self.run_once()
+        finally:
+            await self.close()
+
+
+def _ledger_fields(a: Assignment, d: Decision, now: float) -> dict[str, Any]:
+    p = a.privacy
+    public = p.model_dump(exclude={"l1_sensitivity", "l2_sensitivity"}) if p is not None else {}
+    return {
+        "query_id": a.query_id, "round": a.round, "cohort_id": a.cohort_id, "kind": a.kind, "source": a.source,
+        "accepted_at": now, "mechanism": a.noise.mechanism if a.noise is not None else "none",
+        "epsilon": d.epsilon_charge, "delta": d.delta_charge,
+        "query_epsilon": p.epsilon if p is not None else None, "query_delta": p.delta if p is not None else None,
+        "query_privacy": public, "noise_scale": a.noise.scale if a.noise is not None else None,
+        "noise_std": a.noise.std if a.noise is not None else None,
+        "encoding_scale": a.noise.encoding_scale if a.noise is not None else 1, "proofs": d.proofs,
+        "cohort_size": int(a.secagg.get("n", 0)), "min_survivors": d.min_survivors,
+    }
+
+
+async def _unless_stopped(stop: asyncio.Event, work: Coroutine[Any, Any, Outcome]) -> Outcome | None:
+    """Run `work` until it ends or `stop` is set; then cancel it (leaving any long-poll or cohort) and return
+    None. An outcome that is already there wins over the stop."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
+    return None
+
+
+def _jittered(seconds: float, rng: random.Random) -> float:
+    """Pace steering: at least what the server asked, up to 10 % more so a fleet does not come back at once."""
+    return seconds * (1.0 + 0.1 * rng.random()) if seconds > 0 else seconds
+
+
+def _retry_after(headers: dict[str, str]) -> float | None:
+    try:
+        value = float(headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return value if 0 <= value <= 3600 else None
+
+
+def _json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return {"error": raw[:200].decode("utf-8", "replace")}
 
 
 async def _sleep(stop: asyncio.Event, seconds: float) -> None:

@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 
+from device_sdk.policy import DevicePolicy
 from device_sdk.servers import parse_server_urls
 from device_sdk.scenarios import SCENARIOS
 from device_sdk.simulator import make_devices, run_fleet, run_fleet_processes, write_truth
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkin-wait", type=float, default=10.0, help="long-poll seconds per check-in")
     p.add_argument("--processes", type=int, default=1)
     p.add_argument("--truth-file", help="write {device_id: local data} JSON here before starting")
+    p.add_argument("--policy", metavar="JSON",
+                   help='DevicePolicy fields every device applies, e.g. \'{"require_noise": true, "min_cohort": 50}\' '
+                   "(docs/device_sdk.md)")
     p.add_argument("--list-scenarios", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -50,6 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         parse_server_urls(args.server, "--server")
     except ValueError as exc:
         p.error(str(exc))
+    policy = None
+    if args.policy:
+        try:
+            policy = json.loads(args.policy)
+            if not isinstance(policy, dict):
+                raise ValueError("must be a JSON object")
+            DevicePolicy(**policy)
+        except (ValueError, TypeError) as exc:
+            p.error(f"--policy: {exc}")
     devices = make_devices(args.devices, args.scenario, args.seed, seeded_randomness=args.seeded_randomness)
     if args.truth_file:
         write_truth(args.truth_file, args.scenario, args.seed, devices)
@@ -57,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes > 1:
         outcomes = run_fleet_processes(
             args.server, devices, args.processes, args.dropout, args.seed, args.until_idle, args.idle_seconds,
-            args.checkin_wait, args.seeded_randomness, args.split_servers,
+            args.checkin_wait, args.seeded_randomness, args.split_servers, policy,
         )
     else:
         outcomes = asyncio.run(_run_single(args, devices)).outcomes
@@ -73,6 +86,7 @@ async def _run_single(args: argparse.Namespace, devices):  # type: ignore[no-unt
     return await run_fleet(
         args.server, devices, args.dropout, args.seed, args.until_idle, args.idle_seconds, args.checkin_wait, stop,
         seeded_randomness=args.seeded_randomness, split=args.split_servers,
+        policy=json.loads(args.policy) if args.policy else None,
     )
 
 

@@ -31,6 +31,7 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from device_sdk.client import KEY_META, DeviceClient, Outcome, new_connector
+from device_sdk.policy import DevicePolicy
 from device_sdk.scenarios import generate
 from device_sdk.store import LocalStore
 from queries.envelope import Assignment, b64e
@@ -92,9 +93,11 @@ async def run_fleet(
     parent_pid: int | None = None,
     seeded_randomness: bool = False,
     split: bool = False,
+    policy: dict[str, Any] | None = None,
 ) -> FleetStats:
     """Run the devices until `stop` (or idle). `server`: one URL or comma-separated URLs of processes sharing
-    a database; with `split` each device starts at a different one (spread by its id), not the first."""
+    a database; with `split` each device starts at a different one (spread by its id), not the first.
+    `policy`: `DevicePolicy` fields every device applies (default: none of its limits)."""
     stop = stop or asyncio.Event()
     stats = FleetStats()
     rng = random.Random(seed)
@@ -107,7 +110,7 @@ async def run_fleet(
                 store.add_many(coll, rows)
             client = DeviceClient(
                 server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng),
-                randomness=device_randomness(key, seeded_randomness),
+                randomness=device_randomness(key, seeded_randomness), policy=DevicePolicy(**(policy or {})),
             )
             if split:
                 client.start_at(int(client.device_id[:8], 16))
@@ -126,7 +129,7 @@ async def run_fleet(
                     await _sleep(stop, rng.uniform(0, min(30.0, 0.5 * 2**failures)))
                     continue
                 stats.record(out)
-                if out.status == "idle":
+                if out.status in ("idle", "paused"):
                     await _sleep(stop, out.retry_after)
                 elif out.status == "dropped":
                     await _sleep(stop, 30.0)  # offline for a while: the cohort goes on without it
@@ -175,12 +178,13 @@ def write_truth(path: str | Path, scenario: str, seed: int, devices: Sequence[tu
 
 
 def _child(
-    args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int, bool, bool],
+    args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int, bool, bool,
+                dict[str, Any] | None],
 ) -> dict[str, int]:
-    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent, seeded, split = args
+    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent, seeded, split, policy = args
     stats = asyncio.run(
         run_fleet(server, devices, dropout, seed, until_idle, idle_s, wait_s, parent_pid=parent, seeded_randomness=seeded,
-                  split=split)
+                  split=split, policy=policy)
     )
     return stats.outcomes
 
@@ -196,6 +200,7 @@ def run_fleet_processes(
     checkin_wait_s: float,
     seeded_randomness: bool = False,
     split: bool = False,
+    policy: dict[str, Any] | None = None,
 ) -> dict[str, int]:
     chunks = [list(devices[i::processes]) for i in range(processes)]
     ctx = mp.get_context("spawn")
@@ -208,7 +213,7 @@ def run_fleet_processes(
             _child,
             [
                 (server, c, dropout, seed * 1000 + i, until_idle, idle_s, checkin_wait_s, os.getpid(), seeded_randomness,
-                 split)
+                 split, policy)
                 for i, c in enumerate(chunks)
             ],
         )

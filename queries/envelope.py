@@ -29,6 +29,32 @@ HDR_PHASE = "X-FA-Phase"
 """On a server phase message: the phase the device's reply belongs to."""
 
 SessionMode = Literal["secagg", "plain"]
+Validation = Literal["proofs", "none"]
+"""`privacy.validation` of a query: whether devices prove their contributions valid (docs/validation.md)."""
+
+RefusalReason = Literal[
+    "source_not_allowed",
+    "kind_not_allowed",
+    "opted_out",
+    "noise_required",
+    "proofs_required",
+    "epsilon_per_query",
+    "delta_per_query",
+    "epsilon_per_day",
+    "participation_cap",
+    "cohort_too_small",
+    "survivors_below_minimum",
+    "noise_below_floor",
+    "privacy_unverifiable",
+    "contribution_exceeds_bound",
+    "unmasked_mode",
+    "not_eligible",
+    "invalid_assignment",
+]
+"""Why a device refused an assignment (its own policy, docs/device_sdk.md); the server counts refusals by
+reason in `/metrics` (`fa_device_refusals_total{reason=…}`)."""
+REFUSAL_REASONS: tuple[str, ...] = RefusalReason.__args__  # type: ignore[attr-defined]
+MAX_REFUSAL_DETAIL = 500
 
 
 def b64e(data: bytes) -> str:
@@ -93,6 +119,22 @@ class NoiseBlock(_Model):
     )
 
 
+class AssignmentPrivacy(_Model):
+    """The public privacy parameters of the query a round belongs to, from which the device recomputes the
+    noise floor it accepts (`queries.dp.floor`) and charges its own ledger; see docs/device_sdk.md."""
+
+    mechanism: Literal["discrete_gaussian", "skellam", "none"]
+    epsilon: float | None = Field(default=None, gt=0, description="the query's total ε over all its rounds (null: no noise)")
+    delta: float | None = Field(default=None, gt=0, lt=1, description="the query's total δ (null: no noise)")
+    rounds: int = Field(default=1, ge=1, le=1_000_000, description="noisy rounds the query's (ε, δ) covers")
+    t_min: int | None = Field(
+        default=None, ge=1, description="contributors whose noise shares together carry the round's noise"
+    )
+    l1_sensitivity: float = Field(default=0.0, ge=0, description="largest L1 norm of one device's vector this round")
+    l2_sensitivity: float = Field(default=0.0, ge=0, description="largest L2 norm of one device's vector this round")
+    validation: Validation = Field(default="none", description="whether devices prove their contribution valid")
+
+
 class Assignment(_Model):
     query_id: str
     round: int
@@ -107,8 +149,11 @@ class Assignment(_Model):
     first_phase: int = 0
     phase_timeout_s: float
     noise: NoiseBlock | None = None
+    privacy: AssignmentPrivacy | None = Field(
+        default=None, description="the query's public privacy parameters (absent from servers before this field)"
+    )
     peer_identity_keys: dict[str, str] | None = Field(
-        default=None, description="active model: party id → base64 Ed25519 identity key"
+        default=None, description="active model: party id → base64 Ed25519 identity key, for the party's closed neighbourhood"
     )
     server_url: str | None = Field(
         default=None, max_length=2048,
@@ -122,6 +167,13 @@ class CheckinResponse(_Model):
     assignment: Assignment | None = None
     retry_after: float | None = None
     queries_running: int = 0
+
+
+class RefusalReport(_Model):
+    """`POST /v1/device/cohorts/{cohort}/refusal`: this device will not take part, and why."""
+
+    reason: RefusalReason
+    detail: str = Field(default="", max_length=MAX_REFUSAL_DETAIL)
 
 
 class CohortStatus(_Model):

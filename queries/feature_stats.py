@@ -171,22 +171,29 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         if state.stage == 0:
             task |= {"stage": "first_moments", "bins": bins}
             dim = first_moments_layout(f, bins).dim
-            per_example_l2 = math.sqrt(3.0)  # count, first moment, one histogram bin ≤ 2^K each
         elif state.stage == 1:
             task |= {"stage": "second_moments", "means": state.means}
             dim = second_moments_layout(f).dim
-            per_example_l2 = 1.0
         else:
             return None
-        unit = 1 << k
-        return RoundPlan(
-            round=round_index,
-            task=task,
-            dim=dim,
-            max_abs=m * unit,
-            l1_sensitivity=float(m * unit * (3 if state.stage == 0 else 1) * f),
-            l2_sensitivity=float(m * unit * per_example_l2 * math.sqrt(f)),
-        )
+        l1, l2 = self.task_sensitivity(task)
+        return RoundPlan(round=round_index, task=task, dim=dim, max_abs=m * (1 << k), l1_sensitivity=l1, l2_sensitivity=l2)
+
+    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+        """Per example and feature at most 2^K in each of count, first moment and one histogram bin (first
+        moments) or in the second moment; at most `max_examples` examples."""
+        try:
+            f, k, m, stage = len(task["features"]), task["scale_exp"], task["max_examples"], task["stage"]
+        except (KeyError, TypeError) as exc:
+            raise QueryKindError(f"task: malformed feature_stats task ({exc!r})") from None
+        for name, v in (("scale_exp", k), ("max_examples", m)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise QueryKindError(f"task.{name}: must be an integer ≥ 0, got {v!r}")
+        if stage not in ("first_moments", "second_moments"):
+            raise QueryKindError(f"task.stage: unknown feature_stats stage {stage!r}")
+        unit = m * (1 << k)
+        per_example = 3 if stage == "first_moments" else 1  # count, first moment, one histogram bin ≤ 2^K each
+        return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         try:

@@ -123,14 +123,16 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
         if state.done:
             return None
         k = params.max_contributions_per_device
-        return RoundPlan(
-            round=round_index,
-            task={"buckets": params.buckets, "other_bucket": params.other_bucket, "max_contributions": k},
-            dim=len(params.slots),
-            max_abs=1,
-            l1_sensitivity=float(k),
-            l2_sensitivity=float(k) ** 0.5,
-        )
+        task = {"buckets": params.buckets, "other_bucket": params.other_bucket, "max_contributions": k}
+        l1, l2 = self.task_sensitivity(task)
+        return RoundPlan(round=round_index, task=task, dim=len(params.slots), max_abs=1, l1_sensitivity=l1, l2_sensitivity=l2)
+
+    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+        """At most `max_contributions` slots set to 1: L1 k, L2 √k."""
+        k = task.get("max_contributions") if isinstance(task, dict) else None
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise QueryKindError(f"task.max_contributions: must be an integer ≥ 1, got {k!r}")
+        return float(k), float(k) ** 0.5
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         try:

@@ -125,6 +125,9 @@ class QueryKind(ABC, Generic[P, S]):
     name: ClassVar[str]
     Params: type[P]
     State: type[S]
+    supports_proofs: ClassVar[bool] = False
+    """Whether devices can prove their contributions to this kind valid (`privacy.validation = "proofs"`);
+    a device whose policy has `require_proofs` refuses such a kind's assignments without proofs."""
 
     def parse_params(self, raw: dict[str, Any]) -> P:
         """Validate `params`; raises pydantic.ValidationError naming the bad field."""
@@ -174,6 +177,15 @@ class QueryKind(ABC, Generic[P, S]):
 
         `rng` is the only randomness a kind may use (row sampling, SGD order, stochastic rounding); the
         device draws it from its randomness source, so a seeded source reproduces the vector exactly."""
+
+    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float] | None:
+        """Optional hook, device side: (L1, L2) bounds on the norms of any vector `contribute` returns for
+        this task, computed from the task alone — never from the data (raise QueryKindError on a malformed
+        task). The device recomputes its noise floor from these bounds instead of the server's declared
+        sensitivities (docs/device_sdk.md); `plan_round` should derive its `l1_sensitivity`/`l2_sensitivity`
+        from the same function (the conformance suite checks they agree). Default None: the device then
+        uses the declared sensitivities and refuses to send a vector that exceeds them."""
+        return None
 
     @abstractmethod
     def decode_round(

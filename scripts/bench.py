@@ -51,7 +51,8 @@ def secagg_section() -> dict:
 
 def main() -> int:
     report = {"secagg": secagg_section()}
-    for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"), ("cluster", "scripts/bench_cluster.py")):
+    for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"), ("cluster", "scripts/bench_cluster.py"),
+                         ("device", "scripts/bench_device.py")):
         if (ROOT / script).exists():
             report[name] = run_json([script], name)
     print(json.dumps(report, indent=2))

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from device_sdk.analyst_cli import AnalystClient  # noqa: E402
-from scripts.bench_http import cpu_seconds, metric  # noqa: E402
+from scripts.bench_http import AVAILABILITY_LAPSE_S, cpu_seconds, metric  # noqa: E402
 from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
 from scripts.pg_local import local_postgres, postgres_cpu_seconds  # noqa: E402
 
@@ -60,6 +60,7 @@ def one(pg_url: str, processes: int, n: int) -> dict[str, Any]:
             statements_per_checkin = (total(urls, "fa_db_statements_total") - s0) / max(1.0, checkins)
             db_ms_per_checkin = 1000 * (postgres_cpu_seconds() - d0) / max(1.0, checkins)
             fleet.stop()
+            time.sleep(AVAILABILITY_LAPSE_S)
             # 2) one round with the fleet long-polling
             fleet = Fleet(urls, n, tmp, seed=2, checkin_wait=10, extra=["--processes", "2"], split=True)
             c1 = total(urls, "fa_device_checkins_total")

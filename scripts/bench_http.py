@@ -1,10 +1,16 @@
-"""HTTP benchmark (`make bench`): one histogram round over loopback with 1,000 and 5,000 simulated devices.
+"""HTTP benchmark (`make bench`): histogram rounds over loopback with simulated fleets.
 
-For each fleet size: wall time of the round (submit → succeeded, and the sum of the secagg phase
-durations), check-ins per second the server answered while the fleet polled, server CPU seconds during the
-round (from /proc/<pid>/stat), and the same round with masking off. Masking off is a benchmark-only switch:
-FA_BENCH_UNMASKED=1 in the environment of the server and simulator processes started here; no query field
-selects it and ordinary devices refuse it. Prints one JSON object.
+- 1,000 and 5,000 devices: wall time of the round (submit → succeeded, and the sum of the secagg phase
+  durations), check-ins per second the server answered while the fleet polled, server CPU seconds during the
+  round (from /proc/<pid>/stat), and the same round with masking off. Masking off is a benchmark-only
+  switch: FA_BENCH_UNMASKED=1 in the environment of the server and simulator processes started here; no
+  query field selects it and ordinary devices refuse it.
+- 1,000 devices of which 10 % drop at a random phase (each device, per cohort): the masked round's wall time
+  beside the same round without dropout.
+- 10,000 devices: one masked round's wall time, server CPU and the server's peak memory (VmHWM).
+
+Every round needs 80 % of the fleet (`min_clients`) and takes all of it (`max_clients`). Prints one JSON
+object.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
 from secagg.plain import BENCH_UNMASKED_ENV  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+AVAILABILITY_LAPSE_S = 6.0
+"""A device stays available for a cohort until its long-poll + Retry-After + 5 s after its last check-in."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -98,7 +106,14 @@ def server_timeline(db_path: Path, query_id: str) -> dict[str, float]:
     }
 
 
-def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, checkins: bool = True) -> dict[str, Any]:
     env = {BENCH_UNMASKED_ENV: "1"} if unmasked else {}
     with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s:
         tmp = Path(tmp_s)
@@ -108,24 +123,26 @@ def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
         fleet = None
         try:
             admin = AnalystClient(server.url, server.token("admin"), timeout_s=120)
-            # 1) check-in throughput: the fleet polls without long-polling (retry_after 0.2 s) for a fixed window
-            fleet = Fleet(server.url, n, tmp, scenario="words", seed=1, checkin_wait=0, env=env,
-                          extra=["--processes", str(processes)])
-            deadline = time.monotonic() + 300
-            while metric(server.url, "fa_device_checkins_total") < 2 * n and time.monotonic() < deadline:
-                time.sleep(0.5)
-            c0, t0 = metric(server.url, "fa_device_checkins_total"), time.monotonic()
-            time.sleep(5)
-            checkins_per_s = (metric(server.url, "fa_device_checkins_total") - c0) / (time.monotonic() - t0)
-            fleet.stop()
+            deadline = time.monotonic() + 600
+            checkins_per_s = None
+            if checkins:  # 1) check-in throughput: the fleet polls without long-polling (retry_after 0.2 s)
+                fleet = Fleet(server.url, n, tmp, scenario="words", seed=1, checkin_wait=0, env=env,
+                              extra=["--processes", str(processes)])
+                while metric(server.url, "fa_device_checkins_total") < 2 * n and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                c0, t0 = metric(server.url, "fa_device_checkins_total"), time.monotonic()
+                time.sleep(5)
+                checkins_per_s = round((metric(server.url, "fa_device_checkins_total") - c0) / (time.monotonic() - t0), 1)
+                fleet.stop()
+                time.sleep(AVAILABILITY_LAPSE_S)  # else the round's cohort would seat the stopped fleet's devices
             # 2) the round, with the fleet long-polling its check-ins as real devices do
-            fleet = Fleet(server.url, n, tmp, scenario="words", seed=2, checkin_wait=10, env=env,
+            fleet = Fleet(server.url, n, tmp, scenario="words", seed=2, checkin_wait=10, env=env, dropout=dropout,
                           extra=["--processes", str(processes)])
             c1 = metric(server.url, "fa_device_checkins_total")
             while metric(server.url, "fa_device_checkins_total") < c1 + n and time.monotonic() < deadline:
                 time.sleep(0.5)
             spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star", "cloud"]},
-                    "cohort": {"min_clients": int(n * 0.9), "max_clients": n, "phase_timeout_s": 300}}
+                    "cohort": {"min_clients": int(n * 0.8), "max_clients": n, "phase_timeout_s": 300}}
             assert server.proc is not None
             sampler = CpuSampler(server.proc.pid)
             start = time.perf_counter()
@@ -136,9 +153,12 @@ def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
             ev = server_events(tmp / "fa.db", qid)
             cpu = sampler.at(ev["query.succeeded"].timestamp()) - sampler.at(ev["query.submitted"].timestamp())
             res = admin.result(qid) if final["status"] == "succeeded" else {"result": {}}
+            cohorts = admin.status(qid)["progress"].get("cohorts", {})
             return {
                 "devices": n,
                 "masking": not unmasked,
+                "dropout": dropout,
+                "cohorts": cohorts,
                 "status": final["status"],
                 "clients": res["result"].get("clients"),
                 **server_timeline(tmp / "fa.db", qid),
@@ -146,7 +166,9 @@ def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
                 "phases_wall_s": round(metric(server.url, "fa_phase_duration_seconds_sum"), 2),
                 "phase_s": phase_seconds(server.url),
                 "server_cpu_s": round(cpu, 2),
-                "checkins_per_s": round(checkins_per_s, 1),
+                "server_cpu_ms_per_device": round(1000 * cpu / n, 3),
+                "server_peak_rss_mb": round(peak_rss_mb(server.proc.pid), 1),
+                "checkins_per_s": checkins_per_s,
             }
         finally:
             if fleet is not None:
@@ -154,23 +176,45 @@ def one_round(n: int, unmasked: bool, processes: int) -> dict[str, Any]:
             server.stop()
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--devices", type=int, nargs="+", default=[1000, 5000])
+    p.add_argument("--dropout-devices", type=int, default=1000, help="fleet size of the dropout comparison (0: skip)")
+    p.add_argument("--dropout", type=float, default=0.10)
+    p.add_argument("--big", type=int, default=10_000, help="fleet size of the one large masked round (0: skip)")
     p.add_argument("--processes", type=int, default=2)
     args = p.parse_args()
     runs = []
+    masked_by_n: dict[int, dict[str, Any]] = {}
     for n in args.devices:
         masked = one_round(n, False, args.processes)
         print(f"[bench_http] {masked}", file=sys.stderr, flush=True)
         plain = one_round(n, True, args.processes)
         print(f"[bench_http] {plain}", file=sys.stderr, flush=True)
-        ratio = {
-            "wall_masked_over_unmasked": round(masked["round_wall_s"] / plain["round_wall_s"], 2) if plain["round_wall_s"] else None,
-            "server_cpu_masked_over_unmasked": round(masked["server_cpu_s"] / plain["server_cpu_s"], 2) if plain["server_cpu_s"] else None,
+        masked_by_n[n] = masked
+        runs.append({"devices": n, "masked": masked, "unmasked": plain, "ratio": {
+            "wall_masked_over_unmasked": ratio(masked["round_wall_s"], plain["round_wall_s"]),
+            "server_cpu_masked_over_unmasked": ratio(masked["server_cpu_s"], plain["server_cpu_s"]),
+        }})
+    report: dict[str, Any] = {"http_rounds": runs}
+    if args.dropout_devices:
+        n = args.dropout_devices
+        calm = masked_by_n.get(n) or one_round(n, False, args.processes, checkins=False)
+        dropping = one_round(n, False, args.processes, dropout=args.dropout, checkins=False)
+        print(f"[bench_http] {dropping}", file=sys.stderr, flush=True)
+        report["dropout_round"] = {
+            "devices": n, "dropout": args.dropout, "without_dropout": calm, "with_dropout": dropping,
+            "wall_dropout_over_no_dropout": ratio(dropping["round_wall_s"], calm["round_wall_s"]),
         }
-        runs.append({"devices": n, "masked": masked, "unmasked": plain, "ratio": ratio})
-    print(json.dumps({"http_rounds": runs}))
+    if args.big:
+        big = one_round(args.big, False, args.processes, checkins=False)
+        print(f"[bench_http] {big}", file=sys.stderr, flush=True)
+        report["big_round"] = big
+    print(json.dumps(report))
     return 0
 
 

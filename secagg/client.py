@@ -3,8 +3,9 @@
 `start()` returns the AdvertiseKeys message; `receive(server_message)` returns the reply for the next
 phase. Before answering, the client checks what the server shows it: peers are its graph neighbours,
 its own keys were relayed unchanged, no public key appears twice, signatures verify (active model), the
-survivor sets are nested (U3 ⊆ U2 ⊆ U1), contain it and hold at least the threshold of its neighbourhood,
-and it never reveals both the self-mask share and the key share of one peer — not even across retried
+survivor sets are nested (U3 ⊆ U2 ⊆ U1), contain it and hold at least the threshold of its neighbourhood
+(and, with `min_survivors`, list at least that many parties in the whole cohort: the caller's own floor,
+whatever the server's config says), and it never reveals both the self-mask share and the key share of one peer — not even across retried
 or altered unmask requests. Answering the byte-identical message again returns the same reply.
 
 Every random draw comes from the injected `randomness` (OS entropy by default), in this order: the
@@ -30,6 +31,7 @@ from secagg.errors import (
     InconsistentSetsError,
     ProtocolError,
     SignatureError,
+    TooFewSurvivorsError,
     UnknownPartyError,
     WrongPhaseError,
     WrongSessionError,
@@ -55,6 +57,7 @@ from secagg.randomness import OsRandom, RandomSource
 
 _PLAINTEXT = struct.Struct(">II33s33s")
 _FATAL = (SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError)
+"""Errors after which the client abandons the session (TooFewSurvivorsError is an InconsistentSetsError)."""
 
 
 class ClientSession:
@@ -67,6 +70,7 @@ class ClientSession:
         peer_identity_keys: dict[int, bytes] | None = None,
         meter: Meter | None = None,
         randomness: RandomSource | None = None,
+        min_survivors: int | None = None,
     ) -> None:
         if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
             raise ConfigError(f"party_id: must be between 1 and n={config.n}, got {party_id!r}")
@@ -77,7 +81,10 @@ class ClientSession:
             raise ConfigError(f"input_vector: entries must lie in [0, 2^{config.bits})")
         if config.active and (identity_key is None or peer_identity_keys is None):
             raise ConfigError("identity_key and peer_identity_keys are required in the active threat model")
+        if min_survivors is not None and (isinstance(min_survivors, bool) or not isinstance(min_survivors, int) or min_survivors < 1):
+            raise ConfigError(f"min_survivors: must be a positive integer, got {min_survivors!r}")
         self.config = config
+        self._min_survivors = min_survivors
         self.party = party_id
         self._input = vec.astype(config.work_dtype)
         self._identity = identity_key
@@ -230,7 +237,10 @@ class ClientSession:
         return MaskedInput(cfg.session_id, self.party, cfg.bits, cfg.dim, encoding.pack(acc, cfg.bits)).encode()
 
     def _survivors(self, bitmap: bytes) -> frozenset[int]:
-        u3 = decode_bitmap(bitmap, self.config.n) & self._nbrs
+        everyone = decode_bitmap(bitmap, self.config.n)
+        if self._min_survivors is not None and len(everyone) < self._min_survivors:
+            raise TooFewSurvivorsError(len(everyone), self._min_survivors)
+        u3 = everyone & self._nbrs
         if self.party not in u3:
             raise InconsistentSetsError("survivors: this party is missing from the survivor set")
         if not u3 <= self._u2:

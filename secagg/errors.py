@@ -56,6 +56,15 @@ class InconsistentSetsError(ProtocolError):
     """The survivor sets shown by the server are not nested, omit this party, or are below threshold."""
 
 
+class TooFewSurvivorsError(InconsistentSetsError):
+    """The survivor set lists fewer parties than this client's own minimum (`ClientSession(min_survivors=…)`)."""
+
+    def __init__(self, survivors: int, minimum: int) -> None:
+        super().__init__(f"survivors: {survivors} parties, below this party's minimum of {minimum}")
+        self.survivors = survivors
+        self.minimum = minimum
+
+
 class DoubleRevealError(ProtocolError):
     """The server asked for both the self-mask share and the key share of the same peer."""
 

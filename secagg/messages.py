@@ -19,6 +19,8 @@ MAGIC = b"SA"
 VERSION = 1
 HEADER = struct.Struct(">2sBB16sI")
 _U32 = struct.Struct(">I")
+_SHARE_ENTRY = struct.Struct(f">IB{SHARE_BYTES}s")
+"""One unmask share: owner of the secret (u32), ShareKind (u8), the share."""
 KEY = 32
 SIG = 64
 
@@ -267,14 +269,12 @@ class UnmaskShares(Message):
 
     @classmethod
     def parse(cls, sid, party, r):
-        n = r.count(5 + SHARE_BYTES, "shares")
-        out = []
-        for _ in range(n):
-            v, kind = r.u32("owner"), r.u8("kind")
+        n = r.count(_SHARE_ENTRY.size, "shares")
+        out = tuple(_SHARE_ENTRY.iter_unpack(r.take(n * _SHARE_ENTRY.size, "shares")))  # fixed-size records
+        for _, kind, _ in out:
             if kind not in (ShareKind.SELF_MASK_SEED, ShareKind.MASK_KEY):
                 raise MessageFormatError(f"shares: unknown share kind {kind}")
-            out.append((v, kind, r.take(SHARE_BYTES, "share")))
-        return cls(sid, party, tuple(out))
+        return cls(sid, party, out)
 
 
 def _signature(r: _Reader) -> bytes:

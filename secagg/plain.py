@@ -59,6 +59,12 @@ class PlainServerSession:
     def received(self) -> frozenset[int]:
         return frozenset(self._got)
 
+    def received_count(self) -> int:
+        return len(self._got)
+
+    def has_answered(self, party: int) -> bool:
+        return party in self._got
+
     def receive(self, party: int, data: bytes) -> None:
         if self.phase is not Phase.MASKED_INPUT:
             raise WrongPhaseError("session is closed")

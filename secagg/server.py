@@ -117,6 +117,13 @@ class ServerSession:
     def received(self) -> frozenset[int]:
         return frozenset(self._digests)
 
+    def received_count(self) -> int:
+        """How many parties answered the open phase (O(1); `received()` copies the set)."""
+        return len(self._digests)
+
+    def has_answered(self, party: int) -> bool:
+        return party in self._digests
+
     def receive(self, party: int, data: bytes) -> None:
         """Validate and record one party's message for the current phase."""
         if self.phase in (Phase.DONE, Phase.ABORTED):

@@ -15,6 +15,7 @@ state-changing requests claim their nonce in the database before they act.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -35,6 +36,7 @@ from queries.envelope import (
     CheckinRequest,
     CheckinResponse,
     CohortStatus,
+    RefusalReport,
     RegisterRequest,
     RegisterResponse,
     b64d,
@@ -43,6 +45,7 @@ from queries.envelope import (
 from secagg.phases import Phase
 
 routes = web.RouteTableDef()
+log = logging.getLogger(__name__)
 
 
 def _device_state(request: web.Request) -> AppState:
@@ -150,6 +153,27 @@ async def cohort_status(request: web.Request) -> web.Response:
     )
 
 
+@routes.post("/v1/device/cohorts/{cohort_id}/refusal")
+async def refusal(request: web.Request) -> web.Response:
+    """The device will not take part in this cohort under its own policy (docs/device_sdk.md): counted by
+    reason in /metrics, and the cohort's phases stop waiting for it."""
+    st = _device_state(request)
+    dev = await st.auth.identify(request)
+    cohort = await _cohort(st, request.match_info["cohort_id"])
+    if dev.device_id not in cohort.members:
+        raise HttpError(403, f"device is not a member of cohort {cohort.id}")
+    body = await read_body(request, st.settings.device_json_body_limit)
+    st.auth.check_signature(dev.key, request, body, dev.headers)
+    report = parse_model(RefusalReport, parse_json_body(request, body))
+    await st.auth.claim(dev.device_id, dev.headers)
+    first = await cohort.withdraw(dev.device_id, report.reason)
+    if first:
+        st.metrics.refusals[report.reason] += 1
+        log.info("cohort %s: device %s refused its assignment (%s): %s", cohort.id[:8], dev.device_id[:8],
+                 report.reason, report.detail[:200])
+    return web.json_response({"recorded": first, "reason": report.reason})
+
+
 @routes.post("/v1/device/cohorts/{cohort_id}/phases/{phase}")
 async def post_message(request: web.Request) -> web.Response:
     st = _device_state(request)
@@ -164,7 +188,7 @@ async def post_message(request: web.Request) -> web.Response:
     st.auth.check_signature(dev.key, request, body, dev.headers)
     if not body:
         raise HttpError(400, "empty body: expected the secagg message bytes")
-    await st.auth.claim(dev.device_id, dev.headers)
+    st.auth.claim_read_only(dev.device_id, dev.headers)  # idempotent by content: no database claim (auth.py)
     await cohort.submit(dev.device_id, phase, body)
     wait_s = _wait_s(request)
     if wait_s > 0:  # one round trip: the answer to this phase's message is the next phase's message

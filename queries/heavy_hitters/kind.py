@@ -196,16 +196,24 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             "casefold": params.casefold,
         }
         rate = params.triehh[1] if params.mode == "triehh" else 1.0
+        l1, l2 = self.task_sensitivity(task)
         return RoundPlan(
             round=round_index,
             task=task,
             dim=vote_layout(len(frontier), len(params.alphabet)).dim,
             max_abs=1,
-            l1_sensitivity=float(w),
-            l2_sensitivity=math.sqrt(w),
+            l1_sensitivity=l1,
+            l2_sensitivity=l2,
             sample_rate=rate,
             meta={"depth": depth},
         )
+
+    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+        """At most `max_words` 0/1 votes: L1 w, L2 √w."""
+        w = task.get("max_words") if isinstance(task, dict) else None
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise QueryKindError(f"task.max_words: must be an integer ≥ 1, got {w!r}")
+        return float(w), math.sqrt(w)
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         try:

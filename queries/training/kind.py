@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from queries.kind import AggregateNoise, QueryKind, Release, RoundPlan
+from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan
 from queries.training import client, encoding
 from queries.training.blackbox import BlackBoxModel
 from queries.training.optimizers import adam_step, apply_safeguards, fedavg_step, initial_optimizer_state, rprop_step
@@ -144,6 +144,26 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         return client.contribute(task, rows, rng)
+
+    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+        """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""
+        try:
+            phase, pb = task["phase"], task["precision_bits"]
+            if isinstance(pb, bool) or not isinstance(pb, int):
+                raise TypeError(f"precision_bits must be an integer, got {pb!r}")
+            if phase == "label_counts":
+                b = encoding.label_bounds(int(task["n_classes"]), pb)
+            elif phase == "train":
+                votes = task["votes"] == "sign"
+                weighted = task["weighting"] == "examples" and not votes
+                b = encoding.train_bounds(len(task["weights"]), votes, weighted, pb, float(task["weight_share"]))
+            elif phase == "eval":
+                b = encoding.eval_bounds(len(task["metrics"]), pb)
+            else:
+                raise ValueError(f"unknown phase {phase!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed training task ({exc})") from None
+        return b.l1, b.l2
 
     # ------------------------------------------------------------------ decoding
     def decode_round(

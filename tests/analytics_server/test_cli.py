@@ -59,7 +59,7 @@ async def test_token_list_and_revoke(app_server: TestServer, migrated_url: str) 
     short = await cli("token", "revoke", "fa_", "--db", migrated_url)
     assert short.returncode == 2 and "at least 4 characters" in short.stderr
     db_file = migrated_url.split("///", 1)[1]
-    with sqlite3.connect(db_file) as conn:  # two tokens whose shown prefixes collide
+    with sqlite3.connect(db_file, timeout=60) as conn:  # two tokens whose shown prefixes collide
         conn.execute("INSERT INTO tokens (token_hash, prefix, role, created_at, revoked) VALUES "
                      "('h1', 'fa_Same123', 'analyst', '2026-01-01', 0), ('h2', 'fa_Same456', 'analyst', '2026-01-01', 0)")
     ambiguous = await cli("token", "revoke", "fa_Same", "--db", migrated_url)

@@ -21,6 +21,15 @@ from queries.spec import QuerySpec
 from secagg.encoding import bits_for
 
 
+async def _until(read: Any, ok: Any, timeout_s: float = 10.0) -> None:
+    """Poll `read()` until `ok(value)`: a check-in's availability is written by a group commit, whose timing
+    depends on the machine's load."""
+    deadline = time.monotonic() + timeout_s
+    while not ok(got := await read()):
+        assert time.monotonic() < deadline, f"condition not met within {timeout_s} s: last value {got!r}"
+        await asyncio.sleep(0.02)
+
+
 def _assignment(cohort_id: str = "c") -> dict[str, Any]:
     return Assignment(query_id="q", round=0, cohort_id=cohort_id, party_id=1, kind="histogram", source="w", task={},
                       secagg={}, threat_model="semi_honest", phase_timeout_s=1).model_dump(mode="json", exclude_none=True)
@@ -30,9 +39,8 @@ async def test_long_poll_gets_assignment_and_claimed_devices_are_not_available(m
     store = Store(make_engine(migrated_url))
     pool = DevicePool(store, Notifier(), fresh_s=5)
     waiter = asyncio.create_task(pool.checkin("d1", 5))
-    await asyncio.sleep(0.1)
     await store.mark_available([("d2", time.time() + 5)])
-    assert sorted(await store.available_devices()) == ["d1", "d2"]
+    await _until(lambda: store.available_devices(), lambda got: sorted(got) == ["d1", "d2"])  # d1: group commit
     assert await store.claim_devices("c", ["d1", "d3"]) == ["d1"]  # d3 never checked in
     assert await store.claim_devices("c2", ["d1"]) == []  # never seated twice
     assert await store.available_devices() == ["d2"]
@@ -52,7 +60,7 @@ async def test_assignment_is_delivered_by_notification_or_poll_and_redelivered(m
     try:
         for device, notify in (("d1", True), ("d2", False)):
             waiter = asyncio.create_task(pool.checkin(device, 10))
-            await asyncio.sleep(0.1)
+            await _until(lambda: store.available_devices(), lambda got, d=device: d in got)
             cohort = f"c-{device}"
             assert await store.claim_devices(cohort, [device]) == [device]
             async with store.sessions() as s:  # as `create_cohort` in another process

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.exc import IntegrityError
@@ -17,9 +18,11 @@ from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.errors import HttpError
 from analytics_server.metrics import Metrics
+from analytics_server.orchestrator import neighbour_identity_keys
+from queries.envelope import b64d
 from secagg import ClientSession, SecAggConfig, ServerSession, encoding
+from secagg.crypto import ed25519_public_bytes
 from secagg.phases import Phase
-
 
 async def _setup(url: str, n: int, dim: int = 3) -> tuple[Store, str, int, list[str]]:
     store = Store(make_engine(url))
@@ -270,3 +273,30 @@ async def test_a_late_answer_is_dropped_cleanly(migrated_url: str) -> None:
     assert r is not None and r.contributors == n - 1
     assert await store.contributors(qid) == {0: sorted(d for d, p in members.items() if p != 4)}
     await store.engine.dispose()
+
+
+def test_active_devices_need_only_their_neighbours_identity_keys() -> None:
+    """Assignments carry each party's closed neighbourhood's identity keys, not the whole cohort's (n² bytes at
+    10,000 devices); with only those, every client of a sparse active-model session finishes with the exact sum."""
+    n, dim, bits = 130, 3, 16
+    cfg = SecAggConfig(session_id=b"A" * 16, n=n, dim=dim, bits=bits, threat_model="active")
+    assert not cfg.neighbour_graph.complete
+    identity = {p: Ed25519PrivateKey.generate() for p in range(1, n + 1)}
+    members = {f"dev{p:03d}": p for p in identity}
+    keys = {d: ed25519_public_bytes(identity[p]) for d, p in members.items()}
+    per_party = neighbour_identity_keys(cfg, members, keys)
+    assert all(set(map(int, per_party[p])) == set(cfg.neighbour_graph.closed(p)) for p in identity)
+    assert max(len(v) for v in per_party.values()) < n // 2
+    public = {p: keys[d] for d, p in members.items()}
+    inputs = {p: np.full(dim, p, dtype=np.uint64) for p in identity}
+    clients = {p: ClientSession(cfg, p, inputs[p], identity[p], {int(v): b64d(k, "key") for v, k in per_party[p].items()})
+               for p in identity}
+    server = ServerSession(cfg, public)
+    outgoing = {p: c.start() for p, c in clients.items()}
+    while server.phase is not Phase.DONE:
+        for p, msg in outgoing.items():
+            server.receive(p, msg)
+        delivered = server.close_phase()
+        outgoing = {p: out for p, m in delivered.items() if (out := clients[p].receive(m)) is not None}
+    assert server.result is not None and server.result.contributors == set(identity)
+    assert server.result.vector.tolist() == [sum(range(1, n + 1))] * dim

@@ -4,7 +4,8 @@ For generated valid params and generated device rows — including extreme but v
 query can reach is planned and contributed to, and:
 - each contribution is an int64 vector of length `plan.dim` with every entry within `plan.max_abs`;
 - its L1 and L2 norms are within the plan's declared `l1_sensitivity`/`l2_sensitivity` (what the DP
-  noise is calibrated for), and, multiplied by the encoding scale s the server picks for a noisy round,
+  noise is calibrated for), which equal the kind's `task_sensitivity` of the task when it has one (the
+  bounds a device recomputes its noise floor from), and, multiplied by the encoding scale s the server picks for a noisy round,
   within the sensitivities the server's round noise is calibrated for;
 - the state survives the server's JSON round trip, and the plan from the reloaded state is the same;
 - `finalize` works from every reachable state (the initial one, after each round decoded from the sum of
@@ -64,6 +65,14 @@ def _check_contribution(vec: np.ndarray, plan: RoundPlan, calibration: dict[str,
     assert float(np.linalg.norm(scaled)) <= noise["l2"] * (1 + 1e-12), ("scaled L2", s, noise["l2"])
 
 
+def _check_task_sensitivity(kind: QueryKind[Any, Any], plan: RoundPlan) -> None:
+    """A kind that bounds its vectors from the task alone (what devices recompute their noise floor from) must
+    agree with the sensitivities its plan declares; the task the device receives is the plan's, as JSON."""
+    own = kind.task_sensitivity(json.loads(json.dumps(plan.task)))
+    if own is not None:
+        assert own == pytest.approx((plan.l1_sensitivity, plan.l2_sensitivity), rel=1e-12), (own, plan)
+
+
 def _check_release(kind: QueryKind[Any, Any], params: Any, state: Any) -> dict[str, Any]:
     results = []
     for stop_reason in (None, STOP):
@@ -109,6 +118,7 @@ def test_kind_contract(kind: QueryKind[Any, Any], data: st.DataObject) -> None:
         assert index < MAX_ROUNDS, "query did not finish"
         assert plan == kind.plan_round(params, _reload(kind, state), index)
         json.dumps(plan.task, allow_nan=False)
+        _check_task_sensitivity(kind, plan)
         devices = data.draw(st.lists(strategies.rows(raw), min_size=1, max_size=4), label=f"round {index} rows")
         total = np.zeros(plan.dim, dtype=np.int64)
         for rows in devices:

@@ -34,6 +34,7 @@ from secagg import (
     SecAggConfig,
     ServerSession,
     SignatureError,
+    TooFewSurvivorsError,
     UnknownPartyError,
     WrongPhaseError,
     WrongSessionError,
@@ -241,6 +242,26 @@ def test_client_rejects_inconsistent_survivor_sets(survivors, reason):
     with pytest.raises(InconsistentSetsError, match=reason):
         c.clients[1].receive(request.encode())
     expect_abandoned(c.clients[1])
+
+
+@pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
+def test_client_with_its_own_minimum_refuses_a_shrunk_survivor_set(active):
+    """`min_survivors` is the device's own floor (its policy, the t_min of its noise): a survivor set the
+    server could legitimately close with (≥ the Shamir threshold) but below that floor is refused before the
+    party signs it (active) or reveals any share; the whole cohort is counted, not only the neighbourhood."""
+    for minimum, refused in ((7, True), (6, False)):
+        c = make_cohort(8, active=active)
+        ids = {p: crypto.ed25519_public_bytes(k) for p, k in c.identities.items()} or None
+        c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities.get(1), ids, min_survivors=minimum)
+        routed = c.advance(c.reply(c.advance({p: cl.start() for p, cl in c.clients.items()})))
+        after_input = c.advance(c.reply(routed, skip={7, 8}))  # 6 survivors: at or above the threshold (5 / 6)
+        assert len(c.server.survivors(Phase.MASKED_INPUT)) == 6 >= c.t
+        if refused:
+            with pytest.raises(TooFewSurvivorsError, match="6 parties, below this party's minimum of 7"):
+                c.clients[1].receive(after_input[1])
+            expect_abandoned(c.clients[1])
+        else:
+            assert c.clients[1].receive(after_input[1]) is not None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""One accepted assignment's bookkeeping between the policy, the ledger and the protocol run.
+
+`DeviceClient` admits an assignment (policy check and ledger reservation, before any data is read) and gets
+a `Contribution`; the run then asks it for the survivor floor to hold the cohort to, lets it check the
+vector against the declared bounds (kinds that cannot bound it from the task), tells it before each message
+goes out (`before_send`: the masked input is where the data leaves the device) and ends it with the
+cohort's outcome, which settles the ledger row: charged and logged if anything was sent, released if not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from device_sdk.ledger import ContributionLedger, ContributionRecord
+from device_sdk.policy import Decision, Refusal, refuse
+from queries.envelope import Assignment
+from secagg.phases import Phase
+
+BOUND_TOLERANCE = 1e-9
+
+
+@dataclass
+class Contribution:
+    assignment: Assignment
+    decision: Decision
+    ledger: ContributionLedger
+    row_id: int
+    sent: bool = False
+
+    @property
+    def min_survivors(self) -> int | None:
+        return self.decision.min_survivors
+
+    def check_vector(self, vec: np.ndarray) -> Refusal | None:
+        """Refusal when the vector exceeds the sensitivities the server declared (only for kinds that cannot
+        bound their vectors from the task, whose noise floor was computed from the declared ones)."""
+        bounds = self.decision.declared_bounds
+        if bounds is None:
+            return None
+        l1 = float(np.abs(vec).sum())
+        l2 = float(np.linalg.norm(np.asarray(vec, dtype=np.float64)))
+        if l1 > bounds[0] * (1 + BOUND_TOLERANCE) or l2 > bounds[1] * (1 + BOUND_TOLERANCE):
+            return refuse(self.assignment, "contribution_exceeds_bound",
+                          f"the contribution exceeds the declared sensitivities (L1 {bounds[0]:g}, L2 {bounds[1]:g})")
+        return None
+
+    def before_send(self, phase: int) -> None:
+        """Called before the message of `phase` is posted: from the masked input on, the data has left."""
+        if not self.sent and phase >= Phase.MASKED_INPUT:
+            self.ledger.mark_sent(self.row_id)
+            self.sent = True
+
+    def end(self, finished: bool, contributed: bool | None, detail: str = "") -> ContributionRecord | None:
+        """Settle the ledger row; the transparency-log record when something was sent."""
+        if not self.sent:
+            self.ledger.release(self.row_id)
+            return None
+        self.ledger.finish(self.row_id, "finished" if finished else "abandoned", contributed, detail)
+        return self.ledger.record(self.row_id)

@@ -1,0 +1,271 @@
+"""The device's own privacy policy: what the app allows, checked on the device, which the server cannot change.
+
+`DevicePolicy` holds the app's limits; `decide(policy, assignment, …)` checks an assignment against them
+before any local data is read and returns a `Refusal` (reason, detail) or a `Decision` (what to charge to
+the device's ledger, the survivor floor to hold the cohort to, the bounds to hold the vector to). See
+docs/device_sdk.md for every field and what the device guarantees on its own.
+
+The noise floor: for a noisy assignment the device recomputes the smallest per-device noise any accounting
+of the query's public (ε, δ, rounds, t_min) allows for the round's sensitivity (`queries.dp.floor`) —
+taking the sensitivity from the kind's own `task_sensitivity(task)` when it has one, never the server's
+word — and refuses a smaller noise scale; it then refuses to unmask for fewer than t_min survivors, since
+its share is only t_min-th of the noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queries.dp.errors import PrivacyError
+from queries.dp.floor import per_device_floor
+from queries.envelope import Assignment, RefusalReason
+from queries.kind import QueryKind, QueryKindError
+from secagg.config import SecAggConfig
+from secagg.errors import ConfigError
+from secagg.plain import bench_unmasked
+
+from device_sdk.ledger import DAY_S, QueryHistory
+
+DEFAULT_MAX_DELTA = 1e-5
+"""δ cap that applies when the policy caps ε but not δ: an ε bound means little at a large δ."""
+FLOOR_TOLERANCE = 1e-9
+"""Relative slack when comparing the server's noise scale with the recomputed floor (float rounding)."""
+
+
+class PolicyError(ValueError):
+    """A policy field the device cannot apply; the message names the field."""
+
+
+@dataclass(frozen=True)
+class DevicePolicy:
+    """Limits the app sets on what its device contributes. Every field's default allows everything.
+
+    - `allowed_sources`: collections the server may query (None: any). A mapping from collection to the
+      query kinds allowed on it (None: any kind) also limits the kinds.
+    - `require_noise`: refuse assignments without distributed DP noise (mechanism "none").
+    - `max_epsilon_per_query` / `max_epsilon_per_day`: the most ε one query may have / the device may spend
+      in 24 hours (its own ledger). Either one also refuses queries without noise (their ε is unbounded)
+      and caps δ at `max_delta_per_query` (default `DEFAULT_MAX_DELTA` when unset).
+    - `min_cohort`: the smallest cohort the device joins, and the fewest survivors it unmasks for.
+    - `min_survivors`: the fewest survivors it unmasks for, when it should differ from `min_cohort`.
+    - `max_delta_per_query`: the largest δ of one query.
+    - `require_proofs`: refuse assignments without validity proofs for kinds that support them.
+    - `max_contributions_per_day`: participation cap; the device stops checking in once it is reached.
+    """
+
+    allowed_sources: Collection[str] | Mapping[str, Collection[str] | None] | None = None
+    require_noise: bool = False
+    max_epsilon_per_query: float | None = None
+    max_epsilon_per_day: float | None = None
+    min_cohort: int | None = None
+    min_survivors: int | None = None
+    max_delta_per_query: float | None = None
+    require_proofs: bool = False
+    max_contributions_per_day: int | None = None
+    _sources: dict[str, frozenset[str] | None] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_sources", _normalise_sources(self.allowed_sources))
+        for name in ("require_noise", "require_proofs"):
+            if not isinstance(getattr(self, name), bool):
+                raise PolicyError(f"{name}: must be True or False, got {getattr(self, name)!r}")
+        for name in ("max_epsilon_per_query", "max_epsilon_per_day"):
+            _positive(name, getattr(self, name))
+        if self.max_delta_per_query is not None:
+            _positive("max_delta_per_query", self.max_delta_per_query)
+            if self.max_delta_per_query >= 1:
+                raise PolicyError(f"max_delta_per_query: must be below 1, got {self.max_delta_per_query!r}")
+        for name in ("min_cohort", "min_survivors", "max_contributions_per_day"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise PolicyError(f"{name}: must be a positive integer or None, got {value!r}")
+
+    @property
+    def caps_epsilon(self) -> bool:
+        return self.max_epsilon_per_query is not None or self.max_epsilon_per_day is not None
+
+    @property
+    def delta_cap(self) -> float | None:
+        """The δ cap in force: `max_delta_per_query`, else `DEFAULT_MAX_DELTA` when ε is capped."""
+        if self.max_delta_per_query is not None:
+            return self.max_delta_per_query
+        return DEFAULT_MAX_DELTA if self.caps_epsilon else None
+
+    @property
+    def survivor_floor(self) -> int | None:
+        return self.min_survivors if self.min_survivors is not None else self.min_cohort
+
+    def allows_source(self, source: str) -> bool:
+        return self._sources is None or source in self._sources
+
+    def allows_kind(self, source: str, kind: str) -> bool:
+        if self._sources is None:
+            return True
+        kinds = self._sources.get(source)
+        return kinds is None or kind in kinds
+
+
+def _positive(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise PolicyError(f"{name}: must be a positive finite number or None, got {value!r}")
+
+
+def _normalise_sources(raw: Any) -> dict[str, frozenset[str] | None] | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        raise PolicyError(f"allowed_sources: a collection of names or a mapping, not the string {raw!r} (use [{raw!r}])")
+    if isinstance(raw, Mapping):
+        out: dict[str, frozenset[str] | None] = {}
+        for source, kinds in raw.items():
+            if not isinstance(source, str) or not source:
+                raise PolicyError(f"allowed_sources: collection names must be non-empty strings, got {source!r}")
+            if kinds is not None and (isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds)):
+                raise PolicyError(f"allowed_sources[{source!r}]: a collection of kind names or None, got {kinds!r}")
+            out[source] = None if kinds is None else frozenset(kinds)
+        return out
+    try:
+        names = list(raw)
+    except TypeError:
+        raise PolicyError(f"allowed_sources: a collection of names or a mapping, got {raw!r}") from None
+    if not all(isinstance(n, str) and n for n in names):
+        raise PolicyError(f"allowed_sources: collection names must be non-empty strings, got {names!r}")
+    return {n: None for n in names}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the device will not take part; `reason` is one of `queries.envelope.REFUSAL_REASONS`."""
+
+    reason: RefusalReason
+    detail: str
+    query_id: str = ""
+    cohort_id: str = ""
+    kind: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An accepted assignment: what the device charges and what it holds the rest of the cohort to."""
+
+    epsilon_charge: float | None
+    """ε charged to the device's ledger (0: already covered by an earlier round of the query; None: no noise)."""
+    delta_charge: float | None
+    min_survivors: int | None
+    """Fewest survivors the device unmasks for: max(policy floor, the noise's t_min)."""
+    declared_bounds: tuple[float, float] | None
+    """(L1, L2) the vector must stay within when the kind cannot bound it from the task alone."""
+    noise_floor: float | None
+    proofs: bool
+
+
+def refuse(a: Assignment, reason: RefusalReason, detail: str) -> Refusal:
+    return Refusal(reason, detail, a.query_id, a.cohort_id, a.kind, a.source)
+
+
+def checkin_pause(policy: DevicePolicy, spent_epsilon: float, contributions: int,
+                  oldest_contribution: float | None, oldest_charge: float | None, now: float) -> float | None:
+    """Seconds to wait before checking in again when a daily limit is reached (None: go ahead)."""
+    wait = None
+    if policy.max_contributions_per_day is not None and contributions >= policy.max_contributions_per_day:
+        wait = (oldest_contribution or now) + DAY_S - now
+    if policy.max_epsilon_per_day is not None and spent_epsilon >= policy.max_epsilon_per_day * (1 - 1e-12):
+        until = (oldest_charge or now) + DAY_S - now
+        wait = until if wait is None else max(wait, until)
+    return None if wait is None else max(wait, 1.0)
+
+
+def decide(
+    policy: DevicePolicy, a: Assignment, kind: QueryKind[Any, Any], history: QueryHistory,
+    spent_today: float, contributions_today: int, opted_out: bool,
+) -> Refusal | Decision:
+    """Check an assignment against the policy, the kind's own bounds and the device's ledger, before any data
+    is read."""
+    if a.mode == "plain" and not bench_unmasked():
+        return refuse(a, "unmasked_mode", "refusing an unmasked (plain) assignment")
+    if opted_out:
+        return refuse(a, "opted_out", f"the user opted out of collection {a.source!r}")
+    if not policy.allows_source(a.source):
+        return refuse(a, "source_not_allowed", f"collection {a.source!r} is not in this device's allowed_sources")
+    if not policy.allows_kind(a.source, a.kind):
+        return refuse(a, "kind_not_allowed", f"kind {a.kind!r} is not allowed on collection {a.source!r}")
+    try:
+        cfg = SecAggConfig.from_dict(a.secagg)
+    except ConfigError as exc:
+        return refuse(a, "invalid_assignment", f"secagg: {exc}")
+    p = a.privacy
+    mechanism = a.noise.mechanism if a.noise is not None else "none"
+    if p is not None and p.mechanism != mechanism:
+        return refuse(a, "privacy_unverifiable", f"the noise block says {mechanism!r} but the query's privacy says {p.mechanism!r}")
+    if policy.require_noise and mechanism == "none":
+        return refuse(a, "noise_required", "the assignment adds no noise (mechanism none) and this device requires it")
+    proofs = p is not None and p.validation == "proofs"
+    if policy.require_proofs and kind.supports_proofs and not proofs:
+        return refuse(a, "proofs_required", f"kind {a.kind!r} supports validity proofs and this device requires them")
+    if policy.min_cohort is not None and cfg.n < policy.min_cohort:
+        return refuse(a, "cohort_too_small", f"cohort of {cfg.n} devices, below this device's minimum of {policy.min_cohort}")
+    if policy.max_contributions_per_day is not None and contributions_today >= policy.max_contributions_per_day:
+        return refuse(a, "participation_cap", f"{contributions_today} contributions in the last 24 h "
+                      f"(max_contributions_per_day {policy.max_contributions_per_day})")
+
+    floor = None
+    bounds = None
+    survivors = policy.survivor_floor
+    if mechanism == "none":
+        if policy.max_epsilon_per_query is not None:
+            return refuse(a, "epsilon_per_query", "no noise: the query's ε is unbounded (max_epsilon_per_query is set)")
+        if policy.max_epsilon_per_day is not None:
+            return refuse(a, "epsilon_per_day", "no noise: the query's ε is unbounded (max_epsilon_per_day is set)")
+        return Decision(None, None, survivors, None, None, proofs)
+
+    assert a.noise is not None
+    if p is None or p.epsilon is None or p.delta is None or p.t_min is None:
+        return refuse(a, "privacy_unverifiable", "noise without the query's (ε, δ, t_min): the noise cannot be checked")
+    if cfg.n < p.t_min:
+        return refuse(a, "cohort_too_small", f"cohort of {cfg.n} devices, below the t_min {p.t_min} the noise is calibrated for")
+    if a.round >= p.rounds:
+        return refuse(a, "privacy_unverifiable", f"round {a.round} is beyond the {p.rounds} rounds the query's ε covers")
+    public = p.model_dump(exclude={"l1_sensitivity", "l2_sensitivity"})
+    if history.privacy is not None and history.privacy != public:
+        return refuse(a, "privacy_unverifiable", f"the query's privacy parameters changed since this device's first "
+                      f"contribution ({history.privacy} → {public})")
+    try:
+        own = kind.task_sensitivity(a.task)
+    except QueryKindError as exc:
+        return refuse(a, "invalid_assignment", str(exc))
+    if own is None:
+        bounds = (p.l1_sensitivity, p.l2_sensitivity)
+        l2 = p.l2_sensitivity
+    else:
+        l2 = own[1]
+    try:
+        floor = per_device_floor(mechanism, p.epsilon, p.delta, p.rounds, p.t_min, l2, a.noise.encoding_scale)
+    except PrivacyError as exc:
+        return refuse(a, "privacy_unverifiable", f"noise floor: {exc}")
+    if a.noise.scale < floor * (1 - FLOOR_TOLERANCE):
+        what = "σ" if mechanism == "discrete_gaussian" else "μ"
+        return refuse(a, "noise_below_floor", f"per-device noise {what} {a.noise.scale:.6g} is below {floor:.6g}, the least "
+                      f"that (ε={p.epsilon:g}, δ={p.delta:g}) over {p.rounds} rounds at t_min={p.t_min} allows for "
+                      f"sensitivity {l2:g}")
+    if policy.delta_cap is not None and p.delta > policy.delta_cap * (1 + 1e-12):
+        return refuse(a, "delta_per_query", f"δ={p.delta:g} exceeds this device's {policy.delta_cap:g}")
+    if policy.max_epsilon_per_query is not None and p.epsilon > policy.max_epsilon_per_query * (1 + 1e-12):
+        return refuse(a, "epsilon_per_query", f"ε={p.epsilon:g} exceeds this device's max_epsilon_per_query "
+                      f"{policy.max_epsilon_per_query:g}")
+    layers_needed = history.per_round[a.round] + 1
+    new_layers = max(0, layers_needed - history.layers_charged)
+    charge = p.epsilon * new_layers
+    if policy.max_epsilon_per_day is not None and spent_today + charge > policy.max_epsilon_per_day * (1 + 1e-12):
+        return refuse(a, "epsilon_per_day", f"ε={charge:g} more would bring the last 24 h to {spent_today + charge:g}, "
+                      f"above max_epsilon_per_day {policy.max_epsilon_per_day:g}")
+    survivors = max(survivors or 0, p.t_min)
+    return Decision(charge, p.delta * new_layers, survivors, bounds, floor, proofs)
+
+
+__all__ = ["DEFAULT_MAX_DELTA", "Decision", "DevicePolicy", "PolicyError", "Refusal", "checkin_pause", "decide"]
