@@ -207,7 +207,8 @@ class CohortRuntime:
                 return NextMessage("pending")
             changed = self._changed
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # no task per waiter (wait_for wraps the coroutine in one)
+                    await changed.wait()
             except TimeoutError:
                 return NextMessage("pending")
 
@@ -306,7 +307,8 @@ class CohortRuntime:
                 wake = min(deadline, last + grace(opened, first, last, received))
             self._arrived.clear()
             try:
-                await asyncio.wait_for(self._arrived.wait(), max(0.0, wake - now) + 0.01)
+                async with asyncio.timeout(max(0.0, wake - now) + 0.01):
+                    await self._arrived.wait()
             except TimeoutError:
                 pass
 
