@@ -144,7 +144,7 @@ class CohortRuntime:
             "phase": Phase(self.phase).label,
             "devices": len(self.members),
             "expected": len(self.session.expected()),
-            "answered": len(self.session.received()),
+            "answered": self.session.received_count(),
             "phase_opened_at": self.phase_opened,
             "deadline_at": self.phase_opened + self.phase_timeout_s,
         }
