@@ -22,13 +22,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
+import numpy as np
+
 from analytics_server.db.store import QueryNotLive, Store
 from analytics_server.errors import HttpError
 from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
+from analytics_server.validation import CohortValidation
 from queries.envelope import Assignment
 from secagg import encoding
-from secagg.errors import AbortError, ConflictError, SecAggError
+from secagg.errors import AbortError, ConflictError, InvalidInputError, SecAggError
 from secagg.messages import max_client_message_size
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession
@@ -122,6 +125,12 @@ class CohortRuntime:
         self.secagg_dict: dict[str, Any] = {}
         self.assignments: dict[str, Assignment] = {}
         self._released: set[str] = set()
+        self.validation: CohortValidation | None = None
+        """Validity proofs of this cohort (analytics_server.validation), when the round proves contributions."""
+        self.sum_check: Callable[[np.ndarray, int], str | None] | None = None
+        """Why the unmasked sum (the kind's entries, signed) is implausible, or None (every round)."""
+        self.kind_dim: int | None = None
+        """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
         self.withdrawn: set[int] = set()
         """Parties whose device refused the assignment (its own policy): no phase waits for them."""
         self.refusals: Counter[str] = Counter()
@@ -133,7 +142,8 @@ class CohortRuntime:
         """Largest phase message a member can legitimately send in this cohort (bytes)."""
         if isinstance(self.session, ServerSession):
             cfg = self.session.config
-            return max_client_message_size(cfg.dim, cfg.bits, cfg.resolved_degree)
+            proof = self.validation.proof_bytes if self.validation is not None else 0
+            return max_client_message_size(cfg.dim, cfg.bits, cfg.resolved_degree, proof)
         return max_client_message_size(self.session.dim, self.session.bits, 0)
 
     def snapshot(self) -> dict[str, Any]:
@@ -163,18 +173,28 @@ class CohortRuntime:
             raise HttpError(409, f"conflicting message: party {party} already sent a different message for phase {Phase(phase).label}")
         if self.status != "running":
             raise HttpError(410, f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
+        if self.validation is not None and phase == Phase.MASKED_INPUT and phase == self.phase:
+            if party not in self.session.expected():  # dropped, or its proof was refused: no more verifying for it
+                raise HttpError(410, f"party {party} was dropped from cohort {self.id}")
+            # proofs take milliseconds to seconds: verified in the executor, outside the lock (the session finds
+            # the result when it accepts the message)
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.validation.preverify, party, data)
         async with self._lock:
             if party not in self.session.expected():  # before the phase check: a late answer learns it was dropped
                 raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")
             if phase != self.phase:
                 raise HttpError(409, f"phase {phase} is not open; the cohort is in phase {self.phase} ({Phase(self.phase).label})")
             try:
-                if len(data) > OFFLOAD_BYTES:
+                if len(data) > OFFLOAD_BYTES or (self.validation is not None and phase == Phase.MASKED_INPUT):
                     await asyncio.get_running_loop().run_in_executor(self.executor, self.session.receive, party, data)
                 else:
                     self.session.receive(party, data)
             except ConflictError as exc:
                 raise HttpError(409, f"conflicting message: {exc}") from None
+            except InvalidInputError as exc:
+                self.metrics.proofs_refused += 1
+                log.warning("cohort %s: %s", self.id, exc)
+                raise HttpError(422, f"masked input refused: {exc}; this device is dropped from the cohort") from None
             except (SecAggError, ValueError) as exc:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest
@@ -340,7 +360,7 @@ class CohortRuntime:
         if closing is Phase.MASKED_INPUT:
             await self.store.mark_masked_input_closed(self.id, self.owner)
 
-    async def _end_aborted(self, reason: str) -> None:
+    async def _end_aborted(self, reason: str, keep_seats: bool = False) -> None:
         if self.status != "running":
             return
         if self.refusals:  # say why the devices that refused did so: the query's error lists abort reasons
@@ -357,14 +377,33 @@ class CohortRuntime:
                  extra=fields(event="cohort.aborted", cohort_id=self.id, query_id=self.query_id, phase=label,
                               reason=reason, seconds=round(self.ended - self.started, 3)))
         try:
-            await self.store.abort_cohort(self.id, reason, self.phase)
+            await self.store.abort_cohort(self.id, reason, self.phase, keep_seats=keep_seats)
         finally:
             self.on_end(self)
+
+    def _check_sum(self, total: np.ndarray, contributors: frozenset[int]) -> str | None:
+        """The opening check of the proofs (when proved) and the plausibility check (always); None when the sum
+        may be released."""
+        if self.validation is not None:
+            why = self.validation.opening(contributors, total)
+            if why:
+                return why
+        if self.sum_check is not None:
+            return self.sum_check(total[: self.kind_dim] if self.kind_dim is not None else total, len(contributors))
+        return None
 
     async def _end_finished(self) -> None:
         result = self.session.result
         assert result is not None
         total = encoding.from_modular(result.vector, self.bits)
+        refusal = await asyncio.get_running_loop().run_in_executor(self.executor, self._check_sum, total, result.contributors)
+        if refusal is not None:  # the server has seen this sum: its devices stay seated so they join no other sum
+            self.metrics.cheating_detected += 1
+            log.warning("cohort %s: %s", self.id, refusal)
+            await self._end_aborted(refusal, keep_seats=True)
+            return
+        if self.kind_dim is not None:
+            total = total[: self.kind_dim]
         dropped: dict[str, Any] = {Phase(p).label: sorted(v) for p, v in result.dropped.items() if v}
         try:
             await self.store.finish_cohort(self.id, total, result.contributors, dropped, self.owner)

@@ -22,6 +22,8 @@ class Metrics:
         self.db_statements = 0
         self.checkins = 0
         self.early_closes = 0
+        self.proofs_refused = 0
+        self.cheating_detected = 0
         self.cohorts: Counter[str] = Counter()
         self.refusals: Counter[str] = Counter()
         """Assignments devices refused under their own policy, by reason (`queries.envelope.REFUSAL_REASONS`)."""
@@ -55,6 +57,12 @@ class Metrics:
             "# HELP fa_phases_closed_early_total Phases closed before their deadline because arrivals stalled.",
             "# TYPE fa_phases_closed_early_total counter",
             f"fa_phases_closed_early_total {self.early_closes}",
+            "# HELP fa_validity_proofs_refused_total Masked inputs dropped because their validity proof failed.",
+            "# TYPE fa_validity_proofs_refused_total counter",
+            f"fa_validity_proofs_refused_total {self.proofs_refused}",
+            "# HELP fa_sums_refused_total Unmasked sums refused (opening check failed or implausible): cohorts aborted.",
+            "# TYPE fa_sums_refused_total counter",
+            f"fa_sums_refused_total {self.cheating_detected}",
             "# HELP fa_phase_duration_seconds Secure-aggregation phase durations (formation to close).",
             "# TYPE fa_phase_duration_seconds histogram",
         ]

@@ -77,11 +77,13 @@ def check_rounds(
     need = spec.cohort.min_clients if calibration is None else max(spec.cohort.min_clients, int(calibration["t_min"]))
     plans = preview_rounds(kind, params, state, need)
     for plan in plans:
-        _check_round(spec, params, calibration, plan)
+        _check_round(spec, kind, params, calibration, plan)
     return len(plans)
 
 
-def _check_round(spec: QuerySpec, params: BaseModel, calibration: dict[str, Any] | None, plan: RoundPlan) -> None:
+def _check_round(
+    spec: QuerySpec, kind: QueryKind, params: BaseModel, calibration: dict[str, Any] | None, plan: RoundPlan
+) -> None:
     r = plan.round
     bound = _bound_fields(params)
     need = round_need(spec, plan, calibration)
@@ -105,7 +107,10 @@ def _check_round(spec: QuerySpec, params: BaseModel, calibration: dict[str, Any]
                 "with the contribution bound), or raise privacy.epsilon or cohort.min_clients"
             ) from None
     try:
-        privacy.choose_bits(spec.cohort.max_clients, plan, noise)
+        from analytics_server import validation
+
+        bits = privacy.choose_bits(spec.cohort.max_clients, plan, noise)
+        validation.round_bits(bits, spec.cohort.max_clients, validation.round_statement(spec, kind, plan, noise, calibration))
     except ValueError as exc:
         raise NoisePlanError(
             f"cohort.max_clients: round {r}: the secure-aggregation ring does not fit ({exc}); lower cohort.max_clients"

@@ -26,7 +26,7 @@ from concurrent.futures import Executor
 from dataclasses import asdict
 from typing import Any
 
-from analytics_server import privacy, sampling
+from analytics_server import privacy, sampling, validation
 from analytics_server.cluster import ProcessIdentity
 from analytics_server.cohort import CohortRuntime
 from analytics_server.db.models import Query, Round
@@ -298,6 +298,8 @@ class Orchestrator:
         noise = privacy.round_noise(q.calibration, plan)
         try:
             bits = privacy.choose_bits(spec.cohort.max_clients, plan, noise)
+            statement = validation.round_statement(spec, get_kind(spec.kind), plan, noise, q.calibration)
+            bits = validation.round_bits(bits, spec.cohort.max_clients, statement)
         except ValueError as exc:
             raise QueryFailed(f"round {index}: {exc}") from None
         stored_plan = asdict(plan)
@@ -325,6 +327,13 @@ class Orchestrator:
         if q.calibration is not None:
             budget = (await self.store.get_budget(spec.source, self.settings.default_budget())).to_dict()
         block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits, thresholds, budget)
+        plans = []
+        for i in range(len(noises)):
+            r = await self.store.get_round(q.id, i)
+            plans.append(validation.round_statement(spec, kind, RoundPlan(**r.plan), r.noise, q.calibration) if r else None)
+        block.update(validation.privacy_fields(spec, plans))
+        if q.calibration is not None:
+            block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
         await self.store.finish_query(q.id, release.result, block)
 
@@ -464,18 +473,24 @@ class Orchestrator:
     ) -> CohortRuntime:
         n, threat = len(members), self.settings.threat_model
         cohort_id = session_id.hex()
+        statement = None if bench_unmasked() else validation.round_statement(
+            spec, get_kind(spec.kind), plan, rnd.noise, q.calibration)
+        checks = None
+        if statement is not None:
+            checks = validation.CohortValidation(statement, q.id, rnd.index, session_id)
+        dim = validation.cohort_dim(plan, statement)
         if bench_unmasked():
             session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)
             cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=rnd.need)
             mode = "plain"
         else:
             cfg = SecAggConfig(
-                session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, threat_model=threat, min_survivors=rnd.need
+                session_id=session_id, n=n, dim=dim, bits=rnd.bits, threat_model=threat, min_survivors=rnd.need
             )
             ids = None
             if cfg.active:
                 ids = {p: keys[d] for d, p in members.items()}
-            session = ServerSession(cfg, ids)
+            session = ServerSession(cfg, ids, input_validator=checks.validator if checks else None)
             mode = "secagg"
         peer_ids = neighbour_identity_keys(cfg, members, keys) if cfg.active and mode == "secagg" else {}
         noise_block = privacy.device_noise_block(rnd.noise)
@@ -488,6 +503,9 @@ class Orchestrator:
         )
         cohort.mode = mode
         cohort.secagg_dict = cfg.to_dict()
+        cohort.validation = checks
+        cohort.sum_check = functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement)
+        cohort.kind_dim = plan.dim
         cohort.assignments = {
             d: Assignment(
                 query_id=q.id,
@@ -503,6 +521,7 @@ class Orchestrator:
                 first_phase=int(session.phase),
                 phase_timeout_s=spec.cohort.phase_timeout_s,
                 noise=noise_block,
+                validation=validation.assignment_block(statement),
                 privacy=privacy_block,
                 peer_identity_keys=peer_ids.get(p),
                 server_url=self.process.assignment_url,

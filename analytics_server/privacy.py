@@ -77,17 +77,20 @@ def check_and_calibrate(
         raise PrivacyPolicyError(str(exc)) from None
     if mech == "none":
         return None
+    from analytics_server.validation import calibration_delta
+
+    delta = calibration_delta(spec)  # less the share that pays for truncating the noise at B (proofs)
     try:
         if spec.privacy.noise_multiplier is not None:  # analyst's z: run until the budget is spent
             cal = dp.fixed_calibration(
-                mech, spec.privacy.epsilon, spec.privacy.delta, spec.privacy.noise_multiplier,
+                mech, spec.privacy.epsilon, delta, spec.privacy.noise_multiplier,
                 rounds=kind.rounds_upper_bound(params), t_min=spec.cohort.min_clients,
             )
         else:
             cal = dp.calibrate_query(
                 mech,
                 spec.privacy.epsilon,
-                spec.privacy.delta,
+                delta,
                 rounds=kind.rounds_upper_bound(params),
                 t_min=spec.cohort.min_clients,
             )
@@ -143,6 +146,13 @@ def _affordable(calibration: tuple[tuple[str, Any], ...]) -> int:
     return dp.rounds_affordable(dp.QueryCalibration.from_dict(dict(calibration)))
 
 
+def total_delta(spec: QuerySpec, calibrated: float) -> float:
+    """The δ a query's guarantee carries: the calibrated δ plus, with validity proofs, the truncation share."""
+    from analytics_server.validation import TRUNCATION_DELTA_SHARE, uses_proofs
+
+    return calibrated / (1.0 - TRUNCATION_DELTA_SHARE) if uses_proofs(spec) else calibrated
+
+
 def assignment_privacy(
     spec: QuerySpec, calibration: dict[str, Any] | None, plan: RoundPlan, rounds_upper_bound: int
 ) -> dict[str, Any]:
@@ -158,7 +168,9 @@ def assignment_privacy(
     cal = dp.QueryCalibration.from_dict(calibration)
     rounds = cal.rounds if spec.privacy.noise_multiplier is None else _affordable(tuple(sorted(cal.to_dict().items())))
     return {
-        "mechanism": cal.mechanism, "epsilon": cal.epsilon, "delta": cal.delta, "rounds": max(1, rounds),
+        # δ: the query's whole δ — with proofs the noise is calibrated for part of it, the rest pays for truncating
+        # the noise at its bound (analytics_server.validation)
+        "mechanism": cal.mechanism, "epsilon": cal.epsilon, "delta": total_delta(spec, cal.delta), "rounds": max(1, rounds),
         "t_min": cal.t_min, **sensitivities, "validation": validation,
     }
 

@@ -102,6 +102,11 @@ class Settings(BaseSettings):
         default="text", description="server log lines: `text` or `json` (one JSON object per line, with structured fields)"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="server log level")
+    require_validation: bool | None = Field(
+        default=None,
+        description="refuse privacy.validation \"none\" for kinds that can prove their contributions "
+        "(docs/validation.md); default: on in production, off in demo",
+    )
     spec_check_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="time limit of parsing and calibrating one submitted spec"
     )
@@ -132,6 +137,12 @@ class Settings(BaseSettings):
             self.profile, self.require_noise, self.max_epsilon_per_query, self.max_delta_per_query,
             self.allow_server_trusted_kinds,
         )
+
+    def validation_required(self) -> bool:
+        """Whether queries of kinds that support validity proofs must use them."""
+        if self.require_validation is not None:
+            return self.require_validation
+        return self.profile == "production"
 
     def budget_must_be_provisioned(self) -> bool:
         """Whether a source needs an admin-set budget before queries may use it."""

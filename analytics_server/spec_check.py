@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from analytics_server import noise_plan, privacy
+from analytics_server import noise_plan, privacy, validation
 from analytics_server.errors import HttpError
 from analytics_server.http.common import parse_model, validation_message
 from analytics_server.settings import Settings
@@ -73,7 +73,20 @@ def check_spec(raw: Any, settings: Settings) -> CheckedSpec:
     except (QueryKindError, ValueError, TypeError) as exc:
         raise HttpError(422, f"params: {exc}") from None
     try:
+        plans = noise_plan.preview_rounds(kind, params, kind.initial_state(params), spec.cohort.min_clients)
+    except noise_plan.NoisePlanError:
+        plans = []  # reported by the noise plan check below
+    asked = spec.privacy.validation
+    try:
+        spec = validation.resolve(spec, kind, plans, settings.validation_required())
+    except validation.ValidationError as exc:
+        raise HttpError(422, str(exc), [{"field": "privacy.validation", "message": str(exc)}]) from None
+    try:
         calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
+        settled = validation.settle_default(spec, kind, params, plans, calibration, asked, settings.validation_required())
+        if settled is not spec:  # proofs by default would cost too much: none, with the whole δ for the noise
+            spec = settled
+            calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
     except privacy.PrivacyPolicyError as exc:
         raise HttpError(422, str(exc)) from None
     state = kind.initial_state(params)

@@ -40,11 +40,11 @@ from pydantic import ValidationError
 from device_sdk.contribution import Contribution
 from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
 from device_sdk.must_await import must_await
-from device_sdk.noise import add_noise
 from device_sdk.policy import Decision, DevicePolicy, Refusal, checkin_pause, decide, refuse
 from device_sdk.randomness import DeviceRandomness
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
+from device_sdk.validity import masked_content
 from queries.envelope import (
     HDR_DEVICE,
     HDR_NONCE,
@@ -469,7 +469,9 @@ class DeviceClient:
             over = contribution.check_vector(raw)
             if over is not None:
                 return Outcome("refused", cohort_id=a.cohort_id, detail=over.detail, reason=over.reason)
-            vec = add_noise(raw, a.noise, draws.noise)
+            # noise, blinding limbs and validity proof (device_sdk.validity): proving takes milliseconds to seconds,
+            # off the event loop
+            vec, proof = await asyncio.to_thread(masked_content, a, kind, raw, draws)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
                 client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
@@ -481,6 +483,7 @@ class DeviceClient:
                     peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
                 client = ClientSession(
                     cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg,
+                    input_proof=proof,
                     min_survivors=contribution.min_survivors,
                 )
             message: bytes | None = client.start()

@@ -8,7 +8,8 @@ in tests (and in `fa-sim --seeded-randomness`). Everything random a device does 
   `secagg` (its child "secagg": the ClientSession's X25519 keys, self-mask seed and Shamir coefficients),
   `noise` (an AES-CTR stream keyed by 32 bytes of its child "noise": the DP noise share, a bulk draw that
   `os.urandom` serves an order of magnitude slower) and `kind` (a numpy Generator seeded from its child
-  "kind": row subsampling, shuffles, stochastic rounding — never keys, masks or noise).
+  "kind": row subsampling, shuffles, stochastic rounding — never keys, masks or noise) and `validity` (its
+  child "validity": the commitment blindings and proof nonces of a validity proof, docs/validation.md).
 With OsRandom every child is fresh OS entropy. With a seeded root every value is reproducible and depends
 only on the seed and the cohort id, not on the order in which a fleet's devices happen to run; such a
 device also repeats its nonces, so it may only ever meet a fresh server.
@@ -34,6 +35,7 @@ class ContributionRandomness:
     secagg: RandomSource
     noise: ByteSource
     kind: np.random.Generator
+    validity: RandomSource
 
 
 class DeviceRandomness:
@@ -55,6 +57,7 @@ class DeviceRandomness:
             secagg=base.child("secagg"),
             noise=keyed_stream(base.child("noise")),
             kind=contribution_generator(base.child("kind")),
+            validity=base.child("validity"),
         )
 
 

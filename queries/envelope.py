@@ -119,6 +119,15 @@ class NoiseBlock(_Model):
     )
 
 
+class ValidationBlock(_Model):
+    """How the device proves its contribution valid (`privacy.validation: "proofs"`, docs/validation.md)."""
+
+    mode: Literal["proofs"]
+    noise_bound: int = Field(ge=0, le=1 << 60, description="B: every noise entry must lie in [−B, B] (0: no noise)")
+    limbs: int = Field(ge=1, le=64, description="blinding limbs appended to the masked vector")
+    limb_bits: int = Field(ge=1, le=32, description="bits per blinding limb")
+
+
 class AssignmentPrivacy(_Model):
     """The public privacy parameters of the query a round belongs to, from which the device recomputes the
     noise floor it accepts (`queries.dp.floor`) and charges its own ledger; see docs/device_sdk.md."""
@@ -149,6 +158,9 @@ class Assignment(_Model):
     first_phase: int = 0
     phase_timeout_s: float
     noise: NoiseBlock | None = None
+    validation: ValidationBlock | None = Field(
+        default=None, description="present when the device must prove its contribution valid (docs/validation.md)"
+    )
     privacy: AssignmentPrivacy | None = Field(
         default=None, description="the query's public privacy parameters (absent from servers before this field)"
     )

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
 from queries.layout import Layout
 from queries.spec import PrivacySpec
+from secagg.validity.statement import Ranged, Statement
 
 # Limits of a feature_stats spec (docs/feature_stats.md, "Limits"): round 1's vector has
 # len(features)·(2 + bins) ≤ 1,002,000 entries.
@@ -143,6 +144,7 @@ class FeatureStatsState:
 
 class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     name = "feature_stats"
+    supports_proofs = True
     Params = FeatureStatsParams
     State = FeatureStatsState
 
@@ -230,6 +232,19 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 seconds[j] = int(_stochastic_round(z * unit, rng).sum())
             return second_moments_layout(len(specs)).pack(seconds=seconds)
         raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
+
+    def validity(self, task: dict[str, Any]) -> Statement:
+        """Every entry within what `max_examples` examples can add: counts, first moments, histogram bins and
+        second moments each in [0, max_examples·2^scale_exp]."""
+        try:
+            f, k, m, stage = len(task["features"]), int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
+        top = m << k
+        if stage == "first_moments":
+            bins = int(task.get("bins") or 0)
+            return Statement(tuple(Ranged(n, 0, top) for n in (f, f, f * bins) if n))
+        return Statement((Ranged(f, 0, top),))
 
     def decode_round(
         self,

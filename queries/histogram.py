@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
 from queries.release import release_threshold
+from secagg.validity.statement import Bits, Statement
 
 # Limits of a histogram spec (listed with every kind's in docs/security/spec.md).
 MAX_BUCKETS = 100_000
@@ -113,6 +114,7 @@ class HistogramState:
 
 class HistogramKind(QueryKind[HistogramParams, HistogramState]):
     name = "histogram"
+    supports_proofs = True
     Params = HistogramParams
     State = HistogramState
 
@@ -156,6 +158,15 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
         for slot, _ in chosen:
             vec[slot] = 1
         return vec
+
+    def validity(self, task: dict[str, Any]) -> Statement:
+        """Every slot 0 or 1, at most `max_contributions` of them 1."""
+        try:
+            dim = len(task["buckets"]) + (task.get("other_bucket") is not None)
+            k = int(task["max_contributions"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed histogram task ({exc})") from None
+        return Statement((Bits(dim, k),))
 
     def decode_round(
         self,

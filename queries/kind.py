@@ -36,6 +36,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from queries.spec import PrivacySpec
 from secagg.randomness import ByteSource
+from secagg.validity.statement import Statement
 
 if TYPE_CHECKING:  # the device imports kinds; it must not load the accountant behind queries.dp
     from queries.dp import RoundNoise
@@ -162,6 +163,19 @@ class QueryKind(ABC, Generic[P, S]):
         except ValidationError as exc:
             raise QueryKindError(f"state: not a stored {self.name} state ({exc.error_count()} errors)") from None
         return state
+
+    def validity(self, task: dict[str, Any]) -> Statement | None:
+        """Optional hook: what every honest contribution to a round with this `task` satisfies (per segment of
+        the vector: votes, signs or ranges), for the devices' validity proofs (`privacy.validation:
+        "proofs"`). Both sides derive it from the task, the device to prove and the server to verify.
+        Default None: the round's contributions cannot be proved (the server still refuses aggregates that no
+        honest cohort could produce)."""
+        return None
+
+    def largest_validity(self, params: P) -> Statement | None:
+        """Optional hook: the largest statement any round of the query can have (sizes the cost of proofs when later
+        rounds grow, e.g. a heavy-hitters frontier). Default None: the rounds planned at submit are representative."""
+        return None
 
     @abstractmethod
     def initial_state(self, params: P) -> S:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Mechanism = Literal["discrete_gaussian", "skellam", "none"]
+Validation = Literal["proofs", "none"]
 
 MAX_EPSILON = 100.0
 """Largest ε a spec may ask for (far above any meaningful guarantee; the server's policy caps it lower)."""
@@ -38,6 +39,10 @@ class PrivacySpec(BaseModel):
     noise_multiplier: float | None = Field(default=None, gt=0, le=MAX_NOISE_MULTIPLIER)
     """Fix the noise multiplier z instead of calibrating it over the kind's round bound: the query then
     stops (keeping what it has) before a round that would exceed epsilon (multi-round kinds, e.g. training)."""
+    validation: Validation | None = None
+    """"proofs": every device proves in zero knowledge that its contribution (and its noise share, within a tail
+    bound) is valid for the kind, and the unmasked sum must open the devices' commitments; "none": no proofs.
+    Default: "proofs" when the kind can prove its rounds' contributions, else "none" (docs/validation.md)."""
 
     @model_validator(mode="after")
     def _needs_budget(self) -> PrivacySpec:

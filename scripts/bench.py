@@ -52,7 +52,7 @@ def secagg_section() -> dict:
 def main() -> int:
     report = {"secagg": secagg_section()}
     for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"), ("cluster", "scripts/bench_cluster.py"),
-                         ("device", "scripts/bench_device.py")):
+                         ("device", "scripts/bench_device.py"), ("validity", "scripts/bench_validity.py")):
         if (ROOT / script).exists():
             report[name] = run_json([script], name)
     print(json.dumps(report, indent=2))

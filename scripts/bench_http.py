@@ -113,7 +113,9 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, checkins: bool = True) -> dict[str, Any]:
+def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, checkins: bool = True,
+              validation: str | None = None) -> dict[str, Any]:
+    """`validation` sets the spec's privacy.validation (the server's default when None)."""
     env = {BENCH_UNMASKED_ENV: "1"} if unmasked else {}
     with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s:
         tmp = Path(tmp_s)
@@ -143,6 +145,8 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
                 time.sleep(0.5)
             spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star", "cloud"]},
                     "cohort": {"min_clients": int(n * 0.8), "max_clients": n, "phase_timeout_s": 300}}
+            if validation is not None:
+                spec["privacy"] = {"validation": validation}
             assert server.proc is not None
             sampler = CpuSampler(server.proc.pid)
             start = time.perf_counter()
@@ -157,6 +161,7 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
             return {
                 "devices": n,
                 "masking": not unmasked,
+                "validation": res.get("privacy", {}).get("validation"),
                 "dropout": dropout,
                 "cohorts": cohorts,
                 "status": final["status"],
@@ -182,7 +187,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--devices", type=int, nargs="+", default=[1000, 5000])
+    p.add_argument("--devices", type=int, nargs="*", default=[1000, 5000])
     p.add_argument("--dropout-devices", type=int, default=1000, help="fleet size of the dropout comparison (0: skip)")
     p.add_argument("--dropout", type=float, default=0.10)
     p.add_argument("--big", type=int, default=10_000, help="fleet size of the one large masked round (0: skip)")

@@ -48,6 +48,9 @@ from secagg.graph import NeighbourGraph  # noqa: E402
 from secagg.phases import Phase  # noqa: E402
 from secagg.randomness import SeededRandom  # noqa: E402
 from secagg.server import ServerSession  # noqa: E402
+from secagg import validity  # noqa: E402
+from secagg.validity import group as vgroup  # noqa: E402
+from secagg.validity import transcript as vtranscript  # noqa: E402
 
 VECTORS = ROOT / "tests" / "vectors"
 Json = dict[str, Any]
@@ -407,6 +410,9 @@ def build_message(case: Json) -> messages.Message:
     if t == "MaskedInput":
         packed = encoding.pack(np.array(f["values"], dtype=np.uint64), f["bits"])
         return messages.MaskedInput(sid, p, f["bits"], len(f["values"]), packed)
+    if t == "MaskedInputProved":
+        packed = encoding.pack(np.array(f["values"], dtype=np.uint64), f["bits"])
+        return messages.MaskedInputProved(sid, p, f["bits"], len(f["values"]), packed, unh(f["proof"]))
     if t == "ConsistencyRequest":
         return messages.ConsistencyRequest(sid, p, _bitmap(f["survivors"]))
     if t == "ConsistencySignature":
@@ -455,6 +461,8 @@ SID = h(bytes(range(0xC0, 0xD0)))
          "fields": {"survivors": {"n": 3, "members": [1, 2, 3]}, "signatures": [[1, _k("u1", 64)], [3, _k("u3", 64)]]}},
         {"type": "UnmaskShares", "session_id": SID, "party": 2,
          "fields": {"shares": [[1, 1, _k("sh1", 33)], [2, 1, _k("sh2", 33)], [3, 2, _k("sh3", 33)]]}},
+        {"type": "MaskedInputProved", "session_id": SID, "party": 2,
+         "fields": {"bits": 13, "values": [8191, 0, 4097], "proof": _k("proof", 40)}},
     ],
 )
 def messages_vectors(case: Json) -> Json:
@@ -462,7 +470,7 @@ def messages_vectors(case: Json) -> Json:
     data = msg.encode()
     assert messages.decode(data) == msg
     out = {"type_code": int(msg.TYPE), "header": h(data[: messages.HEADER.size]), "bytes": h(data)}
-    if case["type"] == "MaskedInput":
+    if case["type"] in ("MaskedInput", "MaskedInputProved"):
         out["packed"] = h(msg.packed)  # type: ignore[attr-defined]
     return out
 
@@ -618,6 +626,54 @@ def request_signing_vectors(case: Json) -> Json:
         "payload_text": payload.decode("utf-8"),
         "signature": h(sig),
         "headers": {HDR_PROTOCOL: str(PROTOCOL_VERSION), HDR_TIMESTAMP: case["timestamp"], HDR_NONCE: case["nonce"], HDR_SIGNATURE: base64.b64encode(sig).decode()},
+    }
+
+
+_SEGMENTS = {"bits": validity.Bits, "signs": validity.Signs, "ranged": validity.Ranged}
+
+
+def _statement(spec: Json) -> validity.Statement:
+    segs = tuple(_SEGMENTS[s[0]](*s[1:]) for s in spec["segments"])
+    return validity.Statement(segs, spec.get("encoding_scale", 1), spec.get("noise_bound", 0))
+
+
+@topic(
+    "validity",
+    "Validity proofs (secagg/validity, docs/validation.md): the generators (G_i = from_uniform(SHA-512(domain ‖ "
+    "'G' ‖ i as u64 BE)[:32]), G_Σ, the base point B), the statement's transcript bytes, and for a seeded prover "
+    "(SeededRandom(seed): every blinding and nonce by `randbelow(ℓ − 1) + 1`, in proof order) the proof bytes, its "
+    "commitment K = Σ (s·x_i + e_i)·G_i + ρ·B, ρ and its 16-bit limbs. Scalars are 32 bytes little-endian.",
+    [
+        {"statement": {"segments": [["bits", 4, 1]]}, "values": [0, 0, 1, 0], "noise": None,
+         "context": {"session_id": SID, "query_id": "q-vectors", "round": 0, "party": 3}, "seed": h(b"validity/0")},
+        {"statement": {"segments": [["bits", 3, 1]]}, "values": [0, 0, 0], "noise": None,
+         "context": {"session_id": SID, "query_id": "q-vectors", "round": 2, "party": 1}, "seed": h(b"validity/1")},
+        {"statement": {"segments": [["bits", 4, 2], ["signs", 2]]}, "values": [1, 0, 1, 0, -1, 1], "noise": None,
+         "context": {"session_id": SID, "query_id": "q-vectors", "round": 0, "party": 7}, "seed": h(b"validity/2")},
+        {"statement": {"segments": [["ranged", 2, -3, 10]], "encoding_scale": 4, "noise_bound": 5},
+         "values": [-3, 10], "noise": [5, -5],
+         "context": {"session_id": SID, "query_id": "q-vectors", "round": 1, "party": 2}, "seed": h(b"validity/3")},
+    ],
+)
+def validity_vectors(case: Json) -> Json:
+    statement = _statement(case["statement"])
+    c = case["context"]
+    ctx = validity.ProofContext(unh(c["session_id"]), c["query_id"], c["round"], c["party"])
+    proof, blind = validity.prove(statement, ctx, case["values"], case["noise"], SeededRandom(unh(case["seed"])))
+    k = validity.verify(statement, ctx, proof)
+    assert k == validity.commitment_of(statement, case["values"], case["noise"], blind)
+    return {
+        "generators": [h(vgroup.generator(i)) for i in range(statement.dim)],
+        "sum_generator": h(vgroup.sum_generator()),
+        "base_point": h(vgroup.mul_base(1)),
+        "transcript_domain": vtranscript.DOMAIN.decode(),
+        "context_bytes": h(ctx.encode()),
+        "statement_bytes": h(statement.encode()),
+        "proof_size": validity.proof_size(statement),
+        "proof": h(proof),
+        "commitment": h(k),
+        "blind": str(blind),
+        "blind_limbs": validity.blind_limbs(blind),
     }
 
 

@@ -41,6 +41,7 @@ from secagg.messages import (
     ConsistencyRequest,
     ConsistencySignature,
     MaskedInput,
+    MaskedInputProved,
     Message,
     PeerKeys,
     RoutedShares,
@@ -70,6 +71,7 @@ class ClientSession:
         peer_identity_keys: dict[int, bytes] | None = None,
         meter: Meter | None = None,
         randomness: RandomSource | None = None,
+        input_proof: bytes | None = None,
         min_survivors: int | None = None,
     ) -> None:
         if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
@@ -87,6 +89,8 @@ class ClientSession:
         self._min_survivors = min_survivors
         self.party = party_id
         self._input = vec.astype(config.work_dtype)
+        self._proof = input_proof
+        """Validity proof sent with the masked input (`MaskedInputProved`), when the cohort validates inputs."""
         self._identity = identity_key
         self._peer_ids = dict(peer_identity_keys or {})
         self._meter = meter or NullMeter()
@@ -234,7 +238,10 @@ class ClientSession:
         if cfg.bits < acc.dtype.itemsize * 8:
             np.bitwise_and(acc, acc.dtype.type(cfg.modulus_mask), out=acc)
         self.phase = Phase.MASKED_INPUT
-        return MaskedInput(cfg.session_id, self.party, cfg.bits, cfg.dim, encoding.pack(acc, cfg.bits)).encode()
+        packed = encoding.pack(acc, cfg.bits)
+        if self._proof is not None:
+            return MaskedInputProved(cfg.session_id, self.party, cfg.bits, cfg.dim, packed, self._proof).encode()
+        return MaskedInput(cfg.session_id, self.party, cfg.bits, cfg.dim, packed).encode()
 
     def _survivors(self, bitmap: bytes) -> frozenset[int]:
         everyone = decode_bitmap(bitmap, self.config.n)

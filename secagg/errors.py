@@ -69,6 +69,10 @@ class DoubleRevealError(ProtocolError):
     """The server asked for both the self-mask share and the key share of the same peer."""
 
 
+class InvalidInputError(ProtocolError):
+    """A masked input whose validity proof does not verify: the party is dropped as if it had not answered."""
+
+
 class AbortError(SecAggError):
     """Too few parties remain for a phase; the cohort produces no result."""
 

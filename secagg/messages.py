@@ -31,6 +31,7 @@ class MsgType(IntEnum):
     MASKED_INPUT = 3
     CONSISTENCY_SIGNATURE = 4
     UNMASK_SHARES = 5
+    MASKED_INPUT_PROVED = 6
     PEER_KEYS = 11
     ROUTED_SHARES = 12
     CONSISTENCY_REQUEST = 13
@@ -196,6 +197,37 @@ class MaskedInput(Message):
         return cls(sid, party, bits, dim, r.take(len(r.data) - r.pos, "vector"))
 
 
+@dataclass(frozen=True)
+class MaskedInputProved(Message):
+    """The masked input of a cohort that validates contributions: the packed vector (exactly
+    ⌈dim·bits/8⌉ bytes, its blinding limbs included) then a length-prefixed validity proof
+    (`secagg.validity`), at most MAX_PROOF_BYTES."""
+
+    TYPE = MsgType.MASKED_INPUT_PROVED
+    bits: int
+    dim: int
+    packed: bytes
+    proof: bytes
+
+    def body(self) -> bytes:
+        return bytes([self.bits]) + _u32(self.dim) + self.packed + _blob(self.proof)
+
+    @classmethod
+    def parse(cls, sid, party, r):
+        bits, dim = r.u8("bits"), r.u32("dim")
+        if not 1 <= bits <= 64:
+            raise MessageFormatError(f"bits: {bits} is not a bit width")
+        packed = r.take((dim * bits + 7) // 8, "vector")
+        proof = r.blob("proof")
+        if len(proof) > MAX_PROOF_BYTES:
+            raise MessageFormatError(f"proof: {len(proof)} bytes, more than {MAX_PROOF_BYTES}")
+        return cls(sid, party, bits, dim, packed, proof)
+
+
+MAX_PROOF_BYTES = 1 << 26
+"""Largest validity proof any message may carry (a cohort's own limit, from its statement, is lower)."""
+
+
 def encode_bitmap(members: frozenset[int] | set[int], n: int) -> bytes:
     out = bytearray((n + 7) // 8)
     outside = sorted(p for p in members if not 1 <= p <= n)
@@ -292,6 +324,7 @@ _BY_TYPE: dict[int, type[Message]] = {
         ShareKeys,
         RoutedShares,
         MaskedInput,
+        MaskedInputProved,
         ConsistencyRequest,
         ConsistencySignature,
         UnmaskRequest,
@@ -326,9 +359,9 @@ PEER_ENTRY_MAX = 128
 shares and two party ids), an unmask-shares entry 38."""
 
 
-def max_client_message_size(dim: int, bits: int, degree: int) -> int:
-    """An upper bound on any message a client sends in a session with vector length `dim`, `bits` per entry
-    and `degree` neighbours (n − 1 for the complete graph): lets a server refuse a larger body before
-    reading it."""
-    vector = (dim * bits + 7) // 8
+def max_client_message_size(dim: int, bits: int, degree: int, proof_bytes: int = 0) -> int:
+    """An upper bound on any message a client sends in a session with vector length `dim`, `bits` per entry,
+    `degree` neighbours (n − 1 for the complete graph) and validity proofs of `proof_bytes`: lets a server
+    refuse a larger body before reading it."""
+    vector = (dim * bits + 7) // 8 + (4 + proof_bytes if proof_bytes else 0)
     return HEADER.size + 8 + max(vector, 2 * KEY + 4 + SIG) + PEER_ENTRY_MAX * (degree + 1)

@@ -14,7 +14,7 @@ sharing keys.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +27,7 @@ from secagg.errors import (
     ConfigError,
     ConflictError,
     DuplicateKeyError,
+    InvalidInputError,
     MessageFormatError,
     SignatureError,
     UnknownPartyError,
@@ -38,6 +39,7 @@ from secagg.messages import (
     ConsistencyRequest,
     ConsistencySignature,
     MaskedInput,
+    MaskedInputProved,
     Message,
     PeerEntry,
     PeerKeys,
@@ -81,12 +83,19 @@ class ServerSession:
         config: SecAggConfig,
         identity_public_keys: Mapping[int, bytes] | None = None,
         meter: Meter | None = None,
+        input_validator: Callable[[int, bytes], None] | None = None,
     ) -> None:
+        """`input_validator(party, proof)`: when given, every masked input must carry a validity proof
+        (`MaskedInputProved`) and the validator must accept it (raising InvalidInputError otherwise), before
+        the vector is added to the sum; a party whose proof fails is dropped at once."""
         if config.active and identity_public_keys is None:
             raise ConfigError("identity_public_keys are required in the active threat model")
         self.config = config
         self._ids = dict(identity_public_keys or {})
         self._meter = meter or NullMeter()
+        self._validator = input_validator
+        self.refused: dict[int, str] = {}
+        """Parties whose masked input failed validation → why (they are dropped from the masked-input phase)."""
         self._graph = config.neighbour_graph
         self._t = config.share_threshold
         self.phase = Phase.ADVERTISE_KEYS
@@ -143,7 +152,8 @@ class ServerSession:
             raise WrongSessionError("message belongs to another session")
         if msg.party != party:
             raise UnknownPartyError(f"message names party {msg.party} but was sent by party {party}")
-        if not isinstance(msg, _EXPECTS[self.phase]):
+        expected = MaskedInputProved if self.phase is Phase.MASKED_INPUT and self._validator else _EXPECTS[self.phase]
+        if type(msg) is not expected:
             raise WrongPhaseError(f"{type(msg).__name__} does not belong to phase {self.phase.label}")
         getattr(self, f"_accept_{self.phase.name.lower()}")(party, msg)
         self._count_answer(party)
@@ -210,11 +220,19 @@ class ServerSession:
                 raise MessageFormatError(f"party {party}: ciphertext for {v} has length {len(ct)}")
         self._cts[party] = dict(msg.ciphertexts)
 
-    def _accept_masked_input(self, party: int, msg: MaskedInput) -> None:
+    def _accept_masked_input(self, party: int, msg: MaskedInput | MaskedInputProved) -> None:
         cfg = self.config
         if msg.bits != cfg.bits or msg.dim != cfg.dim:
             raise MessageFormatError(f"vector: expected dim {cfg.dim} at {cfg.bits} bits, got {msg.dim} at {msg.bits}")
         vec = encoding.unpack(msg.packed, cfg.dim, cfg.bits, cfg.work_dtype)
+        if self._validator is not None:
+            assert isinstance(msg, MaskedInputProved)
+            try:
+                self._validator(party, msg.proof)
+            except InvalidInputError as exc:
+                self.refused[party] = str(exc)
+                self._expected = self._expected - {party}
+                raise
         np.add(self._acc, vec, out=self._acc)
 
     def _accept_consistency_check(self, party: int, msg: ConsistencySignature) -> None:

@@ -116,6 +116,11 @@ for case in job["cases"]:
     assert vec.shape == (case["dim"],), (case["kind"], vec.shape, case["dim"])
 
 from queries.dp import sample_noise
+from secagg.randomness import SeededRandom
+from secagg.validity import Bits, ProofContext, Statement, prove, verify
+
+proof, _ = prove(Statement((Bits(3, 1),), 1, 4), ProofContext(bytes(16), "q", 0, 1), [0, 1, 0], [1, -4, 0], SeededRandom(b"p"))
+verify(Statement((Bits(3, 1),), 1, 4), ProofContext(bytes(16), "q", 0, 1), proof)
 
 for mechanism in ("discrete_gaussian", "skellam"):
     share = sample_noise(mechanism, 4.0, 16, rng)  # a numpy Generator also offers the RandomSource `.bytes`
@@ -226,10 +231,10 @@ def _distributions(loaded: dict[str, str | None]) -> dict[str, set[str]]:
 
 def test_device_path_needs_only_device_dependencies(probe: dict[str, Any]) -> None:
     allowed = _closure("device")
-    assert {"numpy", "cryptography", "aiohttp", "pydantic"} <= allowed
+    assert {"numpy", "cryptography", "aiohttp", "pydantic", "pynacl"} <= allowed
     assert not {"sqlalchemy", "alembic", "asyncpg", "aiosqlite", "dp-accounting", "scipy"} & allowed
     used = _distributions(probe["loaded"])
-    assert {"numpy", "cryptography", "aiohttp", "pydantic"} <= set(used)
+    assert {"numpy", "cryptography", "aiohttp", "pydantic", "pynacl"} <= set(used)  # pynacl: validity proofs
     outside = {d: mods for d, mods in used.items() if d not in allowed}
     assert not outside, f"the device path loads modules of distributions outside fed-analytics[device]: {outside}"
 

@@ -27,7 +27,7 @@ TOPICS = sorted(make_vectors.TOPICS)
 def test_every_topic_has_a_file_and_every_file_a_topic():
     assert sorted(p.stem for p in VECTORS.glob("*.json")) == TOPICS
     assert {"randomness", "noise", "key_agreement", "prg", "share_encryption", "shamir", "messages",
-            "transcript", "request_signing"} <= set(TOPICS)
+            "transcript", "request_signing", "validity"} <= set(TOPICS)
 
 
 @pytest.mark.parametrize("name", TOPICS)

@@ -691,10 +691,13 @@ class Store(ClusterStore, ReportStore):
             s.add(Event(query_id=c.query_id, cohort_id=cohort_id, type="cohort.phase",
                         data={"phase": Phase(phase).label}, created_at=now()))
 
-    async def abort_cohort(self, cohort_id: str, reason: str, phase: int | None = None) -> None:
+    async def abort_cohort(self, cohort_id: str, reason: str, phase: int | None = None, keep_seats: bool = False) -> None:
         """Record the abort and free the seats so the devices may join another cohort of the round.
 
-        `phase` is the phase that could not complete; without it the cohort keeps the last phase recorded."""
+        `phase` is the phase that could not complete; without it the cohort keeps the last phase recorded.
+        `keep_seats`: the members keep their seats in the round (not contributed) and so never join another
+        cohort of it — for a cohort whose sum the server already unmasked (a detected cheat): its devices'
+        data must not enter a second sum of the same round."""
         async with self._tx() as s:
             c = await s.get(Cohort, cohort_id)
             if c is None or c.status != "running":
@@ -702,7 +705,8 @@ class Store(ClusterStore, ReportStore):
             c.status, c.reason, c.finished_at = "aborted", reason, now()
             if phase is not None:
                 c.phase = int(phase)
-            await s.execute(delete(CohortMember).where(CohortMember.cohort_id == cohort_id))
+            if not keep_seats:
+                await s.execute(delete(CohortMember).where(CohortMember.cohort_id == cohort_id))
             await _release(s, cohort_id)
             s.add(Event(query_id=c.query_id, cohort_id=cohort_id, type="cohort.aborted",
                         data={"reason": reason, "phase": Phase(c.phase).label}, created_at=now()))

@@ -21,6 +21,7 @@ from queries.dp.noise import (
     discrete_gaussian_variance,
     sample_discrete_gaussian,
     sample_noise,
+    sample_noise_bounded,
     sample_skellam,
 )
 
@@ -108,6 +109,7 @@ __all__ = [
     "rounds_affordable",
     "sample_discrete_gaussian",
     "sample_noise",
+    "sample_noise_bounded",
     "sample_skellam",
     "suggest_scale",
 ]

@@ -249,6 +249,25 @@ def sample_noise(mechanism: str, scale: float, size: int, source: ByteSource) ->
     raise PrivacyError(f"mechanism: must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
 
 
+MAX_REDRAWS = 64
+"""Rounds of redrawing `sample_noise_bounded` allows before it refuses the bound as too tight."""
+
+
+def sample_noise_bounded(mechanism: str, scale: float, size: int, source: ByteSource, bound: int) -> np.ndarray:
+    """`sample_noise` truncated to [−bound, bound]: entries beyond it are drawn again (from the same source),
+    so each entry follows the mechanism's law conditioned on |e| ≤ bound (validity proofs, docs/validation.md).
+    PrivacyError when the bound is so tight that redrawing does not end."""
+    if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0:
+        raise PrivacyError(f"bound: must be a non-negative integer, got {bound!r}")
+    out = sample_noise(mechanism, scale, size, source)
+    for _ in range(MAX_REDRAWS):
+        beyond = np.flatnonzero(np.abs(out) > bound)
+        if beyond.size == 0:
+            return out
+        out[beyond] = sample_noise(mechanism, scale, int(beyond.size), source)
+    raise PrivacyError(f"bound: {bound} is too tight for {mechanism} noise of scale {scale:g} (redrawing does not end)")
+
+
 def discrete_gaussian_log_pmf(k: np.ndarray, sigma: float) -> np.ndarray:
     """log P(N_Z(0, σ²) = k), normalised by summing the series (used by tests and the variance)."""
     k = np.asarray(k, dtype=np.float64)

@@ -33,6 +33,7 @@ from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_
 from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
+from secagg.validity.statement import Bits, Statement
 
 # Limits of a heavy_hitters spec (docs/heavy_hitters.md, "Limits"): a round's vector has at most
 # MAX_FRONTIER·(MAX_ALPHABET + 1) = 528,384 entries, and at most MAX_LENGTH rounds run.
@@ -172,6 +173,7 @@ class HeavyHittersState:
 
 class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
     name = "heavy_hitters"
+    supports_proofs = True
     Params = HeavyHittersParams
     State = HeavyHittersState
 
@@ -235,6 +237,19 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             raise QueryKindError(f"task.frontier: prefixes must be distinct and of length depth={depth}")
         words = choose_words(rows, alphabet, max_length, max_words, casefold)
         return vote_vector(words, frontier, depth, alphabet)
+
+    def validity(self, task: dict[str, Any]) -> Statement:
+        """Every slot 0 or 1, at most `max_words` of them 1 (one vote per chosen string)."""
+        try:
+            dim = len(task["frontier"]) * (len(str(task["alphabet"])) + 1)
+            w = int(task["max_words"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryKindError(f"task: malformed heavy_hitters task ({exc!r})") from None
+        return Statement((Bits(dim, w),))
+
+    def largest_validity(self, params: HeavyHittersParams) -> Statement:
+        """A full frontier: `max_frontier` prefixes."""
+        return Statement((Bits(params.max_frontier * params.width, params.max_words_per_device),))
 
     def threshold(
         self, params: HeavyHittersParams, plan: RoundPlan, contributors: int, noise: AggregateNoise | None = None

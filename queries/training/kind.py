@@ -25,6 +25,7 @@ from queries.training import client, encoding
 from queries.training.blackbox import BlackBoxModel
 from queries.training.optimizers import adam_step, apply_safeguards, fedavg_step, initial_optimizer_state, rprop_step
 from queries.training.params import AdamSpec, FedAvgSpec, Resolved, RPropSpec, TrainingParams, resolve
+from secagg.validity.statement import Signs, Statement
 
 Phase = Literal["label_counts", "eval", "train", "done"]
 
@@ -144,6 +145,17 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         return client.contribute(task, rows, rng)
+
+    def validity(self, task: dict[str, Any]) -> Statement | None:
+        """Sign-vote training rounds: every entry in {−1, 0, +1}. Clipped updates, evaluations and label counts
+        carry no proof (out of scope: the server's plausibility check still bounds their aggregate)."""
+        if task.get("phase") != "train" or task.get("votes") != "sign":
+            return None
+        try:
+            d = len(task["weights"])
+        except (KeyError, TypeError) as exc:
+            raise QueryKindError(f"task: malformed training task ({exc!r})") from None
+        return Statement((Signs(d),))
 
     def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
         """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""

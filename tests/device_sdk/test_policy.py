@@ -119,8 +119,10 @@ def test_a_kind_without_task_bounds_falls_back_to_checking_its_vector(monkeypatc
 
 def test_require_proofs_applies_to_kinds_that_support_them(monkeypatch: pytest.MonkeyPatch) -> None:
     strict = DevicePolicy(require_proofs=True)
-    assert isinstance(verdict(strict, assignment()), Decision)  # histogram has no proofs (yet): nothing to require
-    monkeypatch.setattr(type(HISTOGRAM), "supports_proofs", True)
+    monkeypatch.setattr(type(HISTOGRAM), "supports_proofs", False)
+    assert isinstance(verdict(strict, assignment()), Decision)  # a kind without proofs: nothing to require
+    monkeypatch.undo()
+    assert type(HISTOGRAM).supports_proofs  # histograms prove their contributions (docs/validation.md)
     assert reason(verdict(strict, assignment())) == "proofs_required"
     with_proofs = assignment()
     with_proofs = with_proofs.model_copy(update={"privacy": with_proofs.privacy.model_copy(update={"validation": "proofs"})})

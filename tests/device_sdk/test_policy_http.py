@@ -175,7 +175,7 @@ async def test_the_honest_server_passes_and_the_transparency_log_matches_what_wa
         assert (record.query_id, record.round, record.cohort_id, record.kind, record.source) == (
             final["id"], 0, cohort.id, "histogram", "words")
         assert record.status == "finished" and record.contributed == (dev.client.device_id in contributors)
-        assert record.mechanism == "skellam" and record.noise and not record.proofs
+        assert record.mechanism == "skellam" and record.noise and record.proofs  # histograms prove by default
         assert record.noise_scale == rnd.noise["per_device_scale"] and record.encoding_scale == rnd.noise["encoding_scale"]
         assert record.epsilon == record.query_epsilon == 1.0 and record.query_delta == 1e-6
         assert record.cohort_size == cohort.n and record.min_survivors == 5

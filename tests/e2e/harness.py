@@ -52,6 +52,22 @@ def check_exact(admin: AnalystClient, query_id: str, spec: dict[str, Any], truth
     return res
 
 
+def client_session(a: dict[str, Any], rows: list[Any] | None = None) -> Any:
+    """A secagg ClientSession for an assignment's JSON, holding this device's contribution from `rows` (none: the
+    all-zero vector) — with its noise and validity proof when the assignment asks for proofs."""
+    from device_sdk.randomness import DeviceRandomness
+    from device_sdk.validity import masked_content
+    from queries.envelope import Assignment
+    from secagg import ClientSession, SecAggConfig, encoding
+
+    assignment = Assignment.model_validate(a)
+    cfg = SecAggConfig.from_dict(a["secagg"])
+    draws = DeviceRandomness().for_contribution(assignment.cohort_id)
+    kind = get_kind(assignment.kind)
+    vec, proof = masked_content(assignment, kind, kind.contribute(assignment.task, list(rows or []), draws.kind), draws)
+    return ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits), input_proof=proof)
+
+
 class SyncDevice(SignedDevice):
     """A hand-driven device for bad-input tests (blocking HTTP): signs like the SDK, but every part can be bent."""
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from device_sdk.analyst_cli import AnalystClient
-from secagg import ClientSession, SecAggConfig, encoding
-from secagg.messages import MaskedInput, decode
-from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact, server_on_fresh_sqlite
+from secagg import encoding
+from secagg.messages import MaskedInputProved, decode
+from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact, client_session, server_on_fresh_sqlite
 
 pytestmark = pytest.mark.e2e
 
@@ -44,9 +44,7 @@ def test_wrong_vector_length_and_content_type_in_a_live_cohort(srv: Server, toke
         dev = SyncDevice(srv.url)
         dev.register()
         a = dev.checkin_until_assigned()
-        cfg = SecAggConfig.from_dict(a["secagg"])
-        vec = np.zeros(cfg.dim, dtype=np.int64)  # this device holds no words: an all-zero contribution
-        client = ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits))
+        client = client_session(a)  # this device holds no words: an all-zero contribution (with its proof)
         base = f"/v1/device/cohorts/{a['cohort_id']}/phases"
         msg, phase = client.start(), 0
         status, _, raw = dev.call("POST", f"{base}/0", msg, "application/json")
@@ -58,9 +56,9 @@ def test_wrong_vector_length_and_content_type_in_a_live_cohort(srv: Server, toke
         while True:
             if phase == 2:
                 good = decode(msg)
-                assert isinstance(good, MaskedInput)
-                wrong = MaskedInput(good.session_id, good.party, good.bits, good.dim + 1,
-                                    encoding.pack(np.zeros(good.dim + 1, dtype=np.uint64), good.bits))
+                assert isinstance(good, MaskedInputProved)  # histograms prove their contributions by default
+                wrong = MaskedInputProved(good.session_id, good.party, good.bits, good.dim + 1,
+                                          encoding.pack(np.zeros(good.dim + 1, dtype=np.uint64), good.bits), good.proof)
                 status, _, raw = dev.call("POST", f"{base}/2", wrong.encode(), "application/octet-stream")
                 assert status == 400 and b"dim" in raw, raw
                 status, _, raw = dev.call("POST", f"{base}/2", b"garbage", "application/octet-stream")
@@ -70,7 +68,7 @@ def test_wrong_vector_length_and_content_type_in_a_live_cohort(srv: Server, toke
             status, _, raw = dev.call("POST", f"{base}/{phase}", msg, "application/octet-stream")
             assert status == 202, raw  # identical retry is harmless
             if phase == 0:
-                other = ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits)).start()
+                other = client_session(a).start()
                 status, _, raw = dev.call("POST", f"{base}/0", other, "application/octet-stream")
                 assert status == 409 and b"conflicting" in raw
             while True:

@@ -8,15 +8,13 @@ import secrets
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from device_sdk.analyst_cli import AnalystClient
 from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
-from secagg import ClientSession, SecAggConfig, encoding
-from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact
+from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact, client_session
 
 pytestmark = pytest.mark.e2e
 
@@ -45,8 +43,7 @@ def test_garbage_at_device_endpoints_during_a_cohort(server: Server, tmp_path: P
         attacker = SyncDevice(server.url)
         attacker.register()
         a = attacker.checkin_until_assigned()
-        cfg = SecAggConfig.from_dict(a["secagg"])
-        valid = ClientSession(cfg, a["party_id"], encoding.to_modular(np.zeros(cfg.dim, dtype=np.int64), cfg.bits)).start()
+        valid = client_session(a).start()
         cid = a["cohort_id"]
         stranger = SyncDevice(server.url)
         seen: dict[int, int] = {}

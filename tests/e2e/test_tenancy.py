@@ -13,12 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from device_sdk.analyst_cli import AnalystClient, ApiError
-from secagg import ClientSession, SecAggConfig, encoding
-from tests.e2e.harness import Server, SyncDevice
+from tests.e2e.harness import Server, SyncDevice, client_session
 
 pytestmark = pytest.mark.e2e
 
@@ -182,8 +180,7 @@ def _drive(members: list[tuple[SyncDevice, dict[str, Any]]], phases: int) -> Non
     long-polls until the phase closed and the next message arrived)."""
     clients = []
     for _, a in members:
-        cfg = SecAggConfig.from_dict(a["secagg"])
-        clients.append(ClientSession(cfg, a["party_id"], encoding.to_modular(np.zeros(cfg.dim, dtype=np.int64), cfg.bits)))
+        clients.append(client_session(a))
     msgs = [c.start() for c in clients]
     for phase in range(phases):
         for (dev, a), msg in zip(members, msgs):

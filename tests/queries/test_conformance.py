@@ -121,9 +121,15 @@ def test_kind_contract(kind: QueryKind[Any, Any], data: st.DataObject) -> None:
         _check_task_sensitivity(kind, plan)
         devices = data.draw(st.lists(strategies.rows(raw), min_size=1, max_size=4), label=f"round {index} rows")
         total = np.zeros(plan.dim, dtype=np.int64)
+        statement = kind.validity(json.loads(json.dumps(plan.task)))  # what the device derives from the task's JSON
+        if statement is not None:
+            assert statement.dim == plan.dim
         for rows in devices:
             vec = kind.contribute(plan.task, rows, rng)
             _check_contribution(vec, plan, calibration)
+            if statement is not None:  # every honest contribution satisfies the kind's validity statement
+                assert statement.check(vec.tolist()) is None, statement.check(vec.tolist())
+                assert statement.max_abs() >= int(np.abs(vec).max(initial=0))
             total += vec
         noise = None
         if data.draw(st.booleans(), label=f"round {index} noisy"):

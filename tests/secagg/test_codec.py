@@ -27,6 +27,7 @@ from secagg.messages import (
     ConsistencyRequest,
     ConsistencySignature,
     MaskedInput,
+    MaskedInputProved,
     Message,
     MsgType,
     PeerEntry,
@@ -60,6 +61,8 @@ SAMPLES: list[Message] = [
     UnmaskRequest(SID, 8, encode_bitmap({2}, 3), ((1, SIG), (2, SIG[::-1]))),
     UnmaskRequest(SID, 8, encode_bitmap({2}, 3), ()),
     UnmaskShares(SID, 9, ((1, 1, SHARE), (2, 2, SHARE[::-1]))),
+    MaskedInputProved(SID, 5, 13, 3, bytes(range(5)), bytes(range(40))),
+    MaskedInputProved(SID, 5, 16, 2, bytes(4), b""),
 ]
 ENCODED = [m.encode() for m in SAMPLES]
 IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)]
@@ -106,7 +109,7 @@ def test_bad_magic_version_and_type_are_rejected():
     for version in (0, 2, 255):
         with pytest.raises(MessageFormatError, match="version"):
             decode(data[:2] + bytes([version]) + data[3:])
-    for mtype in (0, 6, 10, 15, 255):
+    for mtype in (0, 7, 10, 15, 255):
         with pytest.raises(MessageFormatError, match="unknown type"):
             decode(data[:3] + bytes([mtype]) + data[4:])
     for not_bytes in ("SA", None, 42, [1, 2]):
@@ -132,6 +135,7 @@ H = HEADER.size
         (SAMPLES[1], H + 64, "signature"),
         (SAMPLES[4], H + 8, "ciphertext"),  # the first ciphertext's length prefix
         (SAMPLES[9], H + 4 + len(SAMPLES[9].survivors), "signatures"),
+        (SAMPLES[12], H + 5 + 5, "proof"),
     ],
 )
 def test_counts_larger_than_the_message_are_rejected_before_use(msg, offset, field):

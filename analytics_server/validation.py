@@ -1,0 +1,286 @@
+"""The one place where validity proofs (`privacy.validation`, docs/validation.md) plug into the server.
+
+- Submit (`resolve`): a spec's validation mode — "proofs" by default when the kind can prove its rounds'
+  contributions, refused when asked of a kind that cannot, and required by the production profile
+  (`FA_REQUIRE_VALIDATION`).
+- Calibration (`calibration_delta`): with proofs and noise, a share `TRUNCATION_DELTA_SHARE` of δ pays for
+  the devices' noise being truncated at the tail bound B; the noise is calibrated for the rest.
+- Rounds (`round_statement`, `round_bits`): the statement every contribution proves, with the encoding scale
+  and B (`noise_bound`); the ring is widened so the blinding limbs and the worst valid sum cannot wrap.
+- Cohorts (`CohortValidation`): verifies each masked input's proof as it arrives (a party whose proof fails is
+  dropped) and, after unmasking, that the sum opens the contributors' commitments.
+- Every round, with or without proofs (`implausible`): the server refuses a sum that no cohort of honest
+  devices plus noise within its tail bound could produce, and says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from queries import dp
+from queries.kind import QueryKind, RoundPlan
+from queries.spec import QuerySpec
+from secagg.encoding import bits_for
+from secagg.errors import InvalidInputError, MessageFormatError
+from secagg.messages import MaskedInputProved, decode
+from secagg.validity.statement import range_weights
+from secagg.validity import (
+    LIMB_BITS,
+    LIMBS,
+    InvalidProof,
+    ProofContext,
+    Statement,
+    limbs_value,
+    opening_holds,
+    proof_size,
+    verify,
+)
+
+TRUNCATION_DELTA_SHARE = 0.01
+"""Share of a query's δ spent on truncating the devices' noise at the tail bound B (proofs with noise)."""
+VERIFY_S_PER_BRANCH = 150e-6
+"""Server time to verify one OR branch (about two libsodium scalar multiplications on a shared core)."""
+DEFAULT_PHASE_SHARE = 0.25
+"""Proofs are the default (outside the production profile) when verifying one cohort's proofs takes at most this
+share of `cohort.phase_timeout_s` (estimated with VERIFY_S_PER_BRANCH); costlier queries default to "none" and may
+ask for proofs. The production profile uses proofs wherever the kind supports them."""
+IMPLAUSIBLE_LOG_PROB = math.log(1e-12)
+"""A sum entry is implausible when honest noise exceeds it with probability below 1e-12 (over all entries)."""
+
+
+class ValidationError(ValueError):
+    """A spec whose validation mode the server refuses; the message names the field (→ 422)."""
+
+
+def supports_proofs(kind: QueryKind, plans: list[RoundPlan]) -> bool:
+    """Whether the kind proves the contributions of the rounds it plans (those previewed at submit)."""
+    return bool(plans) and all(kind.validity(p.task) is not None for p in plans)
+
+
+def proof_cost(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan],
+               calibration: dict[str, Any] | None) -> int:
+    """OR branches to verify one cohort's proofs in the query's most expensive round (the rounds planned at submit
+    with their noise bounds, and the kind's largest statement with the widest of those bounds)."""
+    from analytics_server import privacy
+
+    statements = [round_statement(spec, kind, p, privacy.round_noise(calibration, p), calibration) for p in plans]
+    noise_bits = max((len(range_weights(2 * st.noise_bound)) for st in statements if st is not None), default=0)
+    costs = [st.branches() for st in statements if st is not None]
+    largest = kind.largest_validity(params)
+    if largest is not None:
+        costs.append(largest.branches(noise_bits))
+    return max(costs, default=0) * spec.cohort.max_clients
+
+
+def settle_default(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan],
+                   calibration: dict[str, Any] | None, asked: str | None, require: bool) -> QuerySpec:
+    """An unset validation that `resolve` made "proofs": "none" instead when not required and verifying a cohort's
+    proofs would take more than DEFAULT_PHASE_SHARE of a phase (the caller then calibrates again with the whole δ)."""
+    if asked is not None or require or not uses_proofs(spec):
+        return spec
+    seconds = proof_cost(spec, kind, params, plans, calibration) * VERIFY_S_PER_BRANCH
+    if seconds <= DEFAULT_PHASE_SHARE * spec.cohort.phase_timeout_s:
+        return spec
+    return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": "none"})})
+
+
+def resolve(spec: QuerySpec, kind: QueryKind, plans: list[RoundPlan], require: bool) -> QuerySpec:
+    """The spec with `privacy.validation` set: refuses "proofs" for a kind that cannot prove these rounds, and
+    (when `require`) "none" for a kind that can. Unset: "proofs" when supported (`settle_default` then weighs the
+    cost once the noise is calibrated)."""
+    supported = supports_proofs(kind, plans)
+    asked = spec.privacy.validation
+    if asked == "proofs" and not supported:
+        raise ValidationError(
+            f"privacy.validation: {kind.name} cannot prove the contributions of this query's rounds "
+            "(proofs cover histogram, heavy_hitters, feature_stats and sign-vote training rounds; clipped model "
+            "updates, evaluations and label counts have none); use \"none\" — the server still refuses sums no "
+            "honest cohort could produce"
+        )
+    if asked == "none" and supported and require:
+        raise ValidationError(
+            "privacy.validation: this server requires validity proofs for kinds that support them "
+            "(FA_REQUIRE_VALIDATION); remove \"validation\" or set it to \"proofs\""
+        )
+    mode = asked or ("proofs" if supported else "none")
+    return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": mode})})
+
+
+def uses_proofs(spec: QuerySpec) -> bool:
+    return getattr(spec.privacy, "validation", None) == "proofs"
+
+
+def calibration_delta(spec: QuerySpec) -> float:
+    """δ the noise is calibrated for: the spec's δ less the truncation share when proofs bound the noise."""
+    delta = float(spec.privacy.delta or 0.0)
+    if uses_proofs(spec) and spec.privacy.mechanism != "none":
+        return delta * (1.0 - TRUNCATION_DELTA_SHARE)
+    return delta
+
+
+def truncation_delta(spec: QuerySpec) -> float:
+    return float(spec.privacy.delta or 0.0) - calibration_delta(spec)
+
+
+def noise_bound(spec: QuerySpec, calibration: dict[str, Any], noise: dict[str, Any], dim: int) -> int:
+    """B: a device redraws a noise entry beyond ±B. Each entry lands beyond B with probability at most
+    p = δ_trunc / ((1 + e^ε)·R·n_max·dim) (R rounds calibrated, n_max = cohort.max_clients), so the devices'
+    noise vectors differ from the untruncated ones in total variation by at most R·n_max·dim·p, which costs
+    (1 + e^ε) times that, i.e. δ_trunc, in δ (docs/validation.md)."""
+    cal = dp.QueryCalibration.from_dict(calibration)
+    eps = min(float(spec.privacy.epsilon or cal.epsilon), 700.0)
+    p = truncation_delta(spec) / ((1.0 + math.exp(eps)) * cal.rounds * spec.cohort.max_clients * max(dim, 1))
+    from queries.dp.tails import noise_quantile
+
+    return max(1, int(noise_quantile(dp.RoundNoise.from_dict(noise), 1, math.log(p / 2))))
+
+
+def round_statement(
+    spec: QuerySpec, kind: QueryKind, plan: RoundPlan, noise: dict[str, Any] | None, calibration: dict[str, Any] | None
+) -> Statement | None:
+    """What every contribution to this round proves (None without proofs or when the round has no statement)."""
+    if not uses_proofs(spec):
+        return None
+    base = kind.validity(plan.task)
+    if base is None:
+        return None
+    if base.dim != plan.dim:
+        raise ValueError(f"{kind.name}: validity statement covers {base.dim} entries, the round has {plan.dim}")
+    if noise is None or calibration is None:
+        return base
+    scale = int(noise.get("encoding_scale", 1))
+    return base.with_noise(scale, noise_bound(spec, calibration, noise, plan.dim))
+
+
+def round_bits(bits: int, max_clients: int, statement: Statement | None) -> int:
+    """The ring of a proved round: wide enough for max_clients blinding limbs and the largest valid sum."""
+    if statement is None:
+        return bits
+    return max(bits, bits_for(max_clients, (1 << LIMB_BITS) - 1), bits_for(max_clients, statement.max_abs()))
+
+
+def cohort_dim(plan: RoundPlan, statement: Statement | None) -> int:
+    """Length of the masked vector: the kind's entries, then the blinding limbs when proved."""
+    return plan.dim + (LIMBS if statement is not None else 0)
+
+
+def assignment_block(statement: Statement | None) -> dict[str, Any] | None:
+    """The `validation` block of an assignment."""
+    if statement is None:
+        return None
+    return {"mode": "proofs", "noise_bound": statement.noise_bound, "limbs": LIMBS, "limb_bits": LIMB_BITS}
+
+
+@dataclass
+class CohortValidation:
+    """Proof checks of one cohort: each masked input's proof, then the opening of the unmasked sum."""
+
+    statement: Statement
+    query_id: str
+    round: int
+    session_id: bytes
+    commitments: dict[int, bytes] = field(default_factory=dict)
+    _verified: dict[tuple[int, bytes], bytes | str] = field(default_factory=dict)
+
+    @property
+    def proof_bytes(self) -> int:
+        return proof_size(self.statement)
+
+    def _check(self, party: int, proof: bytes) -> bytes | str:
+        key = (party, hashlib.sha256(proof).digest())
+        done = self._verified.get(key)
+        if done is None:
+            ctx = ProofContext(self.session_id, self.query_id, self.round, party)
+            try:
+                done = verify(self.statement, ctx, proof)
+            except InvalidProof as exc:
+                done = str(exc)
+            self._verified[key] = done
+        return done
+
+    def preverify(self, party: int, message: bytes) -> None:
+        """Verify the proof a masked-input message carries (pure and thread-safe: run it off the event loop and
+        outside the cohort's lock; `validator` then finds the result)."""
+        try:
+            msg = decode(message)
+        except MessageFormatError:
+            return
+        if isinstance(msg, MaskedInputProved) and msg.party == party:
+            self._check(party, msg.proof)
+
+    def validator(self, party: int, proof: bytes) -> None:
+        """The secure-aggregation session's input validator: InvalidInputError unless the proof verifies."""
+        out = self._check(party, proof)
+        if isinstance(out, str):
+            raise InvalidInputError(f"party {party}: validity proof refused: {out}")
+        self.commitments[party] = out
+
+    def opening(self, contributors: frozenset[int], total: np.ndarray) -> str | None:
+        """Why the unmasked sum (signed, limbs last) does not open the contributors' commitments, or None."""
+        dim = self.statement.dim
+        summed, limbs = total[:dim], total[dim:]
+        if len(limbs) != LIMBS or any(int(v) < 0 for v in limbs):
+            return "detected cheating: the summed blinding limbs are malformed"
+        missing = [u for u in contributors if u not in self.commitments]
+        if missing:
+            return f"detected cheating: parties {sorted(missing)[:5]} contributed without a verified commitment"
+        if not opening_holds([self.commitments[u] for u in sorted(contributors)], summed.tolist(), limbs_value(limbs.tolist())):
+            return ("detected cheating: the unmasked sum does not open the contributors' commitments (a device masked "
+                    "another vector than the one it proved valid); nothing is released and the round retries with "
+                    "other devices")
+        return None
+
+
+def implausible(
+    total: np.ndarray, contributors: int, plan: RoundPlan, noise: dict[str, Any] | None, statement: Statement | None
+) -> str | None:
+    """Why a round's sum (signed, in the scaled encoding, limbs excluded) cannot come from `contributors` honest
+    devices plus noise within its tail bound, or None. With proofs the bound is exact (n·(s·max|x| + B));
+    otherwise n·s·max_abs per entry and n·s·Δ1 in L1, plus the summed noise's 1e-12 tail."""
+    y = np.asarray(total, dtype=np.float64)
+    n = int(contributors)
+    if statement is not None:
+        limit = n * statement.max_abs()
+        worst = int(np.argmax(np.abs(y))) if y.size else 0
+        if y.size and abs(y[worst]) > limit:
+            return (f"implausible sum: entry {worst} is {int(y[worst])}, beyond what {n} valid contributions can reach "
+                    f"(±{limit}); nothing is released")
+        return None
+    s = 1 if noise is None else int(noise.get("encoding_scale", 1))
+    h = 0.0
+    if noise is not None:
+        from queries.dp.tails import noise_quantile
+
+        h = float(noise_quantile(dp.RoundNoise.from_dict(noise), n, IMPLAUSIBLE_LOG_PROB - math.log(2 * max(plan.dim, 1))))
+    limit = n * s * plan.max_abs + h
+    if y.size:
+        worst = int(np.argmax(np.abs(y)))
+        if abs(y[worst]) > limit:
+            return (f"implausible sum: entry {worst} is {int(y[worst])}, beyond {n} honest contributions of at most "
+                    f"{s * plan.max_abs} each plus noise within {h:.0f}; a device sent an out-of-bounds vector; nothing "
+                    "is released")
+        l1 = float(np.abs(y).sum())
+        l1_limit = n * s * plan.l1_sensitivity + plan.dim * h
+        if l1 > l1_limit * (1 + 1e-9):
+            return (f"implausible sum: its L1 norm {l1:.0f} exceeds {n} honest contributions of L1 at most "
+                    f"{s * plan.l1_sensitivity:g} plus noise ({l1_limit:.0f}); nothing is released")
+    return None
+
+
+def privacy_fields(spec: QuerySpec, statements: list[Statement | None]) -> dict[str, Any]:
+    """What the result's privacy block says about validation."""
+    out: dict[str, Any] = {"validation": spec.privacy.validation or "none"}
+    if uses_proofs(spec):
+        out["validation_rounds"] = [
+            None if st is None else {"noise_bound": st.noise_bound, "encoding_scale": st.encoding_scale}
+            for st in statements
+        ]
+        if spec.privacy.mechanism != "none":
+            out["truncation_delta"] = truncation_delta(spec)
+            out["delta_calibrated"] = calibration_delta(spec)
+    return out

@@ -1,0 +1,98 @@
+"""Validity-proof benchmark (`make bench`): device proving time, proof bytes and server verification time per
+device for a 16-bucket histogram (with and without distributed noise), 9 sign votes and a 1,000-entry
+heavy-hitters round; then a 1,000-device histogram round over HTTP with proofs and without
+(scripts/bench_http.py's machinery). Prints one JSON object.
+
+    python scripts/bench_validity.py [--repeat 5] [--devices 1000] [--no-http]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analytics_server import privacy, validation  # noqa: E402
+from queries.registry import get_kind  # noqa: E402
+from queries.spec import QuerySpec  # noqa: E402
+from secagg.randomness import OsRandom  # noqa: E402
+from secagg.validity import Bits, ProofContext, Signs, Statement, proof_size, prove, verify  # noqa: E402
+
+CTX = ProofContext(bytes(range(16)), "bench", 0, 1)
+
+
+def _noisy_statement(buckets: int, t_min: int, max_clients: int) -> tuple[Statement, dict[str, Any]]:
+    """The statement the server would give a 16-bucket histogram at ε = 1, δ = 1e-6 (Skellam) and t_min devices."""
+    spec = QuerySpec.model_validate({
+        "kind": "histogram", "source": "b", "params": {"buckets": [f"b{i}" for i in range(buckets)]},
+        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6, "validation": "proofs"},
+        "cohort": {"min_clients": t_min, "max_clients": max_clients},
+    })
+    kind = get_kind("histogram")
+    params = kind.parse_params(spec.params)
+    cal = privacy.check_and_calibrate(spec, kind, params, "demo")
+    plan = kind.plan_round(params, kind.initial_state(params), 0)
+    noise = privacy.round_noise(cal, plan)
+    st = validation.round_statement(spec, kind, plan, noise, cal)
+    assert st is not None and noise is not None
+    return st, {"mechanism": "skellam", "per_device_scale": noise["per_device_scale"],
+                "encoding_scale": noise["encoding_scale"], "noise_bound": st.noise_bound}
+
+
+def measure(name: str, statement: Statement, values: list[int], noise: list[int] | None, repeat: int) -> dict[str, Any]:
+    prove_s, verify_s = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        proof, _ = prove(statement, CTX, values, noise, OsRandom())
+        t1 = time.perf_counter()
+        verify(statement, CTX, proof)
+        t2 = time.perf_counter()
+        prove_s.append(t1 - t0)
+        verify_s.append(t2 - t1)
+    return {
+        "case": name,
+        "dim": statement.dim,
+        "noise_bound": statement.noise_bound,
+        "encoding_scale": statement.encoding_scale,
+        "proof_bytes": proof_size(statement),
+        "device_prove_ms": round(1e3 * statistics.median(prove_s), 2),
+        "server_verify_ms": round(1e3 * statistics.median(verify_s), 2),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--devices", type=int, default=1000)
+    ap.add_argument("--no-http", action="store_true")
+    args = ap.parse_args()
+    cases = []
+    one = [0] * 16
+    one[3] = 1
+    cases.append(measure("histogram_16_no_noise", Statement((Bits(16, 1),)), one, None, args.repeat))
+    st, info = _noisy_statement(16, 1000, 1000)
+    noise = [((i * 7) % (2 * st.noise_bound + 1)) - st.noise_bound for i in range(16)]
+    cases.append({**measure("histogram_16_skellam_eps1_tmin1000", st, one, noise, args.repeat), "noise": info})
+    votes = [1, -1, 0, 1, 1, -1, 0, 0, 1]
+    cases.append(measure("sign_votes_9", Statement((Signs(9),)), votes, None, args.repeat))
+    hh = [0] * 1000
+    hh[417] = 1
+    cases.append(measure("heavy_hitters_1000_one_vote", Statement((Bits(1000, 1),)), hh, None, max(1, args.repeat // 2)))
+    out: dict[str, Any] = {"per_device": cases}
+    if not args.no_http:
+        from scripts.bench_http import one_round
+
+        out["http_histogram_round"] = [one_round(args.devices, False, 2, checkins=False, validation=v) for v in ("proofs", "none")]
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

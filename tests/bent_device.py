@@ -1,0 +1,104 @@
+"""Cheating devices for the validity tests: the real SDK with its contribution bent just before masking.
+
+`bend(monkeypatch)` swaps `device_sdk.client.masked_content` for a wrapper that leaves honest devices alone and
+bends the devices whose local rows hold a `BENT` marker ("__bent__:<attack>"; the device's rows reach the wrapper
+through a context variable set around `DeviceClient._run_assignment`), each as an attacker who knows the protocol
+would:
+
+- vote_twice, vote_1000, negative, noise_beyond_bound: masks a bent vector (two votes, a vote of 1,000, a −1
+  entry, a noise entry far beyond B) with a proof made by a prover whose own checks are switched off — the
+  proof verifies for what the commitment holds, so the cheat is caught by the opening check after unmasking;
+- forged: sends random bytes of the right length as its proof (caught when the masked input arrives);
+- replayed: sends a valid proof made for another party of the cohort (caught when the masked input arrives).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+import device_sdk.client
+from device_sdk import validity as device_validity
+from queries.envelope import Assignment
+from secagg.validity import ProofContext, blind_limbs, proof_size
+from secagg.validity import proof as proof_module
+from secagg.validity import statement as statement_module
+
+BENT = "__bent__:"
+_ROWS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("bent_rows", default=[])
+ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "forged", "replayed")
+
+
+def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001, ANN202
+    """The real prover with its input checks switched off (what a cheater would run)."""
+    original = statement_module.Statement.check
+    try:
+        statement_module.Statement.check = lambda self, values: None  # type: ignore[method-assign]
+        bound = statement.noise_bound
+        clipped = None if noise is None else [max(-bound, min(bound, int(e))) for e in noise]
+        return proof_module.prove(statement, context, values, clipped, source)
+    finally:
+        statement_module.Statement.check = original  # type: ignore[method-assign]
+
+
+def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], draws: Any) -> tuple[np.ndarray, bytes]:
+    honest_rows = [r for r in rows if not (isinstance(r, str) and r.startswith(BENT))]
+    vec, proof = device_validity.masked_content(a, kind, kind.contribute(a.task, honest_rows, draws.kind), draws)
+    assert proof is not None, "the cohort does not validate inputs"
+    dim = len(vec) - len(blind_limbs(0))
+    statement = kind.validity(a.task).with_noise(a.noise.encoding_scale if a.noise else 1, a.validation.noise_bound)
+    ctx = ProofContext(bytes.fromhex(a.secagg["session_id"]), a.query_id, a.round, a.party_id)
+    s = statement.encoding_scale
+    if attack == "forged":
+        return vec, os.urandom(proof_size(statement))
+    if attack == "replayed":
+        other = ProofContext(ctx.session_id, ctx.query_id, ctx.round, ctx.party % int(a.secagg["n"]) + 1)
+        replay, _ = proof_module.prove(statement, other, kind.contribute(a.task, honest_rows, draws.kind).tolist(),
+                                       None, draws.validity) if not statement.noise_bound else (None, None)
+        if replay is None:  # with noise: a proof for another party of an honest noise share
+            x = np.zeros(dim, dtype=np.int64)
+            replay, _ = proof_module.prove(statement, other, x.tolist(), [0] * dim, draws.validity)
+        return vec, replay
+    x = np.zeros(dim, dtype=np.int64)
+    noise = np.zeros(dim, dtype=np.int64)
+    if attack == "vote_twice":
+        x[0] = x[1] = 1
+    elif attack == "vote_1000":
+        x[0] = 1000
+    elif attack == "negative":
+        x[0] = -1
+    elif attack == "noise_beyond_bound":
+        noise[0] = 50 * max(statement.noise_bound, 1) + 1000
+    else:
+        raise ValueError(attack)
+    proof, blind = _unchecked_prove(statement, ctx, x.tolist(), noise.tolist() if statement.noise_bound else None,
+                                    draws.validity)
+    content = x * s + noise
+    return np.concatenate([content, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof
+
+
+def bend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Devices whose rows hold "__bent__:<attack>" cheat with that attack; the others stay honest."""
+    honest = device_sdk.client.masked_content
+    run = device_sdk.client.DeviceClient._run_assignment
+
+    async def run_assignment(self: Any, a: Assignment, *args: Any) -> Any:
+        token = _ROWS.set(self.store.rows(a.source))
+        try:
+            return await run(self, a, *args)
+        finally:
+            _ROWS.reset(token)
+
+    def masked_content(a: Assignment, kind: Any, x: np.ndarray, draws: Any) -> tuple[np.ndarray, bytes | None]:
+        rows = _ROWS.get()
+        marker = next((r for r in rows if isinstance(r, str) and r.startswith(BENT)), None)
+        if marker is None or a.validation is None:
+            return honest(a, kind, x, draws)
+        return bent_contribution(marker[len(BENT):], a, kind, rows, draws)
+
+    monkeypatch.setattr(device_sdk.client.DeviceClient, "_run_assignment", run_assignment)
+    monkeypatch.setattr(device_sdk.client, "masked_content", masked_content)
