@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, SerializerFunctionWrapHandler, model_serializer
 
 from queries.registry import KINDS
 from queries.spec import QuerySpec
@@ -60,11 +60,84 @@ class QueryList(BaseModel):
     queries: list[QueryView]
 
 
+class _OmitNone(BaseModel):
+    """Optional fields listed in OMIT_NONE are left out of the JSON when unset (instead of null)."""
+
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self.OMIT_NONE:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+class ValueUncertainty(BaseModel):
+    std: float = Field(description="standard deviation of the value's noise (first order for derived values)")
+    ci95: list[float] = Field(min_length=2, max_length=2, description="95 % interval [lo, hi]")
+
+
+class ResultWarning(_OmitNone):
+    OMIT_NONE = ("path",)
+    path: str | None = Field(default=None, description="JSON Pointer of the value concerned; absent: the whole result")
+    message: str = Field(description="what is wrong and what to change")
+
+
 class ResultView(BaseModel):
     id: str
     kind: str
+    status: Status = Field(default="succeeded", description="succeeded, or failed with a readable result (e.g. "
+                                                             "training that diverged: see error)")
+    error: str | None = None
     result: dict[str, Any]
     privacy: dict[str, Any]
+    uncertainty: dict[str, ValueUncertainty] = Field(
+        default_factory=dict, description="per released noisy value, keyed by its JSON Pointer into result")
+    warnings: list[ResultWarning] = Field(default_factory=list)
+
+
+class PreviewPrivacy(_OmitNone):
+    OMIT_NONE = ("validation",)
+    epsilon: float | None
+    delta: float | None
+    mechanism: str
+    validation: str | None = None
+
+
+class PreviewBudget(BaseModel):
+    source: str
+    remaining_epsilon: float
+    remaining_delta: float
+    fits: bool = Field(description="whether the source's remaining budget covers this query's charge")
+
+
+class PreviewValue(_OmitNone):
+    OMIT_NONE = ("note",)
+    path: str = Field(description="JSON Pointer into the result (representative where paths depend on the data)")
+    std: float
+    ci95_halfwidth: float
+    note: str | None = None
+
+
+class PreviewWarning(_OmitNone):
+    OMIT_NONE = ("path",)
+    path: str | None = None
+    message: str
+
+
+class PreviewView(BaseModel):
+    """`POST /v1/queries/preview`: what a query would charge and release, without creating or charging anything."""
+
+    kind: str
+    source: str
+    privacy: PreviewPrivacy
+    rounds: int = Field(description="upper bound on the rounds the query runs")
+    t_min: int | None = Field(description="minimum contributors of every noisy sum (null without noise)")
+    budget: PreviewBudget
+    values: list[PreviewValue]
+    warnings: list[PreviewWarning]
 
 
 class TokenRequest(BaseModel):

@@ -15,9 +15,12 @@ QUERY_SUBMIT = am.query_submit()
 # (method, path, summary, request model or "binary", response model or "binary"/None, security)
 ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("post", "/v1/queries", "Submit a query", QUERY_SUBMIT, am.QueryCreated, "bearer"),
+    ("post", "/v1/queries/preview", "Preview a query: what it would charge and the expected noise of each value it "
+     "would release (creates and charges nothing; the same 4xx as submit)", QUERY_SUBMIT, am.PreviewView, "bearer"),
     ("get", "/v1/queries", "List queries", None, am.QueryList, "bearer"),
     ("get", "/v1/queries/{id}", "Query status and progress", None, am.QueryView, "bearer"),
-    ("get", "/v1/queries/{id}/result", "Result (409 until succeeded)", None, am.ResultView, "bearer"),
+    ("get", "/v1/queries/{id}/result", "Result with the uncertainty of every noisy value and warnings (409 until "
+     "succeeded, or failed with a readable result, e.g. diverged training)", None, am.ResultView, "bearer"),
     ("post", "/v1/queries/{id}/cancel", "Cancel a query (409 when finished)", None, am.QueryView, "bearer"),
     ("get", "/v1/queries/{id}/events", "Server-sent events: progress, the query's stored events, end", None, "sse", "bearer"),
     ("post", "/v1/admin/tokens", "Create a token (admin)", am.TokenRequest, am.TokenCreated, "bearer"),

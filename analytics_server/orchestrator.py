@@ -5,7 +5,10 @@ uniformly sampled free devices (Bernoulli `plan.sample_rate`, at most `cohort.ma
 ≥ `need` survivors so every sum the server sees covers at least the minimum number of devices) until the
 round's stored aggregate covers ≥ `need` contributors → `kind.decode_round` (with the round's noise as an
 `AggregateNoise`) → next round or `kind.finalize` (with the server's stop reason, if it stopped the query),
-whose `Release` is stored as the result. The server reads nothing else of a kind's state or result.
+whose `Release` is stored as the result with its uncertainty and warnings (`queries.uncertainty`; a release
+that reports a `failure`, e.g. diverged training, marks the query failed and keeps the result readable).
+Before a round starts, the accountant checks that its privacy weight still fits the query's ε (only a
+query with an analyst-fixed noise multiplier can run out). The server reads nothing else of a kind's state or result.
 Everything needed to continue is stored, so after a restart the task resumes from the database: cohorts
 that were in flight are aborted ("server restarted"), finished sums stay, seats in finished cohorts keep
 their devices out of the rest of the round.
@@ -36,6 +39,7 @@ from analytics_server.metrics import Metrics
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
+from queries import uncertainty
 from queries.envelope import Assignment, AssignmentPrivacy, b64e
 from queries.kind import QueryKind, RoundPlan
 from queries.registry import get_kind
@@ -252,12 +256,11 @@ class Orchestrator:
         state = kind.state_from_json(q.state)
         index = q.current_round
         live = self.live.setdefault(q.id, {})
+        spent = sum(float((r.noise or {}).get("weight", 1.0)) for r in await self.store.round_summaries(q.id)
+                    if r.index < index and r.noise is not None)
         while True:
             rnd = await self.store.get_round(q.id, index)
             if rnd is None:
-                if not privacy.budget_allows(q.calibration, index + 1):  # ε would be exceeded: stop before
-                    await self._finish(q, spec, kind, params, state, "privacy budget exhausted")  # the round runs
-                    return
                 try:
                     plan = kind.plan_round(params, state, index)
                 except ValueError as exc:
@@ -265,7 +268,12 @@ class Orchestrator:
                 if plan is None:
                     await self._finish(q, spec, kind, params, state)
                     return
+                if not privacy.budget_allows(q.calibration, spent + plan.privacy_weight):  # ε would be exceeded:
+                    await self._finish(q, spec, kind, params, state, "privacy budget exhausted")  # stop before it runs
+                    return
                 rnd = await self._new_round(q, spec, plan, index)
+            if rnd.noise is not None:
+                spent += float(rnd.noise.get("weight", 1.0))
             plan = RoundPlan(**rnd.plan)
             live.update(round=index, need=rnd.need, contributors=rnd.contributors, phase=None)
             while rnd.contributors < rnd.need:
@@ -314,19 +322,16 @@ class Orchestrator:
             )
         except ValueError as exc:
             raise QueryFailed(f"finalize failed: {exc}") from None
-        noises, contributors, bits = [], [], []
-        for i in range(q.rounds_upper_bound + 1000):
-            r = await self.store.get_round(q.id, i)
-            if r is None:
-                break
-            noises.append(r.noise)
-            contributors.append(r.contributors)
-            bits.append(r.bits)
+        rounds = await self.store.round_summaries(q.id)
+        noises = [r.noise for r in rounds]
+        contributors = [r.contributors for r in rounds]
+        bits = [r.bits for r in rounds]
+        purposes = [(r.plan or {}).get("purpose") for r in rounds]
         thresholds: dict[str, Any] = {"min_contributors": spec.cohort.min_clients, **release.thresholds}
         budget = None
         if q.calibration is not None:
             budget = (await self.store.get_budget(spec.source, self.settings.default_budget())).to_dict()
-        block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits, thresholds, budget)
+        block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits, thresholds, budget, purposes)
         plans = []
         for i in range(len(noises)):
             r = await self.store.get_round(q.id, i)
@@ -335,7 +340,8 @@ class Orchestrator:
         if q.calibration is not None:
             block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
-        await self.store.finish_query(q.id, release.result, block)
+        values, warnings = uncertainty.describe(release)
+        await self.store.finish_query(q.id, release.result, block, values, warnings, failure=release.failure)
 
     # -- cohorts --------------------------------------------------------------------------------
 

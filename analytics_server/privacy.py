@@ -5,11 +5,11 @@ The orchestrator calls exactly these functions: `check_and_calibrate` at submit,
 `privacy_block` when the query finishes. The math lives in `queries.dp` (calibration, noise, bit width,
 accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`).
 
-Encoding amplification: the discrete mechanisms pay an overhead when each device's share is tiny (large
-t_min), so every noisy round gets an integer factor s = `dp.suggest_scale` (stored as `encoding_scale`
-in the round's noise). Devices multiply the kind's vector by s before adding their share; noise and bit
-width are computed for s·Δ1, s·Δ2, s·max_abs; the server divides the aggregate by s (rounding half up,
-post-processing) before the kind decodes, and reports the noise in the kind's units (divided by s).
+Encoding amplification and round weights: every noisy round's stored noise is a `queries.dp.PlannedNoise`
+(the calibrated noise of the scaled encoding s·Δ for the round's `privacy_weight`, and s as
+`encoding_scale`). Devices multiply the kind's vector by s before adding their share; the server divides the
+aggregate by s (rounding half up, post-processing) before the kind decodes, and reports the noise in the
+kind's units (divided by s).
 """
 
 from __future__ import annotations
@@ -99,13 +99,14 @@ def check_and_calibrate(
     return dict(cal.to_dict())
 
 
-def budget_allows(calibration: dict[str, Any] | None, rounds_run: int) -> bool:
-    """Whether `rounds_run` noisy rounds fit the query's ε (always true without noise or with a z that was
-    calibrated over the kind's round bound). The orchestrator asks before starting each round."""
+def budget_allows(calibration: dict[str, Any] | None, rounds_run: float) -> bool:
+    """Whether noisy rounds of total weight `rounds_run` (unit rounds: the sum of their `privacy_weight`s) fit
+    the query's ε (always true without noise, and for a z calibrated over the kind's round bound whose rounds'
+    weights stay within it). The orchestrator asks before starting each round."""
     if calibration is None:
         return True
     cal = dp.QueryCalibration.from_dict(calibration)
-    return rounds_run <= cal.rounds and dp.epsilon_spent(cal, rounds_run) <= cal.epsilon * (1 + 1e-9)
+    return rounds_run <= cal.rounds * (1 + 1e-9) and dp.epsilon_spent(cal, rounds_run) <= cal.epsilon * (1 + 1e-9)
 
 
 def query_cost(spec: QuerySpec, kind: QueryKind | None = None, params: Any = None) -> dp.PrivacyCost | None:
@@ -125,13 +126,11 @@ def encoding_scale(noise: dict[str, Any] | None) -> int:
 
 
 def round_noise(calibration: dict[str, Any] | None, plan: RoundPlan) -> dict[str, Any] | None:
-    """Stored noise of one round (None without noise): `RoundNoise` fields for s·Δ plus `encoding_scale` s."""
+    """Stored noise of one round (None without noise): `RoundNoise` fields for s·Δ plus `encoding_scale` s
+    (`queries.dp.plan`), for the round's privacy weight."""
     if calibration is None:
         return None
-    cal = dp.QueryCalibration.from_dict(calibration)
-    s = dp.suggest_scale(cal, plan.l1_sensitivity, plan.l2_sensitivity)
-    noise = dp.round_noise(cal, s * plan.l1_sensitivity, s * plan.l2_sensitivity, dim=plan.dim)
-    return {**noise.to_dict(), "encoding_scale": s}
+    return dp.plan_noise(dp.QueryCalibration.from_dict(calibration), plan).to_dict()
 
 
 def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -160,7 +159,8 @@ def assignment_privacy(
     which a device recomputes the noise floor it accepts and charges its own ledger (docs/device_sdk.md).
 
     `rounds` is what the query's (ε, δ) covers: the calibrated rounds, or — with the analyst's own noise
-    multiplier — the rounds that fit ε (the orchestrator stops before any later one)."""
+    multiplier — the rounds that fit ε (the orchestrator stops before any later one); `weight` the unit rounds
+    this round spends (its `privacy_weight`)."""
     validation = getattr(spec.privacy, "validation", None) or "none"
     sensitivities = {"l1_sensitivity": plan.l1_sensitivity, "l2_sensitivity": plan.l2_sensitivity}
     if calibration is None:
@@ -171,7 +171,7 @@ def assignment_privacy(
         # δ: the query's whole δ — with proofs the noise is calibrated for part of it, the rest pays for truncating
         # the noise at its bound (analytics_server.validation)
         "mechanism": cal.mechanism, "epsilon": cal.epsilon, "delta": total_delta(spec, cal.delta), "rounds": max(1, rounds),
-        "t_min": cal.t_min, **sensitivities, "validation": validation,
+        "t_min": cal.t_min, **sensitivities, "validation": validation, "weight": plan.privacy_weight,
     }
 
 
@@ -184,9 +184,9 @@ def choose_bits(n: int, plan: RoundPlan, noise: dict[str, Any] | None) -> int:
 
 def unscale(noise: dict[str, Any] | None, aggregate: np.ndarray) -> np.ndarray:
     """The aggregate in the kind's units: ⌊(a + s/2) / s⌋ (round half up; identity for s = 1)."""
-    s = encoding_scale(noise)
-    agg = np.asarray(aggregate, dtype=np.int64)
-    return agg if s == 1 else (agg + s // 2) // s
+    if noise is None:
+        return np.asarray(aggregate, dtype=np.int64)
+    return dp.PlannedNoise.from_dict(noise).unscale(aggregate)
 
 
 def aggregate_noise(noise: dict[str, Any] | None, contributors: int) -> AggregateNoise | None:
@@ -194,7 +194,7 @@ def aggregate_noise(noise: dict[str, Any] | None, contributors: int) -> Aggregat
     with its standard deviation in the kind's units (after `unscale`); None without noise."""
     if noise is None:
         return None
-    return AggregateNoise.of_round(dp.RoundNoise.from_dict(noise), contributors, encoding_scale(noise))
+    return dp.PlannedNoise.from_dict(noise).aggregate_noise(contributors)
 
 
 def noise_halfwidth(noise: dict[str, Any] | None, contributors: int, confidence: float = 0.999) -> int:
@@ -214,6 +214,7 @@ def privacy_block(
     bits: list[int] | None = None,
     thresholds: dict[str, Any] | None = None,
     epsilon_spent_source: dict[str, float] | None = None,
+    purposes: list[str | None] | None = None,
 ) -> dict[str, Any]:
     """The `privacy` object of a result (dp.privacy_block plus the server's extras).
 
@@ -221,7 +222,9 @@ def privacy_block(
     Always: the per-round contributor counts and bit widths, `t_min`/`min_clients` (the enforced minimum
     number of contributors), thresholds applied, and — when given — the source's budget after this query.
     With noise, σ/μ and sensitivities are those of the scaled encoding; `encoding_scale` per round says by
-    what the aggregate was divided, and `noise_std_released` is the noise std in released units.
+    what the aggregate was divided, `noise_std_released` is the noise std in released units, and
+    `privacy_weight`/`budget_share` what part of the query's budget the round spent (with its `purpose`, as the
+    kind planned it; `budget_split` lists them when the rounds' shares differ).
     """
     if calibration is None:
         block = dict(dp.privacy_block(None, [None] * len(contributors), contributors, thresholds, bits=bits))
@@ -229,11 +232,21 @@ def privacy_block(
         cal = dp.QueryCalibration.from_dict(calibration)
         rounds = [None if n is None else dp.RoundNoise.from_dict(n) for n in noises]
         block = dict(dp.privacy_block(cal, rounds, contributors, thresholds, bits=bits))
-        for entry, n, c in zip(block.get("noise", []), noises, contributors):
+        purposes = purposes or [None] * len(noises)
+        for entry, n, c, purpose in zip(block.get("noise", []), noises, contributors, purposes):
             if entry is not None and n is not None:
                 s = encoding_scale(n)
                 entry["encoding_scale"] = s
                 entry["noise_std_released"] = dp.RoundNoise.from_dict(n).std(c) / s
+                if purpose:
+                    entry["purpose"] = purpose
+        entries = [e for e in block.get("noise", []) if e is not None]
+        if len({round(e["privacy_weight"], 12) for e in entries}) > 1:
+            block["budget_split"] = [
+                {"round": i, "purpose": e.get("purpose"), "budget_share": e["budget_share"],
+                 "epsilon_alone": dp.epsilon_spent(cal, e["privacy_weight"])}
+                for i, e in enumerate(block["noise"]) if e is not None
+            ]
         first = next((n for n in noises if n is not None), None)
         if first is not None:
             block["encoding_scale"] = encoding_scale(first)

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from analytics_server import noise_plan, privacy, validation
+from analytics_server import noise_plan, preview, privacy, validation
 from analytics_server.errors import HttpError
 from analytics_server.http.common import parse_model, validation_message
 from analytics_server.settings import Settings
@@ -55,10 +55,13 @@ class CheckedSpec:
     state: dict[str, Any]
     rounds_upper_bound: int
     cost: dp.PrivacyCost | None
+    preview: preview.Preview | None = None
+    """The expected noise of what the query would release (only when asked for: `POST /v1/queries/preview`)."""
 
 
-def check_spec(raw: Any, settings: Settings) -> CheckedSpec:
-    """The whole submit-time check (blocking); raises HttpError 422 naming the field."""
+def check_spec(raw: Any, settings: Settings, with_preview: bool = False) -> CheckedSpec:
+    """The whole submit-time check (blocking); raises HttpError 422 naming the field. `with_preview`: also the
+    expected noise of every value the query would release."""
     spec = parse_model(QuerySpec, raw)
     try:
         kind = get_kind(spec.kind)
@@ -103,16 +106,17 @@ def check_spec(raw: Any, settings: Settings) -> CheckedSpec:
         state=kind.state_to_json(state),
         rounds_upper_bound=kind.rounds_upper_bound(params),
         cost=privacy.query_cost(spec, kind, params),
+        preview=preview.build(spec, kind, params, calibration) if with_preview else None,
     )
 
 
-async def check_spec_off_loop(raw: Any, settings: Settings) -> CheckedSpec:
+async def check_spec_off_loop(raw: Any, settings: Settings, with_preview: bool = False) -> CheckedSpec:
     """`check_spec` in a checker thread, within `settings.spec_check_timeout_s` (422 / 503 when over)."""
     started = threading.Event()
 
     def job() -> CheckedSpec:
         started.set()
-        return check_spec(raw, settings)
+        return check_spec(raw, settings, with_preview=True) if with_preview else check_spec(raw, settings)
 
     limit = settings.spec_check_timeout_s
     future = asyncio.get_running_loop().run_in_executor(_pool(), job)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from device_sdk.store import LocalStore
@@ -100,6 +100,8 @@ class QueryHistory:
     """Contributions per round (pending, sent or ended after sending)."""
     layers_charged: int
     """How many times the query's ε has been charged (= the most contributions to any one round)."""
+    weights: dict[int, float] = field(default_factory=dict)
+    """Per round contributed to, its privacy weight (unit rounds of the query's budget; 1 when not stated)."""
 
 
 class ContributionLedger:
@@ -127,7 +129,11 @@ class ContributionLedger:
         per_round: Counter[int] = Counter(r for r, _, _ in rows)
         first = json.loads(rows[0][1]) if rows else None
         layers = sum(1 for _, _, eps in rows if eps)  # each row that charged ε opened one more layer
-        return QueryHistory(first, per_round, layers)
+        weights: dict[int, float] = {}
+        for r, privacy, _ in rows:
+            w = json.loads(privacy).get("weight", 1.0)
+            weights[r] = max(weights.get(r, 0.0), float(w) if isinstance(w, (int, float)) else 1.0)
+        return QueryHistory(first, per_round, layers, weights)
 
     def spent_since(self, since: float) -> tuple[float, float, int]:
         """(ε, δ, contributions) charged by rows accepted at or after `since` (no-noise rows count as ε 0

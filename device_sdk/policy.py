@@ -231,10 +231,15 @@ def decide(
         return refuse(a, "cohort_too_small", f"cohort of {cfg.n} devices, below the t_min {p.t_min} the noise is calibrated for")
     if a.round >= p.rounds:
         return refuse(a, "privacy_unverifiable", f"round {a.round} is beyond the {p.rounds} rounds the query's ε covers")
-    public = p.model_dump(exclude={"l1_sensitivity", "l2_sensitivity"})
-    if history.privacy is not None and history.privacy != public:
+    spent = sum(history.weights.values()) + (0.0 if a.round in history.weights else p.weight)
+    if spent > p.rounds * (1 + 1e-9):
+        return refuse(a, "privacy_unverifiable", f"round {a.round} (weight {p.weight:g}) would bring the rounds this device "
+                      f"contributed to to {spent:g} unit rounds, beyond the {p.rounds} the query's ε covers")
+    public = p.model_dump(exclude={"l1_sensitivity", "l2_sensitivity", "weight"})  # the query's, not the round's
+    first = None if history.privacy is None else {k: v for k, v in history.privacy.items() if k != "weight"}
+    if first is not None and first != public:
         return refuse(a, "privacy_unverifiable", f"the query's privacy parameters changed since this device's first "
-                      f"contribution ({history.privacy} → {public})")
+                      f"contribution ({first} → {public})")
     try:
         own = kind.task_sensitivity(a.task)
     except QueryKindError as exc:
@@ -245,7 +250,7 @@ def decide(
     else:
         l2 = own[1]
     try:
-        floor = per_device_floor(mechanism, p.epsilon, p.delta, p.rounds, p.t_min, l2, a.noise.encoding_scale)
+        floor = per_device_floor(mechanism, p.epsilon, p.delta, p.rounds, p.t_min, l2, a.noise.encoding_scale, p.weight)
     except PrivacyError as exc:
         return refuse(a, "privacy_unverifiable", f"noise floor: {exc}")
     if a.noise.scale < floor * (1 - FLOOR_TOLERANCE):

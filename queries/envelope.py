@@ -141,6 +141,12 @@ class AssignmentPrivacy(_Model):
     )
     l1_sensitivity: float = Field(default=0.0, ge=0, description="largest L1 norm of one device's vector this round")
     l2_sensitivity: float = Field(default=0.0, ge=0, description="largest L2 norm of one device's vector this round")
+    weight: float = Field(
+        default=1.0, gt=0, le=1_000_000,
+        description="unit rounds of the query's budget this round spends (`queries.kind.RoundPlan.privacy_weight`): "
+        "its noise may be as low as a unit round's divided by √weight, and the weights of the rounds one device "
+        "contributes to must sum to at most `rounds`",
+    )
     validation: Validation = Field(default="none", description="whether devices prove their contribution valid")
 
 

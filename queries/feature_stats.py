@@ -3,17 +3,28 @@ with optional equal-width histograms, for global feature scaling (Fritsch, Halde
 "Federated Learning: Collaborative Machine Learning without Centralized Training Data", TUM Data
 Innovation Lab 2018, §4.1 and §5.3.2).
 
-Encoding. Every entry of a device's vector is in units of 2^K per example, so all coordinates share one
-scale: the count entry adds 2^K per present value, the first moment adds 2^K·(x − lower)/range, the
-second moment adds 2^K·((x − m)/range)², a histogram bin adds 2^K. Values are clipped to the public
-[lower, upper] bounds, and fractions are rounded stochastically (unbiased). K is chosen from the cap on
-examples per device so that one device's entries stay below 2^46 and a cohort of up to 2^15 devices fits
-the 62-bit ring; the rounding error is then ~2^-K of the range per example (≈1e-12 relative).
+Rounds (docs/feature_stats.md):
+  [row counts]    only when the analyst leaves `max_examples_per_device` unset: every device votes for the
+                  bucket of a log-spaced grid that holds its number of rows (one-hot, sensitivity 1), with a
+                  small declared share of the query's privacy budget (`bound_budget_share`); the bound is
+                  chosen from this noisy histogram (`choose_bound`);
+  first moments   per feature the count of present values and Σ (x − lower)/range → the global mean;
+  second moments  per feature Σ ((x − mean)/range)² / b, with b = max(mean − lower, upper − mean)²/range² the
+                  largest value one example can give once the mean is known (so the noise shrinks by b), and
+                  the optional histogram bins → the variance.
+The privacy budget is split between the rounds by `queries.kind.RoundPlan.privacy_weight` (shares
+`MEANS_SHARE` / 1 − `MEANS_SHARE` between the moment rounds, after the bound's share).
 
-Two rounds. Round 1 sums counts and first moments (and histograms); round 2 sums second moments about
-the global mean found in round 1. A single pass of Σx and Σx² loses precision by cancellation when the
-spread is small against the mean (var = E[x²] − E[x]²); centring on the true mean avoids that. See
-docs/feature_stats.md.
+Encoding. Every entry is in units of 2^K per example, so all coordinates share one scale: a count entry adds
+2^K per present value, the other entries 2^K·(a fraction in [0, 1]) rounded stochastically (unbiased). K is
+chosen from the bound on examples per device so that one device's entries stay below 2^46 and a cohort of up
+to 2^15 devices fits the 62-bit ring (≈1e-12 relative rounding error); noisy queries use K = 16.
+
+Post-processing (the released numbers are functions of the noisy sums only): counts and bins are never
+negative and the bins add up to the count (inverse-variance combination of the count with the bins' sum,
+then the bins projected onto that total); means are clamped to [lower, upper]; a variance that the noise
+drives below its floor is released at the floor and flagged (`var_floored`), never as a silent 0. Every
+released noisy value carries its noise std and 95 % interval (`Release.noise_std`, `Release.intervals`).
 
 Missing values (absent, None, NaN, ±inf, non-numeric) are counted as missing, never as zero.
 """
@@ -27,13 +38,25 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
+from queries.kind import (
+    AggregateNoise,
+    ExpectedValue,
+    QueryKind,
+    QueryKindError,
+    Release,
+    ReleaseWarning,
+    RoundPlan,
+    RoundPreview,
+    value_path,
+)
 from queries.layout import Layout
+from queries.release import release_threshold
 from queries.spec import PrivacySpec
+from queries.uncertainty import Z95, fmt, interval
 from secagg.validity.statement import Ranged, Statement
 
-# Limits of a feature_stats spec (docs/feature_stats.md, "Limits"): round 1's vector has
-# len(features)·(2 + bins) ≤ 1,002,000 entries.
+# Limits of a feature_stats spec (docs/feature_stats.md, "Limits"): the second round's vector has
+# len(features)·(1 + bins) ≤ 1,001,000 entries.
 MAX_FEATURES = 1000
 MAX_BINS = 1000
 MAX_NAME_CHARS = 128
@@ -44,6 +67,13 @@ DEVICE_BOUND_BITS = 46
 NOISY_PRECISION_BITS = 16
 """Fixed-point bits per example under DP noise: the noise (≥ one example's worth) dwarfs a 2^-16 rounding
 step, and a 2^40-wide unit would push the devices' noise shares beyond what the samplers accept."""
+MEANS_SHARE = 0.6
+"""Share of the moment rounds' privacy budget spent on the first moments (counts and means); the second
+moments (variances, histograms) get the rest. Means are what scaling needs most precisely."""
+BOUND_FALSE_RATE = 0.01
+"""Chance that any empty bucket of the row-count histogram passes its threshold (is taken as evidence)."""
+DEFAULT_BOUND_LIMIT = 100
+"""Largest bound the data may choose unless `max_examples_limit` says otherwise."""
 
 
 class FeatureSpec(BaseModel):
@@ -74,12 +104,19 @@ class FeatureStatsParams(BaseModel):
         extra="forbid", allow_inf_nan=False, strict=True,
         json_schema_extra={"examples": [{"features": [{"name": "age", "lower": 0, "upper": 100}], "bins": 10}]},
     )
-    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits", "max_examples_per_device")
+    CONTRIBUTION_BOUND: ClassVar[tuple[str, ...]] = ("precision_bits", "max_examples_per_device", "max_examples_limit")
     """Params that bound one device's vector (named when a noise plan does not fit the devices)."""
 
     features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
     bins: int | None = Field(default=None, ge=1, le=MAX_BINS)
-    max_examples_per_device: int = Field(default=100, ge=1, le=MAX_EXAMPLES_PER_DEVICE)
+    max_examples_per_device: int | None = Field(default=None, ge=1, le=MAX_EXAMPLES_PER_DEVICE)
+    """Rows one device contributes at most (a uniform sample of them when it holds more). Unset: chosen from
+    the data by a first, private round (see the module docstring), at most `max_examples_limit`."""
+    max_examples_limit: int = Field(default=DEFAULT_BOUND_LIMIT, ge=1, le=MAX_EXAMPLES_PER_DEVICE)
+    """Largest bound the data-driven choice may pick (only without `max_examples_per_device`)."""
+    bound_budget_share: float = Field(default=0.1, gt=0, le=0.5)
+    """Share of the query's privacy budget spent on choosing the bound (only without
+    `max_examples_per_device`); in zero-concentrated terms, the share of ρ."""
     min_count: int = Field(default=1, ge=0, le=MAX_MIN_COUNT)
     """Features with fewer (noisy) present values are suppressed and listed."""
     precision_bits: int | None = Field(default=None, ge=8, le=40)
@@ -96,9 +133,44 @@ class FeatureStatsParams(BaseModel):
         return v
 
     @property
-    def scale_exp(self) -> int:
-        widest = DEVICE_BOUND_BITS - math.ceil(math.log2(self.max_examples_per_device + 1))
+    def bound_from_data(self) -> bool:
+        return self.max_examples_per_device is None
+
+    @property
+    def largest_bound(self) -> int:
+        """The analyst's bound, or the most the data-driven choice may pick."""
+        return self.max_examples_limit if self.max_examples_per_device is None else self.max_examples_per_device
+
+    def scale_exp_for(self, bound: int) -> int:
+        """K for a bound of `bound` examples per device."""
+        widest = DEVICE_BOUND_BITS - math.ceil(math.log2(bound + 1))
         return widest if self.precision_bits is None else min(widest, self.precision_bits)
+
+    @property
+    def scale_exp(self) -> int:
+        """K at the largest bound the query may use."""
+        return self.scale_exp_for(self.largest_bound)
+
+    def weights(self) -> list[float]:
+        """Privacy weight of each round (unit rounds; they sum to the number of rounds)."""
+        if self.bound_from_data:
+            rest = 3 * (1 - self.bound_budget_share)
+            return [3 * self.bound_budget_share, rest * MEANS_SHARE, rest * (1 - MEANS_SHARE)]
+        return [2 * MEANS_SHARE, 2 * (1 - MEANS_SHARE)]
+
+
+def bound_grid(limit: int) -> list[int]:
+    """Candidate bounds: 1, 2, 3, 4, 6, 8, 11, 16, 23, … (powers of √2 rounded), ending at `limit`."""
+    grid: list[int] = []
+    k = 0
+    while True:
+        g = round(2 ** (k / 2))
+        if g >= limit:
+            break
+        if not grid or g > grid[-1]:
+            grid.append(g)
+        k += 1
+    return grid + [limit]
 
 
 def _column(rows: list[Any], name: str) -> np.ndarray:
@@ -117,29 +189,117 @@ def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (low + (rng.random(x.shape) < x - low)).astype(np.int64)
 
 
-def first_moments_layout(n_features: int, bins: int) -> Layout:
-    """Round 1: per feature its count, its first moment, then its `bins` histogram counts (feature-major)."""
-    return Layout.of(counts=n_features, firsts=n_features, histograms=(n_features, bins))
+def row_counts_layout(grid_size: int) -> Layout:
+    """Round 0 (bound from the data): one-hot over the grid's buckets of rows per device, the last one for
+    devices above the largest candidate (the limit)."""
+    return Layout.of(devices=grid_size + 1)
 
 
-def second_moments_layout(n_features: int) -> Layout:
-    """Round 2: per feature its second moment about the global mean."""
-    return Layout.of(seconds=n_features)
+def first_moments_layout(n_features: int) -> Layout:
+    """First moments: per feature its count, then its first moment."""
+    return Layout.of(counts=n_features, firsts=n_features)
+
+
+def second_moments_layout(n_features: int, bins: int) -> Layout:
+    """Second moments: per feature its scaled second moment about the global mean, then its `bins` histogram
+    counts (feature-major)."""
+    return Layout.of(seconds=n_features, histograms=(n_features, bins))
+
+
+def project_to_total(values: np.ndarray, total: float) -> np.ndarray:
+    """The closest (Euclidean) non-negative vector summing to `total` (0 when total ≤ 0): the projection onto
+    the scaled simplex (sort, find the shift, clip)."""
+    v = np.asarray(values, dtype=np.float64)
+    if total <= 0 or v.size == 0:
+        return np.zeros_like(v)
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - total
+    idx = np.arange(1, v.size + 1)
+    rho = int(np.nonzero(u - css / idx > 0)[0][-1])
+    return np.maximum(v - css[rho] / (rho + 1), 0.0)
+
+
+def integer_parts(values: np.ndarray) -> np.ndarray:
+    """Non-negative values with an integer sum → integers with the same sum (largest remainders round up)."""
+    v = np.maximum(np.asarray(values, dtype=np.float64), 0.0)
+    base = np.floor(v + 1e-9)
+    short = int(round(float(v.sum()) - float(base.sum())))
+    if short > 0:
+        base[np.argsort(-(v - base), kind="stable")[:short]] += 1
+    return base.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class BoundChoice:
+    """The data-driven bound and what it costs: devices holding more rows, and the rows they lose."""
+
+    index: int
+    bound: int
+    evidence: bool
+    """False when no bucket's noisy count passed its threshold (the limit is used)."""
+    devices_over: float
+    """Devices in the buckets above the bound that rose above their noise (the estimate the choice used)."""
+    devices_over_std: float
+    """Noise std of the sum of the buckets above the bound (before thresholding)."""
+    rows_clipped: float
+    rows_clipped_std: float
+
+
+def choose_bound(grid: list[int], counts: np.ndarray, threshold: float, bucket_std: float, row_std: float) -> BoundChoice:
+    """The candidate g_j minimising the estimated mean-squared error of the total row count: rows the bound
+    would clip (from the noisy histogram, buckets below `threshold` taken as empty) squared, plus the noise
+    variance (row_std·g_j)² that bound implies in the first-moment round — the bias–variance trade-off of
+    Amin, Kulesza, Muñoz Medina, Vassilvitskii, "Bounding User Contributions: A Bias-Variance Trade-off in
+    Differential Privacy" (ICML 2019). `counts` has one bucket per candidate — bucket k holds the devices with
+    g_{k−1} < rows ≤ g_k, taken to hold its midpoint — and one more for the devices above the limit (taken
+    to hold limit + 1 rows: their clipped rows are a lower bound). Without evidence (no bucket passes) the
+    limit is chosen: nothing is clipped that could not be seen."""
+    c = np.asarray(counts, dtype=np.float64)
+    g = np.asarray(grid, dtype=np.float64)
+    lows = np.concatenate([[1.0], g[:-1] + 1])
+    mids = np.concatenate([(lows + g) / 2, [g[-1] + 1]])
+    seen = np.where(c >= threshold, c, 0.0)
+    last = len(grid) - 1
+    if not np.any(seen > 0):
+        j = last
+    else:
+        cost = [float(np.sum(seen[k + 1:] * (mids[k + 1:] - g[k])) ** 2 + (row_std * g[k]) ** 2) for k in range(len(grid))]
+        j = int(np.argmin(cost))
+    over = mids[j + 1:] - g[j]
+    return BoundChoice(
+        index=j, bound=int(grid[j]), evidence=bool(np.any(seen > 0)),
+        devices_over=float(seen[j + 1:].sum()), devices_over_std=bucket_std * math.sqrt(len(c) - 1 - j),
+        rows_clipped=float(np.dot(seen[j + 1:], over)), rows_clipped_std=bucket_std * float(np.linalg.norm(over)),
+    )
 
 
 @dataclass(frozen=True)
 class FeatureStatsState:
     stage: int = 0
-    """0: before round 1; 1: counts and means known; 2: variances known (finished)."""
+    """0: before the first moments; 1: counts and means known; 2: variances known (finished)."""
+    bound: int | None = None
+    """Examples per device used by the moment rounds (None until chosen from the data)."""
+    bound_choice: dict[str, Any] | None = None
+    """How the bound was chosen from the data (`BoundChoice` fields, the noisy histogram and its noise std)."""
     counts: list[float] = field(default_factory=list)
     """Per feature, the (noisy) number of present values."""
     means: list[float | None] = field(default_factory=list)
     """Per feature, the global mean, or None when suppressed (too few values)."""
+    firsts: list[float] = field(default_factory=list)
+    """Per feature, the (noisy) sum of (x − lower)/range."""
     histograms: list[list[float]] | None = None
+    seconds: list[float] = field(default_factory=list)
+    """Per feature, the (noisy) sum of ((x − mean)/range)² (already multiplied back by b)."""
     vars: list[float | None] = field(default_factory=list)
     contributors: list[int] = field(default_factory=list)
     noise_std: list[float] = field(default_factory=list)
-    """Per round, the standard deviation of each entry's noise, in examples (0 without noise)."""
+    """Per moment round, the standard deviation of each entry's noise, in examples (0 without noise)."""
+
+
+def _second_scale(spec: FeatureSpec, mean: float) -> float:
+    """b: the largest ((x − mean)/range)² over x in [lower, upper]."""
+    r = spec.upper - spec.lower
+    return max(mean - spec.lower, spec.upper - mean) ** 2 / (r * r)
 
 
 class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
@@ -149,7 +309,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     State = FeatureStatsState
 
     def rounds_upper_bound(self, params: FeatureStatsParams) -> int:
-        return 2
+        return 3 if params.bound_from_data else 2
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Noisy queries get `precision_bits = NOISY_PRECISION_BITS` unless the analyst chose one."""
@@ -158,79 +318,118 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         return {**raw_params, "precision_bits": NOISY_PRECISION_BITS}
 
     def initial_state(self, params: FeatureStatsParams) -> FeatureStatsState:
-        return FeatureStatsState()
+        return FeatureStatsState(bound=params.max_examples_per_device)
 
     def plan_round(self, params: FeatureStatsParams, state: FeatureStatsState, round_index: int) -> RoundPlan | None:
         f = len(params.features)
-        k = params.scale_exp
-        m = params.max_examples_per_device
         bins = params.bins or 0
+        weights = params.weights()
+        offset = 1 if params.bound_from_data else 0
+        if state.bound is None:
+            grid = bound_grid(params.max_examples_limit)
+            return RoundPlan(
+                round=round_index, task={"stage": "row_counts", "grid": grid}, dim=row_counts_layout(len(grid)).dim,
+                max_abs=1, l1_sensitivity=1.0, l2_sensitivity=1.0, privacy_weight=weights[0],
+                purpose="contribution bound: devices by rows held",
+            )
+        k = params.scale_exp_for(state.bound)
+        m = state.bound
         task: dict[str, Any] = {
             "features": [spec.model_dump() for spec in params.features],
             "scale_exp": k,
             "max_examples": m,
         }
+        unit = 1 << k
         if state.stage == 0:
-            task |= {"stage": "first_moments", "bins": bins}
-            dim = first_moments_layout(f, bins).dim
+            task |= {"stage": "first_moments"}
+            dim, purpose = first_moments_layout(f).dim, "counts and means"
+            weight = weights[offset]
         elif state.stage == 1:
-            task |= {"stage": "second_moments", "means": state.means}
-            dim = second_moments_layout(f).dim
+            scales = [None if mean is None else _second_scale(spec, mean) for spec, mean in zip(params.features, state.means)]
+            task |= {"stage": "second_moments", "means": state.means, "second_scales": scales, "bins": bins}
+            dim = second_moments_layout(f, bins).dim
+            purpose = "variances" + (" and histograms" if bins else "")
+            weight = weights[offset + 1]
         else:
             return None
         l1, l2 = self.task_sensitivity(task)
-        return RoundPlan(round=round_index, task=task, dim=dim, max_abs=m * (1 << k), l1_sensitivity=l1, l2_sensitivity=l2)
+        return RoundPlan(round=round_index, task=task, dim=dim, max_abs=m * unit, l1_sensitivity=l1, l2_sensitivity=l2,
+                         privacy_weight=weight, purpose=purpose)
 
     def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
-        """Per example and feature at most 2^K in each of count, first moment and one histogram bin (first
-        moments) or in the second moment; at most `max_examples` examples."""
+        """Rows held: one 1 (one-hot). Moments: per example and feature at most 2^K in each of the count and the
+        first moment (first moments), or in the scaled second moment and one histogram bin (second moments);
+        at most `max_examples` examples."""
+        stage = task.get("stage") if isinstance(task, dict) else None
+        if stage == "row_counts":
+            return 1.0, 1.0
         try:
-            f, k, m, stage = len(task["features"]), task["scale_exp"], task["max_examples"], task["stage"]
+            f, k, m = len(task["features"]), task["scale_exp"], task["max_examples"]
         except (KeyError, TypeError) as exc:
             raise QueryKindError(f"task: malformed feature_stats task ({exc!r})") from None
         for name, v in (("scale_exp", k), ("max_examples", m)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise QueryKindError(f"task.{name}: must be an integer ≥ 0, got {v!r}")
-        if stage not in ("first_moments", "second_moments"):
+        if stage == "first_moments":
+            per_example = 2
+        elif stage == "second_moments":
+            bins = task.get("bins") or 0
+            if isinstance(bins, bool) or not isinstance(bins, int) or bins < 0:
+                raise QueryKindError(f"task.bins: must be an integer ≥ 0, got {bins!r}")
+            per_example = 2 if bins else 1
+        else:
             raise QueryKindError(f"task.stage: unknown feature_stats stage {stage!r}")
         unit = m * (1 << k)
-        per_example = 3 if stage == "first_moments" else 1  # count, first moment, one histogram bin ≤ 2^K each
         return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        stage = task.get("stage") if isinstance(task, dict) else None
+        if stage == "row_counts":
+            try:
+                grid = [int(g) for g in task["grid"]]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
+            if not grid or len(grid) > 10_000 or any(b <= a for a, b in zip(grid, grid[1:])):
+                raise QueryKindError("task.grid: must be a non-empty increasing list of at most 10,000 bounds")
+            vec = np.zeros(len(grid) + 1, dtype=np.int64)
+            if rows:
+                vec[int(np.searchsorted(grid, len(rows)))] = 1  # len(grid): above the limit
+            return vec
         try:
             specs = [FeatureSpec.model_validate(s) for s in task["features"]]
-            k, m, stage = int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
+            k, m = int(task["scale_exp"]), int(task["max_examples"])
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
         if len(rows) > m:
             rows = [rows[i] for i in sorted(rng.choice(len(rows), size=m, replace=False))]
         unit = float(1 << k)
+        columns = []
+        for spec in specs:
+            x = _column(rows, spec.name)
+            columns.append(np.clip(x[~np.isnan(x)], spec.lower, spec.upper))
         if stage == "first_moments":
-            bins = int(task.get("bins") or 0)
             counts, firsts = np.zeros(len(specs), dtype=np.int64), np.zeros(len(specs), dtype=np.int64)
-            hists = np.zeros((len(specs), bins), dtype=np.int64)
-            for j, spec in enumerate(specs):
-                x = _column(rows, spec.name)
-                x = np.clip(x[~np.isnan(x)], spec.lower, spec.upper)
-                frac = (x - spec.lower) / (spec.upper - spec.lower)
+            for j, (spec, x) in enumerate(zip(specs, columns)):
                 counts[j] = len(x) << k
-                firsts[j] = int(_stochastic_round(frac * unit, rng).sum())
-                if bins:
-                    idx = np.minimum((frac * bins).astype(np.int64), bins - 1)
-                    hists[j] = np.bincount(idx, minlength=bins).astype(np.int64) << k
-            return first_moments_layout(len(specs), bins).pack(counts=counts, firsts=firsts, histograms=hists)
+                firsts[j] = int(_stochastic_round((x - spec.lower) / (spec.upper - spec.lower) * unit, rng).sum())
+            return first_moments_layout(len(specs)).pack(counts=counts, firsts=firsts)
         if stage == "second_moments":
-            means = task["means"]
+            try:
+                means, scales, bins = task["means"], task["second_scales"], int(task.get("bins") or 0)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
             seconds = np.zeros(len(specs), dtype=np.int64)
-            for j, (spec, mean) in enumerate(zip(specs, means)):
-                x = _column(rows, spec.name)
-                x = np.clip(x[~np.isnan(x)], spec.lower, spec.upper)
-                if mean is None:
+            hists = np.zeros((len(specs), bins), dtype=np.int64)
+            for j, (spec, x, mean, b) in enumerate(zip(specs, columns, means, scales)):
+                r = spec.upper - spec.lower
+                if bins:
+                    idx = np.minimum(((x - spec.lower) / r * bins).astype(np.int64), bins - 1)
+                    hists[j] = np.bincount(idx, minlength=bins).astype(np.int64) << k
+                if mean is None or not b or b <= 0:
                     continue
-                z = ((x - mean) / (spec.upper - spec.lower)) ** 2
+                z = np.minimum(((x - float(mean)) / r) ** 2 / float(b), 1.0)  # ≤ 1 by the choice of b
                 seconds[j] = int(_stochastic_round(z * unit, rng).sum())
-            return second_moments_layout(len(specs)).pack(seconds=seconds)
+            return second_moments_layout(len(specs), bins).pack(seconds=seconds, histograms=hists)
         raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
 
     def validity(self, task: dict[str, Any]) -> Statement:
@@ -255,12 +454,14 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         contributors: int,
         noise: AggregateNoise | None = None,
     ) -> FeatureStatsState:
+        if state.bound is None:
+            return self._decode_bound(params, state, plan, aggregate, contributors, noise)
         f = len(params.features)
-        unit = float(1 << params.scale_exp)
+        unit = float(1 << params.scale_exp_for(state.bound))
         agg = np.asarray(aggregate, dtype=np.float64) / unit
         std = 0.0 if noise is None else float(noise.std) / unit
         if state.stage == 0:
-            first = first_moments_layout(f, params.bins or 0).view(agg, "aggregate")
+            first = first_moments_layout(f).view(agg, "aggregate")
             counts, firsts = first["counts"], first["firsts"]
             means: list[float | None] = []
             for spec, c, s in zip(params.features, counts, firsts):
@@ -269,49 +470,107 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 else:
                     mean = spec.lower + (spec.upper - spec.lower) * s / c
                     means.append(float(min(max(mean, spec.lower), spec.upper)))
-            hist = first["histograms"].tolist() if params.bins else None
-            return FeatureStatsState(stage=1, counts=counts.tolist(), means=means, histograms=hist,
-                                     contributors=[contributors], noise_std=[std])
-        seconds = second_moments_layout(f).view(agg, "aggregate")["seconds"]
-        variances: list[float | None] = []
-        for spec, c, mean, s2 in zip(params.features, state.counts, state.means, seconds):
-            if mean is None:
-                variances.append(None)
-            else:
-                variances.append(float(max(s2, 0.0) * (spec.upper - spec.lower) ** 2 / c))
-        return replace(state, stage=2, vars=variances, contributors=state.contributors + [contributors],
-                       noise_std=(state.noise_std or [0.0]) + [std])  # [0.0]: stored before noise_std existed
+            return replace(state, stage=1, counts=counts.tolist(), firsts=firsts.tolist(), means=means,
+                           contributors=state.contributors + [contributors], noise_std=[std])
+        second = second_moments_layout(f, params.bins or 0).view(agg, "aggregate")
+        seconds = [float(s2) * (_second_scale(spec, mean) if mean is not None else 0.0)
+                   for spec, mean, s2 in zip(params.features, state.means, second["seconds"])]
+        hist = second["histograms"].tolist() if params.bins else None
+        return replace(state, stage=2, seconds=seconds, histograms=hist,
+                       contributors=state.contributors + [contributors], noise_std=state.noise_std + [std])
+
+    def _decode_bound(
+        self, params: FeatureStatsParams, state: FeatureStatsState, plan: RoundPlan, aggregate: np.ndarray,
+        contributors: int, noise: AggregateNoise | None,
+    ) -> FeatureStatsState:
+        grid = bound_grid(params.max_examples_limit)
+        counts = row_counts_layout(len(grid)).view(np.asarray(aggregate, dtype=np.float64), "aggregate")["devices"]
+        std = 0.0 if noise is None else float(noise.std)
+        tau = release_threshold(noise, contributors, len(grid) + 1, BOUND_FALSE_RATE, 1.0)
+        w = params.weights()
+        row_std = std * math.sqrt(w[0] / w[1]) * math.sqrt(2 * len(params.features))  # first-moment noise per row of bound
+        choice = choose_bound(grid, counts, tau, std, row_std)
+        record = {**choice.__dict__, "grid": grid, "counts": counts.tolist(), "noise_std": std, "threshold": tau}
+        return replace(state, bound=choice.bound, bound_choice=record, contributors=state.contributors + [contributors])
+
+    def preview(self, params: FeatureStatsParams, rounds: list[RoundPreview]) -> tuple[list[ExpectedValue], list[ReleaseWarning]]:
+        """Counts and bins carry their round's noise; a mean's and a variance's noise depend on the data, so they
+        are given for `contributors` devices each holding `bound` rows, with the mean mid-range (b = ¼); a mean
+        near a bound makes the variance's noise up to 4× larger. With the bound chosen from the data the
+        rounds are planned at `max_examples_limit` (the most it can choose): every std is then an upper bound."""
+        by_stage = {r.plan.task.get("stage"): r for r in rounds}
+        first, second, counts = by_stage.get("first_moments"), by_stage.get("second_moments"), by_stage.get("row_counts")
+        values: list[ExpectedValue] = []
+        warnings: list[ReleaseWarning] = []
+        if first is None:
+            return values, warnings
+        bound = int(first.plan.task["max_examples"])
+        unit = float(1 << int(first.plan.task["scale_exp"]))
+        s1 = first.std / unit
+        s2 = second.std / unit if second is not None else 0.0
+        n = max(first.contributors * bound, 1)
+        assumed = f"assuming {first.contributors} devices × {bound} rows = {n} values and the mean mid-range"
+        if params.bound_from_data:
+            warnings.append(ReleaseWarning(value_path("contribution_bound", "max_examples_per_device"),
+                f"max_examples_per_device is chosen from the data (at most {bound}, max_examples_limit) with "
+                f"{params.bound_budget_share:.0%} of the budget; these stds are for {bound} "
+                "rows per device and shrink in proportion to the bound chosen"))
+            if counts is not None:
+                for b in range(counts.plan.dim):
+                    values.append(ExpectedValue(value_path("contribution_bound", "devices_by_rows", "counts", b), counts.std))
+        for spec in params.features:
+            r = spec.upper - spec.lower
+            path = lambda *p: value_path("features", spec.name, *p)  # noqa: E731
+            mean_std = r / n * s1 * math.sqrt(1.25)
+            values.append(ExpectedValue(path("count"), s1))
+            values.append(ExpectedValue(path("mean"), mean_std, assumed))
+            if Z95 * mean_std > 0.05 * r:
+                warnings.append(ReleaseWarning(path("mean"), f"the mean's 95 % interval is expected to be ±{Z95 * mean_std:.4g}, "
+                                                             f"more than 5 % of [lower, upper] ({assumed}): raise privacy.epsilon, "
+                                                             "narrow lower/upper, or include more devices"))
+            if second is not None:
+                var_std = r * r * 0.25 * s2 / n
+                values.append(ExpectedValue(path("var"), var_std, assumed))
+                if Z95 * var_std > r * r / 16:
+                    warnings.append(ReleaseWarning(path("var"), f"the variance's 95 % interval is expected to be "
+                                                                f"±{Z95 * var_std:.4g}, wider than a typical variance in "
+                                                                f"[lower, upper] (range²/16 = {r * r / 16:.4g}; {assumed}): "
+                                                                "it may be floored (var_floored)"))
+                for b in range(params.bins or 0):
+                    values.append(ExpectedValue(path("histogram", "counts", b), s2))
+        return values, warnings
 
     def finalize(self, params: FeatureStatsParams, state: FeatureStatsState, stop_reason: str | None = None) -> Release:
-        """Features whose variance is not known (suppressed, or the query stopped before round 2) are listed
-        in `suppressed`."""
+        """Features whose variance is not known (suppressed, or the query stopped before the last round) are
+        listed in `suppressed`."""
         features: dict[str, Any] = {}
         suppressed: list[str] = []
         noise_std: dict[str, float] = {}
+        intervals: dict[str, tuple[float, float]] = {}
+        warnings: list[ReleaseWarning] = []
+        done = state.stage >= 2
+        s1 = state.noise_std[0] if len(state.noise_std) > 0 else 0.0
+        s2 = state.noise_std[1] if len(state.noise_std) > 1 else 0.0
+        # the moment rounds may have different contributors (dropouts, other cohorts): second-round sums are
+        # rescaled to the first round's population, which the counts and means describe
+        n1, n2 = (state.contributors[-2], state.contributors[-1]) if done and len(state.contributors) >= 2 else (1, 1)
+        to_first = n1 / n2 if n1 > 0 and n2 > 0 else 1.0
+        s2 *= to_first
+        bins = params.bins or 0
         for i, spec in enumerate(params.features):
-            count = state.counts[i] if i < len(state.counts) else None
-            mean = state.means[i] if i < len(state.means) else None
-            var = state.vars[i] if i < len(state.vars) else None
-            if count is None or mean is None or var is None:
+            mean = state.means[i] if done and i < len(state.means) else None
+            if mean is None:
                 suppressed.append(spec.name)
                 continue
-            entry: dict[str, Any] = {
-                "count": count,
-                "mean": mean,
-                "var": var,
-                "sample_var": var * count / (count - 1) if count > 1 else None,
-                "std": math.sqrt(var),
-                "lower": spec.lower,
-                "upper": spec.upper,
-            }
-            if params.bins and state.histograms is not None:
-                edges = np.linspace(spec.lower, spec.upper, params.bins + 1).tolist()
-                entry["histogram"] = {"edges": edges, "counts": state.histograms[i]}
+            path = lambda *p: value_path("features", spec.name, *p)  # noqa: E731
+            entry, stds, ivs, notes = _feature_entry(spec, state, i, s1, s2, bins, to_first)
             features[spec.name] = entry
-            if state.noise_std and state.noise_std[0] > 0:  # round 1 sums: count and histogram bins
-                noise_std[value_path("features", spec.name, "count")] = state.noise_std[0]
-                for b in range(len(entry.get("histogram", {}).get("counts", []))):
-                    noise_std[value_path("features", spec.name, "histogram", "counts", b)] = state.noise_std[0]
+            for key, value in stds.items():
+                noise_std[path(*key)] = value
+            for key, value in ivs.items():
+                intervals[path(*key)] = value
+            for key, message in notes:
+                warnings.append(ReleaseWarning(path(*key) if key else path(), message))
         names = list(features)
         scaler = {
             "feature_names_in_": names,
@@ -321,9 +580,131 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             "scale_": [features[n]["std"] if features[n]["std"] > 0 else 1.0 for n in names],
             "n_samples_seen_": [features[n]["count"] for n in names],
         }
-        result = {"features": features, "scaler": scaler, "suppressed": suppressed,
-                  "clients": max(state.contributors) if state.contributors else 0}
-        return Release(result, noise_std=noise_std)
+        for j, n in enumerate(names):  # the scaler repeats released values: same noise, same intervals
+            for attr, key in (("mean_", "mean"), ("var_", "var"), ("n_samples_seen_", "count")):
+                src = value_path("features", n, key)
+                if src in noise_std:
+                    noise_std[value_path("scaler", attr, j)] = noise_std[src]
+                    if src in intervals:
+                        intervals[value_path("scaler", attr, j)] = intervals[src]
+        result: dict[str, Any] = {"features": features, "scaler": scaler, "suppressed": suppressed,
+                                  "clients": max(state.contributors) if state.contributors else 0,
+                                  "contribution_bound": self._bound_block(params, state, noise_std, intervals, warnings)}
+        if stop_reason and suppressed:
+            warnings.append(ReleaseWarning(None, f"the query stopped early ({stop_reason}): features without a "
+                                                 "variance are listed in suppressed"))
+        advice = ("raise privacy.epsilon, narrow the feature's lower/upper bounds, lower max_examples_per_device, or "
+                  "include more devices (cohort.min_clients)")
+        auxiliary = ("/scaler", "/contribution_bound", *(value_path("features", n, k) for n in names for k in ("sample_var", "std")))
+        return Release(result, noise_std=noise_std, intervals=intervals, warnings=warnings, advice=advice,
+                       auxiliary=auxiliary)
+
+    @staticmethod
+    def _bound_block(
+        params: FeatureStatsParams, state: FeatureStatsState, noise_std: dict[str, float],
+        intervals: dict[str, tuple[float, float]], warnings: list[ReleaseWarning],
+    ) -> dict[str, Any]:
+        """`contribution_bound`: the bound the moment rounds used, and, when chosen from the data, the noisy
+        devices-by-rows histogram it was chosen from and what it clipped."""
+        if not params.bound_from_data:
+            return {"max_examples_per_device": params.max_examples_per_device, "chosen_from_data": False}
+        choice = state.bound_choice
+        if state.bound is None or choice is None:
+            return {"max_examples_per_device": None, "chosen_from_data": True}
+        std = float(choice["noise_std"])
+        counts = [max(0.0, float(c)) for c in choice["counts"]]
+        block = {
+            "max_examples_per_device": state.bound,
+            "chosen_from_data": True,
+            "budget_share": params.bound_budget_share,
+            "devices_by_rows": {"upper_edges": choice["grid"] + [None], "counts": counts},
+            "devices_over_bound": max(0.0, float(choice["devices_over"])),
+            "rows_clipped": max(0.0, float(choice["rows_clipped"])),
+        }
+        if std > 0:
+            for b, c in enumerate(counts):
+                p = value_path("contribution_bound", "devices_by_rows", "counts", b)
+                noise_std[p], intervals[p] = std, interval(c, std, 0.0)
+            for key in ("devices_over_bound", "rows_clipped"):
+                s = float(choice[f"{'devices_over' if key == 'devices_over_bound' else key}_std"])
+                if s > 0:
+                    p = value_path("contribution_bound", key)
+                    noise_std[p], intervals[p] = s, interval(block[key], s, 0.0)
+        if not choice["evidence"]:
+            warnings.append(ReleaseWarning(value_path("contribution_bound", "max_examples_per_device"),
+                f"no bucket of the devices-by-rows histogram rose above its noise (threshold {fmt(choice['threshold'])} "
+                f"devices), so the largest bound ({state.bound}, params.max_examples_limit) was used: set "
+                "max_examples_per_device yourself, raise privacy.epsilon or bound_budget_share, or include more devices"))
+        return block
+
+
+def _feature_entry(
+    spec: FeatureSpec, state: FeatureStatsState, i: int, s1: float, s2: float, bins: int, to_first: float = 1.0
+) -> tuple[dict[str, Any], dict[tuple[Any, ...], float], dict[tuple[Any, ...], tuple[float, float]], list[tuple[tuple[Any, ...], str]]]:
+    """One released feature: its entry, the noise std and 95 % interval of each noisy value (keyed by the path
+    below the feature), and its warnings. `to_first` rescales the second round's sums (whose std `s2` already
+    includes it) to the first round's contributors."""
+    r = spec.upper - spec.lower
+    stds: dict[tuple[Any, ...], float] = {}
+    ivs: dict[tuple[Any, ...], tuple[float, float]] = {}
+    notes: list[tuple[tuple[Any, ...], str]] = []
+    count = float(state.counts[i])
+    count_std = s1
+    hist = None
+    if bins and state.histograms is not None:
+        raw_bins = np.asarray(state.histograms[i], dtype=np.float64) * to_first
+        if s1 > 0 and s2 > 0:  # inverse-variance combination of the count with the bins' sum
+            v1, vb = s1 * s1, bins * s2 * s2
+            count = (count / v1 + float(raw_bins.sum()) / vb) / (1 / v1 + 1 / vb)
+            count_std = 1 / math.sqrt(1 / v1 + 1 / vb)
+        hist = integer_parts(project_to_total(raw_bins, float(round(max(count, 0.0)))))
+    count = max(count, 0.0)
+    mean = float(state.means[i])  # type: ignore[arg-type]
+    mu = (mean - spec.lower) / r
+    c1 = max(float(state.counts[i]), 1e-12)  # the means were decoded with round 1's count
+    mean_std = r / c1 * s1 * math.sqrt(1 + mu * mu) if s1 > 0 else 0.0
+    cvar = max(count, 1e-12)
+    raw_var = r * r * float(state.seconds[i]) * to_first / cvar - mean_std**2  # centring on the noisy mean adds its variance
+    b = _second_scale(spec, mean)
+    var_std = math.hypot(r * r * b * s2 / cvar, raw_var * count_std / cvar) if s2 > 0 else 0.0
+    max_var = r * r / 4
+    floor = min(var_std, max_var)
+    floored = raw_var < floor and var_std > 0
+    var = min(max(raw_var, floor, 0.0), max_var)
+    std = math.sqrt(var)
+    entry: dict[str, Any] = {
+        "count": int(round(count)),
+        "mean": mean,
+        "var": var,
+        "sample_var": var * count / (count - 1) if count > 1 else None,
+        "std": std,
+        "lower": spec.lower,
+        "upper": spec.upper,
+    }
+    if floored:
+        entry["var_floored"] = True
+        notes.append((("var",), f"the noisy variance ({fmt(raw_var)}) is within one noise std ({fmt(var_std)}) of 0: "
+                                f"released at the floor {fmt(var)} (var_floored): the variance is only known to lie below "
+                                f"{fmt(var + Z95 * var_std)} (its 95 % interval) — raise privacy.epsilon, narrow "
+                                "lower/upper, or include more devices before scaling with it"))
+    if hist is not None:
+        entry["histogram"] = {"edges": np.linspace(spec.lower, spec.upper, bins + 1).tolist(),
+                              "counts": hist.tolist()}
+    if s1 > 0:
+        stds[("count",)], ivs[("count",)] = count_std, interval(count, count_std, 0.0)
+        stds[("mean",)], ivs[("mean",)] = mean_std, interval(mean, mean_std, spec.lower, spec.upper)
+    if s2 > 0:
+        lo, hi = interval(var, var_std, 0.0, max_var)
+        stds[("var",)], ivs[("var",)] = var_std, (lo, hi)
+        if count > 1:
+            k = count / (count - 1)
+            stds[("sample_var",)], ivs[("sample_var",)] = var_std * k, (lo * k, hi * k)
+        stds[("std",)] = var_std / (2 * std) if std > 0 else math.sqrt(var_std)
+        ivs[("std",)] = (math.sqrt(lo), math.sqrt(hi))
+        if hist is not None:
+            for b_i, c in enumerate(hist):
+                stds[("histogram", "counts", b_i)], ivs[("histogram", "counts", b_i)] = s2, interval(float(c), s2, 0.0)
+    return entry, stds, ivs, notes
 
 
 class StandardScaling:
@@ -349,4 +730,3 @@ class StandardScaling:
         cols = np.column_stack([_column(rows, n) for n in self.names]) if rows else np.empty((0, len(self.names)))
         out = self.transform(cols)
         return np.where(np.isnan(out), 0.0, out)
-

@@ -24,8 +24,19 @@ from typing import Annotated, Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
-from queries.release import release_threshold
+from queries.kind import (
+    AggregateNoise,
+    ExpectedValue,
+    QueryKind,
+    QueryKindError,
+    Release,
+    ReleaseWarning,
+    RoundPlan,
+    RoundPreview,
+    value_path,
+)
+from queries.release import count_threshold, release_threshold
+from queries.uncertainty import interval
 from secagg.validity.statement import Bits, Statement
 
 # Limits of a histogram spec (listed with every kind's in docs/security/spec.md).
@@ -37,6 +48,8 @@ MAX_CONTRIBUTIONS = 1000
 """Largest `max_contributions_per_device`."""
 MAX_COUNT = 1e12
 """Largest `release_threshold` and `min_release_count`."""
+PREVIEW_LISTED = 1000
+"""Buckets listed one by one in a preview (the rest share one representative entry)."""
 
 BucketName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_BUCKET_CHARS)]
 
@@ -187,6 +200,27 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
         std = 0.0 if noise is None else float(noise.std)
         return HistogramState(done=True, raw=agg.tolist(), contributors=contributors, threshold=tau, noise_std=std)
 
+    def preview(self, params: HistogramParams, rounds: list[RoundPreview]) -> tuple[list[ExpectedValue], list[ReleaseWarning]]:
+        """Every bucket's count carries the round's noise std; buckets under the release threshold are
+        suppressed (the threshold is estimated from the std with a normal tail)."""
+        if not rounds:
+            return [], []
+        std = rounds[0].std
+        slots = params.slots
+        values = [ExpectedValue(value_path("counts", b), std) for b in slots[:PREVIEW_LISTED]]
+        if len(slots) > PREVIEW_LISTED:
+            values.append(ExpectedValue(value_path("counts", slots[PREVIEW_LISTED]), std,
+                                        f"the same for the other {len(slots) - PREVIEW_LISTED} buckets"))
+        warnings = []
+        if std > 0:
+            tau = params.release_threshold
+            if tau is None:
+                tau = count_threshold(std, len(slots), params.false_release_rate, params.min_release_count)
+            warnings.append(ReleaseWarning(None, f"counts below about {tau:.4g} are suppressed (listed, not released): "
+                                                 f"noise std {std:.4g} per bucket; a count needs about {2 * 1.96 * std:.4g} "
+                                                 "devices before its 95 % interval is narrower than itself"))
+        return values, warnings
+
     def finalize(self, params: HistogramParams, state: HistogramState, stop_reason: str | None = None) -> Release:
         counts: dict[str, int] = {}
         suppressed: list[str] = []
@@ -202,4 +236,8 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
             "threshold": state.threshold,
         }
         noise_std = {value_path("counts", name): state.noise_std for name in counts} if state.noise_std else {}
-        return Release(result, {"release_threshold": state.threshold}, noise_std)
+        intervals = {value_path("counts", name): interval(float(v), state.noise_std, 0.0)  # a count is never below 0
+                     for name, v in counts.items()} if state.noise_std else {}
+        advice = ("raise privacy.epsilon, lower max_contributions_per_device, or include more devices "
+                  "(cohort.min_clients)")
+        return Release(result, {"release_threshold": state.threshold}, noise_std, intervals=intervals, advice=advice)

@@ -19,7 +19,9 @@ or nested dataclasses of them. Old stored states load as long as new fields have
 What crosses the boundary, and nothing else: the server passes the round's noise to `decode_round` as
 an `AggregateNoise` (None without noise) and the reason it stopped a query early to `finalize`
 (`stop_reason`); `finalize` returns a `Release` (the released result, the release thresholds the kind
-applied, the noise std of released values). The server never reads a kind's state or result keys.
+applied, the noise std and intervals of released values, the kind's warnings, and a failure the analyst must
+not mistake for success). Before a query is submitted, `preview` maps its planned rounds' noise to the
+expected noise of each value it will release. The server never reads a kind's state or result keys.
 
 Adding a kind touches its own module and one line of `queries.registry`, nothing in the server or SDK.
 """
@@ -66,6 +68,13 @@ class RoundPlan:
     """Fraction of checked-in devices that take part (Bernoulli sampling, e.g. TrieHH's γ)."""
     min_clients: int | None = None
     """Overrides the query's cohort.min_clients for this round when set."""
+    privacy_weight: float = 1.0
+    """Unit rounds of the query's privacy budget this round spends (`queries.dp.calibrate`, "Round weights"):
+    its noise is that of the Gaussian with multiplier z/√weight. A kind that uses weights other than 1 must keep
+    the weights of all its rounds summing to at most `rounds_upper_bound` (the server refuses a round that
+    would exceed it)."""
+    purpose: str | None = None
+    """What the round measures, in a few words (shown per round in the result's privacy block)."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Kind-private information kept with the round (stored with the plan; the kind reads it back in
     decode_round). The server neither reads nor writes it."""
@@ -91,6 +100,18 @@ class AggregateNoise:
 
 
 @dataclass(frozen=True)
+class ReleaseWarning:
+    """Something the analyst must know about a released value (`path`, a JSON Pointer into the result, or
+    None for the whole result): what is wrong and what to change."""
+
+    path: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "message": self.message} if self.path is not None else {"message": self.message}
+
+
+@dataclass(frozen=True)
 class Release:
     """What a finished query releases (`finalize`)."""
 
@@ -101,8 +122,44 @@ class Release:
     (e.g. `{"release_threshold": τ}`); the server adds its own (`min_contributors`)."""
     noise_std: dict[str, float] = field(default_factory=dict)
     """Standard deviation of the noise in released values, in released units, keyed by the value's JSON
-    Pointer into `result` (RFC 6901, `value_path`) — for confidence intervals. Only values that are a
-    noisy sum are listed; absent values are exact or derived (ratios such as means)."""
+    Pointer into `result` (RFC 6901, `value_path`) — for confidence intervals. Noisy sums are listed, and the
+    values derived from them (means, variances, ratios) with their first-order (delta-method) std; absent
+    values are exact."""
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """95 % intervals of values listed in `noise_std` whose interval is not value ± 1.96·std (values clamped to
+    their possible range, e.g. a count at 0 or a mean at a bound); `queries.uncertainty` fills in the rest."""
+    warnings: list[ReleaseWarning] = field(default_factory=list)
+    """The kind's own warnings (a floored variance, a bound chosen without evidence, divergence…)."""
+    advice: str = "raise privacy.epsilon or include more devices (cohort.min_clients)"
+    """What to change when a released value is too noisy (ends the warning of a value whose interval is wider
+    than the value itself)."""
+    auxiliary: tuple[str, ...] = ()
+    """Paths (and everything below them) of values that repeat or explain others (a scaler block, the data that
+    chose a bound): described in the uncertainty like every noisy value, but a wide interval there is not
+    warned about."""
+    failure: str | None = None
+    """Set when the outcome is a failure the analyst must not mistake for success (e.g. training diverged):
+    the server marks the query failed with this message and keeps the result readable."""
+
+
+@dataclass(frozen=True)
+class RoundPreview:
+    """One round as `preview` sees it: the plan, and the noise std of each entry of its aggregate in the kind's
+    units at `contributors` devices (0 without noise)."""
+
+    plan: RoundPlan
+    std: float
+    contributors: int
+
+
+@dataclass(frozen=True)
+class ExpectedValue:
+    """The expected noise of one value a query will release (`preview`)."""
+
+    path: str
+    """JSON Pointer into the result; representative where the paths depend on the data (say so in `note`)."""
+    std: float
+    note: str | None = None
 
 
 def contribution_generator(source: ByteSource) -> np.random.Generator:
@@ -150,6 +207,13 @@ class QueryKind(ABC, Generic[P, S]):
         over the server's block in the released result; the server also accepts mechanism "none" in the
         production profile when this block carries a finite epsilon. Default None (server's block only)."""
         return None
+
+    def preview(self, params: P, rounds: list[RoundPreview]) -> tuple[list[ExpectedValue], list[ReleaseWarning]]:
+        """Before anything runs: the expected noise std of the values the query will release, from the noise of
+        its first planned rounds (`rounds`, each decoded from an all-zero aggregate), and warnings (e.g. a value
+        whose expected interval is wider than its plausible size). Values whose size depends on the data (a
+        mean's std depends on the count) are given under a stated assumption (`note`). Default: nothing."""
+        return [], []
 
     def state_to_json(self, state: S) -> dict[str, Any]:
         """The state as the server stores it between rounds."""

@@ -1,7 +1,7 @@
 """`make bench`: runs every benchmark script and prints one JSON object with all their figures.
 
 Each benchmark is a separate process printing JSON; progress goes to stderr. Sections are added here as
-the product grows (secure aggregation, HTTP rounds, differential privacy).
+the product grows (secure aggregation, HTTP rounds, differential privacy, the utility of releases).
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def secagg_section() -> dict:
 
 def main() -> int:
     report = {"secagg": secagg_section()}
-    for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"), ("cluster", "scripts/bench_cluster.py"),
-                         ("device", "scripts/bench_device.py"), ("validity", "scripts/bench_validity.py")):
+    for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"), ("utility", "scripts/bench_utility.py"),
+                         ("cluster", "scripts/bench_cluster.py"), ("device", "scripts/bench_device.py"),
+                         ("validity", "scripts/bench_validity.py")):
         if (ROOT / script).exists():
             report[name] = run_json([script], name)
     print(json.dumps(report, indent=2))

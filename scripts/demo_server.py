@@ -44,7 +44,8 @@ DEMOS: list[dict[str, Any]] = [
         },
     },
     {
-        "title": "Scaling parameters of age, income, sessions (feature_stats, two rounds, skellam ε=1 δ=1e-6)",
+        "title": "Scaling parameters of age, income, sessions (feature_stats: rows per device bound chosen from the data, "
+                 "then two rounds; skellam ε=1 δ=1e-6)",
         "spec": {
             "kind": "feature_stats",
             "name": "demo feature scaling",
@@ -52,7 +53,7 @@ DEMOS: list[dict[str, Any]] = [
             "params": {"features": [{"name": "age", "lower": 18, "upper": 90},
                                     {"name": "income", "lower": 0, "upper": 200000},
                                     {"name": "sessions", "lower": 0, "upper": 20}],
-                       "max_examples_per_device": 3, "bins": 4},
+                       "bins": 4},
             "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
             "cohort": {"min_clients": 500, "max_clients": 1000, "phase_timeout_s": 6},
         },
@@ -72,31 +73,60 @@ DEMOS: list[dict[str, Any]] = [
 ]
 
 
+def _num(value: Any) -> str:
+    """A released value for the table: numbers with 5 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.5g}"
+    return str(value)
+
+
+def _pointer_key(path: str) -> str:
+    """The table key (`_flatten`'s dotted form) of a JSON Pointer."""
+    out = ""
+    for token in path.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        out += f"[{token}]" if token.isdigit() else (f".{token}" if out else token)
+    return out
+
+
 def compare(console: Console, admin: AnalystClient, qid: str, spec: dict[str, Any], truth: dict[str, Any]) -> None:
     res = admin.result(qid)
     rounds = admin.call("GET", f"/v1/admin/queries/{qid}/contributors")["rounds"]
     kind = get_kind(spec["kind"])
     rows_of = lambda ids: [truth[d].get(spec["source"], []) for d in ids]  # noqa: E731
     all_truth, _ = run_locally(kind, spec["params"], rows_of(sorted(truth)))
-    contrib_truth = None
+    contrib_truth, contrib = None, None
     if len(rounds) == 1:
-        contrib_truth, _ = run_locally(kind, spec["params"], rows_of(rounds["0"]))
+        contrib = rounds["0"]
+        contrib_truth, _ = run_locally(kind, spec["params"], rows_of(contrib))
+    elif spec["kind"] == "feature_stats":  # counts and means describe the first-moment round's contributors
+        contrib = rounds[str(len(rounds) - 2)]
+        bound = res["result"]["contribution_bound"]["max_examples_per_device"]
+        contrib_truth, _ = run_locally(kind, {**spec["params"], "max_examples_per_device": bound}, rows_of(contrib))
     table = Table(title=f"{spec['kind']}: server result vs ground truth")
     table.add_column("key")
     table.add_column("server (secure aggregation)", justify="right")
-    if contrib_truth is not None:
-        table.add_column(f"truth over the {len(rounds['0'])} contributors", justify="right")
+    table.add_column("± 95 %", justify="right")
+    if contrib_truth is not None and contrib is not None:
+        table.add_column(f"truth over the {len(contrib)} contributors", justify="right")
     table.add_column(f"truth over all {len(truth)} devices", justify="right")
     got = dict(_flatten(res["result"]))
+    halfwidth = {_pointer_key(p): (u["ci95"][1] - u["ci95"][0]) / 2 for p, u in res.get("uncertainty", {}).items()}
     exp_c = dict(_flatten(contrib_truth)) if contrib_truth is not None else {}
     exp_a = dict(_flatten(all_truth))
     for key in got:
-        cells = [key, str(got[key])]
+        if key.startswith(("scaler.", "contribution_bound.devices_by_rows")):
+            continue  # repeats of the features' values; the bound's histogram
+        cells = [key, _num(got[key]), _num(halfwidth[key]) if key in halfwidth else ""]
         if contrib_truth is not None:
-            cells.append(str(exp_c.get(key)))
-        cells.append(str(exp_a.get(key)))
+            cells.append(_num(exp_c.get(key)))
+        cells.append(_num(exp_a.get(key)))
         table.add_row(*cells)
     console.print(table)
+    for w in res.get("warnings", [])[:8]:
+        console.print(f"[yellow]warning[/yellow] {w.get('path', '')}: {w['message']}")
+    if len(res.get("warnings", [])) > 8:
+        console.print(f"[yellow]… {len(res['warnings']) - 8} more warnings[/yellow]")
     if res["privacy"].get("mechanism", "none") != "none":
         show_privacy(console, admin, res, spec, got, exp_c)
     elif contrib_truth is not None:
@@ -106,14 +136,19 @@ def compare(console: Console, admin: AnalystClient, qid: str, spec: dict[str, An
 
 def show_privacy(console: Console, admin: AnalystClient, res: dict[str, Any], spec: dict[str, Any],
                  got: dict[str, Any], exp_c: dict[str, Any]) -> None:
-    """Noisy result: the error against the contributors' truth, the privacy block, the source's budget."""
+    """Noisy result: the error against the contributors' truth, the privacy summary, the source's budget."""
     errors = [abs(got[k] - exp_c[k]) for k in got
               if k.startswith("counts.") and isinstance(exp_c.get(k), (int, float))]
     std = [r.get("noise_std_released") for r in res["privacy"].get("noise", []) if r]
     if errors and std:
         console.print(f"[bold]NOISY[/bold] ({res['privacy']['mechanism']}): max |released − truth over contributors| "
                       f"= {max(errors)}, noise std in released units {std[0]:.2f}")
-    console.print("privacy block:", json.dumps(res["privacy"], indent=1))
+    p = res["privacy"]
+    console.print(f"privacy: {p['mechanism']} ε={p['epsilon']:g} δ={p['delta']:g}, ε spent {p['epsilon_spent']:.4g} over "
+                  f"{p['rounds']} rounds, t_min {p.get('t_min')}, contributors {p['contributors']}")
+    for step in p.get("budget_split", []):
+        console.print(f"  round {step['round']} ({step['purpose']}): {step['budget_share']:.0%} of the budget "
+                      f"(ε {step['epsilon_alone']:.3g} on its own)")
     budget = admin.call("GET", f"/v1/budgets/{spec['source']}")
     console.print(f"budget of source {spec['source']!r}: spent ε={budget['spent_epsilon']:g} δ={budget['spent_delta']:g}, "
                   f"remaining ε={budget['remaining_epsilon']:g} δ={budget['remaining_delta']:g} "
@@ -121,7 +156,7 @@ def show_privacy(console: Console, admin: AnalystClient, res: dict[str, Any], sp
 
 
 def main() -> int:
-    console = Console()
+    console = Console(width=max(Console().width, 130))  # keys of the comparison tables stay readable
     with tempfile.TemporaryDirectory(prefix="fa-demo-") as tmp_s:
         tmp = Path(tmp_s)
         url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"

@@ -35,6 +35,10 @@ class Query(Base):
     rounds_upper_bound: Mapped[int] = mapped_column(Integer, default=1)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     privacy: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    uncertainty: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """Per released noisy value (JSON Pointer into `result`): its noise std and 95 % interval."""
+    warnings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    """What the analyst must know about the result: [{"path"?, "message"}]."""
     created_by: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     """Id of the token that submitted the query: analysts see and cancel only their own queries."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

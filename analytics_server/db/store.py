@@ -124,6 +124,17 @@ class AnalystUsage:
 
 
 @dataclass(frozen=True)
+class RoundSummary:
+    """A stored round without its aggregate (what the privacy block and the budget check read)."""
+
+    index: int
+    plan: dict[str, Any]
+    noise: dict[str, Any] | None
+    contributors: int
+    bits: int
+
+
+@dataclass(frozen=True)
 class TokenRow:
     """A token as `fa-server token list` shows it (never the token itself: only its hash is stored)."""
 
@@ -538,16 +549,29 @@ class Store(ClusterStore, ReportStore):
             return "refunded"
         return None
 
-    async def finish_query(self, query_id: str, result: dict[str, Any], privacy: dict[str, Any]) -> bool:
+    async def finish_query(
+        self, query_id: str, result: dict[str, Any], privacy: dict[str, Any],
+        uncertainty: dict[str, Any] | None = None, warnings: list[dict[str, Any]] | None = None,
+        failure: str | None = None,
+    ) -> bool:
+        """Store the release; the query succeeds, or — with `failure` (e.g. training diverged) — fails with that
+        error while its result stays readable. A failed query's charge stays (its cohorts saw masked inputs)."""
+        status = "failed" if failure else "succeeded"
         async with self._tx() as s:
             res = await s.execute(
                 update(Query)
                 .where(Query.id == query_id, Query.status == "running")
-                .values(status="succeeded", result=result, privacy=privacy, updated_at=now(), finished_at=now())
+                .values(status=status, result=result, privacy=privacy, uncertainty=uncertainty, warnings=warnings,
+                        error=failure, updated_at=now(), finished_at=now())
             )
-            s.add(Event(query_id=query_id, type="query.succeeded", data={}, created_at=now()))
+            charge = None
+            if res.rowcount:
+                s.add(Event(query_id=query_id, type=f"query.{status}", data={"error": failure} if failure else {},
+                            created_at=now()))
+                if failure:
+                    charge = await self._refund_if_unseen(s, query_id)
         if res.rowcount:
-            await self._log_ended(query_id, "succeeded", None)
+            await self._log_ended(query_id, status, failure, charge)
         return bool(res.rowcount)
 
     # -- rounds ---------------------------------------------------------------------------------
@@ -557,6 +581,15 @@ class Store(ClusterStore, ReportStore):
             return (
                 await s.execute(select(Round).where(Round.query_id == query_id, Round.index == index))
             ).scalar_one_or_none()
+
+    async def round_summaries(self, query_id: str) -> list[RoundSummary]:
+        """Every round of the query in order, without its aggregate (plan, noise, contributors, bits)."""
+        async with self.sessions() as s:
+            rows = (await s.execute(
+                select(Round.index, Round.plan, Round.noise, Round.contributors, Round.bits)
+                .where(Round.query_id == query_id).order_by(Round.index)
+            )).all()
+        return [RoundSummary(*row) for row in rows]
 
     async def get_round_by_id(self, round_id: int) -> Round | None:
         async with self.sessions() as s:

@@ -22,6 +22,7 @@ from analytics_server.api_models import (
     Contributors,
     FleetView,
     PhaseStatsView,
+    PreviewView,
     ProcessInfo,
     Progress,
     QueryList,
@@ -130,6 +131,60 @@ def _live_phase(st: AppState, live: dict[str, Any]) -> str | None:
     return live.get("phase")
 
 
+async def _check_provisioned(st: AppState, source: str) -> None:
+    """422 when the server requires an admin-set budget and `source` has none."""
+    if st.settings.budget_must_be_provisioned() and not (await st.store.get_budget(source, st.settings.default_budget())).configured:
+        msg = (f"source: no privacy budget is provisioned for source {source!r}; this server refuses sources "
+               f"without one (an admin sets it with PUT /v1/admin/budgets/{source})")
+        raise HttpError(422, msg, [{"field": "source", "message": msg}])
+
+
+@routes.post("/v1/queries/preview")
+async def preview(request: web.Request) -> web.Response:
+    """What a query would charge and the expected noise of each value it would release (docs/server.md,
+    "Preview"); the same checks and 4xx as submit, and nothing is created or charged."""
+    st = app_state(request)
+    token = await require_token(request, st.store, ANALYST)
+    raw = parse_json_body(request, await read_body(request, st.settings.json_body_limit))
+    checked = await check_spec_off_loop(raw, st.settings, with_preview=True)
+    spec = checked.spec
+    await _check_provisioned(st, spec.source)
+    assert checked.preview is not None
+    budget = await st.store.get_budget(spec.source, st.settings.default_budget())
+    cost = checked.cost
+    tol = 1 + 1e-9
+    fits = cost is None or (cost.epsilon <= budget.remaining_epsilon * tol and cost.delta <= budget.remaining_delta * tol)
+    warnings = list(checked.preview.warnings)
+    if not fits:
+        assert cost is not None
+        warnings.insert(0, {"message": f"source {spec.source!r} has ε={budget.remaining_epsilon:g}, δ={budget.remaining_delta:g} "
+                                       f"left; this query charges ε={cost.epsilon:g}, δ={cost.delta:g} and would be refused"})
+    usage = await st.store.analyst_usage(token.id, _limits(st))
+    if cost is not None and usage.epsilon_remaining is not None and cost.epsilon > usage.epsilon_remaining * tol:
+        warnings.insert(0, {"message": f"your ε quota has {usage.epsilon_remaining:g} left; this query charges "
+                                       f"ε={cost.epsilon:g} and would be refused"})
+    if usage.max_active_queries is not None and usage.active_queries >= usage.max_active_queries:
+        warnings.insert(0, {"message": f"you have {usage.active_queries} active queries, the most allowed: a submit "
+                                       "now would be refused (429)"})
+    block: dict[str, Any] = {"epsilon": None if cost is None else cost.epsilon, "delta": None if cost is None else cost.delta,
+                             "mechanism": spec.privacy.mechanism}
+    validation = getattr(spec.privacy, "validation", None)
+    if validation is not None:
+        block["validation"] = validation
+    body = {
+        "kind": spec.kind,
+        "source": spec.source,
+        "privacy": block,
+        "rounds": checked.rounds_upper_bound,
+        "t_min": checked.preview.t_min,
+        "budget": {"source": spec.source, "remaining_epsilon": budget.remaining_epsilon,
+                   "remaining_delta": budget.remaining_delta, "fits": fits},
+        "values": checked.preview.values,
+        "warnings": warnings,
+    }
+    return json_model(PreviewView.model_validate(body))
+
+
 @routes.post("/v1/queries")
 async def submit(request: web.Request) -> web.Response:
     st = app_state(request)
@@ -137,10 +192,7 @@ async def submit(request: web.Request) -> web.Response:
     raw = parse_json_body(request, await read_body(request, st.settings.json_body_limit))
     checked = await check_spec_off_loop(raw, st.settings)  # parse + calibrate + noise plan, in a thread, time-limited
     spec = checked.spec
-    if st.settings.budget_must_be_provisioned() and not (await st.store.get_budget(spec.source, st.settings.default_budget())).configured:
-        msg = (f"source: no privacy budget is provisioned for source {spec.source!r}; this server refuses sources "
-               f"without one (an admin sets it with PUT /v1/admin/budgets/{spec.source})")
-        raise HttpError(422, msg, [{"field": "source", "message": msg}])
+    await _check_provisioned(st, spec.source)
     try:
         q = await st.store.create_query(
             kind=spec.kind,
@@ -202,10 +254,13 @@ async def get_result(request: web.Request) -> web.Response:
     st = app_state(request)
     token = await require_token(request, st.store, ANALYST)
     q = await _query_or_404(st, request.match_info["id"], token)
-    if q.status != "succeeded" or q.result is None:
+    if q.status not in ("succeeded", "failed") or q.result is None:
         detail = f": {q.error}" if q.error else ""
         raise HttpError(409, f"query {q.id} has no result: status is {q.status}{detail}")
-    return json_model(ResultView(id=q.id, kind=q.kind, result=q.result, privacy=q.privacy or {}))
+    return json_model(ResultView(
+        id=q.id, kind=q.kind, status=q.status, error=q.error, result=q.result,  # type: ignore[arg-type]
+        privacy=q.privacy or {}, uncertainty=q.uncertainty or {}, warnings=q.warnings or [],
+    ))
 
 
 @routes.post("/v1/queries/{id}/cancel")

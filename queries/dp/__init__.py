@@ -36,6 +36,7 @@ _SERVER_SIDE: dict[str, tuple[str, ...]] = {
         "rounds_affordable",
         "suggest_scale",
     ),
+    "queries.dp.plan": ("PlannedNoise", "plan_noise"),
     "queries.dp.ledger": ("Budget", "PrivacyCost", "PrivacyPolicy", "compose_costs", "compose_rdp"),
     "queries.dp.report": ("privacy_block",),
     "queries.dp.tails": (
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         suggest_scale,
     )
     from queries.dp.ledger import Budget, PrivacyCost, PrivacyPolicy, compose_costs, compose_rdp
+    from queries.dp.plan import PlannedNoise, plan_noise
     from queries.dp.report import privacy_block
     from queries.dp.tails import (
         apply_count_threshold,
@@ -86,6 +88,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "MECHANISMS",
     "Budget",
+    "PlannedNoise",
     "BudgetExceeded",
     "InsufficientContributors",
     "PrivacyCost",
@@ -103,6 +106,7 @@ __all__ = [
     "discrete_gaussian_variance",
     "epsilon_spent",
     "fixed_calibration",
+    "plan_noise",
     "privacy_block",
     "release_threshold",
     "round_noise",

@@ -16,6 +16,12 @@ sequence of rounds with different sensitivities stays within the calibrated (ε,
 mechanisms' extra cost shows as a total noise slightly above z·Δ2 (`RoundNoise.inflation`), never as an
 unreported ε. More than t_min contributors only add independent noise: by post-processing the
 divergence cannot grow, so the bound for t_min holds for any larger sum.
+
+Round weights. Without sampling the reference curve α/(2z²) is linear in 1/z², so a round may spend a
+`weight` w of "unit rounds": its target is w·α/(2z²), i.e. the Gaussian with multiplier z/√w. A query whose
+rounds' weights sum to at most `rounds` stays within the calibrated (ε, δ) — this is how a kind gives a cheap
+first step (e.g. choosing a contribution bound) a small share of the budget and the main rounds the rest.
+Weights other than 1 need sample_rate 1 (the subsampled curve is not linear in 1/z²).
 """
 
 from __future__ import annotations
@@ -72,8 +78,8 @@ class QueryCalibration:
         """RDP curve (on `rdp.ORDERS`) that bounds every round of this query."""
         return rdp.reference_curve(self.noise_multiplier, self.sample_rate)
 
-    def rdp_curve(self, rounds: int | None = None) -> np.ndarray:
-        """RDP curve of `rounds` rounds (default: all calibrated rounds), for ledgers that compose RDP."""
+    def rdp_curve(self, rounds: float | None = None) -> np.ndarray:
+        """RDP curve of `rounds` unit rounds (default: all calibrated rounds), for ledgers that compose RDP."""
         return (self.rounds if rounds is None else rounds) * self.round_curve()
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +151,8 @@ class RoundNoise:
     noise_multiplier: float
     inflation: float
     """Noise std at t_min over the Gaussian reference's z·Δ2 (≥ 1; the discrete mechanisms' overhead)."""
+    weight: float = 1.0
+    """Unit rounds of the query's budget this round spends (its reference multiplier is z/√weight)."""
 
     def std(self, contributors: int) -> float:
         """Standard deviation of the summed noise over `contributors` devices."""
@@ -159,8 +167,9 @@ class RoundNoise:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundNoise:
+        optional = {"weight"}  # stored before round weights existed: 1
         try:
-            noise = cls(**{f.name: data[f.name] for f in fields(cls)})
+            noise = cls(**{f.name: data[f.name] for f in fields(cls) if f.name not in optional or f.name in data})
         except KeyError as exc:
             raise PrivacyError(f"noise.{exc.args[0]}: missing") from None
         _mechanism(noise.mechanism)
@@ -181,8 +190,19 @@ def _smallest_passing(passes: Any, lo: float, hi: float) -> float:
     return hi
 
 
-def round_noise(cal: QueryCalibration, l1: float, l2: float, dim: int | None = None) -> RoundNoise:
-    """Noise for a round with L1/L2 sensitivities (l1, l2) whose RDP is ≤ the calibrated Gaussian's.
+def check_weight(cal: QueryCalibration, weight: float) -> float:
+    """A round's weight: positive, at most the calibrated rounds, and exactly 1 under sampling."""
+    weight = _positive("privacy_weight", weight)
+    if weight > cal.rounds * (1 + 1e-9):
+        raise PrivacyError(f"privacy_weight: {weight:g} exceeds the {cal.rounds} rounds the query was calibrated for")
+    if weight != 1.0 and cal.sample_rate < 1.0:
+        raise PrivacyError("privacy_weight: rounds of a sampled query must all have weight 1")
+    return weight
+
+
+def round_noise(cal: QueryCalibration, l1: float, l2: float, dim: int | None = None, weight: float = 1.0) -> RoundNoise:
+    """Noise for a round with L1/L2 sensitivities (l1, l2) whose RDP is ≤ `weight` × the calibrated
+    Gaussian's (the Gaussian with multiplier z/√weight).
 
     `dim` (optional) caps the number of coordinates a contribution touches in the discrete-Gaussian
     bound; without it ⌊l1⌋ is used, which is always valid for integer contributions.
@@ -193,7 +213,8 @@ def round_noise(cal: QueryCalibration, l1: float, l2: float, dim: int | None = N
         raise PrivacyError(f"l2_sensitivity: {l2:g} exceeds l1_sensitivity {l1:g}, impossible for integer vectors")
     if dim is not None:
         dim = _count("dim", dim)
-    z, t = cal.noise_multiplier, cal.t_min
+    weight = check_weight(cal, weight)
+    z, t = cal.noise_multiplier / math.sqrt(weight), cal.t_min
     orders = rdp.all_integer_orders()
     target = orders / (2.0 * z * z) * (1 + 1e-12)
     gauss_sigma = z * l2
@@ -225,13 +246,18 @@ def round_noise(cal: QueryCalibration, l1: float, l2: float, dim: int | None = N
         t_min=t,
         noise_multiplier=z,
         inflation=total_std / gauss_sigma,
+        weight=weight,
     )
 
 
-def epsilon_spent(cal: QueryCalibration, rounds_run: int, delta: float | None = None) -> float:
-    """ε (at δ, default the query's) of the rounds that actually ran, via dp_accounting's RDP accountant."""
-    rounds_run = _count("rounds_run", rounds_run, minimum=0)
-    if rounds_run > cal.rounds:
+def epsilon_spent(cal: QueryCalibration, rounds_run: float, delta: float | None = None) -> float:
+    """ε (at δ, default the query's) of the rounds that actually ran, via dp_accounting's RDP accountant.
+    `rounds_run` counts unit rounds: the sum of the weights of the rounds that ran (an integer under sampling)."""
+    if isinstance(rounds_run, bool) or not isinstance(rounds_run, (int, float, np.integer, np.floating)) or not rounds_run >= 0:
+        raise PrivacyError(f"rounds_run: must be a number ≥ 0, got {rounds_run!r}")
+    if cal.sample_rate < 1.0:
+        rounds_run = _count("rounds_run", rounds_run, minimum=0)
+    if rounds_run > cal.rounds * (1 + 1e-9):
         raise PrivacyError(f"rounds_run: {rounds_run} exceeds the {cal.rounds} rounds the noise was calibrated for")
     if rounds_run == 0:
         return 0.0
@@ -239,7 +265,9 @@ def epsilon_spent(cal: QueryCalibration, rounds_run: int, delta: float | None = 
     return rdp.epsilon_of_curve(cal.rdp_curve(rounds_run), delta)
 
 
-def suggest_scale(cal: QueryCalibration, l1: float, l2: float, max_inflation: float = 1.02, max_scale: int = 1 << 16) -> int:
+def suggest_scale(
+    cal: QueryCalibration, l1: float, l2: float, max_inflation: float = 1.02, max_scale: int = 1 << 16, weight: float = 1.0
+) -> int:
     """Smallest power-of-two integer factor s such that contributions multiplied by s (sensitivities s·l1,
     s·l2; decode divides by s) need noise at most `max_inflation` × the Gaussian reference's.
 
@@ -247,7 +275,7 @@ def suggest_scale(cal: QueryCalibration, l1: float, l2: float, max_inflation: fl
     large t_min; scaling the integer encoding up moves σ_dev out of that regime at the cost of log2(s) bits.
     Skellam needs no scaling beyond its small-μ terms. Returns max_scale if nothing smaller suffices."""
     s = 1
-    while s < max_scale and round_noise(cal, s * l1, s * l2).inflation > max_inflation:
+    while s < max_scale and round_noise(cal, s * l1, s * l2, weight=weight).inflation > max_inflation:
         s *= 2
     return s
 

@@ -76,16 +76,21 @@ def gaussian_floor(epsilon: float, delta: float, rounds: int = 1) -> float:
 
 def per_device_floor(
     mechanism: str, epsilon: float, delta: float, rounds: int, t_min: int, l2_sensitivity: float,
-    encoding_scale: int = 1,
+    encoding_scale: int = 1, weight: float = 1.0,
 ) -> float:
     """Smallest per-device scale (what `queries.dp.sample_noise` takes: σ for the discrete Gaussian, the
     variance μ for Skellam) that t_min devices' shares may sum to for a round of L2 sensitivity
-    `l2_sensitivity` in the kind's units, with contributions multiplied by `encoding_scale`."""
+    `l2_sensitivity` in the kind's units, with contributions multiplied by `encoding_scale`, when the round
+    spends `weight` unit rounds: multiplier gaussian_floor(ε, δ, rounds)/√weight (rounds of multipliers z_i
+    compose to one Gaussian of 1/√(Σ 1/z_i²), so rounds whose weights sum to at most `rounds` stay within
+    (ε, δ); the device checks that sum over the rounds it contributes to)."""
+    if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight > 0):
+        raise PrivacyError(f"weight: must be a positive finite number, got {weight!r}")
     if isinstance(t_min, bool) or not isinstance(t_min, int) or t_min < 1:
         raise PrivacyError(f"t_min: must be an integer ≥ 1, got {t_min!r}")
     if not (math.isfinite(l2_sensitivity) and l2_sensitivity >= 0):
         raise PrivacyError(f"l2_sensitivity: must be a finite number ≥ 0, got {l2_sensitivity!r}")
-    total_sigma = gaussian_floor(float(epsilon), float(delta), int(rounds)) * encoding_scale * l2_sensitivity
+    total_sigma = gaussian_floor(float(epsilon), float(delta), int(rounds)) / math.sqrt(weight) * encoding_scale * l2_sensitivity
     if mechanism == "discrete_gaussian":
         return total_sigma / math.sqrt(t_min)
     if mechanism == "skellam":

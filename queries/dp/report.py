@@ -43,6 +43,8 @@ def privacy_block(
             "sensitivity": {"l1": noise.l1, "l2": noise.l2},
             "noise_std": noise.std(contributors),
             "contributors": int(contributors),
+            "privacy_weight": noise.weight,
+            "budget_share": noise.weight / cal.rounds,
         })
     block |= {
         "accountant": "rdp (dp_accounting)",
@@ -50,7 +52,7 @@ def privacy_block(
         "t_min": cal.t_min,
         "sample_rate": cal.sample_rate,
         "noise_multiplier": cal.noise_multiplier,
-        "epsilon_spent": epsilon_spent(cal, min(rounds_run, cal.rounds)),
+        "epsilon_spent": epsilon_spent(cal, min(sum(n.weight for n in noises_per_round if n is not None), cal.rounds)),
         "noise": per_round,
     }
     first = next((n for n in noises_per_round if n is not None), None)

@@ -30,9 +30,20 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from queries.heavy_hitters import calibration as cal
 from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_layout, vote_vector
-from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan, value_path
+from queries.kind import (
+    AggregateNoise,
+    ExpectedValue,
+    QueryKind,
+    QueryKindError,
+    Release,
+    ReleaseWarning,
+    RoundPlan,
+    RoundPreview,
+    value_path,
+)
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
+from queries.uncertainty import interval, value_at
 from secagg.validity.statement import Bits, Statement
 
 # Limits of a heavy_hitters spec (docs/heavy_hitters.md, "Limits"): a round's vector has at most
@@ -171,6 +182,11 @@ class HeavyHittersState:
     """Per round, the standard deviation of each count's noise (0 without noise)."""
 
 
+def _count_at(result: dict[str, Any], path: str) -> float:
+    value = value_at(result, path)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
     name = "heavy_hitters"
     supports_proofs = True
@@ -303,6 +319,24 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             noise_std=earlier_std + [0.0 if noise is None else float(noise.std)],
         )
 
+    def preview(self, params: HeavyHittersParams, rounds: list[RoundPreview]) -> tuple[list[ExpectedValue], list[ReleaseWarning]]:
+        """Every released count (heavy hitters and trie prefixes) carries its round's noise std; which strings
+        appear depends on the data, so the paths are representative."""
+        if not rounds:
+            return [], []
+        std = max(r.std for r in rounds)
+        note = "every released count (the strings, hence the paths, depend on the data)"
+        values = [ExpectedValue(value_path("heavy_hitters", 0, "count"), std, note),
+                  ExpectedValue(value_path("trie", params.alphabet[0]), std, note)]
+        warnings = []
+        if params.mode == "secagg" and std > 0:
+            plan = rounds[0].plan
+            tau = params.release_threshold or release_threshold(
+                AggregateNoise(std), rounds[0].contributors, plan.dim, params.false_release_rate, params.min_release_count)
+            warnings.append(ReleaseWarning(None, f"a prefix needs a noisy count of about {tau:.4g} devices in its round "
+                                                 f"to be kept (noise std {std:.4g} per count); rarer strings are not found"))
+        return values, warnings
+
     def finalize(self, params: HeavyHittersParams, state: HeavyHittersState, stop_reason: str | None = None) -> Release:
         hitters = sorted(state.found.items(), key=lambda kv: (-kv[1], kv[0]))
         trie = dict(sorted(state.trie.items()))
@@ -327,7 +361,10 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
         for prefix in trie:  # a prefix of length d + 1 was counted in round d
             if round_std(len(prefix) - 1) > 0:
                 noise_std[value_path("trie", prefix)] = round_std(len(prefix) - 1)
-        return Release(result, {"release_thresholds": state.thresholds}, noise_std)
+        advice = "raise privacy.epsilon or include more devices (cohort.min_clients)"
+        intervals = {p: interval(float(_count_at(result, p)), std, 0.0) for p, std in noise_std.items()}  # counts ≥ 0
+        return Release(result, {"release_thresholds": state.thresholds}, noise_std, intervals=intervals, advice=advice,
+                       auxiliary=("/trie",))
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Mode triehh: its guarantee comes from sampling and θ, not from noise, so the spec's privacy

@@ -254,6 +254,7 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
         with np.errstate(all="ignore"):  # a diverging local run overflows: caught just below
             delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
         overflowed = not np.all(np.isfinite(delta))
+        norm = math.inf if overflowed else float(np.linalg.norm(delta))
         if overflowed:  # take part with an all-zero update of weight 0: refusing would make participation
             # depend on the local data
             delta = np.zeros_like(delta)
@@ -262,17 +263,27 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
         weighted = task["weighting"] == "examples"
         omega = 0.0 if overflowed else _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
         upd = FixedPoint(c, u / c).encode(omega * clip_l2(delta, c), rng)
-        if not weighted:
-            return encoding.update_layout(len(delta), False).pack(update=upd)
-        w = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array(omega), rng)
-        return encoding.update_layout(len(delta), True).pack(update=upd, weight=w)
+        clip_entries = int(task.get("clip_entries") or 0)
+        parts: dict[str, Any] = {"update": upd}
+        if weighted:
+            parts["weight"] = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array(omega), rng)
+        if clip_entries:  # adaptive clipping: whether the update passed unclipped, or its norm's bucket
+            clip = np.zeros(clip_entries, dtype=np.int64)
+            slot = 0 if clip_entries == 1 else encoding.norm_bucket(norm, c)
+            if clip_entries > 1 or norm <= c:
+                clip[slot] = encoding.count_unit(pb, float(task["count_share"]))
+            parts["clip"] = clip
+        return encoding.update_layout(len(delta), weighted, clip_entries).pack(**parts)
 
     if phase == "eval":
         loss_cap = float(task["loss_cap"])
         metric_names: list[str] = list(task["metrics"])
         tr = objective(model, cap_rows(train_rows, cap, rng), task)
         ev = objective(model, cap_rows(eval_rows, cap, rng), task)
-        wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
+        if task.get("weighting") == "uniform":  # every device with rows counts once, as in training
+            wt, we = float(tr.n > 0), float(ev.n > 0)
+        else:
+            wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
         with np.errstate(all="ignore"):
             ltr = _capped_mean(tr.per_example_loss(theta), loss_cap) / loss_cap if tr.n else 0.0
             lev = _capped_mean(ev.per_example_loss(theta), loss_cap) / loss_cap if ev.n else 0.0

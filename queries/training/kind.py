@@ -10,6 +10,14 @@ Early stopping: after `patience` evaluations whose eval loss did not beat the be
 query finishes and keeps the best evaluated weights. `finalize` works from any state; when the server
 stopped the query early (`stop_reason`, e.g. the privacy budget), the result says so and keeps the best
 evaluated weights. Vector layouts: `queries.training.encoding`.
+
+Noisy evaluations (docs/training.md, "Under DP"): every released loss, accuracy and metric carries its
+noise std and 95 % interval, is clamped to its possible range, and model selection only prefers an earlier
+evaluation when it was better by more than the noise allows. Divergence — an update or weights that are not
+finite, a loss that is not finite or explodes (beyond `DIVERGENCE_FACTOR` × the best and beyond its noise),
+an accuracy outside [0, 1] by more than its noise — ends the query with stop_reason "diverged" and a
+`Release.failure`: the server marks it failed, with the last good weights readable in the result.
+Adaptive clipping (`params.AdaptiveClippingSpec`) moves the clip norm every training round.
 """
 
 from __future__ import annotations
@@ -20,7 +28,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from queries.kind import AggregateNoise, QueryKind, QueryKindError, Release, RoundPlan
+from queries.kind import (
+    AggregateNoise,
+    ExpectedValue,
+    QueryKind,
+    QueryKindError,
+    Release,
+    ReleaseWarning,
+    RoundPlan,
+    RoundPreview,
+    value_path,
+)
+from queries.spec import PrivacySpec
 from queries.training import client, encoding
 from queries.training.blackbox import BlackBoxModel
 from queries.training.optimizers import adam_step, apply_safeguards, fedavg_step, initial_optimizer_state, rprop_step
@@ -28,6 +47,13 @@ from queries.training.params import AdamSpec, FedAvgSpec, Resolved, RPropSpec, T
 from secagg.validity.statement import Signs, Statement
 
 Phase = Literal["label_counts", "eval", "train", "done"]
+DIVERGENCE_FACTOR = 3.0
+"""An evaluation loss above this multiple of the best one (and beyond both their noise) means divergence."""
+NOISE_Z = 4.0
+"""How many noise stds a value may stray before it counts as impossible (accuracy outside [0, 1], a loss jump)."""
+SELECTION_Z = 2.0
+"""An earlier evaluation is kept as the best only when better by more than this many stds of the difference."""
+MAX_CLIP_NORM = 1e9
 
 
 @dataclass(frozen=True)
@@ -52,8 +78,17 @@ class TrainingState:
     best: BestEval | None = None
     bad_evals: int = 0
     stop_reason: str | None = None
-    """The kind's own reason to stop (early_stopping)."""
+    """The kind's own reason to stop (early_stopping, diverged)."""
     contributors: list[int] = field(default_factory=list)
+    clip_norm: float | None = None
+    """The current clip norm under adaptive clipping (None: params.clip_norm)."""
+    clip_history: list[float] = field(default_factory=list)
+    """The clip norm each training round used (adaptive clipping)."""
+    eval_noise: list[dict[str, float]] = field(default_factory=list)
+    """Per history entry, the noise std of its noisy values (empty dicts without noise)."""
+    min_eval_loss: float | None = None
+    divergence: dict[str, Any] | None = None
+    """{round, reason} when the query diverged."""
 
 
 def _metric_names(res: Resolved) -> list[str]:
@@ -65,10 +100,32 @@ def _uses_votes(params: TrainingParams) -> bool:
     return isinstance(opt, RPropSpec) and opt.votes == "sign"
 
 
+def _clip_entries(params: TrainingParams, t: int) -> int:
+    spec = params.adaptive_clipping
+    if spec is None:
+        return 0
+    return encoding.NORM_BUCKETS if spec.warm_start and t == 0 else 1
+
+
 class TrainingKind(QueryKind[TrainingParams, TrainingState]):
     name = "training"
     Params = TrainingParams
     State = TrainingState
+
+    def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
+        """Under distributed DP, defaults that converge: `weighting` "uniform" (each device's clipped update
+        counts once, so one device's influence is bounded by the clip norm alone) and, unless the analyst set
+        `clip_norm` or `adaptive_clipping`, adaptive clipping (sign votes are never clipped). Without noise the
+        params stay as they are."""
+        if privacy.mechanism == "none" or not isinstance(raw_params, dict):
+            return raw_params
+        out = dict(raw_params)
+        out.setdefault("weighting", "uniform")
+        opt = out.get("server_optimizer")
+        votes = isinstance(opt, dict) and opt.get("name") == "rprop" and opt.get("votes", "sign") == "sign"
+        if "clip_norm" not in out and "adaptive_clipping" not in out and not votes:
+            out["adaptive_clipping"] = {}
+        return out
 
     # ------------------------------------------------------------------ schedule
     def n_evals(self, params: TrainingParams) -> int:
@@ -106,7 +163,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             "client": params.client.model_dump(),
             "precision_bits": params.precision_bits,
             "holdout_fraction": params.holdout_fraction,
-            "features": params.features,
+            "features": res.feature_names,
             "scaling": res.scaling,
             "class_weights": state.class_weights,
         }
@@ -117,17 +174,22 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         elif phase == "train":
             votes = _uses_votes(params)
             weighted = params.weighting == "examples"
+            entries = 0 if votes else _clip_entries(params, state.t)
+            share = params.adaptive_clipping.count_share if params.adaptive_clipping else 0.0
             task |= {
                 "weights": state.weights,
-                "clip_norm": params.clip_norm,
+                "clip_norm": self.clip_norm(params, state),
                 "votes": "sign" if votes else "update",
                 "weighting": params.weighting,
                 "weight_share": params.weight_share,
+                "clip_entries": entries,
+                "count_share": share,
             }
-            b = encoding.train_bounds(res.n_params, votes, weighted and not votes, params.precision_bits, params.weight_share)
+            b = encoding.train_bounds(res.n_params, votes, weighted and not votes, params.precision_bits, params.weight_share,
+                                      entries, share)
         elif phase == "eval":
             names = _metric_names(res)
-            task |= {"weights": state.weights, "loss_cap": params.loss_cap, "metrics": names}
+            task |= {"weights": state.weights, "loss_cap": params.loss_cap, "metrics": names, "weighting": params.weighting}
             b = encoding.eval_bounds(len(names), params.precision_bits)
         else:
             raise ValueError(f"state.phase: unknown phase {phase!r}")
@@ -141,7 +203,12 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             sample_rate=params.sample_rate,
             min_clients=params.clients_per_round,
             meta={"phase": phase, "t": state.t},
+            purpose={"label_counts": "label counts", "eval": "evaluation", "train": "training"}[phase],
         )
+
+    def clip_norm(self, params: TrainingParams, state: TrainingState) -> float:
+        """The clip norm of the next training round."""
+        return params.clip_norm if state.clip_norm is None else state.clip_norm
 
     def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         return client.contribute(task, rows, rng)
@@ -168,7 +235,11 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             elif phase == "train":
                 votes = task["votes"] == "sign"
                 weighted = task["weighting"] == "examples" and not votes
-                b = encoding.train_bounds(len(task["weights"]), votes, weighted, pb, float(task["weight_share"]))
+                entries = 0 if votes else int(task.get("clip_entries") or 0)
+                if entries not in (0, 1, encoding.NORM_BUCKETS):
+                    raise ValueError(f"clip_entries must be 0, 1 or {encoding.NORM_BUCKETS}, got {entries}")
+                b = encoding.train_bounds(len(task["weights"]), votes, weighted, pb, float(task["weight_share"]),
+                                          entries, float(task.get("count_share") or 0.0))
             elif phase == "eval":
                 b = encoding.eval_bounds(len(task["metrics"]), pb)
             else:
@@ -206,65 +277,115 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                 class_weights=(weights / weights.mean()).tolist(),
                 phase=self._next_phase(params, 0, False),
             )
+        sigma_u = 0.0 if noise is None else float(noise.std) / u  # noise std of each entry, in units of U
         if phase == "train":
             return self._apply_update(params, res, new, agg, contributors, cap, u)
-        return self._record_eval(params, res, new, agg, contributors, cap, u)
+        return self._record_eval(params, res, new, agg, contributors, cap, u, sigma_u)
 
     def _apply_update(self, params: TrainingParams, res: Resolved, state: TrainingState, agg: np.ndarray, contributors: int, cap: int, u: float) -> TrainingState:
         d = res.n_params
         theta = np.asarray(state.weights, dtype=np.float64)
         opt = params.server_optimizer
+        clip = self.clip_norm(params, state)
+        next_clip = state.clip_norm
         if _uses_votes(params):
             direction = encoding.vote_layout(d).view(agg, "aggregate")["votes"]
         else:
             weighted = params.weighting == "examples"
-            parts = encoding.update_layout(d, weighted).view(agg, "aggregate")
-            total = parts["update"] * params.clip_norm / u
+            entries = _clip_entries(params, state.t)
+            parts = encoding.update_layout(d, weighted, entries).view(agg, "aggregate")
+            total = parts["update"] * clip / u
             if weighted:
                 wsum = float(parts["weight"]) / encoding.weight_unit(params.precision_bits, params.weight_share)
                 denom = max(wsum, 1.0 / cap)  # noisy weight: clamp at one example's worth
             else:
                 denom = float(contributors)
             direction = total / denom
-        opt_state = state.opt
-        if isinstance(opt, FedAvgSpec):
-            proposal = fedavg_step(theta, direction, opt)
-        elif isinstance(opt, AdamSpec):
-            proposal, opt_state = adam_step(theta, direction, opt, opt_state)
-        else:
-            assert res.rprop_step_max is not None
-            proposal, opt_state = rprop_step(theta, direction, opt, opt_state, res.rprop_step_max)
-        theta_new = apply_safeguards(theta, proposal, res.max_change, res.nonnegative, res.groups)
+            if entries:
+                spec = params.adaptive_clipping
+                assert spec is not None
+                counts = np.asarray(parts["clip"], dtype=np.float64) / encoding.count_unit(params.precision_bits, spec.count_share)
+                next_clip = _next_clip(clip, counts, contributors, spec.target_quantile, spec.learning_rate)
+        with np.errstate(all="ignore"):
+            opt_state = state.opt
+            if isinstance(opt, FedAvgSpec):
+                proposal = fedavg_step(theta, direction, opt)
+            elif isinstance(opt, AdamSpec):
+                proposal, opt_state = adam_step(theta, direction, opt, opt_state)
+            else:
+                assert res.rprop_step_max is not None
+                proposal, opt_state = rprop_step(theta, direction, opt, opt_state, res.rprop_step_max)
+            theta_new = apply_safeguards(theta, proposal, res.max_change, res.nonnegative, res.groups)
         t = state.t + 1
-        return replace(state, weights=theta_new.tolist(), opt=opt_state, t=t, phase=self._next_phase(params, t, False))
+        history = state.clip_history + ([clip] if params.adaptive_clipping is not None else [])
+        if not np.all(np.isfinite(theta_new)):
+            return self._diverged(state, t, "the weights are no longer finite after the server's update",
+                                  clip_history=history)
+        return replace(state, weights=theta_new.tolist(), opt=opt_state, t=t, phase=self._next_phase(params, t, False),
+                       clip_norm=next_clip, clip_history=history)
 
-    def _record_eval(self, params: TrainingParams, res: Resolved, state: TrainingState, agg: np.ndarray, contributors: int, cap: int, u: float) -> TrainingState:
+    @staticmethod
+    def _diverged(state: TrainingState, t: int, reason: str, **changes: Any) -> TrainingState:
+        return replace(state, phase="done", stop_reason="diverged", divergence={"round": t, "reason": reason}, **changes)
+
+    def _record_eval(
+        self, params: TrainingParams, res: Resolved, state: TrainingState, agg: np.ndarray, contributors: int, cap: int,
+        u: float, sigma_u: float = 0.0,
+    ) -> TrainingState:
         names = _metric_names(res)
         vals = encoding.eval_layout(len(names)).view(agg / u, "aggregate")
-        wt, we = max(float(vals["train_weight"]), 1.0 / cap), max(float(vals["eval_weight"]), 1.0 / cap)
-        entry: dict[str, Any] = {
-            "round": state.t,
-            "loss": float(vals["train_loss"] / wt * params.loss_cap),
-            "eval_loss": float(vals["eval_loss"] / we * params.loss_cap),
-            "clients": contributors,
-        }
+        floor = 1.0 if params.weighting == "uniform" else 1.0 / cap  # a noisy weight: at least one device's worth
+        wt, we = max(float(vals["train_weight"]), floor), max(float(vals["eval_weight"]), floor)
+        lc = params.loss_cap
+
+        def ratio(total: float, weight: float, scale: float) -> tuple[float, float]:
+            """A noisy mean total/weight·scale and its delta-method std (total and weight each with std σ_u)."""
+            r = total / weight
+            return r * scale, scale * sigma_u / weight * math.sqrt(1 + r * r)
+
+        raw: dict[str, tuple[float, float, float]] = {}  # name → (value, std, upper limit)
+        raw["loss"] = (*ratio(float(vals["train_loss"]), wt, lc), lc)
+        raw["eval_loss"] = (*ratio(float(vals["eval_loss"]), we, lc), lc)
         has_acc = isinstance(res.model, BlackBoxModel) and res.model.correct is not None
         has_acc = has_acc or (not isinstance(res.model, BlackBoxModel) and res.model.n_classes is not None)
         if has_acc:
-            entry["accuracy"] = float(vals["accuracy"] / we)
+            raw["accuracy"] = (*ratio(float(vals["accuracy"]), we, 1.0), 1.0)
         if isinstance(res.model, BlackBoxModel):
             for name, value in zip(names, vals["metrics"]):
-                entry[name] = float(value / we * res.model.metrics[name].bound)
+                bound = res.model.metrics[name].bound
+                raw[name] = (*ratio(float(value), we, bound), bound)
+        entry: dict[str, Any] = {"round": state.t}
+        stds: dict[str, float] = {}
+        for key, (value, std, top) in raw.items():
+            entry[key] = float(min(max(value, 0.0), top)) if math.isfinite(value) else None  # JSON has no NaN
+            if std > 0:
+                stds[key] = std
+        entry["clients"] = contributors
         history = state.history + [entry]
+        noise = state.eval_noise + [stds]
+        loss, loss_std = raw["eval_loss"][0], stds.get("eval_loss", 0.0)
+        reason = _divergence(raw, stds, state.min_eval_loss, state.eval_noise)
+        if reason is not None:
+            return self._diverged(state, state.t, reason, history=history, eval_noise=noise)
+        # model selection within the noise: the newest evaluation unless an earlier one was clearly better
+        tol = SELECTION_Z * math.sqrt(2.0) * loss_std
         best, bad_evals = state.best, state.bad_evals
-        if best is None or entry["eval_loss"] < best.eval_loss - params.min_delta:
-            best, bad_evals = BestEval(entry["round"], entry["eval_loss"], state.weights), 0
+        min_loss = state.min_eval_loss if state.min_eval_loss is not None else (best.eval_loss if best else None)
+        clamped = entry["eval_loss"]
+        if best is None or min_loss is None:
+            best, bad_evals = BestEval(entry["round"], clamped, state.weights), 0
         else:
-            bad_evals += 1
+            if clamped < min_loss - params.min_delta:
+                bad_evals = 0
+            else:
+                bad_evals += 1
+            if (tol > 0 and clamped <= min_loss + tol) or clamped < best.eval_loss - params.min_delta:
+                best = BestEval(entry["round"], clamped, state.weights)
+        min_loss = clamped if min_loss is None else min(min_loss, clamped)
+        new = replace(state, history=history, eval_noise=noise, best=best, bad_evals=bad_evals, min_eval_loss=min_loss)
         if params.patience is not None and bad_evals >= params.patience:
-            return replace(state, history=history, best=best, bad_evals=bad_evals, phase="done", stop_reason="early_stopping")
-        phase = self._next_phase(params, state.t, True)
-        return replace(state, history=history, best=best, bad_evals=bad_evals, phase=phase)
+            return replace(new, phase="done", stop_reason="early_stopping")
+        return replace(new, phase=self._next_phase(params, state.t, True))
 
     # ------------------------------------------------------------------ result
     def finalize(self, params: TrainingParams, state: TrainingState, stop_reason: str | None = None) -> Release:
@@ -276,7 +397,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             "weights": weights,
             "weight_names": res.param_names if res.blackbox else None,
             "model": params.model.model_dump(),
-            "features": params.features,
+            "features": res.feature_names,
             "scaling": res.scaling,
             "class_weights": state.class_weights,
             "history": state.history,
@@ -287,5 +408,125 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             "clients": max(state.contributors or [0]),
             "stopped": stop_reason,
             "stop_reason": reason,
+            "divergence": state.divergence,
+            "clip_norms": state.clip_history,
         }
-        return Release(result)
+        noise_std: dict[str, float] = {}
+        intervals: dict[str, tuple[float, float]] = {}
+        for i, (entry, stds) in enumerate(zip(state.history, state.eval_noise)):
+            for key, std in stds.items():
+                value = entry.get(key)
+                if not isinstance(value, (int, float)) or not math.isfinite(value):
+                    continue
+                top = params.loss_cap if key in ("loss", "eval_loss") else 1.0 if key == "accuracy" else math.inf
+                if isinstance(res.model, BlackBoxModel) and key in res.model.metrics:
+                    top = res.model.metrics[key].bound
+                p = value_path("history", i, key)
+                noise_std[p] = std
+                intervals[p] = (max(0.0, value - 1.959963984540054 * std), min(top, value + 1.959963984540054 * std))
+        warnings: list[ReleaseWarning] = []
+        failure = None
+        if state.divergence is not None:
+            kept = f"the weights of round {best.round} (its last evaluation before)" if best else "the initial weights"
+            failure = (f"training diverged at round {state.divergence['round']}: {state.divergence['reason']}; the result "
+                       f"keeps {kept} — lower client.lr or server_optimizer.lr, or clip the updates (clip_norm or "
+                       "adaptive_clipping)")
+            warnings.append(ReleaseWarning(value_path("stop_reason"), failure))
+        if params.weighting == "examples" and state.eval_noise and any(state.eval_noise) and not _uses_votes(params):
+            warnings.append(ReleaseWarning(value_path("weights"), _EXAMPLES_UNDER_DP))
+        advice = ("raise privacy.epsilon, evaluate over more devices (cohort.min_clients) or less often (eval_every) — "
+                  "differences between evaluations smaller than their intervals are noise")
+        return Release(result, noise_std=noise_std, intervals=intervals, warnings=warnings, advice=advice, failure=failure)
+
+    def preview(self, params: TrainingParams, rounds: list[RoundPreview]) -> tuple[list[ExpectedValue], list[ReleaseWarning]]:
+        """The noise of an evaluation's loss and accuracy (every device holding evaluation rows, the loss near
+        its cap's tenth) and the noise each training round adds to every weight (fedavg: server lr × the
+        averaged update's noise; at the initial clip norm under adaptive clipping)."""
+        values: list[ExpectedValue] = []
+        warnings: list[ReleaseWarning] = []
+        res = resolve(params)
+        u = float(encoding.unit(params.precision_bits))
+        for r in rounds:
+            phase = r.plan.meta.get("phase")
+            n = max(r.contributors, 1)
+            sigma_u = r.std / u
+            if phase == "eval" and not any(v.path.startswith("/history/") for v in values):
+                note = f"per evaluation, assuming all {n} contributors hold evaluation rows (weighting {params.weighting})"
+                if params.weighting == "examples":
+                    note += f"; with examples weighting the noise grows as devices hold fewer than client.max_examples ({params.client.max_examples}) rows"
+                loss_std = params.loss_cap * sigma_u / n * math.sqrt(1 + 0.01)
+                values.append(ExpectedValue(value_path("history", 0, "eval_loss"), loss_std, note))
+                values.append(ExpectedValue(value_path("history", 0, "loss"), loss_std, note))
+                classifier = (res.model.correct is not None) if isinstance(res.model, BlackBoxModel) else (res.model.n_classes is not None)
+                if classifier:
+                    acc_std = sigma_u / n * math.sqrt(1.5)
+                    values.append(ExpectedValue(value_path("history", 0, "accuracy"), acc_std, note))
+                    if 1.96 * acc_std > 0.05:
+                        warnings.append(ReleaseWarning(value_path("history", 0, "accuracy"),
+                            f"an evaluation's accuracy will be known to ±{1.96 * acc_std:.3g}: raise privacy.epsilon, "
+                            "evaluate over more devices (cohort.min_clients) or less often (eval_every)"))
+            if phase == "train" and not _uses_votes(params) and not any(v.path == "/weights/0" for v in values):
+                clip = params.clip_norm
+                denom = n if params.weighting == "uniform" else n * 1.0  # examples weighting: ≥ n·ω
+                std = clip * sigma_u / denom
+                lr = params.server_optimizer.lr if isinstance(params.server_optimizer, FedAvgSpec) else None
+                if lr is not None:
+                    std *= lr
+                note = ("noise added to every weight in each training round" + ("" if lr is not None else
+                        " before the server optimiser") + (" at the initial clip norm (adaptive clipping moves it)"
+                        if params.adaptive_clipping else ""))
+                values.append(ExpectedValue(value_path("weights", 0), std, note))
+        if params.weighting == "examples" and any(r.std > 0 for r in rounds) and not _uses_votes(params):
+            warnings.append(ReleaseWarning(value_path("weights"), _EXAMPLES_UNDER_DP))
+        return values, warnings
+
+
+_EXAMPLES_UNDER_DP = ("weighting 'examples' under DP: a device's weight is its rows / client.max_examples, so devices "
+                      "holding few rows give averages whose weights drown in the noise — use weighting 'uniform' (the "
+                      "DP default) or lower client.max_examples to the rows a device holds")
+
+
+def _next_clip(clip: float, counts: np.ndarray, contributors: int, target: float, lr: float) -> float:
+    """Adaptive clipping: the geometric update from the noisy count of unclipped devices (one entry), or the
+    warm start's interpolated quantile from the noisy norm histogram (`encoding.NORM_BUCKETS` entries)."""
+    n = max(contributors, 1)
+    if len(counts) == 1:
+        share = min(max(float(counts[0]) / n, 0.0), 1.0)
+        new = clip * math.exp(-lr * (share - target))
+    else:
+        cum = np.cumsum(np.maximum(counts, 0.0))
+        if cum[-1] <= 0:
+            return clip
+        frac = cum / cum[-1]
+        edges = encoding.norm_grid(clip)
+        k = int(np.searchsorted(frac, target))
+        if k >= len(edges):
+            new = edges[-1] * 2
+        elif k == 0:
+            new = edges[0]
+        else:
+            lo, hi = frac[k - 1], frac[k]
+            pos = 0.0 if hi <= lo else (target - lo) / (hi - lo)
+            new = edges[k - 1] * 2.0 ** pos
+    return float(min(max(new, 1e-12), MAX_CLIP_NORM))
+
+
+def _divergence(
+    raw: dict[str, tuple[float, float, float]], stds: dict[str, float], min_loss: float | None,
+    earlier: list[dict[str, float]],
+) -> str | None:
+    """Why an evaluation shows divergence, or None."""
+    for key, (value, std, top) in raw.items():
+        if not math.isfinite(value):
+            return f"the {key} is not finite"
+    if "accuracy" in raw:
+        acc, std, _ = raw["accuracy"]
+        if acc < -NOISE_Z * std - 1e-9 or acc > 1 + NOISE_Z * std + 1e-9:
+            return f"the accuracy {acc:.4g} lies outside [0, 1] by more than its noise (std {std:.3g})"
+    loss, std, cap = raw["eval_loss"]
+    if min_loss is not None:
+        prev_std = max((e.get("eval_loss", 0.0) for e in earlier), default=0.0)
+        if loss - NOISE_Z * std > max(DIVERGENCE_FACTOR * (min_loss + NOISE_Z * prev_std), min_loss + NOISE_Z * prev_std + 0.05 * cap):
+            return (f"the evaluation loss exploded to {loss:.4g} from a best of {min_loss:.4g} (more than "
+                    f"{DIVERGENCE_FACTOR:g}× and beyond the noise)")
+    return None

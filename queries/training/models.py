@@ -101,17 +101,22 @@ class Logistic(Model):
         w = _weights(sample_weight, len(y))
         z = self._logits(theta, X)
         loss = float(w @ (np.logaddexp(0.0, z) - y * z)) + 0.5 * self.l2 * float(theta[:-1] @ theta[:-1])
-        r = w * (1.0 / (1.0 + np.exp(-z)) - y)
+        r = w * (_sigmoid(z) - y)
         grad = np.empty_like(theta)
         grad[:-1] = X.T @ r + self.l2 * theta[:-1]
         grad[-1] = r.sum()
         return loss, grad
 
     def scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-self._logits(theta, X)))
+        return _sigmoid(self._logits(theta, X))
 
     def predict(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         return (self._logits(theta, X) > 0).astype(np.int64)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    """1/(1 + e^−z) without overflow for large |z| (diverged weights)."""
+    return np.exp(-np.logaddexp(0.0, -z))
 
 
 @dataclass

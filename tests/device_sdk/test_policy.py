@@ -213,3 +213,29 @@ def test_a_vector_above_the_declared_bounds_is_not_sent(monkeypatch: pytest.Monk
     refusal = c.check_vector(np.array([1, 1, 0]))
     assert refusal is not None and refusal.reason == "contribution_exceeds_bound"
     assert c.end(False, None) is None and ledger.records() == []
+
+
+def test_weighted_rounds_check_their_own_floor_and_the_devices_sum_of_weights() -> None:
+    """A kind may split the budget unevenly (feature_stats: 0.3 / 1.62 / 1.08 unit rounds of 3): a round of weight w
+    may carry the unit round's noise / √w; the weights of the rounds one device contributes to may not exceed the
+    query's rounds; the weight differing between rounds is not a change of the query's privacy parameters."""
+    from collections import Counter
+
+    def weighted(w: float, round_: int = 0, scale: float = 1.0) -> Assignment:
+        a = assignment(rounds=3, round_=round_)
+        cal = dp.calibrate_query("skellam", 1.0, 1e-6, 3, 5)
+        noise = dp.round_noise(cal, a.privacy.l1_sensitivity, a.privacy.l2_sensitivity, weight=w)
+        return a.model_copy(update={"privacy": a.privacy.model_copy(update={"weight": w}),
+                                    "noise": a.noise.model_copy(update={"scale": noise.per_device_scale * scale})})
+
+    heavy = weighted(1.62, round_=1)
+    assert isinstance(verdict(DevicePolicy(), heavy), Decision)  # below a unit round's floor, fine for its weight
+    unit = assignment(rounds=3, round_=1)
+    unit = unit.model_copy(update={"noise": unit.noise.model_copy(update={"scale": heavy.noise.scale})})
+    assert reason(verdict(DevicePolicy(), unit)) == "noise_below_floor"  # the same noise claimed as a unit round
+    assert reason(verdict(DevicePolicy(), weighted(1.62, round_=1, scale=0.7))) == "noise_below_floor"
+    public = weighted(0.3).privacy.model_dump(exclude={"l1_sensitivity", "l2_sensitivity"})
+    seen = QueryHistory(public, Counter({0: 1, 1: 1}), 1, {0: 0.3, 1: 1.62})
+    assert isinstance(verdict(DevicePolicy(), weighted(1.08, round_=2), seen), Decision)
+    over = QueryHistory(public, Counter({0: 1, 1: 1}), 1, {0: 1.0, 1: 1.62})
+    assert reason(verdict(DevicePolicy(), weighted(1.08, round_=2), over)) == "privacy_unverifiable"

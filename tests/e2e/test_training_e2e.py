@@ -3,7 +3,11 @@
 One server for the module (SQLite), fleets started per scenario:
 - breast cancer over 50 label-skewed devices: a `feature_stats` query scales the features, logistic
   regression by FedSGD → test ROC AUC within 0.01 of scikit-learn's LogisticRegression on the same split;
-- the same with distributed DP (discrete Gaussian, ε = 8, uniform weighting) → within 0.05;
+- the README's DP example exactly (examples/breast_cancer_stats.json, then breast_cancer_train_dp.json with the stats answer
+  as scaling: discrete Gaussian ε = 8 with the DP defaults, uniform weighting and adaptive clipping) → within
+  0.03, every evaluation with its interval;
+- a deliberately diverging configuration (client lr 1000, clip 1e6) → status failed, stop_reason
+  "diverged", the last good weights readable;
 - an analyst-fixed noise multiplier → the server stops before the round that would exceed ε;
 - SIGKILL mid-training → the query resumes from the last finished round and completes;
 - frecency (Rprop on secure sign votes) over 300 devices: the eval loss falls and the mean rank improves
@@ -16,18 +20,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient
+from device_sdk.analyst_cli import AnalystClient, format_result
 from device_sdk.scenarios import generate
-from device_sdk.scenarios.datasets import breast_cancer_feature_bounds, breast_cancer_split
+from device_sdk.scenarios.datasets import breast_cancer_split
 from queries.training import TrainedModel, frecency, urlbar_sim
 from tests.e2e.harness import Fleet, Server, fresh_database
 
 pytestmark = pytest.mark.e2e
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 N_BC = 50
 COHORT = {"min_clients": 45, "max_clients": N_BC, "phase_timeout_s": 5}
@@ -47,12 +53,6 @@ def central_auc() -> float:
     mean, std = sp.X_train.mean(axis=0), sp.X_train.std(axis=0)
     clf = LogisticRegression(max_iter=5000).fit((sp.X_train - mean) / std, sp.y_train)
     return _auc(sp.y_test, clf.decision_function((sp.X_test - mean) / std))
-
-
-def feature_stats_spec() -> dict[str, Any]:
-    feats = [{"name": n, "lower": lo, "upper": hi} for n, (lo, hi) in breast_cancer_feature_bounds().items()]
-    return {"kind": "feature_stats", "name": "bc scaling", "source": "features",
-            "params": {"features": feats, "max_examples_per_device": 50}, "cohort": COHORT}
 
 
 def training_spec(scaling: dict[str, Any], rounds: int = 10, dp: bool = False, **extra: Any) -> dict[str, Any]:
@@ -108,13 +108,16 @@ def bc_fleet(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 @pytest.fixture(scope="module")
 def scaling(admin: AnalystClient, bc_fleet: Fleet) -> dict[str, Any]:
-    qid = admin.submit(feature_stats_spec())["id"]
+    """The whole answer of the README's feature_stats query (what `fa submit … --format json` prints)."""
+    qid = admin.submit(json.loads((EXAMPLES / "breast_cancer_stats.json").read_text()))["id"]
     final = admin.wait(qid, timeout_s=120)
     assert final["status"] == "succeeded", final
-    res = admin.result(qid)["result"]
+    answer = json.loads(format_result(admin.result(qid), "json"))  # as `fa … --format json` writes it: sorted keys
+    res = answer["result"]
     sp = breast_cancer_split()
     assert np.allclose([res["features"][n]["mean"] for n in sp.feature_names], sp.X_train.mean(axis=0), rtol=1e-6)
-    return res
+    assert res["contribution_bound"]["chosen_from_data"] and res["contribution_bound"]["rows_clipped"] == 0
+    return answer
 
 
 def _run(admin: AnalystClient, spec: dict[str, Any], timeout_s: float = 240) -> dict[str, Any]:
@@ -140,16 +143,35 @@ def test_logistic_breast_cancer_matches_sklearn(admin: AnalystClient, scaling: d
     assert res["history"][-1]["eval_loss"] < res["history"][0]["eval_loss"]
 
 
-def test_logistic_breast_cancer_with_dp(admin: AnalystClient, scaling: dict[str, Any]) -> None:
-    out = _run(admin, training_spec(scaling, dp=True))
+def test_readme_dp_example(admin: AnalystClient, scaling: dict[str, Any]) -> None:
+    spec = json.loads((EXAMPLES / "breast_cancer_train_dp.json").read_text())
+    spec["params"]["scaling"] = scaling  # the README's one-line merge
+    out = _run(admin, spec)
     res, priv = out["result"], out["privacy"]
     fed, ref = auc_of(res), central_auc()
-    print(json.dumps({"dp_auc_federated": fed, "auc_sklearn": ref, "rounds": res["rounds"],
+    print(json.dumps({"dp_auc_federated": fed, "auc_sklearn": ref, "rounds": res["rounds"], "clip_norms": res["clip_norms"],
                       "epsilon_spent": priv["epsilon_spent"], "noise_multiplier": priv["noise_multiplier"],
-                      "seconds": round(out["seconds"], 1)}))
-    assert priv["mechanism"] == "discrete_gaussian" and priv["epsilon_spent"] <= 8.0
-    assert res["rounds"] == 10
-    assert abs(fed - ref) <= 0.05, (fed, ref)
+                      "history": res["history"], "seconds": round(out["seconds"], 1)}))
+    assert priv["mechanism"] == "discrete_gaussian" and priv["epsilon_spent"] <= 8.0 * (1 + 1e-9)
+    assert res["rounds"] == 10 and res["stop_reason"] == "completed" and len(res["clip_norms"]) == 10
+    assert abs(fed - ref) <= 0.03, (fed, ref)
+    for i, entry in enumerate(res["history"]):  # every noisy evaluation carries its interval
+        ci = out["uncertainty"][f"/history/{i}/accuracy"]["ci95"]
+        assert 0.0 <= ci[0] <= entry["accuracy"] <= ci[1] <= 1.0
+
+
+def test_diverging_configuration_ends_as_diverged(admin: AnalystClient, scaling: dict[str, Any]) -> None:
+    spec = training_spec(scaling, rounds=4, eval_every=1, clip_norm=1e6, client={"epochs": 1, "batch_size": 0, "lr": 1000.0},
+                         server_optimizer={"name": "fedavg", "lr": 10.0})
+    qid = admin.submit(spec)["id"]
+    final = admin.wait(qid, timeout_s=120)
+    assert final["status"] == "failed" and "diverged" in final["error"], final
+    out = admin.result(qid)  # the result stays readable
+    res = out["result"]
+    assert out["status"] == "failed" and res["stop_reason"] == "diverged" and res["divergence"]["round"] >= 1
+    assert res["best_round"] < res["divergence"]["round"]
+    assert all(np.isfinite(res["weights"])) and auc_of(res) > 0.8  # the last good weights
+    assert any("diverged" in w["message"] for w in out["warnings"])
 
 
 def test_fixed_noise_multiplier_stops_at_budget(admin: AnalystClient, scaling: dict[str, Any]) -> None:

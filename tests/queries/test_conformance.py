@@ -10,7 +10,9 @@ query can reach is planned and contributed to, and:
 - the state survives the server's JSON round trip, and the plan from the reloaded state is the same;
 - `finalize` works from every reachable state (the initial one, after each round decoded from the sum of
   the contributions with and without noise), with and without a stop reason, and returns a `Release`
-  whose result and thresholds are JSON and whose noise std keys point at numbers in the result.
+  whose result and thresholds are JSON and whose noise std keys point at numbers in the result; its
+  described uncertainty (`queries.uncertainty.describe`) has an interval around every value and JSON warnings;
+- `preview` over the planned rounds names JSON Pointers with finite, non-negative stds.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from hypothesis import strategies as st
 
 from analytics_server import privacy
 from queries import dp
-from queries.kind import AggregateNoise, QueryKind, Release, RoundPlan
+from queries.kind import AggregateNoise, QueryKind, Release, RoundPlan, RoundPreview
+from queries.uncertainty import describe
 from queries.registry import KINDS
 from tests.queries.strategies import KIND_DATA
 
@@ -83,6 +86,13 @@ def _check_release(kind: QueryKind[Any, Any], params: Any, state: Any) -> dict[s
         for path, std in release.noise_std.items():
             assert isinstance(_pointer(release.result, path), (int, float)), path
             assert math.isfinite(std) and std > 0, (path, std)
+        assert set(release.intervals) <= set(release.noise_std)
+        values, warnings = describe(release)
+        json.dumps([values, warnings], allow_nan=False)
+        for path, u in values.items():
+            v = _pointer(release.result, path)
+            assert u["ci95"][0] - 1e-9 * (1 + abs(v)) <= v <= u["ci95"][1] + 1e-9 * (1 + abs(v)), (path, v, u)
+        assert release.failure is None or isinstance(release.failure, str)
         results.append(release.result)
     return results[0]
 
@@ -118,6 +128,10 @@ def test_kind_contract(kind: QueryKind[Any, Any], data: st.DataObject) -> None:
         assert index < MAX_ROUNDS, "query did not finish"
         assert plan == kind.plan_round(params, _reload(kind, state), index)
         json.dumps(plan.task, allow_nan=False)
+        expected, notes = kind.preview(params, [RoundPreview(plan, 3.0, 10)])
+        for v in expected:
+            assert v.path.startswith("/") and math.isfinite(v.std) and v.std >= 0, v
+        json.dumps([n.to_dict() for n in notes])
         _check_task_sensitivity(kind, plan)
         devices = data.draw(st.lists(strategies.rows(raw), min_size=1, max_size=4), label=f"round {index} rows")
         total = np.zeros(plan.dim, dtype=np.int64)

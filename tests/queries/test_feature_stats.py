@@ -133,7 +133,7 @@ def test_bind_privacy_coarsens_precision_only_for_noisy_queries() -> None:
 def test_release_reports_the_noise_of_counts_and_bins_and_finalizes_early() -> None:
     from queries.kind import AggregateNoise
 
-    params = KIND.parse_params({"features": [{"name": "a", "lower": 0, "upper": 10}], "bins": 2})
+    params = KIND.parse_params({"features": [{"name": "a", "lower": 0, "upper": 10}], "bins": 2, "max_examples_per_device": 5})
     unit = float(1 << params.scale_exp)
     rng = np.random.default_rng(0)
     devices = [[{"a": 1.0}, {"a": 6.0}], [{"a": 9.0}]]
@@ -148,5 +148,7 @@ def test_release_reports_the_noise_of_counts_and_bins_and_finalizes_early() -> N
             assert KIND.finalize(params, state, "privacy budget exhausted").result["suppressed"] == ["a"]
     release = KIND.finalize(params, state)
     assert release.result["features"]["a"]["count"] == 3 and release.result["features"]["a"]["histogram"]["counts"] == [1, 2]
-    assert release.noise_std == {"/features/a/count": 2.0, "/features/a/histogram/counts/0": 2.0,
-                                 "/features/a/histogram/counts/1": 2.0}
+    # the count combines round 1's count (std 2) with the bins' sum (two bins of std 3): 1/(1/4 + 1/18)
+    assert release.noise_std["/features/a/count"] == pytest.approx(math.sqrt(1 / (1 / 4 + 1 / 18)))
+    assert release.noise_std["/features/a/histogram/counts/0"] == release.noise_std["/features/a/histogram/counts/1"] == 3.0
+    assert {"/features/a/mean", "/features/a/var", "/features/a/std", "/scaler/mean_/0"} <= set(release.noise_std)

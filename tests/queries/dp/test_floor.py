@@ -43,9 +43,10 @@ def test_gaussian_delta_is_the_exact_privacy_profile(z: float, eps: float) -> No
     t_min=st.integers(2, 2000),
     k=st.integers(1, 50),
     fixed=st.booleans(),
+    weight=st.sampled_from([1.0, 0.3, 1.62]),
 )
 def test_the_floor_never_refuses_the_servers_calibration(
-    mechanism: str, eps: float, log_delta: float, rounds: int, t_min: int, k: int, fixed: bool
+    mechanism: str, eps: float, log_delta: float, rounds: int, t_min: int, k: int, fixed: bool, weight: float
 ) -> None:
     """For every calibration the server makes (fitted to the rounds, or the analyst's own z run for the rounds it
     affords) and every round it plans, the per-device noise it sends is at or above the device's floor, and the
@@ -54,12 +55,15 @@ def test_the_floor_never_refuses_the_servers_calibration(
     cal = dp.calibrate_query(mechanism, eps, delta, rounds=rounds, t_min=t_min)
     if fixed:  # the analyst fixes z a little above the fitted one: fewer rounds' worth of ε each
         cal = dp.fixed_calibration(mechanism, eps, delta, cal.noise_multiplier * 1.3, rounds, t_min)
-    plan = RoundPlan(round=0, task={}, dim=k + 1, max_abs=1, l1_sensitivity=float(k), l2_sensitivity=math.sqrt(k))
+    if fixed or weight > rounds:
+        weight = 1.0  # round weights (a kind's uneven split of the budget) come with a fitted calibration
+    plan = RoundPlan(round=0, task={}, dim=k + 1, max_abs=1, l1_sensitivity=float(k), l2_sensitivity=math.sqrt(k),
+                     privacy_weight=weight)
     noise = privacy.round_noise(cal.to_dict(), plan)
     assert noise is not None
     block = privacy.assignment_privacy(_spec(fixed), cal.to_dict(), plan, rounds)
     floor = per_device_floor(mechanism, block["epsilon"], block["delta"], block["rounds"], block["t_min"],
-                             plan.l2_sensitivity, noise["encoding_scale"])
+                             plan.l2_sensitivity, noise["encoding_scale"], block["weight"])
     assert noise["per_device_scale"] >= floor
     if not fixed:  # (an analyst's larger z is simply more noise than needed)
         ratio = floor / noise["per_device_scale"]

@@ -1,0 +1,72 @@
+"""`GET /v1/queries/{id}/result` carries `uncertainty` (every released noisy value's std and 95 % interval) and
+`warnings`; a failed query whose kind released a result (diverged training) keeps it readable. In process: the
+real app, a small fleet of DeviceClients for a noisy histogram, the store for the failed case."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import numpy as np
+from aiohttp.test_utils import TestServer
+
+from analytics_server.state import STATE
+from device_sdk.client import DeviceClient
+from device_sdk.store import LocalStore
+from tests.device_sdk.test_client import _run_query
+
+SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star"], "release_threshold": 0},
+        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+        "cohort": {"min_clients": 6, "max_clients": 10, "phase_timeout_s": 3}}
+
+
+async def test_noisy_result_has_intervals_and_warnings(app_server: TestServer) -> None:
+    url = str(app_server.make_url(""))
+    token = await app_server.app[STATE].store.create_token("analyst")
+    rng = np.random.default_rng(1)
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as http:
+        clients = []
+        for _ in range(8):
+            store = LocalStore()
+            store.add_many("words", [str(rng.choice(["moon", "sun"]))])
+            clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+        fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
+        res = await _run_query(http, url, SPEC, {"Authorization": f"Bearer {token}"})
+        stop.set()
+        await asyncio.gather(*fleet)
+    assert res["status"] == "succeeded" and res["error"] is None
+    std = res["privacy"]["noise"][0]["noise_std_released"]
+    assert set(res["uncertainty"]) == {f"/counts/{b}" for b in res["result"]["counts"]} != set()
+    for path, u in res["uncertainty"].items():
+        value = res["result"]["counts"][path.rsplit("/", 1)[1]]
+        assert u["std"] == std and u["ci95"][0] < value < u["ci95"][1]
+    # eight devices at ε = 1: every count is swamped by its noise, and the answer says so with what to change
+    assert {w["path"] for w in res["warnings"]} == set(res["uncertainty"])
+    assert all("privacy.epsilon" in w["message"] for w in res["warnings"])
+
+
+async def test_a_failed_query_with_a_result_stays_readable(app_server: TestServer) -> None:
+    st = app_server.app[STATE].store
+    token = await st.create_token("analyst")
+    info = await st.lookup_token(token)
+    assert info is not None
+    q = await st.create_query("training", None, "examples", {"kind": "training"}, {}, 3, None, info.id)
+    await st.set_query_status(q.id, "running")
+    warnings = [{"path": "/stop_reason", "message": "training diverged at round 2"}]
+    assert await st.finish_query(q.id, {"stop_reason": "diverged"}, {"mechanism": "none"}, {}, warnings,
+                                 failure="training diverged at round 2: the evaluation loss exploded")
+    other = await st.create_query("training", None, "examples", {"kind": "training"}, {}, 3, None, info.id)
+    await st.set_query_status(other.id, "failed", "no cohort formed")
+    hdr = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession() as http:
+        status = await (await http.get(str(app_server.make_url(f"/v1/queries/{q.id}")), headers=hdr)).json()
+        assert status["status"] == "failed" and "diverged" in status["error"]
+        r = await http.get(str(app_server.make_url(f"/v1/queries/{q.id}/result")), headers=hdr)
+        body = await r.json()
+        assert r.status == 200 and body["status"] == "failed" and body["result"] == {"stop_reason": "diverged"}
+        assert body["warnings"] == warnings and "exploded" in body["error"]
+        r = await http.get(str(app_server.make_url(f"/v1/queries/{other.id}/result")), headers=hdr)
+        assert r.status == 409 and "no cohort formed" in (await r.json())["error"]  # failed without a result
+        events = [e.type for e in await st.events(q.id)]
+        assert "query.failed" in events and "query.succeeded" not in events
