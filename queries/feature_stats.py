@@ -53,7 +53,7 @@ from queries.layout import Layout
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
 from queries.uncertainty import Z95, fmt, interval
-from secagg.validity.statement import Ranged, Statement
+from secagg.validity.statement import Bits, Ranged, Statement
 
 # Limits of a feature_stats spec (docs/feature_stats.md, "Limits"): the second round's vector has
 # len(features)·(1 + bins) ≤ 1,001,000 entries.
@@ -433,17 +433,27 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
 
     def validity(self, task: dict[str, Any]) -> Statement:
-        """Every entry within what `max_examples` examples can add: counts, first moments, histogram bins and
-        second moments each in [0, max_examples·2^scale_exp]."""
+        """What a contribution to each stage's round holds: the rows-per-device round a one-hot over its grid's
+        buckets (or all zeros for a device without rows); the moments rounds entries within what `max_examples`
+        examples can add — counts and first moments, second moments and histogram bins each in
+        [0, max_examples·2^scale_exp]."""
+        stage = task.get("stage") if isinstance(task, dict) else None
+        if stage == "row_counts":
+            try:
+                buckets = len(task["grid"]) + 1
+            except (KeyError, TypeError) as exc:
+                raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
+            return Statement((Bits(buckets, max_ones=1),))
         try:
-            f, k, m, stage = len(task["features"]), int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
+            f, k, m = len(task["features"]), int(task["scale_exp"]), int(task["max_examples"])
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
         top = m << k
         if stage == "first_moments":
-            bins = int(task.get("bins") or 0)
-            return Statement(tuple(Ranged(n, 0, top) for n in (f, f, f * bins) if n))
-        return Statement((Ranged(f, 0, top),))
+            return Statement((Ranged(first_moments_layout(f).dim, 0, top),))
+        if stage == "second_moments":
+            return Statement((Ranged(second_moments_layout(f, int(task.get("bins") or 0)).dim, 0, top),))
+        raise QueryKindError(f"task.stage: unknown feature_stats stage {stage!r}")
 
     def decode_round(
         self,
