@@ -290,6 +290,14 @@ async def events(request: web.Request) -> web.StreamResponse:
     after = _last_event_id(request)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    try:
+        await _stream(st, q, token, after, resp)
+    except ConnectionResetError:  # the client went away (a page left, a stream aborted): nothing to answer
+        log.debug("event stream of query %s: the client closed the connection", q.id)
+    return resp
+
+
+async def _stream(st: AppState, q: Query, token: TokenInfo, after: int, resp: web.StreamResponse) -> None:
     last = None
     while True:
         q = await _query_or_404(st, q.id, token)
@@ -308,7 +316,6 @@ async def events(request: web.Request) -> web.StreamResponse:
             break
         await asyncio.sleep(SSE_POLL_S)
     await resp.write_eof()
-    return resp
 
 
 def _last_event_id(request: web.Request) -> int:

@@ -207,3 +207,4 @@ def test_json_lines_formatter() -> None:
     assert line["message"] == "query q1 ended: ok" and line["level"] == "INFO" and line["logger"] == "test.jsonlines"
     assert line["event"] == "query.succeeded" and line["seconds"] == 1.5 and line["when"].startswith("2026-01-01")
     assert line["ts"].endswith("+00:00")
+
