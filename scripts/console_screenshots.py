@@ -4,7 +4,7 @@ a live server and simulated fleets (scripts/devstack.py).
 
     .venv/bin/python scripts/console_screenshots.py [--out docs/img]
 
-Order: 50 breast-cancer devices first (feature statistics, then the model, as in the README), then 200 more
+Order: 50 breast-cancer devices first (feature statistics, then the DP model, as in the README), then 200 more
 devices for two histograms of typed words and a third that cannot form and is cancelled (a refund on the
 budget timeline). About a minute.
 """
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             stats = api.submit(_example("breast_cancer_stats"))["id"]
             assert api.wait(stats, timeout_s=300)["status"] == "succeeded"
             (tmp / "bc_stats.json").write_text(json.dumps(api.result(stats)))
-            train = _example("training")
-            apply_set(train, f"params.scaling=@{tmp / 'bc_stats.json'}#/result")
+            train = _example("breast_cancer_train_dp")  # the README's DP training, scaled by the statistics
+            apply_set(train, f"params.scaling=@{tmp / 'bc_stats.json'}")
             trained = api.submit(train)["id"]
             assert api.wait(trained, timeout_s=300)["status"] == "succeeded"
             fleets.append(Fleet(server.url, 200, tmp, scenario="mixed", seed=1))

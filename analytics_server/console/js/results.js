@@ -10,8 +10,11 @@ export function renderResult(view, spec) {
   const warnings = (view.warnings || []).map((w) =>
     h("li", {}, w.path ? h("code", {}, w.path) : null, w.path ? " " : null, w.message));
   const body = { histogram, heavy_hitters: heavyHitters, feature_stats: featureStats, training }[view.kind];
+  const list = warnings.length ? h("ul", { class: "warnings", "data-testid": "warnings" }, warnings) : null;
   return h("div", { class: "result", dataset: { kind: view.kind } },
-    warnings.length ? h("ul", { class: "warnings", "data-testid": "warnings" }, warnings) : null,
+    warnings.length > 3  // many (a noisy training run warns per evaluation): folded, with the count
+      ? h("details", { class: "warnings-fold" }, h("summary", {}, `${warnings.length} warnings from the server about these values`), list)
+      : list,
     body ? body(view, spec) : h("pre", { class: "json" }, JSON.stringify(view.result, null, 2)));
 }
 
