@@ -433,27 +433,23 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
 
     def validity(self, task: dict[str, Any]) -> Statement:
-        """What a contribution to each stage's round holds: the rows-per-device round a one-hot over its grid's
-        buckets (or all zeros for a device without rows); the moments rounds entries within what `max_examples`
-        examples can add — counts and first moments, second moments and histogram bins each in
-        [0, max_examples·2^scale_exp]."""
-        stage = task.get("stage") if isinstance(task, dict) else None
-        if stage == "row_counts":
+        """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
+        entry within what `max_examples` examples can add: counts, first moments, histogram bins and second
+        moments each in [0, max_examples·2^scale_exp]."""
+        if isinstance(task, dict) and task.get("stage") == "row_counts":
             try:
-                buckets = len(task["grid"]) + 1
+                return Statement((Bits(row_counts_layout(len(task["grid"])).dim, 1),))
             except (KeyError, TypeError) as exc:
                 raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
-            return Statement((Bits(buckets, max_ones=1),))
         try:
-            f, k, m = len(task["features"]), int(task["scale_exp"]), int(task["max_examples"])
+            f, k, m, stage = len(task["features"]), int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
         top = m << k
-        if stage == "first_moments":
-            return Statement((Ranged(first_moments_layout(f).dim, 0, top),))
-        if stage == "second_moments":
-            return Statement((Ranged(second_moments_layout(f, int(task.get("bins") or 0)).dim, 0, top),))
-        raise QueryKindError(f"task.stage: unknown feature_stats stage {stage!r}")
+        if stage == "first_moments":  # counts, first moments
+            return Statement((Ranged(f, 0, top), Ranged(f, 0, top)))
+        bins = int(task.get("bins") or 0)  # second moments, then the histogram bins
+        return Statement(tuple(Ranged(n, 0, top) for n in (f, f * bins) if n))
 
     def decode_round(
         self,

@@ -18,8 +18,7 @@ from queries.registry import get_kind
 from queries.spec import QuerySpec
 
 HIST = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "a/b"]},
-        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6, "validation": "none"},  # (proofs spend
-        # part of δ on truncating noise: the whole δ calibrates the noise recomputed below only without them)
+        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
         "cohort": {"min_clients": 100, "max_clients": 400}}
 STATS = {"kind": "feature_stats", "source": "features",
          "params": {"features": [{"name": "age", "lower": 18, "upper": 90}], "max_examples_per_device": 3, "bins": 2},
@@ -40,10 +39,11 @@ async def test_histogram_preview_is_the_noise_the_query_will_carry(app_server: T
     status, body = await _post(app_server, HIST, token)
     assert status == 200, body
     assert body["kind"] == "histogram" and body["source"] == "words" and body["rounds"] == 1 and body["t_min"] == 100
-    assert body["privacy"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "skellam", "validation": "none"}
+    assert body["privacy"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "skellam", "validation": "proofs"}
     assert body["budget"] == {"source": "words", "remaining_epsilon": 10.0, "remaining_delta": 1e-5, "fits": True}
     # the std the orchestrator's round noise gives at t_min contributors, per bucket (JSON Pointers, escaped)
-    spec = QuerySpec.model_validate(HIST)
+    # the spec as submitted, with the validation the server settled on (proofs leave part of δ to truncation)
+    spec = QuerySpec.model_validate({**HIST, "privacy": {**HIST["privacy"], "validation": body["privacy"]["validation"]}})
     kind = get_kind("histogram")
     params = kind.parse_params(spec.params)
     cal = privacy.check_and_calibrate(spec, kind, params, "demo")
@@ -88,7 +88,7 @@ async def test_bad_spec_auth_and_budget_answers(app_server: TestServer) -> None:
 async def test_production_refuses_an_unprovisioned_source_like_submit(start_app_server) -> None:  # type: ignore[no-untyped-def]
     server = await start_app_server(profile="production")
     token = await server.app[STATE].store.create_token("analyst")
-    status, body = await _post(server, {**HIST, "privacy": {**HIST["privacy"], "validation": "proofs"}}, token)
+    status, body = await _post(server, HIST, token)
     assert status == 422 and body["error"].startswith("source:")
 
 
