@@ -161,7 +161,7 @@ def main() -> int:
         tmp = Path(tmp_s)
         url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
         fresh_database(url)
-        server = Server(url, tmp / "server.log", env={"FA_COHORT_FORMATION_WAIT_S": "3"}).start()
+        server = Server(url, tmp / "server.log", env={"FA_COHORT_FORMATION_WAIT_S": "1.5"}).start()
         fleet = None
         try:
             analyst, admin = server.token("analyst"), server.token("admin")
