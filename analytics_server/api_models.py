@@ -13,6 +13,19 @@ from queries.spec import QuerySpec
 Status = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 
 
+class CohortProgress(BaseModel):
+    """The query's running cohort (from the process that runs it; up to a heartbeat old from another process)."""
+
+    id: str
+    phase: str = Field(description="the secagg phase open now")
+    devices: int = Field(description="members of the cohort")
+    expected: int = Field(description="members still expected to answer in this phase (the rest dropped)")
+    answered: int = Field(description="members that answered in this phase so far")
+    phase_opened_at: float = Field(description="unix time the phase opened")
+    deadline_at: float = Field(description="unix time the phase closes at the latest (cohort.phase_timeout_s)")
+    deadline_in_s: float = Field(description="seconds until deadline_at, as of this answer (≥ 0)")
+
+
 class Progress(BaseModel):
     round: int = Field(description="index of the current round (0-based)")
     rounds_upper_bound: int
@@ -22,6 +35,7 @@ class Progress(BaseModel):
     cohorts: dict[str, int] = Field(default_factory=dict, description="cohorts of the current round by outcome")
     phase: str | None = Field(default=None, description="forming, or the secagg phase of the running cohort")
     devices_eligible: int | None = None
+    cohort: CohortProgress | None = Field(default=None, description="the running cohort, while one runs")
 
 
 class QueryView(BaseModel):
@@ -34,6 +48,8 @@ class QueryView(BaseModel):
     error: str | None = None
     created_at: str
     finished_at: str | None = None
+    created_by: int | None = Field(default=None, description="id of the token that submitted the query")
+    spec: dict[str, Any] | None = Field(default=None, description="the submitted spec (GET /v1/queries/{id} only)")
 
 
 class QueryCreated(QueryView):
@@ -205,6 +221,73 @@ class QuotaView(BaseModel):
     configured: bool = Field(description="true when an admin set this token's quota; false: the server default")
     active_queries: int = Field(description="pending + running queries of this token")
     max_active_queries: int | None
+
+
+class WhoAmI(BaseModel):
+    token_id: int
+    role: str
+
+
+class ChargeView(BaseModel):
+    """One query's charge against a source. Another analyst's query shows no id, kind or name."""
+
+    query_id: str | None
+    kind: str | None
+    name: str | None
+    epsilon: float
+    delta: float
+    status: Literal["charged", "refunded"]
+    charged_at: str
+    refunded_at: str | None
+    own: bool = Field(description="the calling analyst submitted this query")
+
+
+class ChargeList(BaseModel):
+    source: str
+    budget: BudgetView
+    charges: list[ChargeView] = Field(description="oldest first; at most the newest 1,000")
+
+
+class PhaseStatsView(BaseModel):
+    count: int
+    mean_s: float
+    p50_s: float
+    p90_s: float
+    max_s: float
+
+
+class AbortReason(BaseModel):
+    reason: str
+    count: int
+
+
+class FleetView(BaseModel):
+    """The devices and cohorts of every process sharing the database."""
+
+    at: float = Field(description="server unix time of this report (check-ins per second: difference two reports)")
+    devices_registered: int
+    devices_available: int = Field(description="checked in recently and not in a cohort")
+    devices_in_cohorts: int
+    checkins_total: int = Field(description="check-ins since the live processes started (from their heartbeats)")
+    processes_live: int
+    queries: dict[str, int] = Field(description="queries by status")
+    cohorts_total: dict[str, int] = Field(description="cohorts by outcome, all time")
+    cohorts_recent: dict[str, int] = Field(description="cohorts by outcome formed in the last hour")
+    abort_reasons: list[AbortReason] = Field(description="the last hour's abort reasons, most frequent first")
+    phase_durations: dict[str, PhaseStatsView] = Field(description="seconds each secagg phase was open, recent cohorts")
+    cohorts_sampled: int = Field(description="cohorts the phase durations come from")
+
+
+class TemplateView(BaseModel):
+    kind: str
+    title: str
+    spec: dict[str, Any] = Field(description="a starter spec, ready to submit against a fleet of the stated size")
+    notes: dict[str, str] = Field(description="dotted spec field → what it means")
+    text: str = Field(description="the spec as commented JSON (what `fa init KIND` writes)")
+
+
+class TemplateList(BaseModel):
+    templates: list[TemplateView]
 
 
 class QuotaRequest(BaseModel):

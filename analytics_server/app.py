@@ -13,7 +13,7 @@ from analytics_server.auth import DeviceAuth, require_token
 from analytics_server.cluster import identity_for
 from analytics_server.db.engine import check_migrated, make_engine
 from analytics_server.db.store import Store
-from analytics_server.http import analyst, device
+from analytics_server.http import analyst, console, device
 from analytics_server.http.common import BODY_READ_TIMEOUT, make_error_middleware
 from analytics_server.metrics import Metrics, count_statements
 from analytics_server.notify import notifier_for
@@ -61,6 +61,7 @@ def create_app(settings: Settings) -> web.Application:
     )
     app[OPENAPI] = openapi.build()
     app[BODY_READ_TIMEOUT] = settings.body_read_timeout_s
+    app[console.ASSETS] = console.load_assets()
 
     async def startup(app: web.Application) -> None:
         engine = make_engine(settings.db_url)
@@ -100,6 +101,7 @@ def create_app(settings: Settings) -> web.Application:
     app.on_cleanup.append(cleanup)
     app.router.add_routes(analyst.routes)
     app.router.add_routes(device.routes)
+    app.router.add_routes(console.routes)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/openapi.json", openapi_doc)

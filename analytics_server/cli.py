@@ -154,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     url = settings.db_url
+    if args.cmd == "serve":
+        from analytics_server import logs
+
+        logs.setup(settings.log_format, settings.log_level)
     if args.cmd == "migrate":
         _db(url, lambda: migrate(url))
         print(f"migrated {safe_url(url)}")

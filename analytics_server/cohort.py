@@ -26,6 +26,7 @@ import numpy as np
 
 from analytics_server.db.store import QueryNotLive, Store
 from analytics_server.errors import HttpError
+from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
 from analytics_server.validation import CohortValidation
 from queries.envelope import Assignment
@@ -117,6 +118,8 @@ class CohortRuntime:
         self._last_arrival: float | None = None
         self._changed = asyncio.Event()
         self.started = time.time()
+        self.phase_opened = self.started
+        """Wall-clock time the open phase opened (its deadline is this + phase_timeout_s)."""
         self.ended: float | None = None
         self.mode = "secagg"
         self.secagg_dict: dict[str, Any] = {}
@@ -142,6 +145,19 @@ class CohortRuntime:
             proof = self.validation.proof_bytes if self.validation is not None else 0
             return max_client_message_size(cfg.dim, cfg.bits, cfg.resolved_degree, proof)
         return max_client_message_size(self.session.dim, self.session.bits, 0)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The running cohort as status views show it: open phase, members, parties still expected in it and
+        how many of them answered, and when the phase closes at the latest (unix time)."""
+        return {
+            "id": self.id,
+            "phase": Phase(self.phase).label,
+            "devices": len(self.members),
+            "expected": len(self.session.expected()),
+            "answered": self.session.received_count(),
+            "phase_opened_at": self.phase_opened,
+            "deadline_at": self.phase_opened + self.phase_timeout_s,
+        }
 
     def still_expects(self, device_id: str) -> bool:
         party = self.members.get(device_id)
@@ -247,6 +263,7 @@ class CohortRuntime:
         try:
             while True:
                 started = loop.time()
+                self.phase_opened = time.time()
                 await self._wait_for_answers(started)
                 async with self._lock:
                     closing = self.session.phase
@@ -354,6 +371,11 @@ class CohortRuntime:
         self.metrics.cohorts["aborted"] += 1
         self.ended = time.time()
         self._notify()
+        label = Phase(self.phase).label
+        log.info("cohort %s of query %s aborted in phase %s after %.1f s: %s", self.id, self.query_id, label,
+                 self.ended - self.started, reason,
+                 extra=fields(event="cohort.aborted", cohort_id=self.id, query_id=self.query_id, phase=label,
+                              reason=reason, seconds=round(self.ended - self.started, 3)))
         try:
             await self.store.abort_cohort(self.id, reason, self.phase, keep_seats=keep_seats)
         finally:
@@ -391,6 +413,12 @@ class CohortRuntime:
         self.contributors = result.contributors
         self.status = "finished"
         self.ended = time.time()
+        lost = sum(len(v) for v in dropped.values())
+        log.info("cohort %s of query %s finished in %.1f s: %d of %d devices contributed (%d dropped)", self.id,
+                 self.query_id, self.ended - self.started, len(result.contributors), len(self.members), lost,
+                 extra=fields(event="cohort.finished", cohort_id=self.id, query_id=self.query_id,
+                              contributors=len(result.contributors), devices=len(self.members), dropped=dropped,
+                              seconds=round(self.ended - self.started, 3)))
         self.metrics.cohorts["finished"] += 1
         self._notify()
         self.on_end(self)

@@ -31,6 +31,10 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("get", "/v1/budgets", "Privacy-budget ledgers of all sources", None, am.BudgetList, "bearer"),
     ("get", "/v1/budgets/{source}", "Privacy-budget ledger of one source", None, am.BudgetView, "bearer"),
     ("put", "/v1/admin/budgets/{source}", "Set a source's total privacy budget (admin)", am.BudgetRequest, am.BudgetView, "bearer"),
+    ("get", "/v1/budgets/{source}/charges", "A source's ledger and its charges over time", None, am.ChargeList, "bearer"),
+    ("get", "/v1/fleet", "Devices, check-ins, cohorts by outcome, phase durations", None, am.FleetView, "bearer"),
+    ("get", "/v1/whoami", "The calling token's id and role", None, am.WhoAmI, "bearer"),
+    ("get", "/v1/templates", "A starter spec per query kind, with notes", None, am.TemplateList, "bearer"),
     ("post", "/v1/device/register", "Register a device identity key", env.RegisterRequest, env.RegisterResponse, "signed"),
     ("post", "/v1/device/checkin", "Check in; long-poll for an assignment", env.CheckinRequest, env.CheckinResponse, "signed"),
     ("get", "/v1/device/cohorts/{cohort_id}", "Cohort status", None, env.CohortStatus, "signed"),
@@ -40,6 +44,10 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("get", "/healthz", "Liveness", None, am.Health, "none"),
     ("get", "/metrics", "Prometheus metrics (bearer token of role admin or metrics when FA_METRICS_AUTH is token, the production default)", None, "text", "none"),
     ("get", "/v1/openapi.json", "This document", None, None, "none"),
+    ("get", "/", "Redirect to the analyst console", None, "redirect", "none"),
+    ("get", "/ui", "Redirect to the analyst console", None, "redirect", "none"),
+    ("get", "/ui/", "The analyst console (HTML; signs in with a bearer token kept in the browser tab)", None, "html", "none"),
+    ("get", "/ui/{name}", "A file of the analyst console (scripts, styles, vendored chart library)", None, "asset", "none"),
 ]
 
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
@@ -85,6 +93,15 @@ def build() -> dict[str, Any]:
             op["responses"][ok] = {"description": "event stream", "content": {"text/event-stream": {}}}
         elif resp == "text":
             op["responses"][ok] = {"description": "metrics", "content": {"text/plain": {}}}
+        elif resp == "redirect":
+            op["responses"]["302"] = {"description": "to /ui/", "headers": {"Location": {"schema": {"type": "string"}}}}
+        elif resp == "html":
+            op["responses"][ok] = {"description": "the console page", "content": {"text/html": {}}}
+            op["responses"]["304"] = {"description": "not modified (If-None-Match)"}
+        elif resp == "asset":
+            op["responses"][ok] = {"description": "the file", "content": {
+                t: {} for t in ("text/javascript", "text/css", "text/html", "application/json", "text/plain")}}
+            op["responses"]["304"] = {"description": "not modified (If-None-Match)"}
         else:
             op["responses"]["202" if req == "binary" else ok] = {"description": "ok"}
         if security == "bearer":

@@ -34,6 +34,7 @@ from analytics_server.cluster import ProcessIdentity
 from analytics_server.cohort import CohortRuntime
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
+from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
@@ -193,6 +194,11 @@ class Orchestrator:
             self._held.discard(qid)
         for qid in await self.store.unleased_queries():
             self.spawn(qid)
+        for qid in self._held:
+            live = self.live.get(qid)
+            if live is not None:  # the running cohort as other processes' status views show it
+                cohort = self.cohorts.get(live.get("cohort") or "")
+                live["cohort_live"] = cohort.snapshot() if cohort is not None and cohort.status == "running" else None
         changed = {qid: dict(live) for qid, live in self.live.items()
                    if qid in self._held and self._stored_progress.get(qid) != live}
         if changed:
@@ -287,6 +293,8 @@ class Orchestrator:
                 raise QueryFailed(f"round {index}: decode failed: {exc}") from None
             index += 1
             await self.store.decode_round(rnd.id, q.id, kind.state_to_json(state), index)
+            log.info("query %s: round %d decoded over %d contributors", q.id, index - 1, rnd.contributors,
+                     extra=fields(event="round.decoded", query_id=q.id, round=index - 1, contributors=rnd.contributors))
             self._coins.pop(rnd.id, None)
 
     async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
@@ -374,6 +382,10 @@ class Orchestrator:
             await asyncio.shield(self.store.release_devices(cohort.id))
             raise
         self.pool.deliver(wire)
+        log.info("cohort %s formed for query %s round %d: %d devices (need %d survivors, %s)", cohort.id, q.id,
+                 rnd.index, len(members), rnd.need, cohort.mode,
+                 extra=fields(event="cohort.formed", cohort_id=cohort.id, query_id=q.id, round=rnd.index,
+                              devices=len(members), need=rnd.need))
         if self.notifier.shared:
             await self.notifier.publish(ASSIGN, cohort.id)
         live.update(phase=Phase(cohort.phase).label, cohort=cohort.id, cohort_size=len(members))

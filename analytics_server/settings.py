@@ -98,6 +98,10 @@ class Settings(BaseSettings):
         description="refuse sources without an admin-set budget instead of giving them the default; "
         "default: on in production, off in demo",
     )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="server log lines: `text` or `json` (one JSON object per line, with structured fields)"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="server log level")
     require_validation: bool | None = Field(
         default=None,
         description="refuse privacy.validation \"none\" for kinds that can prove their contributions "

@@ -1,246 +1,418 @@
-"""`fa`: submit a query spec, follow its progress, print its result (table, JSON or CSV).
+"""`fa`, the analyst CLI: submit, follow and read queries; list them; budgets; check a spec before spending ε;
+starter specs. The result alone goes to stdout; progress, ids and messages go to stderr, so
+`fa submit SPEC --wait --format json > out.json` writes valid JSON (docs/analyst.md).
 
-Server and token come from --server/--token or FA_SERVER/FA_TOKEN; the server may be a comma-separated list
-of processes sharing one database, tried in turn when one cannot be reached. `AnalystClient` is the small
-synchronous HTTP client behind the commands (also used by scripts/demo_server.py).
+Server and token come from --server/--token or FA_SERVER/FA_TOKEN; the server may be a comma-separated list of
+processes sharing one database, tried in turn when one cannot be reached. Exit codes: 0 success; 1 an API
+error, an unreachable server or a query that did not succeed; 2 bad usage or an unreadable/invalid spec file;
+3 `fa validate` checked the spec locally but the server offers no preview.
+
+The HTTP client is `device_sdk.analyst.AnalystClient` (re-exported here), the text views are in
+`device_sdk.analyst_view`.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from device_sdk.servers import parse_server_urls
+from device_sdk.analyst import TERMINAL, AnalystClient, ApiError, PreviewUnavailable, flatten
+from device_sdk.analyst_view import (
+    format_budgets,
+    format_charges,
+    format_preview,
+    format_queries,
+    format_result,
+    format_status,
+    progress_fraction,
+    progress_text,
+)
+from queries import jsonc
 from queries.spec import QuerySpec
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+__all__ = ["AnalystClient", "ApiError", "PreviewUnavailable", "TERMINAL", "format_result", "load_spec", "main"]
+_flatten = flatten  # the name scripts/demo_server.py imports
+EXIT_FAILED, EXIT_USAGE, EXIT_NO_PREVIEW = 1, 2, 3
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
+class SpecError(Exception):
+    """A spec file that cannot be read, parsed or validated (exit code 2)."""
 
 
-FAILOVER_STATUSES = (502, 503, 504)
+def _say(*parts: Any) -> None:
+    print("fa:", *parts, file=sys.stderr, flush=True)
 
 
-class AnalystClient:
-    def __init__(self, server: str | list[str], token: str, timeout_s: float = 30.0) -> None:
-        self.servers = parse_server_urls(server, "server")
-        self._current = 0
-        self.token = token
-        self.timeout = timeout_s
-
-    @property
-    def server(self) -> str:
-        return self.servers[self._current]
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        """One request, failing over to the next server URL: a GET after any connection failure or a 502/503/504;
-        a POST/PUT only when the connection was refused (nothing reached the server). A POST whose answer was lost
-        may have been carried out (a query submitted, charged to a budget): retrying it elsewhere could do it
-        twice, so that error is raised instead."""
-        idempotent = method == "GET"
-        for attempt in range(len(self.servers)):
-            try:
-                return self._call_once(method, path, body)
-            except urllib.error.HTTPError as exc:
-                if idempotent and exc.code in FAILOVER_STATUSES and attempt + 1 < len(self.servers):
-                    self._next()
-                    continue
-                raise self._api_error(exc) from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-                reason = getattr(exc, "reason", exc)
-                refused = isinstance(reason, ConnectionRefusedError)
-                if (idempotent or refused) and attempt + 1 < len(self.servers):
-                    self._next()
-                    continue
-                raise
-        raise AssertionError("unreachable")
-
-    def _next(self) -> None:
-        self._current = (self._current + 1) % len(self.servers)
-        print(f"fa: switching to server {self.server}", file=sys.stderr)
-
-    def _call_once(self, method: str, path: str, body: Any) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.token}")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            return json.loads(resp.read() or b"null")
-
-    @staticmethod
-    def _api_error(exc: urllib.error.HTTPError) -> ApiError:
-        raw = exc.read()
-        try:
-            msg = json.loads(raw).get("error", raw.decode())
-        except ValueError:
-            msg = raw.decode("utf-8", "replace")
-        return ApiError(exc.code, msg)
-
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return self.call("POST", "/v1/queries", spec)
-
-    def preview(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """`POST /v1/queries/preview`: the charge and the expected noise of every value, nothing created."""
-        return self.call("POST", "/v1/queries/preview", spec)
-
-    def status(self, query_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/v1/queries/{query_id}")
-
-    def result(self, query_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/v1/queries/{query_id}/result")
-
-    def cancel(self, query_id: str) -> dict[str, Any]:
-        return self.call("POST", f"/v1/queries/{query_id}/cancel")
-
-    def wait(self, query_id: str, timeout_s: float = 3600, on_progress: Any = None, poll_s: float = 0.5) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            st = self.status(query_id)
-            if on_progress:
-                on_progress(st)
-            if st["status"] in TERMINAL:
-                return st
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"query {query_id} still {st['status']} after {timeout_s:.0f} s")
-            time.sleep(poll_s)
-
-
-def load_spec(path: str) -> dict[str, Any]:
-    """Read and validate a spec file locally (same model as the server) so typos fail before submitting."""
+def load_spec(path: str, sets: list[str] | None = None) -> dict[str, Any]:
+    """Read a spec file (JSON; `//` and `/* */` comments allowed), apply `--set` overrides and validate it
+    locally with the server's own models, so typos fail before anything is sent. `-` reads stdin."""
     try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"fa: cannot read spec {path}: {exc}") from None
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {path}: {exc.strerror or exc}") from None
     try:
-        QuerySpec.model_validate(raw)
-    except ValidationError as exc:
-        raise SystemExit(f"fa: invalid spec {path}:\n{exc}") from None
+        raw = jsonc.loads(text)
+    except (ValueError, jsonc.CommentError) as exc:
+        raise SpecError(f"spec {path} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec {path}: expected a JSON object, got {type(raw).__name__}")
+    for item in sets or []:
+        apply_set(raw, item)
+    check_spec(raw, path)
     return raw
 
 
-def format_result(res: dict[str, Any], fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(res, indent=2, sort_keys=True)
-    rows = _flatten(res.get("result", {}))
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(["key", "value"])
-        w.writerows(rows)
-        return buf.getvalue()
-    from rich.console import Console
-    from rich.table import Table
+def check_spec(raw: dict[str, Any], path: str = "spec") -> None:
+    """Validate the envelope (`QuerySpec`) and the kind's params locally; SpecError naming the fields."""
+    try:
+        spec = QuerySpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(f"invalid spec {path}:\n{_errors(exc)}") from None
+    from queries.kind import QueryKindError
+    from queries.registry import get_kind
 
-    table = Table(title=f"{res.get('kind')} result")
-    table.add_column("key")
-    table.add_column("value", justify="right")
-    for k, v in rows:
-        table.add_row(k, str(v))
-    privacy = res.get("privacy", {})
-    table.caption = f"privacy: mechanism={privacy.get('mechanism')} epsilon={privacy.get('epsilon')} delta={privacy.get('delta')}"
-    buf = io.StringIO()
-    Console(file=buf, width=100, force_terminal=False).print(table)
-    return buf.getvalue()
+    try:
+        kind = get_kind(spec.kind)
+    except QueryKindError as exc:
+        raise SpecError(f"invalid spec {path}: {exc}") from None
+    try:
+        kind.parse_params(spec.params)
+    except ValidationError as exc:
+        raise SpecError(f"invalid spec {path}:\n{_errors(exc, 'params')}") from None
+    except ImportError:
+        pass  # a check that needs the server's extras (the DP accountant): the server makes it
+    except ValueError as exc:
+        raise SpecError(f"invalid spec {path}: params: {exc}") from None
 
 
-def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-        return out
-    if isinstance(obj, list) and obj and all(isinstance(x, (dict, list)) for x in obj):
-        out = []
-        for i, v in enumerate(obj):
-            out += _flatten(v, f"{prefix}[{i}]")
-        return out
-    if isinstance(obj, list):
-        return [(prefix, ", ".join(str(x) for x in obj))]
-    return [(prefix, obj)]
+def _errors(exc: ValidationError, prefix: str = "") -> str:
+    out = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(x) for x in ((prefix,) if prefix else ()) + tuple(err["loc"]))
+        out.append(f"  {loc or 'spec'}: {err['msg']}")
+    return "\n".join(out)
 
 
-def _wait_with_bar(client: AnalystClient, query_id: str) -> dict[str, Any]:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def apply_set(spec: dict[str, Any], item: str) -> None:
+    """`KEY=VALUE`: set a dotted field of the spec. VALUE is JSON (else a string); `@FILE` reads JSON from a
+    file and `@FILE#/json/pointer` a part of it (e.g. `params.scaling=@stats.json#/result`)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise SpecError(f"--set {item!r}: expected KEY=VALUE")
+    if value.startswith("@"):
+        name, _, ptr = value[1:].partition("#")
+        try:
+            parsed: Any = jsonc.loads(Path(name).read_text())
+        except OSError as exc:
+            raise SpecError(f"--set {key}: cannot read {name}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise SpecError(f"--set {key}: {name} is not valid JSON: {exc}") from None
+        parsed = _resolve(parsed, ptr, f"--set {key}: {name}")
+    else:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+    target = spec
+    parts = key.split(".")
+    for part in parts[:-1]:
+        nxt = target.get(part)
+        if nxt is None:
+            nxt = target[part] = {}
+        if not isinstance(nxt, dict):
+            raise SpecError(f"--set {key}: {part} is not an object")
+        target = nxt
+    target[parts[-1]] = parsed
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                  transient=False, console=Console(stderr=True)) as bar:  # stdout carries only the result
-        task = bar.add_task(f"query {query_id}", total=None, info="")
 
-        def update(st: dict[str, Any]) -> None:
-            pr = st.get("progress", {})
-            need = pr.get("need") or 0
-            rounds = max(1, pr.get("rounds_upper_bound", 1))
-            frac = (pr.get("rounds_done", 0) + (min(1.0, pr.get("contributors", 0) / need) if need else 0)) / rounds
-            if st["status"] == "succeeded":
-                frac = 1.0
-            bar.update(task, total=1.0, completed=min(frac, 1.0),
-                       info=f"{st['status']} round {pr.get('round')} {pr.get('contributors', 0)}/{need or '?'} {pr.get('phase') or ''}")
+def _resolve(doc: Any, ptr: str, where: str) -> Any:
+    if not ptr:
+        return doc
+    if not ptr.startswith("/"):
+        raise SpecError(f"{where}: {ptr!r} is not a JSON Pointer (it starts with /)")
+    for raw in ptr.split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(doc, dict) and part in doc:
+            doc = doc[part]
+        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+            doc = doc[int(part)]
+        else:
+            raise SpecError(f"{where}: nothing at {ptr}")
+    return doc
 
-        return client.wait(query_id, on_progress=update)
+
+class Reporter:
+    """Progress of a query on stderr: a rich bar on a terminal; elsewhere (a log, a pipe) one line whenever the
+    round, phase or status changes."""
+
+    def __init__(self, query_id: str) -> None:
+        self.query_id = query_id
+        self.tty = sys.stderr.isatty()
+        self._last = ""
+        self._bar: Any = None
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(BarColumn(bar_width=24), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                                 console=Console(stderr=True), transient=False)
+            self._task = self._bar.add_task("", total=1.0, info="")  # the id is on the line above
+
+    def __enter__(self) -> Reporter:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def update(self, view: dict[str, Any]) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=progress_fraction(view), info=progress_text(view))
+            return
+        line = progress_text(view, countdown=False)
+        if line != self._last:
+            self._last = line
+            _say(f"query {self.query_id}: {line}")
+
+
+def _width() -> int:
+    try:
+        return max(80, min(160, os.get_terminal_size(sys.stdout.fileno()).columns)) if sys.stdout.isatty() else 120
+    except OSError:
+        return 120
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fa", description="federated analytics: the analyst CLI (results on stdout, "
+                                "progress and messages on stderr)")
+    p.add_argument("--server", default=os.environ.get("FA_SERVER", "http://127.0.0.1:8000"),
+                   help="server URL, or comma-separated URLs (default FA_SERVER or http://127.0.0.1:8000)")
+    p.add_argument("--token", default=os.environ.get("FA_TOKEN"), help="bearer token (default FA_TOKEN)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    fmt_result = ("table", "json", "csv")
+
+    s = sub.add_parser("submit", help="submit a spec (prints the query id, or with --wait the result)")
+    s.add_argument("spec", help="spec file (JSON, comments allowed; - for stdin)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field, e.g. cohort.min_clients=50 or params.scaling=@stats.json#/result")
+    s.add_argument("--wait", action="store_true", help="follow the query on stderr until it ends, then print the result")
+    s.add_argument("--wait-timeout", type=float, default=3600.0, help="seconds --wait waits before giving up")
+    s.add_argument("--format", choices=fmt_result, default="table")
+    s.add_argument("--plot", action="store_true", help="with --wait and --format table: terminal bars and sparklines")
+
+    st = sub.add_parser("status", help="a query's status: round, phase, answers, time to the phase deadline")
+    st.add_argument("id")
+    st.add_argument("--format", choices=("text", "json"), default="text")
+
+    r = sub.add_parser("result", help="print a query's result")
+    r.add_argument("id")
+    r.add_argument("--format", choices=fmt_result, default="table")
+    r.add_argument("--plot", action="store_true", help="terminal bars (counts, feature histograms) and sparklines (training)")
+
+    w = sub.add_parser("wait", help="follow a query on stderr until it ends, then print its result")
+    w.add_argument("id")
+    w.add_argument("--timeout-s", dest="wait_timeout", type=float, default=3600.0, help="seconds to wait before giving up")
+    w.add_argument("--format", choices=fmt_result, default="table")
+    w.add_argument("--plot", action="store_true")
+
+    c = sub.add_parser("cancel", help="cancel a query")
+    c.add_argument("id")
+
+    ls = sub.add_parser("ls", help="list queries, newest first")
+    ls.add_argument("--status", choices=("pending", "running", "succeeded", "failed", "cancelled", "active"))
+    ls.add_argument("--format", choices=("table", "json"), default="table")
+
+    b = sub.add_parser("budget", help="privacy budgets of all sources, or one source with its charges")
+    b.add_argument("source", nargs="?")
+    b.add_argument("--format", choices=("table", "json"), default="table")
+
+    v = sub.add_parser("validate", help="check a spec and preview its charge and noise without spending anything")
+    v.add_argument("spec")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    v.add_argument("--format", choices=("text", "json"), default="text")
+
+    i = sub.add_parser("init", help="write a commented starter spec for a kind")
+    i.add_argument("kind")
+    i.add_argument("-o", "--output", help="file to write (default: stdout)")
+    i.add_argument("--force", action="store_true", help="overwrite --output")
+
+    pg = sub.add_parser("ping", help="check that the server answers (no token needed)")
+    pg.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="keep trying this long")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="fa", description="federated analytics: analyst CLI")
-    p.add_argument("--server", default=os.environ.get("FA_SERVER", "http://127.0.0.1:8000"))
-    p.add_argument("--token", default=os.environ.get("FA_TOKEN"))
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("submit", help="submit SPEC.json")
-    s.add_argument("spec")
-    s.add_argument("--wait", action="store_true", help="show progress until the query ends, then print the result")
-    s.add_argument("--format", choices=("json", "table", "csv"), default="table")
-    st = sub.add_parser("status", help="show a query's status")
-    st.add_argument("id")
-    r = sub.add_parser("result", help="print a query's result")
-    r.add_argument("id")
-    r.add_argument("--format", choices=("json", "table", "csv"), default="table")
-    c = sub.add_parser("cancel", help="cancel a query")
-    c.add_argument("id")
-    args = p.parse_args(argv)
-    if not args.token:
-        p.error("a token is required: --token or FA_TOKEN (create one with `fa-server token create --role analyst`)")
-    client = AnalystClient(args.server, args.token)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        if args.cmd == "submit":
-            created = client.submit(load_spec(args.spec))
-            print(created["id"], file=sys.stderr if args.wait else sys.stdout, flush=True)
-            if not args.wait:
-                return 0
-            final = _wait_with_bar(client, created["id"])
-            if final["status"] != "succeeded":
-                print(f"fa: query {final['id']} {final['status']}: {final.get('error') or ''}", file=sys.stderr)
-                return 1
-            print(format_result(client.result(created["id"]), args.format))
-        elif args.cmd == "status":
-            print(json.dumps(client.status(args.id), indent=2))
-        elif args.cmd == "result":
-            print(format_result(client.result(args.id), args.format))
-        elif args.cmd == "cancel":
-            print(json.dumps(client.cancel(args.id), indent=2))
+        if args.cmd == "init":
+            return _init(args)
+        if args.cmd == "ping":
+            return _ping(args)
+        if not args.token:
+            parser.error("a token is required: --token or FA_TOKEN (create one with `fa-server token create --role analyst`)")
+        client = AnalystClient(args.server, args.token, timeout_s=args.timeout)
+        return COMMANDS[args.cmd](client, args)
+    except SpecError as exc:
+        _say(exc)
+        return EXIT_USAGE
+    except ValueError as exc:  # a malformed --server
+        _say(exc)
+        return EXIT_USAGE
     except ApiError as exc:
-        print(f"fa: {exc}", file=sys.stderr)
-        return 1
+        _say(_api_message(exc))
+        return EXIT_FAILED
+    except TimeoutError as exc:
+        _say(exc)
+        return EXIT_FAILED
     except OSError as exc:
-        print(f"fa: cannot reach {args.server}: {exc}", file=sys.stderr)
-        return 1
+        _say(f"cannot reach {args.server}: {getattr(exc, 'reason', exc)}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        _say("interrupted (the query keeps running on the server; `fa cancel ID` stops it)")
+        return 130
+
+
+def _api_message(exc: ApiError) -> str:
+    text = f"HTTP {exc.status}: {exc.message}"
+    if exc.detail and len(exc.detail) > 1:
+        text += "".join(f"\n  {d.get('field')}: {d.get('message')}" for d in exc.detail)
+    return text
+
+
+def _submit(client: AnalystClient, args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec, args.set)
+    created = client.submit(spec)
+    qid = created["id"]
+    if not args.wait:
+        _out(qid)
+        return 0
+    _say(f"submitted query {qid} ({created['kind']} over {created['source']!r}); following it (Ctrl-C stops following)")
+    return _follow_and_print(client, qid, args.format, args.plot, args.wait_timeout, spec)
+
+
+def _follow_and_print(client: AnalystClient, qid: str, fmt: str, plot: bool, timeout: float, spec: dict[str, Any]) -> int:
+    with Reporter(qid) as rep:
+        final = client.wait(qid, timeout_s=timeout, on_progress=rep.update)
+    if final["status"] != "succeeded":
+        _say(f"query {qid} {final['status']}" + (f": {final['error']}" if final.get("error") else ""))
+        return EXIT_FAILED
+    _out(format_result(client.result(qid), fmt, spec, plot, _width()))
     return 0
+
+
+def _wait(client: AnalystClient, args: argparse.Namespace) -> int:
+    spec = client.status(args.id).get("spec") or {}
+    return _follow_and_print(client, args.id, args.format, args.plot, args.wait_timeout, spec)
+
+
+def _status(client: AnalystClient, args: argparse.Namespace) -> int:
+    view = client.status(args.id)
+    _out(json.dumps(view, indent=2) if args.format == "json" else format_status(view))
+    return 0
+
+
+def _result(client: AnalystClient, args: argparse.Namespace) -> int:
+    spec = client.status(args.id).get("spec") if args.format != "json" else None
+    _out(format_result(client.result(args.id), args.format, spec, args.plot, _width()))
+    return 0
+
+
+def _cancel(client: AnalystClient, args: argparse.Namespace) -> int:
+    view = client.cancel(args.id)
+    _out(f"{view['id']} {view['status']}")
+    return 0
+
+
+def _ls(client: AnalystClient, args: argparse.Namespace) -> int:
+    queries = client.queries()
+    if args.status == "active":
+        queries = [q for q in queries if q["status"] not in TERMINAL]
+    elif args.status:
+        queries = [q for q in queries if q["status"] == args.status]
+    _out(json.dumps(queries, indent=2) if args.format == "json" else format_queries(queries, _width()))
+    return 0
+
+
+def _budget(client: AnalystClient, args: argparse.Namespace) -> int:
+    if args.source:
+        data = client.charges(args.source)
+        _out(json.dumps(data, indent=2) if args.format == "json" else format_charges(data, _width()))
+    else:
+        data = client.budgets()
+        _out(json.dumps(data, indent=2) if args.format == "json" else format_budgets(data, _width()))
+    return 0
+
+
+def _validate(client: AnalystClient, args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec, args.set)
+    try:
+        preview = client.preview(spec)
+    except PreviewUnavailable as exc:
+        _say(f"{args.spec}: valid locally, but {exc.message}: its charge, budget fit and noise were not checked")
+        return EXIT_NO_PREVIEW
+    _out(json.dumps(preview, indent=2) if args.format == "json" else format_preview(preview, _width()))
+    fits = (preview.get("budget") or {}).get("fits")
+    if fits is False:
+        _say(f"{args.spec}: the query does not fit the remaining budget of source {spec.get('source')!r}")
+        return EXIT_FAILED
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from queries.templates import TEMPLATES
+
+    template = TEMPLATES.get(args.kind)
+    if template is None:
+        _say(f"no template for kind {args.kind!r}; known kinds: {', '.join(TEMPLATES)}")
+        return EXIT_USAGE
+    text = template.text()
+    if not args.output:
+        _out(text)
+        return 0
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        _say(f"{out} exists; use --force to overwrite it")
+        return EXIT_USAGE
+    out.write_text(text)
+    _say(f"wrote {out}: a {args.kind} spec with a note on each field; check it with `fa validate {out}`")
+    return 0
+
+
+def _ping(args: argparse.Namespace) -> int:
+    client = AnalystClient(args.server, args.token or "", timeout_s=min(args.timeout, 5.0))
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            health = client.health()
+        except (OSError, ApiError) as exc:
+            if time.monotonic() >= deadline:
+                _say(f"cannot reach {client.server}: {getattr(exc, 'reason', exc)}")
+                return EXIT_FAILED
+            time.sleep(0.2)
+            continue
+        process = health.get("process") or {}
+        _out(f"{client.server} ok: process {process.get('name')}, {health.get('queries_running')} queries running")
+        return 0
+
+
+COMMANDS = {"submit": _submit, "wait": _wait, "status": _status, "result": _result, "cancel": _cancel, "ls": _ls,
+            "budget": _budget, "validate": _validate}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`make demo` (training part, called by scripts/demo_server.py after the single-round demos): on the same
 server, with fleets of their own, submitted through the `fa` CLI code path:
 
-1. breast cancer over 50 label-skewed devices: the README's DP example (docs/examples): a `feature_stats`
+1. breast cancer over 50 label-skewed devices: the README's DP example (examples/): a `feature_stats`
    query for the scaling, then logistic regression (FedSGD, 10 rounds) with distributed DP (discrete Gaussian
    ε = 8, the DP defaults: uniform weighting, adaptive clipping) — prints the noisy history with its intervals,
    the clip norms and the test ROC AUC beside scikit-learn's;
@@ -26,7 +26,7 @@ from device_sdk.scenarios import generate
 from device_sdk.scenarios.datasets import breast_cancer_split
 from scripts.devstack import Fleet, Server
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BC_DEVICES = 50
 FRECENCY_DEVICES = 300
 
@@ -34,8 +34,8 @@ FRECENCY_DEVICES = 300
 def breast_cancer_specs(scaling: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(feature_stats spec, training spec) of the README's DP example; the training spec's `scaling` is the
     feature_stats answer once known."""
-    stats = json.loads((EXAMPLES / "bc_stats.json").read_text())
-    train = json.loads((EXAMPLES / "bc_train_dp.json").read_text())
+    stats = json.loads((EXAMPLES / "breast_cancer_stats.json").read_text())
+    train = json.loads((EXAMPLES / "breast_cancer_train_dp.json").read_text())
     train["params"]["scaling"] = scaling
     return stats, train
 

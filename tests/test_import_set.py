@@ -46,7 +46,8 @@ FORBIDDEN = (
     "pydantic_settings",
     "analytics_server",
 )
-NOT_ON_DEVICE = ("device_sdk.simulator", "device_sdk.sim_cli", "device_sdk.scenarios", "device_sdk.analyst_cli")
+NOT_ON_DEVICE = ("device_sdk.simulator", "device_sdk.sim_cli", "device_sdk.scenarios", "device_sdk.analyst_cli",
+                 "device_sdk.analyst", "device_sdk.analyst_view")
 """Modules of device_sdk that are simulation or analyst tooling, not part of an app's device."""
 
 # (kind, raw params, local rows of one device); every registered kind needs at least one case.

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import hashlib
+import inspect
+import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from analytics_server.db.cluster_store import ClusterStore, _release
+from analytics_server.db.reports import ReportStore
+from analytics_server.logs import fields
 from analytics_server.db.engine import session_factory
 from analytics_server.db.models import (
     Cohort,
@@ -48,6 +51,7 @@ from analytics_server.db.models import (
 from queries import dp
 from secagg.phases import Phase
 
+log = logging.getLogger(__name__)
 ROLES = ("analyst", "admin", "metrics")
 """`metrics` may only read `/metrics` (for a Prometheus scraper)."""
 TOKEN_PREFIX_CHARS = 10
@@ -190,7 +194,7 @@ def _run_to_completion(cls: type[S]) -> type[S]:
 
 
 @_run_to_completion
-class Store(ClusterStore):
+class Store(ClusterStore, ReportStore):
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(engine)
@@ -488,14 +492,33 @@ class Store(ClusterStore):
             res = await s.execute(
                 update(Query).where(Query.id == query_id, Query.status.not_in(TERMINAL)).values(**values)
             )
+            charge = None
             if res.rowcount:
                 s.add(Event(query_id=query_id, type=f"query.{status}", data={"error": error}, created_at=now()))
                 if status in ("cancelled", "failed"):
-                    await self._refund_if_unseen(s, query_id)
-            return bool(res.rowcount)
+                    charge = await self._refund_if_unseen(s, query_id)
+        if res.rowcount and status in TERMINAL:
+            await self._log_ended(query_id, status, error, charge)
+        return bool(res.rowcount)
+
+    async def _log_ended(self, query_id: str, status: str, error: str | None, charge: str | None = None) -> None:
+        """INFO line for a query that reached a terminal status (after the transaction that ended it)."""
+        async with self.sessions() as s:
+            q = await s.get(Query, query_id)
+        took = (q.finished_at - q.created_at).total_seconds() if q is not None and q.finished_at else None
+        rounds = q.current_round if q is not None else None
+        info = fields(event=f"query.{status}", query_id=query_id, status=status, error=error, seconds=took,
+                      rounds=rounds, charge=charge)
+        note = {"refunded": "; its privacy charge was refunded",
+                "kept": "; its privacy charge stays (masked inputs were seen)"}.get(charge or "", "")
+        duration = f" after {took:.1f} s" if took is not None else ""
+        if status == "failed":
+            log.warning("query %s failed%s: %s%s", query_id, duration, error, note, extra=info)
+        else:
+            log.info("query %s %s%s (%s rounds)%s", query_id, status, duration, rounds, note, extra=info)
 
     @staticmethod
-    async def _refund_if_unseen(s: AsyncSession, query_id: str) -> None:
+    async def _refund_if_unseen(s: AsyncSession, query_id: str) -> str | None:
         """Refund the query's charge iff no masked-input phase of any of its cohorts closed: until then the
         server holds no set of masked inputs it could unmask, so nothing about the data could have been seen.
         Once one closed (even if the cohort aborted later, e.g. cancelled during unmasking) the charge stays."""
@@ -514,7 +537,8 @@ class Store(ClusterStore):
             if charged:
                 s.add(Event(query_id=query_id, type="budget.kept",
                             data={"reason": f"masked inputs of {seen} cohort(s) were closed"}, created_at=now()))
-            return
+                return "kept"
+            return None
         res = await s.execute(
             update(PrivacyCharge)
             .where(PrivacyCharge.query_id == query_id, PrivacyCharge.status == "charged")
@@ -522,6 +546,8 @@ class Store(ClusterStore):
         )
         if res.rowcount:
             s.add(Event(query_id=query_id, type="budget.refunded", data={}, created_at=now()))
+            return "refunded"
+        return None
 
     async def finish_query(
         self, query_id: str, result: dict[str, Any], privacy: dict[str, Any],
@@ -538,12 +564,15 @@ class Store(ClusterStore):
                 .values(status=status, result=result, privacy=privacy, uncertainty=uncertainty, warnings=warnings,
                         error=failure, updated_at=now(), finished_at=now())
             )
+            charge = None
             if res.rowcount:
                 s.add(Event(query_id=query_id, type=f"query.{status}", data={"error": failure} if failure else {},
                             created_at=now()))
                 if failure:
-                    await self._refund_if_unseen(s, query_id)
-            return bool(res.rowcount)
+                    charge = await self._refund_if_unseen(s, query_id)
+        if res.rowcount:
+            await self._log_ended(query_id, status, failure, charge)
+        return bool(res.rowcount)
 
     # -- rounds ---------------------------------------------------------------------------------
 

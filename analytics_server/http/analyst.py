@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from typing import Any
 
 from aiohttp import web
 
 from analytics_server.api_models import (
+    AbortReason,
     BudgetList,
     BudgetRequest,
     BudgetView,
+    ChargeList,
+    ChargeView,
     ClusterView,
+    CohortProgress,
     Contributors,
+    FleetView,
+    PhaseStatsView,
     PreviewView,
     ProcessInfo,
     Progress,
@@ -22,19 +30,25 @@ from analytics_server.api_models import (
     QuotaRequest,
     QuotaView,
     ResultView,
+    TemplateList,
+    TemplateView,
     TokenCreated,
     TokenRequest,
+    WhoAmI,
 )
 from analytics_server.auth import require_token
 from analytics_server.db.models import Query
 from analytics_server.db.store import TERMINAL, ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded, TokenInfo
 from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
+from analytics_server.logs import FIELDS, fields
 from analytics_server.spec_check import check_spec_off_loop
 from analytics_server.state import AppState
 from queries import dp
+from queries.templates import TEMPLATES
 from secagg.phases import Phase
 
+log = logging.getLogger(__name__)
 ANALYST = ("analyst", "admin")
 ADMIN = ("admin",)
 SSE_POLL_S = 0.5
@@ -62,7 +76,7 @@ def _limits(st: AppState) -> AnalystLimits:
     return AnalystLimits(s.analyst_quota(), s.analyst_quota_window_s, s.max_active_queries_per_analyst)
 
 
-async def _view(st: AppState, q: Query) -> QueryView:
+async def _view(st: AppState, q: Query, with_spec: bool = False) -> QueryView:
     live = st.orchestrator.live.get(q.id) or q.progress or {}  # this process's, else the owner's last stored
     cohorts: dict[str, int] = {}
     contributors, need, index = 0, None, q.current_round
@@ -74,6 +88,7 @@ async def _view(st: AppState, q: Query) -> QueryView:
         contributors, need = rnd.contributors, rnd.need
         for c in await st.store.cohorts_of_round(rnd.id):
             cohorts[c.status] = cohorts.get(c.status, 0) + 1
+    terminal = q.status in TERMINAL
     progress = Progress(
         round=index,
         rounds_upper_bound=q.rounds_upper_bound,
@@ -81,8 +96,9 @@ async def _view(st: AppState, q: Query) -> QueryView:
         contributors=contributors,
         need=need,
         cohorts=cohorts,
-        phase=_live_phase(st, live),
+        phase=None if terminal else _live_phase(st, live),
         devices_eligible=live.get("devices_eligible"),
+        cohort=None if terminal else _live_cohort(st, live),
     )
     return QueryView(
         id=q.id,
@@ -94,7 +110,18 @@ async def _view(st: AppState, q: Query) -> QueryView:
         error=q.error,
         created_at=q.created_at.isoformat(),
         finished_at=q.finished_at.isoformat() if q.finished_at else None,
+        created_by=q.created_by,
+        spec=q.spec if with_spec else None,
     )
+
+
+def _live_cohort(st: AppState, live: dict[str, Any]) -> CohortProgress | None:
+    """The running cohort: this process's runtime, else the owner's snapshot stored at its last heartbeat."""
+    runtime = st.orchestrator.cohorts.get(live.get("cohort") or "")
+    snap = runtime.snapshot() if runtime is not None and runtime.status == "running" else live.get("cohort_live")
+    if not snap or snap.get("phase") in ("done", "aborted"):  # ending: its outcome is in `cohorts`
+        return None
+    return CohortProgress(**snap, deadline_in_s=max(0.0, float(snap["deadline_at"]) - time.time()))
 
 
 def _live_phase(st: AppState, live: dict[str, Any]) -> str | None:
@@ -186,8 +213,23 @@ async def submit(request: web.Request) -> web.Response:
         raise HttpError(429, str(exc)) from None
     except AnalystQuotaExceeded as exc:
         raise HttpError(422, str(exc)) from None
+    await _log_submitted(st, q, token, checked.cost)
     st.orchestrator.spawn(q.id)
     return json_model(await _view(st, q), 201)
+
+
+async def _log_submitted(st: AppState, q: Query, token: TokenInfo, cost: dp.PrivacyCost | None) -> None:
+    info = fields(event="query.submitted", query_id=q.id, kind=q.kind, source=q.source, token_id=token.id)
+    if cost is None:
+        log.info("query %s submitted: %s over source %r by token %d (no noise: nothing charged)",
+                 q.id, q.kind, q.source, token.id, extra=info)
+        return
+    left = await st.store.get_budget(q.source, st.settings.default_budget())
+    info[FIELDS] |= {"epsilon": cost.epsilon, "delta": cost.delta, "remaining_epsilon": left.remaining_epsilon,
+                     "remaining_delta": left.remaining_delta}
+    log.info("query %s submitted: %s over source %r by token %d; charged epsilon=%g delta=%g to %r "
+             "(remaining epsilon=%g delta=%g)", q.id, q.kind, q.source, token.id, cost.epsilon, cost.delta,
+             q.source, left.remaining_epsilon, left.remaining_delta, extra=info)
 
 
 @routes.get("/v1/queries")
@@ -204,7 +246,7 @@ async def get_query(request: web.Request) -> web.Response:
     st = app_state(request)
     token = await require_token(request, st.store, ANALYST)
     q = await _query_or_404(st, request.match_info["id"], token)
-    return json_model(await _view(st, q))
+    return json_model(await _view(st, q, with_spec=True))
 
 
 @routes.get("/v1/queries/{id}/result")
@@ -248,6 +290,14 @@ async def events(request: web.Request) -> web.StreamResponse:
     after = _last_event_id(request)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    try:
+        await _stream(st, q, token, after, resp)
+    except ConnectionResetError:  # the client went away (a page left, a stream aborted): nothing to answer
+        log.debug("event stream of query %s: the client closed the connection", q.id)
+    return resp
+
+
+async def _stream(st: AppState, q: Query, token: TokenInfo, after: int, resp: web.StreamResponse) -> None:
     last = None
     while True:
         q = await _query_or_404(st, q.id, token)
@@ -266,7 +316,6 @@ async def events(request: web.Request) -> web.StreamResponse:
             break
         await asyncio.sleep(SSE_POLL_S)
     await resp.write_eof()
-    return resp
 
 
 def _last_event_id(request: web.Request) -> int:
@@ -375,4 +424,59 @@ async def set_budget(request: web.Request) -> web.Response:
     body = parse_model(BudgetRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
     await st.store.set_budget(source, body.epsilon, body.delta)
     budget = await st.store.get_budget(source, st.settings.default_budget())
+    log.info("budget of source %r set to epsilon=%g delta=%g (spent epsilon=%g delta=%g)", source, body.epsilon,
+             body.delta, budget.spent_epsilon, budget.spent_delta,
+             extra=fields(event="budget.set", source=source, epsilon=body.epsilon, delta=body.delta))
     return json_model(BudgetView(**budget.to_dict()))
+
+
+@routes.get("/v1/budgets/{source}/charges")
+async def budget_charges(request: web.Request) -> web.Response:
+    """The source's ledger and its charges over time (oldest first, at most the newest 1,000). An analyst sees
+    the amounts of every charge (they make up the shared budget) but the id, kind and name only of its own
+    queries; an admin sees all."""
+    st = app_state(request)
+    token = await require_token(request, st.store, ANALYST)
+    source = _source(request)
+    budget = await st.store.get_budget(source, st.settings.default_budget())
+    rows = await st.store.budget_charges(source, None if token.role == "admin" else token.id)
+    charges = [ChargeView(query_id=r.query_id, kind=r.kind, name=r.name, epsilon=r.epsilon, delta=r.delta,
+                          status=r.status, charged_at=r.charged_at.isoformat(),  # type: ignore[arg-type]
+                          refunded_at=r.refunded_at.isoformat() if r.refunded_at else None, own=r.own)
+               for r in rows]
+    return json_model(ChargeList(source=source, budget=BudgetView(**budget.to_dict()), charges=charges))
+
+
+@routes.get("/v1/fleet")
+async def fleet(request: web.Request) -> web.Response:
+    """Devices, check-ins, cohorts by outcome with the last hour's abort reasons, and phase durations of recent
+    cohorts, over every process sharing the database."""
+    st = app_state(request)
+    await require_token(request, st.store, ANALYST)
+    r = await st.store.fleet_report(st.settings.lease_ttl_s, st.metrics.checkins)
+    return json_model(FleetView(
+        at=r.at, devices_registered=r.devices_registered, devices_available=r.devices_available,
+        devices_in_cohorts=r.devices_in_cohorts, checkins_total=r.checkins_total, processes_live=r.processes_live,
+        queries=r.queries_by_status, cohorts_total=r.cohorts_total, cohorts_recent=r.cohorts_recent,
+        abort_reasons=[AbortReason(reason=reason, count=n) for reason, n in r.abort_reasons],
+        phase_durations={k: PhaseStatsView(**v.__dict__) for k, v in r.phase_durations.items()},
+        cohorts_sampled=r.cohorts_sampled,
+    ))
+
+
+@routes.get("/v1/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    """The calling token's id and role (the console signs in with it)."""
+    st = app_state(request)
+    token = await require_token(request, st.store, ANALYST)
+    return json_model(WhoAmI(token_id=token.id, role=token.role))
+
+
+@routes.get("/v1/templates")
+async def templates(request: web.Request) -> web.Response:
+    """A starter spec per query kind with a note on each field (what `fa init KIND` writes)."""
+    st = app_state(request)
+    await require_token(request, st.store, ANALYST)
+    return json_model(TemplateList(templates=[
+        TemplateView(kind=t.kind, title=t.title, spec=t.spec, notes=t.notes, text=t.text()) for t in TEMPLATES.values()
+    ]))

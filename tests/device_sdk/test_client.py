@@ -72,7 +72,8 @@ async def test_devices_complete_a_histogram(app_server: TestServer) -> None:
         await asyncio.gather(*fleet)
     expected, _ = run_locally(get_kind("histogram"), SPEC["params"], data)
     assert res["result"] == expected  # no dropouts: every device contributed
-    assert "counts.moon" in format_result(res, "csv") and json.loads(format_result(res, "json"))["kind"] == "histogram"
+    assert "bucket,count,std,ci95_lo,ci95_hi,suppressed" in format_result(res, "csv")
+    assert json.loads(format_result(res, "json"))["kind"] == "histogram"
     assert "histogram result" in format_result(res, "table")
 
 

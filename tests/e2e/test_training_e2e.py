@@ -3,7 +3,7 @@
 One server for the module (SQLite), fleets started per scenario:
 - breast cancer over 50 label-skewed devices: a `feature_stats` query scales the features, logistic
   regression by FedSGD → test ROC AUC within 0.01 of scikit-learn's LogisticRegression on the same split;
-- the README's DP example exactly (docs/examples/bc_stats.json, then bc_train_dp.json with the stats answer
+- the README's DP example exactly (examples/breast_cancer_stats.json, then breast_cancer_train_dp.json with the stats answer
   as scaling: discrete Gaussian ε = 8 with the DP defaults, uniform weighting and adaptive clipping) → within
   0.03, every evaluation with its interval;
 - a deliberately diverging configuration (client lr 1000, clip 1e6) → status failed, stop_reason
@@ -33,7 +33,7 @@ from queries.training import TrainedModel, frecency, urlbar_sim
 from tests.e2e.harness import Fleet, Server, fresh_database
 
 pytestmark = pytest.mark.e2e
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 N_BC = 50
 COHORT = {"min_clients": 45, "max_clients": N_BC, "phase_timeout_s": 5}
@@ -109,7 +109,7 @@ def bc_fleet(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture(scope="module")
 def scaling(admin: AnalystClient, bc_fleet: Fleet) -> dict[str, Any]:
     """The whole answer of the README's feature_stats query (what `fa submit … --format json` prints)."""
-    qid = admin.submit(json.loads((EXAMPLES / "bc_stats.json").read_text()))["id"]
+    qid = admin.submit(json.loads((EXAMPLES / "breast_cancer_stats.json").read_text()))["id"]
     final = admin.wait(qid, timeout_s=120)
     assert final["status"] == "succeeded", final
     answer = json.loads(format_result(admin.result(qid), "json"))  # as `fa … --format json` writes it: sorted keys
@@ -144,7 +144,7 @@ def test_logistic_breast_cancer_matches_sklearn(admin: AnalystClient, scaling: d
 
 
 def test_readme_dp_example(admin: AnalystClient, scaling: dict[str, Any]) -> None:
-    spec = json.loads((EXAMPLES / "bc_train_dp.json").read_text())
+    spec = json.loads((EXAMPLES / "breast_cancer_train_dp.json").read_text())
     spec["params"]["scaling"] = scaling  # the README's one-line merge
     out = _run(admin, spec)
     res, priv = out["result"], out["privacy"]

@@ -1,6 +1,6 @@
 """Training under distributed DP: the defaults bound at submit (uniform weighting, adaptive clipping), the
 clip norm following a private quantile, noisy evaluations clamped with intervals, noise-aware model selection,
-divergence as a failure, and the README's DP example (docs/examples) run in process with the server's noise."""
+divergence as a failure, and the README's DP example (examples/) run in process with the server's noise."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_impossible_accuracy_is_divergence() -> None:
 
 
 def test_readme_dp_example_reaches_central_auc() -> None:
-    """docs/examples as the README runs them: feature_stats without noise for the scaling, then the DP training
+    """examples/ as the README runs them: feature_stats without noise for the scaling, then the DP training
     spec with the stats answer merged in; discrete Gaussian ε = 8 with t_min 45, devices' own noise shares."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
@@ -172,9 +172,9 @@ def test_readme_dp_example_reaches_central_auc() -> None:
     from device_sdk.scenarios.datasets import breast_cancer_split
 
     readme = (ROOT / "README.md").read_text()
-    assert "docs/examples/bc_stats.json" in readme and "docs/examples/bc_train_dp.json" in readme
-    stats_spec = json.loads((ROOT / "docs/examples/bc_stats.json").read_text())
-    train_spec = json.loads((ROOT / "docs/examples/bc_train_dp.json").read_text())
+    assert "examples/breast_cancer_stats.json" in readme and "examples/breast_cancer_train_dp.json" in readme
+    stats_spec = json.loads((ROOT / "examples/breast_cancer_stats.json").read_text())
+    train_spec = json.loads((ROOT / "examples/breast_cancer_train_dp.json").read_text())
     devices = [generate("breast_cancer_train", 7, i) for i in range(50)]
     stats = run_query(get_kind("feature_stats"), stats_spec["params"], [d["features"] for d in devices],
                       privacy=stats_spec["privacy"])

@@ -1,0 +1,186 @@
+"""Read-only reports for analysts and operators (the console's budget and fleet pages, `fa budget`): a
+source's charge timeline and the fleet's devices, cohorts and phase durations.
+
+Every report reads a bounded number of rows: the newest `limit` charges, the newest `FLEET_EVENTS` cohort
+events. Phase durations come from the stored `cohort.formed` / `cohort.phase` / `cohort.finished` /
+`cohort.aborted` events, so they cover every server process sharing the database (the `/metrics`
+histogram covers one process).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from analytics_server.db.models import Cohort, Device, DevicePresence, Event, PrivacyCharge, Query, ServerProcess
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+FLEET_EVENTS = 5000
+"""Most recent cohort events read for phase durations and abort reasons."""
+RECENT_S = 3600.0
+"""Window of the fleet report's "recent" cohort counts."""
+_COHORT_EVENTS = ("cohort.formed", "cohort.phase", "cohort.finished", "cohort.aborted")
+_PHASE_ORDER = ("advertise_keys", "share_keys", "masked_input", "consistency_check", "unmasking")
+
+
+@dataclass(frozen=True)
+class ChargeRow:
+    """One query's charge against a source: `query_id` and `kind` only when the caller may see the query."""
+
+    query_id: str | None
+    kind: str | None
+    name: str | None
+    epsilon: float
+    delta: float
+    status: str
+    charged_at: datetime
+    refunded_at: datetime | None
+    own: bool
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    count: int
+    mean_s: float
+    p50_s: float
+    p90_s: float
+    max_s: float
+
+
+@dataclass
+class FleetReport:
+    at: float
+    devices_registered: int
+    devices_available: int
+    devices_in_cohorts: int
+    checkins_total: int
+    processes_live: int
+    cohorts_total: dict[str, int]
+    cohorts_recent: dict[str, int]
+    abort_reasons: list[tuple[str, int]]
+    phase_durations: dict[str, PhaseStats]
+    cohorts_sampled: int
+    queries_by_status: dict[str, int] = field(default_factory=dict)
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    i = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[i]
+
+
+def phase_durations(events: list[tuple[str | None, str, dict[str, Any], datetime]]) -> tuple[dict[str, PhaseStats], int]:
+    """Per secagg phase, statistics of how long it was open: from the event that opened it (`cohort.formed`
+    opens advertise_keys, `cohort.phase` the next one) to the cohort's next event. `events` are (cohort id,
+    type, data, time) in any order; cohorts whose first event is outside the list are skipped (their first
+    phase's start is unknown). Returns (stats by phase, cohorts seen)."""
+    by_cohort: dict[str, list[tuple[datetime, str, dict[str, Any]]]] = {}
+    for cohort_id, typ, data, at in events:
+        if cohort_id:
+            by_cohort.setdefault(cohort_id, []).append((at, typ, data or {}))
+    samples: dict[str, list[float]] = {}
+    seen = 0
+    for rows in by_cohort.values():
+        rows.sort(key=lambda r: r[0])
+        if rows[0][1] != "cohort.formed":
+            continue
+        seen += 1
+        phase, opened = "advertise_keys", rows[0][0]
+        for at, typ, data in rows[1:]:
+            samples.setdefault(phase, []).append(max(0.0, (at - opened).total_seconds()))
+            if typ != "cohort.phase":
+                break
+            phase, opened = str(data.get("phase", "?")), at
+    stats = {}
+    for phase in sorted(samples, key=lambda p: _PHASE_ORDER.index(p) if p in _PHASE_ORDER else 99):
+        xs = sorted(samples[phase])
+        stats[phase] = PhaseStats(len(xs), sum(xs) / len(xs), _quantile(xs, 0.5), _quantile(xs, 0.9), xs[-1])
+    return stats, seen
+
+
+class ReportStore:
+    """Mixin of `Store` (which provides `sessions`)."""
+
+    sessions: async_sessionmaker[AsyncSession]
+
+    async def budget_charges(self, source: str, viewer: int | None, limit: int = 1000) -> list[ChargeRow]:
+        """The newest `limit` charges of `source`, oldest first. `viewer` is the caller's token id (None: an
+        admin, who sees every query): other analysts' charges appear without query id, kind or name."""
+        async with self.sessions() as s:
+            rows = (
+                await s.execute(
+                    select(PrivacyCharge, Query.kind, Query.name, Query.created_by)
+                    .join(Query, Query.id == PrivacyCharge.query_id)
+                    .where(PrivacyCharge.source == source)
+                    .order_by(PrivacyCharge.id.desc())
+                    .limit(limit)
+                )
+            ).all()
+        out = []
+        for charge, kind, name, created_by in reversed(rows):
+            own = viewer is None or created_by == viewer
+            out.append(ChargeRow(
+                charge.query_id if own else None, kind if own else None, name if own else None, charge.epsilon,
+                charge.delta, charge.status, charge.created_at, charge.refunded_at, viewer is not None and own,
+            ))
+        return out
+
+    async def fleet_report(self, lease_ttl_s: float, own_checkins: int) -> FleetReport:
+        """Devices, check-ins (summed over live processes' last heartbeats; this process's own count when it is
+        higher), cohorts by outcome (all time and the last hour), abort reasons and phase durations of the
+        cohorts in the newest FLEET_EVENTS events."""
+        now = time.time()
+        since = datetime.now(timezone.utc) - timedelta(seconds=RECENT_S)
+        async with self.sessions() as s:
+            registered = (await s.execute(select(func.count()).select_from(Device))).scalar_one()
+            available = (await s.execute(
+                select(func.count()).select_from(DevicePresence)
+                .where(DevicePresence.available_until > now, DevicePresence.cohort_id.is_(None))
+            )).scalar_one()
+            seated = (await s.execute(
+                select(func.count()).select_from(DevicePresence).where(DevicePresence.cohort_id.is_not(None))
+            )).scalar_one()
+            total = dict((await s.execute(select(Cohort.status, func.count()).group_by(Cohort.status))).all())
+            recent = dict((await s.execute(
+                select(Cohort.status, func.count()).where(Cohort.created_at >= since).group_by(Cohort.status)
+            )).all())
+            reasons = (await s.execute(
+                select(Cohort.reason, func.count()).where(Cohort.status == "aborted", Cohort.created_at >= since)
+                .group_by(Cohort.reason).order_by(func.count().desc()).limit(10)
+            )).all()
+            procs = (await s.execute(
+                select(ServerProcess.load).where(ServerProcess.stopped.is_(False),
+                                                 ServerProcess.heartbeat_at > now - lease_ttl_s)
+            )).scalars().all()
+            events = (await s.execute(
+                select(Event.cohort_id, Event.type, Event.data, Event.created_at)
+                .where(Event.type.in_(_COHORT_EVENTS))
+                .order_by(Event.id.desc()).limit(FLEET_EVENTS)
+            )).all()
+            by_status = dict((await s.execute(select(Query.status, func.count()).group_by(Query.status))).all())
+        checkins = sum(int((load or {}).get("checkins", 0)) for load in procs)
+        stats, sampled = phase_durations([tuple(e) for e in events])  # type: ignore[misc]
+        return FleetReport(
+            at=now,
+            devices_registered=int(registered),
+            devices_available=int(available),
+            devices_in_cohorts=int(seated),
+            checkins_total=max(checkins, own_checkins) if len(procs) <= 1 else checkins,
+            processes_live=len(procs),
+            cohorts_total={k: int(v) for k, v in total.items()},
+            cohorts_recent={k: int(v) for k, v in recent.items()},
+            abort_reasons=[(r or "unknown", int(n)) for r, n in reasons],
+            phase_durations=stats,
+            cohorts_sampled=sampled,
+            queries_by_status={k: int(v) for k, v in by_status.items()},
+        )
+
+
+__all__ = ["ChargeRow", "FleetReport", "PhaseStats", "ReportStore", "phase_durations"]

@@ -1,0 +1,263 @@
+"""`fa` and the Python analyst client against the in-process server: the result alone on stdout (valid JSON), progress
+on stderr, the readable status, lists and budgets, `init`, `validate` with and without a server preview, `--set`,
+and the client's rows, rounding and pandas frames."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analytics_server.state import STATE
+from device_sdk import analyst_cli
+from device_sdk.analyst import AnalystClient, frame, pointer, rows, uncertainty_of
+from device_sdk.analyst_view import format_result, round_to_noise, sparkline
+from device_sdk.client import DeviceClient
+from device_sdk.store import LocalStore
+from queries import jsonc
+from queries.templates import TEMPLATES
+
+SPEC = {"kind": "histogram", "name": "cli words", "source": "words", "params": {"buckets": ["moon", "sun", "star"]},
+        "cohort": {"min_clients": 4, "max_clients": 10, "phase_timeout_s": 5}}
+WORDS = ["moon", "sun", "moon", "moon", "star", "sun"]
+
+
+async def _fleet(url: str, http: aiohttp.ClientSession, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
+    devices = []
+    for word in WORDS:
+        store = LocalStore()
+        store.add("words", word)
+        devices.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+    return [asyncio.create_task(d.run_forever(stop)) for d in devices]
+
+
+def _fa(*args: str) -> int:
+    return analyst_cli.main(list(args))
+
+
+async def test_submit_wait_json_is_valid_json_on_stdout_and_progress_on_stderr(
+    app_server: TestServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(app_server.make_url("")).rstrip("/")
+    token = await app_server.app[STATE].store.create_token("analyst")
+    spec_file = tmp_path / "spec.jsonc"
+    spec_file.write_text("// words\n" + json.dumps(SPEC, indent=2).replace('"cli words",', '"cli words", /* a label */'))
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as http:
+        fleet = await _fleet(url, http, stop)
+        code = await asyncio.to_thread(_fa, "--server", url, "--token", token, "submit", str(spec_file), "--wait",
+                                       "--format", "json")
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        view = json.loads(out)  # stdout holds the result and nothing else
+        qid = view["id"]
+        assert view["kind"] == "histogram" and view["result"]["counts"] == {"moon": 3, "sun": 2, "star": 1}
+        assert f"submitted query {qid}" in err and f"query {qid}: succeeded" in err and "round 1 of ≤ 1" in err
+
+        # the same query through the other commands
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "status", qid) == 0
+        out, _ = capsys.readouterr()
+        assert f"query      {qid}  'cli words'" in out and "status     succeeded after" in out
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "result", qid, "--plot") == 0
+        out, _ = capsys.readouterr()
+        assert "moon" in out and "█" in out and "privacy: none" in out
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "result", qid, "--format", "csv") == 0
+        out, _ = capsys.readouterr()
+        assert out.splitlines()[:2] == ["bucket,count,std,ci95_lo,ci95_hi,suppressed", "moon,3,,,,False"]
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "ls") == 0
+        out, _ = capsys.readouterr()
+        assert qid in out and "succeeded" in out
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "ls", "--status", "active", "--format", "json") == 0
+        assert json.loads(capsys.readouterr().out) == []
+        noisy = {**SPEC, "privacy": {"mechanism": "skellam", "epsilon": 0.5, "delta": 1e-6}, "cohort": {"min_clients": 100}}
+        client = AnalystClient(url, token)
+        other = await asyncio.to_thread(client.submit, noisy)
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "cancel", other["id"]) == 0
+        assert capsys.readouterr().out.strip() == f"{other['id']} cancelled"
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "budget") == 0
+        out, _ = capsys.readouterr()
+        assert "words" in out and "default" in out
+        assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "budget", "words") == 0
+        out, _ = capsys.readouterr()
+        assert other["id"] in out and "refunded" in out
+        stop.set()
+        await asyncio.gather(*fleet)
+
+
+async def test_errors_go_to_stderr_with_exit_codes(app_server: TestServer, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    url = str(app_server.make_url("")).rstrip("/")
+    token = await app_server.app[STATE].store.create_token("analyst")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**SPEC, "cohort": {"min_clients": 1}}))
+    assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "submit", str(bad)) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "cohort.min_clients" in err
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({**SPEC, "params": {"buckets": []}}))
+    assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "submit", str(params)) == 2
+    assert "params.buckets" in capsys.readouterr().err
+    assert await asyncio.to_thread(_fa, "--server", url, "--token", "fa_wrong", "ls") == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "HTTP 401" in err
+    assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "status", "nope") == 1
+    assert "unknown query id" in capsys.readouterr().err
+    (tmp_path / "broken.json").write_text('{"kind": "histogram",')
+    assert await asyncio.to_thread(_fa, "--token", token, "submit", str(tmp_path / "broken.json")) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def _stub(answer: web.Response) -> web.Application:
+    async def preview(request: web.Request) -> web.Response:
+        return answer
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "queries_running": 0, "process": {"name": "stub"}})
+
+    app = web.Application()
+    if answer.status != 404:
+        app.router.add_post("/v1/queries/preview", preview)
+    app.router.add_get("/healthz", health)
+    return app
+
+
+PREVIEW = {"kind": "histogram", "source": "words", "privacy": {"epsilon": 1.0, "delta": 1e-6, "mechanism": "skellam"},
+           "rounds": 1, "t_min": 100, "budget": {"source": "words", "remaining_epsilon": 0.5, "remaining_delta": 1e-5, "fits": False},
+           "values": [{"path": "/counts/moon", "std": 6.46, "ci95_halfwidth": 12.7}],
+           "warnings": [{"message": "source 'words' has ε=0.5 left"}]}
+
+
+@pytest.mark.parametrize("answer, code, text", [
+    (web.json_response(PREVIEW), 1, "does NOT fit"),
+    (web.json_response({**PREVIEW, "budget": {**PREVIEW["budget"], "fits": True}}), 0, "/counts/moon"),
+    (web.json_response({"error": "cohort.min_clients: below t_min", "detail": [{"field": "cohort.min_clients", "message": "x"}]},
+                       status=422), 1, "HTTP 422: cohort.min_clients"),
+    (web.json_response({"error": "no route"}, status=404), 3, "does not offer a preview"),
+])
+async def test_validate_prints_the_preview_or_says_why_not(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          answer: web.Response, code: int, text: str) -> None:
+    server = TestServer(_stub(answer))
+    await server.start_server()
+    try:
+        spec = tmp_path / "h.json"
+        spec.write_text(TEMPLATES["histogram"].text())
+        got = await asyncio.to_thread(_fa, "--server", str(server.make_url("")), "--token", "t", "validate", str(spec))
+        out, err = capsys.readouterr()
+        assert got == code, (out, err)
+        assert text in out + err
+        if code == 0:
+            assert "charge     epsilon 1, delta 1.0e-06 (skellam)" in out and "fits" in out
+        assert await asyncio.to_thread(_fa, "--server", str(server.make_url("")), "ping") == 0
+        assert "ok: process stub" in capsys.readouterr().out
+    finally:
+        await server.close()
+
+
+def test_init_writes_commented_specs_that_parse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for kind in TEMPLATES:
+        assert _fa("init", kind) == 0
+        text = capsys.readouterr().out
+        assert text.startswith("// ") and jsonc.loads(text) == TEMPLATES[kind].spec
+        analyst_cli.check_spec(jsonc.loads(text))
+    out = tmp_path / "f.json"
+    assert _fa("init", "feature_stats", "-o", str(out)) == 0
+    assert "fa validate" in capsys.readouterr().err
+    assert _fa("init", "feature_stats", "-o", str(out)) == 2  # no overwrite without --force
+    assert _fa("init", "nope") == 2
+    assert "known kinds" in capsys.readouterr().err
+
+
+def test_set_overrides_fields_from_values_and_files(tmp_path: Path) -> None:
+    (tmp_path / "stats.json").write_text(json.dumps({"kind": "feature_stats", "result": {"features": {"a": {"mean": 1}}}}))
+    spec: dict[str, Any] = {"kind": "training", "cohort": {"min_clients": 10}}
+    analyst_cli.apply_set(spec, "cohort.min_clients=45")
+    analyst_cli.apply_set(spec, "name=plain text")
+    analyst_cli.apply_set(spec, f"params.scaling=@{tmp_path / 'stats.json'}#/result")
+    analyst_cli.apply_set(spec, 'privacy={"mechanism": "none"}')
+    assert spec == {"kind": "training", "cohort": {"min_clients": 45}, "name": "plain text",
+                    "params": {"scaling": {"features": {"a": {"mean": 1}}}}, "privacy": {"mechanism": "none"}}
+    for bad in ("novalue", f"x=@{tmp_path / 'missing.json'}", f"x=@{tmp_path / 'stats.json'}#/nothing", "kind.sub=1"):
+        with pytest.raises(analyst_cli.SpecError):
+            analyst_cli.apply_set(dict(spec), bad)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.lists(st.sampled_from(["a", "/", "*", '"', "\\", " ", "\n", "//", "/*", "*/"]), max_size=8).map("".join),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(JSON)
+def test_jsonc_leaves_json_alone_and_drops_comments(value: Any) -> None:
+    text = json.dumps(value, indent=1)
+    assert jsonc.strip_comments(text) == text
+    commented = "/* head */\n" + text.replace("\n", " // note\n", 1) + "\n// tail"
+    assert jsonc.loads(commented) == value
+
+
+def test_rounding_to_noise_and_sparklines() -> None:
+    assert round_to_noise(59.13, 12.67) == ("59", "13")
+    assert round_to_noise(0.31234, 0.0412) == ("0.312", "0.041")
+    assert round_to_noise(1234567.0, 45678.0) == ("1,235,000", "46,000")
+    assert round_to_noise(22.5523, None) == ("22.55", None)
+    assert sparkline([1, 2, 3, None, 8]) == "▁▂▃ █"
+
+
+def _noisy_view() -> dict[str, Any]:
+    return {"id": "q", "kind": "histogram", "result": {"counts": {"moon": 100, "other": 74}, "suppressed": ["sun"],
+                                                       "clients": 150, "threshold": 25.0},
+            "privacy": {"mechanism": "skellam", "epsilon": 1, "delta": 1e-6, "t_min": 100,
+                        "noise": [{"noise_std_released": 7.88}]},
+            "uncertainty": {"/counts/other": {"std": 5.0, "ci95": [60.0, 88.0]}}}
+
+
+def test_values_use_the_servers_intervals_else_the_released_noise() -> None:
+    view = _noisy_view()
+    server = uncertainty_of(view, pointer("counts", "other"), 74)
+    assert server is not None and (server.lo, server.hi, server.source) == (60.0, 88.0, "server")
+    noise = uncertainty_of(view, pointer("counts", "moon"), 100)
+    assert noise is not None and noise.source == "noise" and noise.half == pytest.approx(1.96 * 7.88, rel=1e-3)
+    assert uncertainty_of({"kind": "feature_stats", "privacy": view["privacy"]}, "/features/a/mean", 1.0) is None
+    assert pointer("counts", "a/b~c") == "/counts/a~1b~0c"
+    columns, data = rows(view, {"params": {"buckets": ["moon", "sun"], "other_bucket": "other"}})
+    assert [r["bucket"] for r in data] == ["moon", "sun", "other"]
+    assert data[1] == {"bucket": "sun", "count": None, "std": None, "ci95_lo": None, "ci95_hi": None, "suppressed": True}
+    table = format_result(view, "table", plot=True)
+    assert "100 ± 15" in table and "74 ± 14" in table and "[60, 88]" in table and "suppressed" in table
+
+
+def test_training_history_is_one_row_per_round() -> None:
+    history = [{"round": r, "loss": 1.0 / (r + 1), "eval_loss": 1.1 / (r + 1), "accuracy": 0.5 + r / 40, "clients": 50}
+               for r in (0, 5, 10)]
+    view = {"id": "q", "kind": "training", "privacy": {"mechanism": "none"},
+            "result": {"history": history, "weights": [0.1] * 31, "model": {"name": "logistic"}, "rounds": 10},
+            "uncertainty": {"/history/1/accuracy": {"std": 0.01, "ci95": [0.6, 0.64]}}}
+    columns, data = rows(view)
+    assert columns[:5] == ["round", "loss", "eval_loss", "accuracy", "clients"] and len(data) == 3
+    assert data[1]["accuracy_ci95_lo"] == 0.6
+    text = format_result(view, "table", plot=True)
+    assert "history, one row per evaluation round" in text and "0.625 ± 0.020" in text and "▁" in text
+    assert "history[" not in text
+
+
+def test_frame_needs_pandas_only_when_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    pd = pytest.importorskip("pandas")
+    df = frame(_noisy_view())
+    assert isinstance(df, pd.DataFrame) and list(df["bucket"]) == ["moon", "other", "sun"]
+    assert df.loc[df.bucket == "other", "ci95_hi"].item() == 88.0 and np.isnan(df.loc[df.bucket == "sun", "count"].item())
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError, match=r"pip install 'fed-analytics\[pandas\]'"):
+        frame(_noisy_view())

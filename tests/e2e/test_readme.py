@@ -1,0 +1,66 @@
+"""The README, pasted as a user would: its shell and Python blocks run in document order in one bash session
+against the live server and fleets the blocks themselves start (tests/readme_blocks.py for the markers).
+
+What differs from a person's terminal, all of it here: the session runs in a temporary folder holding a link to
+the repository's examples/; `.venv/bin` comes first on PATH; port 8000 becomes a free port; the server gets the
+end-to-end tier's short waits (scripts/devstack.SERVER_ENV) and fails a query whose cohort has not formed within
+120 s (instead of 600 s), so a spec that does not fit the README's fleet fails the test quickly. `set -euo
+pipefail`: any failing command fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scripts.devstack import BIN, SERVER_ENV, free_port
+from tests.readme_blocks import ROOT, blocks, script
+
+pytestmark = pytest.mark.e2e
+TIMEOUT_S = 420
+
+
+def test_readme_blocks_run_against_a_live_server(tmp_path: Path) -> None:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    port = free_port()
+    body = script(blocks(), sys.executable).replace("--port 8000", f"--port {port}").replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    full = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + body
+    (tmp_path / "readme.sh").write_text(full)
+    env = {**os.environ, **SERVER_ENV, "FA_COHORT_FORMATION_TIMEOUT_S": "120", "PATH": f"{BIN}:{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT)}
+    env.pop("FA_TOKEN", None)
+    env.pop("FA_SERVER", None)
+    started = time.monotonic()
+    proc = subprocess.Popen(["bash", str(tmp_path / "readme.sh")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the README did not finish within {TIMEOUT_S} s; stderr:\n{err[-4000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # anything the script left behind
+        except ProcessLookupError:
+            pass
+    took = time.monotonic() - started
+    log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
+    assert proc.returncode == 0, f"README failed (exit {proc.returncode}) after {took:.0f} s\nstdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}\nserver log:\n{log[-3000:]}"
+    assert "Traceback" not in log, log[-5000:]
+    # the acceptance check: `fa submit SPEC --wait --format json > out.json` is valid JSON (progress went to stderr)
+    view = json.loads((tmp_path / "out.json").read_text())
+    assert view["kind"] == "histogram" and view["result"]["counts"], view
+    assert "query" in err and "succeeded" in err  # the progress lines were on stderr
+    stats = json.loads((tmp_path / "bc_stats.json").read_text())
+    assert len(stats["result"]["features"]) == 30
+    assert (tmp_path / "feature_stats.csv").read_text().startswith("feature,count,mean,")
+    assert "[6 0 0 3]" in out  # the secure-aggregation snippet
+    print(f"README blocks ran in {took:.0f} s")
