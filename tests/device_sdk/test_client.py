@@ -29,13 +29,19 @@ async def _run_query(http: aiohttp.ClientSession, url: str, spec: dict[str, Any]
     r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
     assert r.status == 201, await r.text()
     qid = (await r.json())["id"]
-    for _ in range(300):
+    status = await wait_ended(http, url, qid, hdr)
+    assert status["status"] == "succeeded", status
+    return await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+
+
+async def wait_ended(http: aiohttp.ClientSession, url: str, qid: str, hdr: dict[str, str], timeout_s: float = 30) -> dict[str, Any]:
+    """Poll the query's status until it is no longer pending or running (at most `timeout_s`); the last status."""
+    for _ in range(int(timeout_s * 10)):
         status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
         if status["status"] not in ("pending", "running"):
             break
         await asyncio.sleep(0.1)
-    assert status["status"] == "succeeded", status
-    return await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+    return status
 
 
 async def test_registration_is_persisted(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]

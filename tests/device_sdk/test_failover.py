@@ -18,6 +18,7 @@ from device_sdk.analyst_cli import AnalystClient
 from device_sdk.client import DeviceClient
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
+from tests.device_sdk.test_client import wait_ended
 
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},
         "cohort": {"min_clients": 3, "max_clients": 3, "phase_timeout_s": 3}}
@@ -103,11 +104,7 @@ async def test_one_round_trip_per_phase(app_server: TestServer) -> None:
             devices.append(DeviceClient(url, store, session=http, checkin_wait_s=2))
         fleet = [asyncio.create_task(d.run_forever(stop)) for d in devices]
         async with aiohttp.ClientSession() as analyst:
-            for _ in range(300):
-                status = await (await analyst.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-                if status["status"] not in ("pending", "running"):
-                    break
-                await asyncio.sleep(0.1)
+            status = await wait_ended(analyst, url, qid, hdr)
         stop.set()
         await asyncio.gather(*fleet)
     assert status["status"] == "succeeded", status

@@ -10,6 +10,7 @@ from device_sdk.randomness import DeviceRandomness
 from device_sdk.simulator import device_randomness, make_devices
 from device_sdk.store import LocalStore
 from secagg.randomness import OsRandom, SeededRandom
+from tests.device_sdk.test_client import wait_ended
 
 
 def _fingerprint(r: DeviceRandomness, cohort: str) -> tuple[bytes, bytes, tuple[int, ...]]:
@@ -102,11 +103,7 @@ async def test_a_seeded_device_masks_and_signs_with_the_factorys_sub_sources(app
         hdr = {"Authorization": f"Bearer {token}"}
         r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
         qid = (await r.json())["id"]
-        for _ in range(300):
-            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-            if status["status"] not in ("pending", "running"):
-                break
-            await asyncio.sleep(0.1)
+        status = await wait_ended(http, url, qid, hdr)
         stop.set()
         await asyncio.gather(*fleet)
     assert status["status"] == "succeeded", status
