@@ -32,8 +32,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from aiohttp import web
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
 from sqlalchemy.exc import SQLAlchemyError
 
 from analytics_server.db.batching import Batcher
@@ -84,7 +84,7 @@ class DeviceRequest:
     the window); its signature is verified once the (bounded) body has been read."""
 
     device_id: str
-    key: Ed25519PublicKey
+    key: VerifyKey
     headers: SignedHeaders
 
 
@@ -143,7 +143,7 @@ class DeviceAuth:
     def __init__(self, store: Store, window_s: float) -> None:
         self.store = store
         self.window = window_s
-        self._keys: dict[str, Ed25519PublicKey] = {}
+        self._keys: dict[str, VerifyKey] = {}
         self.ledger = NonceLedger(store)
         self.recent = RecentNonces()
         self._task: asyncio.Task[None] | None = None
@@ -204,18 +204,19 @@ class DeviceAuth:
             raw = await self.store.device_key(device_id)
             if raw is None:
                 raise HttpError(401, f"{HDR_DEVICE}: unknown device {device_id!r} (register first)")
-            key = self._keys[device_id] = Ed25519PublicKey.from_public_bytes(raw)
+            key = self._keys[device_id] = VerifyKey(raw)
         return DeviceRequest(device_id, key, hdrs)
 
     # -- checks after the body ------------------------------------------------------------------
 
-    def check_signature(self, key: Ed25519PublicKey, request: web.Request, body: bytes,
+    def check_signature(self, key: VerifyKey, request: web.Request, body: bytes,
                         hdrs: SignedHeaders | None = None) -> SignedHeaders:
-        """Verify the signature of `request` (headers checked first unless given) under `key`."""
+        """Verify the signature of `request` (headers checked first unless given) under `key` (libsodium's
+        Ed25519, which also refuses small-order keys and non-canonical signatures)."""
         hdrs = hdrs or self.signed_headers(request)
         try:
-            key.verify(hdrs.signature, signing_payload(request.method, request.path_qs, hdrs.timestamp, hdrs.nonce, body))
-        except InvalidSignature:
+            key.verify(signing_payload(request.method, request.path_qs, hdrs.timestamp, hdrs.nonce, body), hdrs.signature)
+        except BadSignatureError:
             raise HttpError(401, f"{HDR_SIGNATURE}: signature does not verify for this request") from None
         return hdrs
 
@@ -247,9 +248,3 @@ class DeviceAuth:
         else:
             await self.claim(dev.device_id, dev.headers)
         return dev.device_id
-
-    def public_key(self, device_id: str) -> bytes | None:
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-        key = self._keys.get(device_id)
-        return None if key is None else key.public_bytes(Encoding.Raw, PublicFormat.Raw)

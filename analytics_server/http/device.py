@@ -20,7 +20,7 @@ import math
 import time
 
 from aiohttp import web
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nacl.signing import VerifyKey
 
 from analytics_server.cohort import CohortRuntime, NextMessage
 from analytics_server.errors import HttpError
@@ -77,7 +77,7 @@ async def register(request: web.Request) -> web.Response:
     req = parse_model(RegisterRequest, parse_json_body(request, body))
     try:
         raw = b64d(req.public_key, "public_key", 32)
-        key = Ed25519PublicKey.from_public_bytes(raw)
+        key = VerifyKey(raw)
     except ValueError as exc:
         raise HttpError(422, str(exc)) from None
     st.auth.check_signature(key, request, body, hdrs)
