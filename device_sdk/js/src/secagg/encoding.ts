@@ -26,6 +26,17 @@ export class ModVector {
     return v;
   }
 
+  /** Ring elements already in [0, 2^bits). */
+  static fromUnsigned(values: readonly bigint[], bits: number): ModVector {
+    const v = new ModVector(values.length, bits);
+    values.forEach((x, i) => {
+      if (x < 0n || x >> BigInt(bits) !== 0n) throw new ConfigError(`input_vector: entries must lie in [0, 2^${bits})`);
+      v.lo[i] = Number(x & 0xffffffffn);
+      v.hi[i] = Number(x >> 32n);
+    });
+    return v;
+  }
+
   /** Little-endian keystream words (4 bytes each for bits ≤ 32, else 8). */
   static fromKeystream(ks: Uint8Array, dim: number, bits: number): ModVector {
     const v = new ModVector(dim, bits);
