@@ -15,7 +15,7 @@ import {
 } from "./envelope.js";
 import { getKind } from "./kinds/registry.js";
 import { DeviceKind, QueryKindError } from "./kinds/kind.js";
-import { ContributionLedger, ContributionRecord, DAY_S } from "./ledger.js";
+import { ContributionLedger, ContributionRecord, DAY_S, NewRecord } from "./ledger.js";
 import { Decision, DevicePolicy, Refusal, checkinPause, decide, isRefusal, refuse } from "./policy.js";
 import { DeviceRandomness, RandomSource } from "./randomness.js";
 import { ClientSession, Phase } from "./secagg/client.js";
@@ -140,6 +140,23 @@ function retryAfterOf(h: Headers): number | null {
   return h.get("Retry-After") !== null && Number.isFinite(v) && v >= 0 && v <= 3600 ? v : null;
 }
 
+/** The ledger row of an accepted assignment (the query's public privacy parameters, never its sensitivities). */
+function ledgerFields(a: Assignment, d: Decision, now: number): NewRecord {
+  const p = a.privacy;
+  let queryPrivacy: Record<string, unknown> = {};
+  if (p) {
+    const { l1_sensitivity: _l1, l2_sensitivity: _l2, ...rest } = p;
+    queryPrivacy = rest;
+  }
+  return {
+    query_id: a.query_id, round: a.round, cohort_id: a.cohort_id, kind: a.kind, source: a.source, accepted_at: now,
+    mechanism: a.noise ? a.noise.mechanism : "none", epsilon: d.epsilonCharge, delta: d.deltaCharge,
+    query_epsilon: p ? p.epsilon : null, query_delta: p ? p.delta : null, query_privacy: queryPrivacy,
+    noise_scale: a.noise ? a.noise.scale : null, noise_std: a.noise ? a.noise.std : null, encoding_scale: a.noise ? a.noise.encoding_scale : 1,
+    proofs: d.proofs, cohort_size: Number(a.secagg.n ?? 0), min_survivors: d.minSurvivors,
+  };
+}
+
 /** One accepted assignment's bookkeeping: the ledger row from acceptance to the cohort's end. */
 class Contribution {
   sent = false;
@@ -192,6 +209,7 @@ export class DeviceClient {
   constructor(serverUrl: string | string[], readonly store: LocalStore, private readonly opts: DeviceClientOptions = {}) {
     if (!(store instanceof LocalStore)) throw new TypeError("store: must be a LocalStore");
     if (opts.policy !== undefined && !(opts.policy instanceof DevicePolicy)) throw new TypeError("policy: must be a DevicePolicy");
+    if (opts.eligible !== undefined && typeof opts.eligible !== "function") throw new TypeError("eligible: must be a function returning true or false");
     this.servers = parseServers(serverUrl);
     this.policy = opts.policy ?? new DevicePolicy();
     this.ledger = new ContributionLedger(store);
@@ -234,31 +252,39 @@ export class DeviceClient {
     const qs = opts.query ? "?" + new URLSearchParams(Object.entries(opts.query).map(([k, v]) => [k, String(v)])).toString() : "";
     const pathQs = path + qs;
     const body = opts.body ?? new Uint8Array(0);
-    const ts = String(Math.floor(Date.now() / 1000));
-    const nonce = await this.randomness.nonce();
-    const headers: Record<string, string> = {
-      [HDR_PROTOCOL]: String(PROTOCOL_VERSION),
-      [HDR_TIMESTAMP]: ts,
-      [HDR_NONCE]: nonce,
-      [HDR_SIGNATURE]: b64encode(await key.sign(await signingPayload(method, pathQs, ts, nonce, body))),
-    };
-    if (!opts.register) headers[HDR_DEVICE] = deviceId;
-    if (opts.contentType) headers["Content-Type"] = opts.contentType;
-    const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
-    const stop = () => timeout.abort();
-    opts.signal?.addEventListener("abort", stop, { once: true });
-    try {
-      const resp = await this.fetchFn((opts.base ?? this.server) + pathQs, {
-        method, headers, body: body.length ? (body as BodyInit) : undefined, signal: timeout.signal, cache: "no-store",
-      });
-      const answer = { status: resp.status, headers: resp.headers, body: new Uint8Array(await resp.arrayBuffer()) };
-      const version = answer.headers.get(HDR_PROTOCOL);
-      if (answer.status === 400 && version !== null && version !== String(PROTOCOL_VERSION)) throw new ProtocolVersionError(400, errorText(answer.body), version);
-      return answer;
-    } finally {
-      clearTimeout(timer);
-      opts.signal?.removeEventListener("abort", stop);
+    for (let attempt = 1; ; attempt++) {
+      const ts = String(Math.floor(Date.now() / 1000));
+      const nonce = await this.randomness.nonce();
+      const headers: Record<string, string> = {
+        [HDR_PROTOCOL]: String(PROTOCOL_VERSION),
+        [HDR_TIMESTAMP]: ts,
+        [HDR_NONCE]: nonce,
+        [HDR_SIGNATURE]: b64encode(await key.sign(await signingPayload(method, pathQs, ts, nonce, body))),
+      };
+      if (!opts.register) headers[HDR_DEVICE] = deviceId;
+      if (opts.contentType) headers["Content-Type"] = opts.contentType;
+      const timeout = new AbortController();
+      const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
+      const stop = () => timeout.abort();
+      opts.signal?.addEventListener("abort", stop, { once: true });
+      try {
+        const resp = await this.fetchFn((opts.base ?? this.server) + pathQs, {
+          method, headers, body: body.length ? (body as BodyInit) : undefined, signal: timeout.signal, cache: "no-store",
+        });
+        const answer = { status: resp.status, headers: resp.headers, body: new Uint8Array(await resp.arrayBuffer()) };
+        const version = answer.headers.get(HDR_PROTOCOL);
+        if (answer.status === 400 && version !== null && version !== String(PROTOCOL_VERSION)) throw new ProtocolVersionError(400, errorText(answer.body), version);
+        return answer;
+      } catch (exc) {
+        // fetch's network failure (typically a pooled connection the server closed as it was reused): every device
+        // request may be sent once more (phase messages and registration are idempotent, a check-in is a new one),
+        // with a fresh nonce; never after a timeout or a stop
+        if (attempt === 1 && exc instanceof TypeError && !timeout.signal.aborted) continue;
+        throw exc;
+      } finally {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener("abort", stop);
+      }
     }
   }
 
@@ -324,22 +350,14 @@ export class DeviceClient {
     }
     if (!(await this.isEligible())) return refuse(a, "not_eligible", "the device stopped being eligible while it waited for the cohort");
     const now = Date.now() / 1000;
-    const [spent, , count] = await this.ledger.spentSince(now - DAY_S);
-    const verdict = decide(this.policy, a, kind, await this.ledger.history(a.query_id), spent, count, await this.store.isOptedOut(a.source));
-    if (isRefusal(verdict)) return verdict;
-    const p = a.privacy;
-    let queryPrivacy: Record<string, unknown> = {};
-    if (p) {
-      const { l1_sensitivity: _l1, l2_sensitivity: _l2, ...rest } = p;
-      queryPrivacy = rest;
-    }
-    const row = await this.ledger.reserve({
-      query_id: a.query_id, round: a.round, cohort_id: a.cohort_id, kind: a.kind, source: a.source, accepted_at: now,
-      mechanism: a.noise ? a.noise.mechanism : "none", epsilon: verdict.epsilonCharge, delta: verdict.deltaCharge,
-      query_epsilon: p ? p.epsilon : null, query_delta: p ? p.delta : null, query_privacy: queryPrivacy,
-      noise_scale: a.noise ? a.noise.scale : null, noise_std: a.noise ? a.noise.std : null, encoding_scale: a.noise ? a.noise.encoding_scale : 1,
-      proofs: verdict.proofs, cohort_size: Number(a.secagg.n ?? 0), min_survivors: verdict.minSurvivors,
-    });
+    const admitted = await this.ledger.admit<Decision, Refusal>(
+      a.query_id, a.source, now - DAY_S,
+      (history, spent, count, optedOut) => decide(this.policy, a, kind, history, spent, count, optedOut),
+      (v): v is Decision => !isRefusal(v),
+      (verdict) => ledgerFields(a, verdict, now),
+    );
+    if (!Array.isArray(admitted)) return admitted;
+    const [verdict, row] = admitted;
     return [new Contribution(a, verdict, this.ledger, row), kind];
   }
 
@@ -377,8 +395,14 @@ export class DeviceClient {
 
   // -- one check-in -----------------------------------------------------------------------------
 
-  /** One check-in; runs the assigned cohort to its end when there is one. */
+  /** One check-in; runs the assigned cohort to its end when there is one. Not while `start()` runs the device in the
+   * background (two check-ins of one device at once would each take a cohort seat). */
   async runOnce(signal?: AbortSignal): Promise<Outcome> {
+    if (this.running) throw new Error("the device runs in the background: stop() it before calling runOnce()");
+    return this.checkIn(signal);
+  }
+
+  private async checkIn(signal?: AbortSignal): Promise<Outcome> {
     const paused = await this.pause();
     if (paused) return paused;
     let ans: Answer;
@@ -524,7 +548,7 @@ export class DeviceClient {
     while (!signal?.aborted) {
       let out: Outcome;
       try {
-        out = await this.runOnce(signal);
+        out = await this.checkIn(signal);
         failures = 0;
       } catch (exc) {
         if (signal?.aborted) return;

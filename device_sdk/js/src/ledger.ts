@@ -4,7 +4,7 @@
  * the device's first contribution, and once more each time it would contribute to a round more often than to any
  * round before. */
 
-import { LocalStore } from "./store.js";
+import { ALL, LocalStore, Txn } from "./store.js";
 
 export const DAY_S = 86_400;
 export const LOG_KEEP_S = 400 * DAY_S;
@@ -40,6 +40,9 @@ export interface ContributionRecord {
   detail: string;
 }
 
+/** What the device knows of a contribution when it accepts the assignment. */
+export type NewRecord = Omit<ContributionRecord, "id" | "status" | "sent_at" | "ended_at" | "contributed" | "detail">;
+
 export interface QueryHistory {
   privacy: Record<string, unknown> | null;
   perRound: Map<number, number>;
@@ -51,27 +54,35 @@ export class ContributionLedger {
   constructor(readonly store: LocalStore) {}
 
   private all(): Promise<ContributionRecord[]> {
-    return this.store.transaction((t) =>
-      Object.values(t.state.contributions as Record<string, ContributionRecord>).sort((a, b) => a.id - b.id).map((r) => ({ ...r })),
-    );
+    return this.store.transaction((t) => rowsOf(t));
   }
 
   async history(queryId: string): Promise<QueryHistory> {
-    const rows = (await this.all()).filter((r) => r.query_id === queryId);
-    const perRound = new Map<number, number>();
-    const weights = new Map<number, number>();
-    for (const r of rows) {
-      perRound.set(r.round, (perRound.get(r.round) ?? 0) + 1);
-      const w = r.query_privacy.weight;
-      weights.set(r.round, Math.max(weights.get(r.round) ?? 0, typeof w === "number" ? w : 1));
-    }
-    return { privacy: rows.length ? rows[0].query_privacy : null, perRound, layersCharged: rows.filter((r) => r.epsilon).length, weights };
+    return historyOf(await this.all(), queryId);
   }
 
   /** (ε, δ, contributions) charged by rows accepted at or after `since`. */
   async spentSince(since: number): Promise<[number, number, number]> {
-    const rows = (await this.all()).filter((r) => r.accepted_at >= since);
-    return [rows.reduce((a, r) => a + (r.epsilon ?? 0), 0), rows.reduce((a, r) => a + (r.delta ?? 0), 0), rows.length];
+    return spentOf(await this.all(), since);
+  }
+
+  /** Decide on an assignment and reserve its row in one store transaction, so two cohorts started at once cannot
+   * both pass a daily limit: `decide` gets the query's history, the (ε, contributions) charged since `since` and
+   * whether `source` is opted out; a Decision's row (`fields` of it) is reserved and its id returned with it. */
+  admit<D extends object, R>(
+    queryId: string, source: string, since: number,
+    decide: (history: QueryHistory, spentEpsilon: number, contributions: number, optedOut: boolean) => D | R,
+    isDecision: (v: D | R) => v is D,
+    fields: (d: D) => NewRecord,
+  ): Promise<[D, number] | R> {
+    return this.store.transaction((t) => {
+      const rows = rowsOf(t);
+      const [spent, , count] = spentOf(rows, since);
+      const optedOut = source in t.state.optedOut || ALL in t.state.optedOut;
+      const verdict = decide(historyOf(rows, queryId), spent, count, optedOut);
+      if (!isDecision(verdict)) return verdict;
+      return [verdict, this.put(t, fields(verdict))] as [D, number];
+    });
   }
 
   async oldestSince(since: number, charging = false): Promise<number | null> {
@@ -88,13 +99,15 @@ export class ContributionLedger {
     return (await this.all()).find((r) => r.id === id) ?? null;
   }
 
-  reserve(fields: Omit<ContributionRecord, "id" | "status" | "sent_at" | "ended_at" | "contributed" | "detail">): Promise<number> {
-    return this.store.transaction((t) => {
-      const id = Number(this.store.newId());
-      const row: ContributionRecord = { ...fields, id, status: "pending", sent_at: null, ended_at: null, contributed: null, detail: "" };
-      t.put("contributions", String(id), row);
-      return id;
-    });
+  reserve(fields: NewRecord): Promise<number> {
+    return this.store.transaction((t) => this.put(t, fields));
+  }
+
+  private put(t: Txn, fields: NewRecord): number {
+    const id = Number(this.store.newId());
+    const row: ContributionRecord = { ...fields, id, status: "pending", sent_at: null, ended_at: null, contributed: null, detail: "" };
+    t.put("contributions", String(id), row);
+    return id;
   }
 
   private update(id: number, change: (r: ContributionRecord) => ContributionRecord | null): Promise<void> {
@@ -134,4 +147,25 @@ export class ContributionLedger {
       return n;
     });
   }
+}
+
+function rowsOf(t: Txn): ContributionRecord[] {
+  return Object.values(t.state.contributions as Record<string, ContributionRecord>).sort((a, b) => a.id - b.id).map((r) => ({ ...r }));
+}
+
+function historyOf(all: ContributionRecord[], queryId: string): QueryHistory {
+  const rows = all.filter((r) => r.query_id === queryId);
+  const perRound = new Map<number, number>();
+  const weights = new Map<number, number>();
+  for (const r of rows) {
+    perRound.set(r.round, (perRound.get(r.round) ?? 0) + 1);
+    const w = r.query_privacy.weight;
+    weights.set(r.round, Math.max(weights.get(r.round) ?? 0, typeof w === "number" ? w : 1));
+  }
+  return { privacy: rows.length ? rows[0].query_privacy : null, perRound, layersCharged: rows.filter((r) => r.epsilon).length, weights };
+}
+
+function spentOf(all: ContributionRecord[], since: number): [number, number, number] {
+  const rows = all.filter((r) => r.accepted_at >= since);
+  return [rows.reduce((a, r) => a + (r.epsilon ?? 0), 0), rows.reduce((a, r) => a + (r.delta ?? 0), 0), rows.length];
 }
