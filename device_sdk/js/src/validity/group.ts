@@ -92,14 +92,15 @@ export function commit(value: bigint, blind: bigint, generator: Point): Point {
   return smod(value) === 0n ? base : mul(value, generator).add(base);
 }
 
-const gens: Point[] = [];
+// G_i by index, each derived once; the promise is stored before any await, so concurrent proofs (several devices in
+// one page or process) never derive an index twice or out of order
+const gens: Promise<Point>[] = [];
 
-export async function generators(count: number): Promise<Point[]> {
+export function generators(count: number): Promise<Point[]> {
   for (let i = gens.length; i < count; i++) {
-    const h = await sha512(concat(GENERATOR_DOMAIN, utf8("G"), u64be(BigInt(i))));
-    gens.push(fromUniform(h.subarray(0, 32)));
+    gens.push(sha512(concat(GENERATOR_DOMAIN, utf8("G"), u64be(BigInt(i)))).then((h) => fromUniform(h.subarray(0, 32))));
   }
-  return gens.slice(0, count);
+  return Promise.all(gens.slice(0, count));
 }
 
 let sumGen: Point | null = null;
