@@ -16,7 +16,8 @@ from typing import Any
 
 from device_sdk.scenarios import generate
 
-JS = Path(__file__).resolve().parents[2] / "device_sdk" / "js"
+JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[2] / "device_sdk" / "js")
+"""The built JS SDK (FA_JS_SDK_DIR: another build of it, e.g. a deliberately broken one to see these tests fail)."""
 CHROMIUM = os.environ.get("FA_CHROMIUM", "/usr/bin/chromium")
 
 
