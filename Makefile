@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast demo bench test-postgres clean chromium screenshots
+.PHONY: venv test test-fast demo bench test-postgres clean chromium screenshots node js js-test
 
 venv: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The whole suite: the in-process tiers on two workers (pytest-xdist), then the end-to-end tier one test at a
 # time (its fleets use every core; run side by side, their phase deadlines would measure contention).
-test: $(STAMP) chromium
+test: $(STAMP) chromium js-test
 	$(PY) -m pytest -q -n 2 -m "not e2e" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m e2e $(PYTEST_ARGS)
 
@@ -25,12 +25,46 @@ test: $(STAMP) chromium
 chromium:
 	@bash scripts/install_chromium.sh || { [ -z "$$CI" ] && echo "[test] Chromium not installed: the console's browser tests will be skipped"; }
 
+# The JavaScript device SDK (device_sdk/js): Node and npm from Debian packages (scripts/install_node.sh), `npm ci` from
+# the lockfile when it changes, the TypeScript build and the minified bundle when a source changes (stamp files).
+# Without Node the JS unit tests and the JS devices' end-to-end tests are skipped with the reason; under CI that is
+# an error. Node 18 (Debian 12's) exposes WebCrypto globally only behind a flag.
+JS_DIR := device_sdk/js
+JS_DEPS := $(JS_DIR)/node_modules/.fa-installed
+JS_BUILT := $(JS_DIR)/dist/.fa-built
+JS_SRC := $(JS_DIR)/tsconfig.json $(JS_DIR)/scripts/bundle.mjs $(shell find $(JS_DIR)/src $(JS_DIR)/test -type f 2>/dev/null)
+HAVE_NODE = command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1
+ifeq ($(shell node -p 'process.versions.node.split(".")[0]' 2>/dev/null),18)
+export NODE_OPTIONS := --experimental-global-webcrypto $(NODE_OPTIONS)
+endif
+
+node:
+	@bash scripts/install_node.sh || { [ -z "$$CI" ] && echo "[test] Node.js not installed: the JS device SDK's tests will be skipped"; }
+
+js: node
+	@if $(HAVE_NODE); then $(MAKE) --no-print-directory $(JS_BUILT); \
+	elif [ -n "$$CI" ]; then echo "[test] CI needs Node.js and npm for the JS device SDK" >&2; exit 1; fi
+
+$(JS_DEPS): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
+	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(JS_BUILT): $(JS_DEPS) $(JS_SRC)
+	rm -rf $(JS_DIR)/dist  # no compiled leftovers of deleted sources
+	cd $(JS_DIR) && npm run --silent bundle
+	touch $@
+
+# The JS unit tests (Node's test runner over the compiled tests), when Node is here.
+js-test: js
+	@if $(HAVE_NODE); then cd $(JS_DIR) && node --test dist/test/; \
+	else echo "[test] Node.js not installed: JS unit tests skipped"; fi
+
 # Screenshots of the console for the README (docs/img/), with the browser-test machinery.
 screenshots: $(STAMP) chromium
 	$(PY) scripts/console_screenshots.py
 
 # Everything but the end-to-end tier (real server processes and fleets): under a minute.
-test-fast: $(STAMP)
+test-fast: $(STAMP) js-test
 	$(PY) -m pytest -q -n 2 -m "not e2e" $(PYTEST_ARGS)
 
 demo: $(STAMP)

@@ -15,6 +15,7 @@ from analytics_server.db.engine import check_migrated, make_engine
 from analytics_server.db.store import Store
 from analytics_server.http import analyst, console, device
 from analytics_server.http.common import BODY_READ_TIMEOUT, make_error_middleware
+from analytics_server.http.cors import make_cors_middleware
 from analytics_server.metrics import Metrics, count_statements
 from analytics_server.notify import notifier_for
 from analytics_server.orchestrator import Orchestrator
@@ -54,10 +55,11 @@ async def openapi_doc(request: web.Request) -> web.Response:
 
 def create_app(settings: Settings) -> web.Application:
     metrics_ = Metrics()
+    cors = make_cors_middleware(settings.device_cors_origins)  # outermost: error answers carry the headers too
     app = web.Application(
         # backstop only: every route reads its body through http.common.read_body with its own, lower limit
         client_max_size=max(settings.binary_body_limit, settings.json_body_limit, settings.device_json_body_limit),
-        middlewares=[make_error_middleware(metrics_)],
+        middlewares=[*([cors] if cors else []), make_error_middleware(metrics_)],
     )
     app[OPENAPI] = openapi.build()
     app[BODY_READ_TIMEOUT] = settings.body_read_timeout_s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queries.dp import Budget, PrivacyPolicy
@@ -110,6 +110,20 @@ class Settings(BaseSettings):
     spec_check_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="time limit of parsing and calibrating one submitted spec"
     )
+    device_cors_origins: str = Field(
+        default="", max_length=10_000,
+        description="comma-separated origins (scheme://host[:port]) whose web pages may call the device API "
+        "(/v1/device/*) from a browser, or `*` for any; empty (the default): no cross-origin access "
+        "(analytics_server/http/cors.py)",
+    )
+
+    @field_validator("device_cors_origins")
+    @classmethod
+    def _origins(cls, v: str) -> str:
+        from analytics_server.http.cors import parse_origins
+
+        parse_origins(v)  # ValueError naming the bad origin
+        return v
 
     def register_rate(self) -> float:
         """Registrations per minute per address; 0 means unlimited."""

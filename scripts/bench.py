@@ -53,7 +53,7 @@ def main() -> int:
     report = {"secagg": secagg_section()}
     for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"), ("utility", "scripts/bench_utility.py"),
                          ("cluster", "scripts/bench_cluster.py"), ("device", "scripts/bench_device.py"),
-                         ("validity", "scripts/bench_validity.py")):
+                         ("validity", "scripts/bench_validity.py"), ("js_device", "scripts/bench_js.py")):
         if (ROOT / script).exists():
             report[name] = run_json([script], name)
     print(json.dumps(report, indent=2))

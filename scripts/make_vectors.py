@@ -563,6 +563,31 @@ def _kind_case(kind: str, params: Json, rows: list[Any], seed: bytes = b"kind/0"
             "plan": {"dim": plan.dim, "max_abs": plan.max_abs}}
 
 
+def frecency_params(eval_every: int) -> Json:
+    """The frecency example's params (2 rounds): round 0 trains (sign votes) or, with eval_every, evaluates."""
+    from queries.training import frecency
+
+    return frecency.example_params(rounds=2, eval_every=eval_every)
+
+
+def frecency_rows() -> list[Any]:
+    """Ten simulated URL-bar interactions whose numbers are all non-integral floats or ints (a port in a language that
+    reads "12.0" as the integer 12 prints the same canonical JSON for them, so the hold-out split agrees)."""
+    from device_sdk.scenarios import generate
+
+    def plain(v: Any) -> bool:
+        if isinstance(v, float):
+            return not v.is_integer()
+        if isinstance(v, dict):
+            return all(plain(x) for x in v.values())
+        if isinstance(v, list):
+            return all(plain(x) for x in v)
+        return True
+
+    rows = [r for i in range(20) for r in generate("frecency", 3, i)["urlbar"] if plain(r)]
+    return rows[:10]
+
+
 def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
     rng = contribution_generator(SeededRandom(seed))
     return np.asarray(get_kind(case["kind"]).contribute(case["task"], case["rows"], rng), dtype=np.int64)
@@ -593,6 +618,14 @@ def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
         _kind_case("training", {"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0,
                                 "holdout_fraction": 0.0},
                    [{"x": [0.1, -0.2, 0.3], "y": 1}, {"x": [0.0, 0.5, -0.1], "y": 0}]),
+        _kind_case("histogram", {"buckets": ["3", "0.5", "1e-05", "true", "100000000000000000000"],
+                                 "max_contributions_per_device": 5},
+                   [3, 3.0, 0.5, 1e-05, True, {"value": 0.5}, 1e20, None, [1]]),
+        _kind_case("heavy_hitters", {"mode": "secagg", "max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyzσοδ",
+                                     "max_words_per_device": 3},
+                   ["Straße", "STRASSE", "strasse", "\u3000ﬁsh\u2003", "ΟΔΟΣ", "ΟΔΟΣ", "ΟΔΟΣ", "toolongword", "x1"]),
+        _kind_case("training", frecency_params(eval_every=0), frecency_rows()),
+        _kind_case("training", frecency_params(eval_every=2), frecency_rows()),
     ],
 )
 def kind_encodings_vectors(case: Json) -> Json:

@@ -1,0 +1,63 @@
+"""Cross-origin access to the device API, for devices running in web pages (the browser SDK, device_sdk/js).
+
+Off by default. With `FA_DEVICE_CORS_ORIGINS` set (comma-separated `scheme://host[:port]` origins, or `*`), a page of
+a listed origin may call `/v1/device/*`: preflight `OPTIONS` requests for those paths are answered here, before any
+other check (a preflight carries no credentials), and every device answer to such a page carries
+`Access-Control-Allow-Origin` and exposes the headers the SDK reads (`X-FA-Phase`, `X-FA-Protocol`, `Retry-After`,
+`Location`). Cookies are never allowed (`Access-Control-Allow-Credentials` is not sent): device requests are
+authenticated by their Ed25519 signatures alone, so a page gains nothing it could not do with its own key. The
+analyst API and the console are never opened to other origins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+DEVICE_PREFIX = "/v1/device/"
+ALLOW_HEADERS = "Content-Type, X-FA-Protocol, X-FA-Device, X-FA-Timestamp, X-FA-Nonce, X-FA-Signature"
+EXPOSE_HEADERS = "X-FA-Phase, X-FA-Protocol, Retry-After, Location"
+MAX_AGE_S = 600
+
+
+def parse_origins(raw: str) -> frozenset[str] | None:
+    """The allowed origins (None: any); ValueError naming an entry that is not scheme://host[:port]."""
+    items = [item.strip().rstrip("/") for item in raw.split(",") if item.strip()]
+    if "*" in items:
+        if len(items) > 1:
+            raise ValueError("device_cors_origins: `*` allows every origin and cannot be combined with others")
+        return None
+    for item in items:
+        parts = urlsplit(item)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment:
+            raise ValueError(f"device_cors_origins: {item[:200]!r} is not an origin (scheme://host[:port])")
+    return frozenset(items)
+
+
+def make_cors_middleware(raw: str) -> Any | None:
+    """The middleware for the setting's origins, or None when cross-origin access is off."""
+    if not raw.strip():
+        return None
+    allowed = parse_origins(raw)
+
+    def allows(origin: str | None) -> bool:
+        return origin is not None and (allowed is None or origin in allowed)
+
+    @web.middleware
+    async def cors(request: web.Request, handler: Any) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if not request.path.startswith(DEVICE_PREFIX) or not allows(origin):
+            return await handler(request)
+        headers = {"Access-Control-Allow-Origin": origin if allowed is not None else "*", "Vary": "Origin"}
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            return web.Response(status=204, headers={
+                **headers, "Access-Control-Allow-Methods": "GET, POST", "Access-Control-Allow-Headers": ALLOW_HEADERS,
+                "Access-Control-Max-Age": str(MAX_AGE_S),
+            })
+        resp = await handler(request)
+        resp.headers.update({**headers, "Access-Control-Expose-Headers": EXPOSE_HEADERS})
+        return resp
+
+    return cors

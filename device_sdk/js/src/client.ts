@@ -1,0 +1,616 @@
+/** `DeviceClient`: registers the device, checks in, and runs its assigned secure-aggregation cohorts (the port of
+ * device_sdk/client.py). One `runOnce()` = one check-in (long-polled) and, when assigned, the whole cohort: the
+ * assignment is checked against the device's own policy and ledger before any data is read (a refusal is reported to
+ * the server), the kind computes the contribution, the noise share is added, the vector is masked by the secagg client
+ * (held to the device's survivor floor), phase messages are exchanged, and the ledger and transparency log are
+ * settled. `start()` / `stop()` run `runForever` in the background: pace steering (`retry_after`), exponential
+ * back-off with full jitter on errors, and an immediate stop even mid long-poll. Every request is signed with the
+ * device's Ed25519 key, kept in the store. */
+
+import { b64decode, b64encode } from "./bytes.js";
+import { maskedContent } from "./contribution.js";
+import {
+  Assignment, HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, MAX_LONG_POLL_S, PROTOCOL_VERSION,
+  deviceIdFor, parseCheckin, signingPayload,
+} from "./envelope.js";
+import { getKind } from "./kinds/registry.js";
+import { DeviceKind, QueryKindError } from "./kinds/kind.js";
+import { ContributionLedger, ContributionRecord, DAY_S, NewRecord } from "./ledger.js";
+import { Decision, DevicePolicy, Refusal, checkinPause, decide, isRefusal, refuse } from "./policy.js";
+import { DeviceRandomness, RandomSource } from "./randomness.js";
+import { ClientSession, Phase } from "./secagg/client.js";
+import { SecAggConfig } from "./secagg/config.js";
+import { ModVector } from "./secagg/encoding.js";
+import { SecAggError, TooFewSurvivorsError } from "./secagg/errors.js";
+import { LocalStore } from "./store.js";
+import { Ed25519Key } from "./webcrypto.js";
+
+const KEY_META = "device_key";
+const ID_META = "device_id";
+const REGISTERED_META = "registered_at";
+const FAILOVER_STATUSES = [502, 503, 504];
+const RETENTION_EVERY_S = 60;
+
+export type OutcomeStatus = "idle" | "paused" | "refused" | "finished" | "dropped" | "aborted" | "rejected";
+
+/** What one `runOnce` did (the Python SDK's `Outcome`). */
+export interface Outcome {
+  status: OutcomeStatus;
+  retryAfter: number;
+  cohortId: string | null;
+  contributed: boolean | null;
+  detail: string;
+  queriesRunning: number;
+  reason: string | null;
+}
+
+const outcome = (status: OutcomeStatus, o: Partial<Outcome> = {}): Outcome => ({
+  status, retryAfter: 0, cohortId: null, contributed: null, detail: "", queriesRunning: 0, reason: null, ...o,
+});
+
+/** An HTTP answer the device cannot act on (`retryAfter`: the server's Retry-After). */
+export class ServerError extends Error {
+  constructor(readonly status: number, readonly serverMessage: string, readonly retryAfter: number | null = null) {
+    super(`HTTP ${status}: ${serverMessage}`);
+    this.name = "ServerError";
+  }
+}
+
+/** The server speaks another device protocol version: retrying cannot help, this SDK must be updated. */
+export class ProtocolVersionError extends ServerError {
+  constructor(status: number, message: string, readonly serverVersion: string) {
+    super(status, message);
+    this.name = "ProtocolVersionError";
+  }
+}
+
+export type Logger = (level: "debug" | "info" | "warn", message: string) => void;
+
+export interface DeviceClientOptions {
+  policy?: DevicePolicy;
+  /** The device's one random source (OS entropy by default; a SeededRandom only in tests). */
+  randomness?: RandomSource;
+  /** The app's answer to "may the device take part now?", asked before every check-in and before a cohort starts. */
+  eligible?: () => boolean | Promise<boolean>;
+  checkinWaitS?: number;
+  backoffBaseS?: number;
+  backoffCapS?: number;
+  requestTimeoutS?: number;
+  ineligiblePollS?: number;
+  onAssignment?: (a: Assignment) => void;
+  onContribution?: (r: ContributionRecord) => void;
+  onRefusal?: (r: Refusal) => void;
+  onError?: (e: unknown) => void;
+  /** Seconds each secagg phase's computation took on this device (the benchmark's figures). */
+  onPhaseTiming?: (phase: string, seconds: number) => void;
+  /** Simulation hook: the phase before which this device stops answering, or null. */
+  dropout?: (a: Assignment) => number | null;
+  fetch?: typeof fetch;
+  log?: Logger;
+}
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  body: Uint8Array;
+}
+
+const sleep = (seconds: number, signal?: AbortSignal): Promise<void> =>
+  new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, Math.max(0, seconds) * 1000);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+
+function parseServers(serverUrl: string | string[]): string[] {
+  const items = typeof serverUrl === "string" ? serverUrl.split(",") : [...serverUrl];
+  const urls = items.map((u) => String(u).trim().replace(/\/+$/, "")).filter(Boolean);
+  for (const u of urls) {
+    let ok = false;
+    try {
+      const p = new URL(u);
+      ok = (p.protocol === "http:" || p.protocol === "https:") && !p.search && !p.hash;
+    } catch {
+      ok = false;
+    }
+    if (!ok) throw new TypeError(`serverUrl: ${JSON.stringify(u.slice(0, 200))} is not an http(s)://host[:port] URL`);
+  }
+  if (!urls.length) throw new TypeError("serverUrl: no server URL given");
+  return urls;
+}
+
+function errorText(body: Uint8Array): string {
+  const text = new TextDecoder().decode(body.subarray(0, 2000));
+  try {
+    const j = JSON.parse(text) as unknown;
+    if (j && typeof j === "object" && "error" in j) return String((j as { error: unknown }).error);
+    return text.slice(0, 200);
+  } catch {
+    return text.slice(0, 200);
+  }
+}
+
+function retryAfterOf(h: Headers): number | null {
+  const v = Number(h.get("Retry-After"));
+  return h.get("Retry-After") !== null && Number.isFinite(v) && v >= 0 && v <= 3600 ? v : null;
+}
+
+/** The ledger row of an accepted assignment (the query's public privacy parameters, never its sensitivities). */
+function ledgerFields(a: Assignment, d: Decision, now: number): NewRecord {
+  const p = a.privacy;
+  let queryPrivacy: Record<string, unknown> = {};
+  if (p) {
+    const { l1_sensitivity: _l1, l2_sensitivity: _l2, ...rest } = p;
+    queryPrivacy = rest;
+  }
+  return {
+    query_id: a.query_id, round: a.round, cohort_id: a.cohort_id, kind: a.kind, source: a.source, accepted_at: now,
+    mechanism: a.noise ? a.noise.mechanism : "none", epsilon: d.epsilonCharge, delta: d.deltaCharge,
+    query_epsilon: p ? p.epsilon : null, query_delta: p ? p.delta : null, query_privacy: queryPrivacy,
+    noise_scale: a.noise ? a.noise.scale : null, noise_std: a.noise ? a.noise.std : null, encoding_scale: a.noise ? a.noise.encoding_scale : 1,
+    proofs: d.proofs, cohort_size: Number(a.secagg.n ?? 0), min_survivors: d.minSurvivors,
+  };
+}
+
+/** One accepted assignment's bookkeeping: the ledger row from acceptance to the cohort's end. */
+class Contribution {
+  sent = false;
+  constructor(readonly a: Assignment, readonly decision: Decision, readonly ledger: ContributionLedger, readonly rowId: number) {}
+
+  checkVector(vec: number[]): Refusal | null {
+    const b = this.decision.declaredBounds;
+    if (!b) return null;
+    const l1 = vec.reduce((s, v) => s + Math.abs(v), 0);
+    const l2 = Math.sqrt(vec.reduce((s, v) => s + v * v, 0));
+    if (l1 > b[0] * (1 + 1e-9) || l2 > b[1] * (1 + 1e-9)) {
+      return refuse(this.a, "contribution_exceeds_bound", `the contribution exceeds the declared sensitivities (L1 ${b[0]}, L2 ${b[1]})`);
+    }
+    return null;
+  }
+
+  async beforeSend(phase: number): Promise<void> {
+    if (!this.sent && phase >= Phase.MaskedInput) {
+      await this.ledger.markSent(this.rowId);
+      this.sent = true;
+    }
+  }
+
+  async end(finished: boolean, contributed: boolean | null, detail: string): Promise<ContributionRecord | null> {
+    if (!this.sent) {
+      await this.ledger.release(this.rowId);
+      return null;
+    }
+    await this.ledger.finish(this.rowId, finished ? "finished" : "abandoned", contributed, detail);
+    return this.ledger.record(this.rowId);
+  }
+}
+
+export class DeviceClient {
+  readonly servers: string[];
+  readonly policy: DevicePolicy;
+  readonly ledger: ContributionLedger;
+  readonly randomness: DeviceRandomness;
+  private current = 0;
+  private key: Ed25519Key | null = null;
+  private id: string | null = null;
+  private abandoned = new Set<string>();
+  private retentionAt = 0;
+  private running: { controller: AbortController; done: Promise<void> } | null = null;
+  private readonly o: Required<Pick<DeviceClientOptions, "checkinWaitS" | "backoffBaseS" | "backoffCapS" | "requestTimeoutS" | "ineligiblePollS">>;
+  private readonly fetchFn: typeof fetch;
+  private readonly log: Logger;
+  private wakeUp: (() => void) | null = null;
+
+  constructor(serverUrl: string | string[], readonly store: LocalStore, private readonly opts: DeviceClientOptions = {}) {
+    if (!(store instanceof LocalStore)) throw new TypeError("store: must be a LocalStore");
+    if (opts.policy !== undefined && !(opts.policy instanceof DevicePolicy)) throw new TypeError("policy: must be a DevicePolicy");
+    if (opts.eligible !== undefined && typeof opts.eligible !== "function") throw new TypeError("eligible: must be a function returning true or false");
+    this.servers = parseServers(serverUrl);
+    this.policy = opts.policy ?? new DevicePolicy();
+    this.ledger = new ContributionLedger(store);
+    this.randomness = new DeviceRandomness(opts.randomness);
+    this.o = { checkinWaitS: opts.checkinWaitS ?? 10, backoffBaseS: opts.backoffBaseS ?? 0.5, backoffCapS: opts.backoffCapS ?? 30, requestTimeoutS: opts.requestTimeoutS ?? 120, ineligiblePollS: opts.ineligiblePollS ?? 60 };
+    this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.log = opts.log ?? ((level, message) => (level === "warn" ? console.warn(`[fa-device] ${message}`) : undefined));
+  }
+
+  /** The server URL registrations and check-ins go to now. */
+  get server(): string {
+    return this.servers[this.current];
+  }
+
+  failOver(): void {
+    if (this.servers.length > 1) this.current = (this.current + 1) % this.servers.length;
+  }
+
+  /** The device's identity (created from the randomness source and kept in the store on first use). */
+  async identity(): Promise<{ key: Ed25519Key; deviceId: string }> {
+    if (!this.key) {
+      const raw = await this.store.getMeta(KEY_META);
+      const seed = raw === null ? await this.randomness.identityKey() : b64decode(raw, KEY_META, 32);
+      if (raw === null) await this.store.setMeta(KEY_META, b64encode(seed));
+      this.key = await Ed25519Key.fromSeed(seed);
+      this.id = await deviceIdFor(this.key.publicBytes);
+    }
+    return { key: this.key, deviceId: this.id as string };
+  }
+
+  get deviceId(): string | null {
+    return this.id;
+  }
+
+  // -- transport --------------------------------------------------------------------------------
+
+  /** A signed request → (status, headers, body); throws on network errors and ProtocolVersionError. */
+  async request(method: string, path: string, opts: { body?: Uint8Array; contentType?: string; query?: Record<string, string | number>; register?: boolean; base?: string; signal?: AbortSignal } = {}): Promise<Answer> {
+    const { key, deviceId } = await this.identity();
+    const qs = opts.query ? "?" + new URLSearchParams(Object.entries(opts.query).map(([k, v]) => [k, String(v)])).toString() : "";
+    const pathQs = path + qs;
+    const body = opts.body ?? new Uint8Array(0);
+    for (let attempt = 1; ; attempt++) {
+      const ts = String(Math.floor(Date.now() / 1000));
+      const nonce = await this.randomness.nonce();
+      const headers: Record<string, string> = {
+        [HDR_PROTOCOL]: String(PROTOCOL_VERSION),
+        [HDR_TIMESTAMP]: ts,
+        [HDR_NONCE]: nonce,
+        [HDR_SIGNATURE]: b64encode(await key.sign(await signingPayload(method, pathQs, ts, nonce, body))),
+      };
+      if (!opts.register) headers[HDR_DEVICE] = deviceId;
+      if (opts.contentType) headers["Content-Type"] = opts.contentType;
+      const timeout = new AbortController();
+      const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
+      const stop = () => timeout.abort();
+      opts.signal?.addEventListener("abort", stop, { once: true });
+      try {
+        const resp = await this.fetchFn((opts.base ?? this.server) + pathQs, {
+          method, headers, body: body.length ? (body as BodyInit) : undefined, signal: timeout.signal, cache: "no-store",
+        });
+        const answer = { status: resp.status, headers: resp.headers, body: new Uint8Array(await resp.arrayBuffer()) };
+        const version = answer.headers.get(HDR_PROTOCOL);
+        if (answer.status === 400 && version !== null && version !== String(PROTOCOL_VERSION)) throw new ProtocolVersionError(400, errorText(answer.body), version);
+        return answer;
+      } catch (exc) {
+        // fetch's network failure (typically a pooled connection the server closed as it was reused): every device
+        // request may be sent once more (phase messages and registration are idempotent, a check-in is a new one),
+        // with a fresh nonce; never after a timeout or a stop
+        if (attempt === 1 && exc instanceof TypeError && !timeout.signal.aborted) continue;
+        throw exc;
+      } finally {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener("abort", stop);
+      }
+    }
+  }
+
+  private json(payload: unknown): Uint8Array {
+    return new TextEncoder().encode(JSON.stringify(payload));
+  }
+
+  async ensureRegistered(signal?: AbortSignal): Promise<string> {
+    const { key, deviceId } = await this.identity();
+    if ((await this.store.getMeta(`${REGISTERED_META}:${this.server}`)) !== null) return deviceId;
+    const r = await this.request("POST", "/v1/device/register", { body: this.json({ public_key: b64encode(key.publicBytes) }), contentType: "application/json", register: true, signal });
+    if (r.status !== 200 && r.status !== 201) throw new ServerError(r.status, errorText(r.body), retryAfterOf(r.headers));
+    const got = JSON.parse(new TextDecoder().decode(r.body)) as { device_id?: string };
+    if (got.device_id !== deviceId) throw new ServerError(r.status, `server assigned unexpected device id ${JSON.stringify(got.device_id)}`);
+    await this.store.setMeta(ID_META, deviceId);
+    await this.store.setMeta(`${REGISTERED_META}:${this.server}`, String(Date.now() / 1000));
+    return deviceId;
+  }
+
+  // -- the device's own limits --------------------------------------------------------------------
+
+  private emit<T>(fn: ((v: T) => void) | undefined, value: T): void {
+    try {
+      fn?.(value);
+    } catch (exc) {
+      this.log("warn", `a callback raised: ${(exc as Error).message}`);
+    }
+  }
+
+  private async isEligible(): Promise<boolean> {
+    if (!this.opts.eligible) return true;
+    try {
+      return Boolean(await this.opts.eligible());
+    } catch (exc) {
+      this.log("warn", `the eligibility callback raised (${(exc as Error).message}); treating the device as not eligible`);
+      return false;
+    }
+  }
+
+  private async pause(): Promise<Outcome | null> {
+    if (await this.store.isOptedOut()) return outcome("paused", { retryAfter: this.o.ineligiblePollS, detail: "opted out" });
+    if (!(await this.isEligible())) return outcome("paused", { retryAfter: this.o.ineligiblePollS, detail: "not eligible" });
+    const now = Date.now() / 1000;
+    if (now - this.retentionAt >= RETENTION_EVERY_S) {
+      this.retentionAt = now;
+      await this.store.applyRetention(now);
+      await this.ledger.prune(now);
+    }
+    const p = this.policy;
+    if (p.maxContributionsPerDay === null && p.maxEpsilonPerDay === null) return null;
+    const since = now - DAY_S;
+    const [spent, , count] = await this.ledger.spentSince(since);
+    const wait = checkinPause(p, spent, count, await this.ledger.oldestSince(since), await this.ledger.oldestSince(since, true), now);
+    return wait === null ? null : outcome("paused", { retryAfter: Math.min(wait, DAY_S), detail: "daily limit reached" });
+  }
+
+  private async admit(a: Assignment): Promise<[Contribution, DeviceKind] | Refusal> {
+    let kind: DeviceKind;
+    try {
+      kind = getKind(a.kind);
+    } catch (exc) {
+      return refuse(a, "invalid_assignment", (exc as Error).message);
+    }
+    if (!(await this.isEligible())) return refuse(a, "not_eligible", "the device stopped being eligible while it waited for the cohort");
+    const now = Date.now() / 1000;
+    const admitted = await this.ledger.admit<Decision, Refusal>(
+      a.query_id, a.source, now - DAY_S,
+      (history, spent, count, optedOut) => decide(this.policy, a, kind, history, spent, count, optedOut),
+      (v): v is Decision => !isRefusal(v),
+      (verdict) => ledgerFields(a, verdict, now),
+    );
+    if (!Array.isArray(admitted)) return admitted;
+    const [verdict, row] = admitted;
+    return [new Contribution(a, verdict, this.ledger, row), kind];
+  }
+
+  private async reportRefusal(a: Assignment, r: Refusal, signal?: AbortSignal): Promise<void> {
+    this.log("warn", `refused query ${a.query_id.slice(0, 8)} round ${a.round} (${r.reason}): ${r.detail}`);
+    this.emit(this.opts.onRefusal, r);
+    const body = this.json({ reason: r.reason, detail: r.detail.slice(0, 500) });
+    let owner = (a.server_url ?? this.server).replace(/\/+$/, "");
+    try {
+      let ans = await this.request("POST", `/v1/device/cohorts/${a.cohort_id}/refusal`, { body, contentType: "application/json", base: owner, signal });
+      const loc = (ans.headers.get("Location") ?? "").replace(/\/+$/, "");
+      if (ans.status === 421 && loc && loc !== owner) {
+        owner = loc;
+        ans = await this.request("POST", `/v1/device/cohorts/${a.cohort_id}/refusal`, { body, contentType: "application/json", base: owner, signal });
+      }
+      if (ans.status !== 200) this.log("info", `the server did not record the refusal: HTTP ${ans.status} ${errorText(ans.body)}`);
+    } catch (exc) {
+      this.log("info", `could not report the refusal: ${(exc as Error).message}`);
+    }
+  }
+
+  /** Every contribution this device accepted, newest first: what it sent, when, with which noise and ε. */
+  transparencyLog(since: number | null = null, limit = 1000): Promise<ContributionRecord[]> {
+    return this.ledger.records(since, limit);
+  }
+
+  /** Delete a collection (or, with null, every collection) and never contribute from it again; a full opt-out also
+   * stops the background loop. */
+  async optOut(collection: string | null = null, opts: { deleteHistory?: boolean } = {}): Promise<number> {
+    if (collection !== null) return this.store.optOut(collection);
+    const n = await this.store.optOutAll(opts);
+    this.running?.controller.abort();
+    return n;
+  }
+
+  // -- one check-in -----------------------------------------------------------------------------
+
+  /** One check-in; runs the assigned cohort to its end when there is one. Not while `start()` runs the device in the
+   * background (two check-ins of one device at once would each take a cohort seat). */
+  async runOnce(signal?: AbortSignal): Promise<Outcome> {
+    if (this.running) throw new Error("the device runs in the background: stop() it before calling runOnce()");
+    return this.checkIn(signal);
+  }
+
+  private async checkIn(signal?: AbortSignal): Promise<Outcome> {
+    const paused = await this.pause();
+    if (paused) return paused;
+    let ans: Answer;
+    try {
+      await this.ensureRegistered(signal);
+      const sources = (await this.store.collections()).filter((c) => this.policy.allowsSource(c));
+      ans = await this.request("POST", "/v1/device/checkin", { body: this.json({ wait_s: this.o.checkinWaitS, sources }), contentType: "application/json", signal });
+    } catch (exc) {
+      if (!(exc instanceof ServerError) || FAILOVER_STATUSES.includes(exc.status)) this.failOver();
+      throw exc;
+    }
+    if (FAILOVER_STATUSES.includes(ans.status)) {
+      this.failOver();
+      throw new ServerError(ans.status, errorText(ans.body), retryAfterOf(ans.headers));
+    }
+    if (ans.status === 401 && errorText(ans.body).includes("unknown device")) {
+      await this.store.deleteMeta(`${REGISTERED_META}:${this.server}`);
+      throw new ServerError(401, errorText(ans.body));
+    }
+    if (ans.status !== 200) throw new ServerError(ans.status, errorText(ans.body), retryAfterOf(ans.headers));
+    let resp;
+    try {
+      resp = parseCheckin(JSON.parse(new TextDecoder().decode(ans.body)));
+    } catch (exc) {
+      throw new ServerError(ans.status, `malformed check-in answer: ${(exc as Error).message}`);
+    }
+    const a = resp.assignment;
+    if (a === null || this.abandoned.has(a.cohort_id)) return outcome("idle", { retryAfter: resp.retry_after ?? 1, queriesRunning: resp.queries_running });
+    const out = await this.runAssignment(a, signal);
+    return { ...out, queriesRunning: resp.queries_running };
+  }
+
+  /** Admit the assignment under the device's policy (refusing it, with a report, before any data is read), run it, and
+   * settle the ledger and the transparency log. */
+  async runAssignment(a: Assignment, signal?: AbortSignal): Promise<Outcome> {
+    try {
+      this.emit(this.opts.onAssignment, a);
+      const admitted = await this.admit(a);
+      if (!Array.isArray(admitted)) {
+        await this.reportRefusal(a, admitted, signal);
+        return outcome("refused", { cohortId: a.cohort_id, detail: admitted.detail, reason: admitted.reason });
+      }
+      const [contribution, kind] = admitted;
+      let out: Outcome | null = null;
+      try {
+        out = await this.run(a, kind, contribution, signal);
+      } finally {
+        const record = await contribution.end(out?.status === "finished", out?.contributed ?? null, out?.detail ?? "interrupted");
+        if (record) this.emit(this.opts.onContribution, record);
+      }
+      if (out.status === "refused" && out.reason) await this.reportRefusal(a, refuse(a, out.reason as Refusal["reason"], out.detail), signal);
+      return out;
+    } finally {
+      this.abandoned.add(a.cohort_id);
+      if (this.abandoned.size > 1000) this.abandoned = new Set([...this.abandoned].slice(-100));
+    }
+  }
+
+  private async run(a: Assignment, kind: DeviceKind, contribution: Contribution, signal?: AbortSignal): Promise<Outcome> {
+    let client: ClientSession;
+    let message: Uint8Array | null;
+    try {
+      const cfg = SecAggConfig.fromDict(a.secagg);
+      const draws = this.randomness.forContribution(a.cohort_id);
+      let raw: number[];
+      try {
+        raw = await kind.contribute(a.task, await this.store.rows(a.source), draws.kind);
+      } catch (exc) {
+        if (exc instanceof QueryKindError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "invalid_assignment" });
+        throw exc;
+      }
+      const over = contribution.checkVector(raw);
+      if (over) return outcome("refused", { cohortId: a.cohort_id, detail: over.detail, reason: over.reason });
+      const [content, proof] = await maskedContent(a, kind, raw, draws);
+      const vec = ModVector.fromSigned(content, cfg.bits);
+      let peers: Map<number, Uint8Array> | null = null;
+      if (cfg.active) {
+        if (!a.peer_identity_keys) return outcome("rejected", { cohortId: a.cohort_id, detail: "active model without peer identity keys" });
+        peers = new Map(Object.entries(a.peer_identity_keys).map(([p, k]) => [Number(p), b64decode(k, "peer_identity_keys", 32)]));
+      }
+      client = new ClientSession(cfg, a.party_id, vec, {
+        randomness: draws.secagg, identityKey: cfg.active ? (await this.identity()).key : null, peerIdentityKeys: peers,
+        inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.opts.onPhaseTiming,
+      });
+      message = await client.start();
+    } catch (exc) {
+      return outcome("rejected", { cohortId: a.cohort_id, detail: `cannot take part: ${(exc as Error).message}` });
+    }
+    const dropAt = this.opts.dropout ? this.opts.dropout(a) : null;
+    try {
+      return await this.exchange(a, client, message, dropAt, contribution, signal);
+    } catch (exc) {
+      if (exc instanceof ProtocolVersionError) throw exc;
+      if (signal?.aborted) throw exc;
+      return outcome("aborted", { cohortId: a.cohort_id, detail: `cohort server unreachable: ${(exc as Error).message}` });
+    }
+  }
+
+  private async exchange(a: Assignment, client: ClientSession, message: Uint8Array | null, dropAt: number | null, contribution: Contribution, signal?: AbortSignal): Promise<Outcome> {
+    let phase = a.first_phase;
+    const base = `/v1/device/cohorts/${a.cohort_id}/phases`;
+    let owner = (a.server_url ?? this.server).replace(/\/+$/, "");
+    const wait = Math.min(MAX_LONG_POLL_S, Math.max(1, a.phase_timeout_s + 5));
+    const ended = (ans: Answer) => outcome("aborted", { cohortId: a.cohort_id, detail: `HTTP ${ans.status}: ${errorText(ans.body)}` });
+    for (;;) {
+      if (dropAt !== null && phase >= dropAt) return outcome("dropped", { cohortId: a.cohort_id, detail: `stopped before phase ${phase}` });
+      let ans: Answer = { status: 202, headers: new Headers(), body: new Uint8Array() };
+      if (message !== null) {
+        await contribution.beforeSend(phase);
+        const post = { body: message, contentType: "application/octet-stream", query: { wait }, base: owner, signal };
+        ans = await this.request("POST", `${base}/${phase}`, post);
+        const loc = (ans.headers.get("Location") ?? "").replace(/\/+$/, "");
+        if (ans.status === 421 && loc && loc !== owner) {
+          owner = loc;
+          ans = await this.request("POST", `${base}/${phase}`, { ...post, base: owner });
+        }
+        if (ans.status !== 200 && ans.status !== 202) return ended(ans);
+      }
+      while (ans.status === 202) ans = await this.request("GET", `${base}/${phase}/next`, { query: { wait }, base: owner, signal });
+      if (ans.status !== 200) return ended(ans);
+      if ((ans.headers.get("Content-Type") ?? "").startsWith("application/json")) {
+        const info = JSON.parse(new TextDecoder().decode(ans.body)) as { contributed?: boolean };
+        return outcome("finished", { cohortId: a.cohort_id, contributed: Boolean(info.contributed) });
+      }
+      try {
+        message = await client.receive(ans.body);
+      } catch (exc) {
+        if (exc instanceof TooFewSurvivorsError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "survivors_below_minimum" });
+        if (exc instanceof SecAggError) return outcome("rejected", { cohortId: a.cohort_id, detail: `refused server message: ${exc.message}` });
+        throw exc;
+      }
+      phase = Number(ans.headers.get(HDR_PHASE) ?? phase + 1);
+      if (client.phase === Phase.Done && message === null) return outcome("finished", { cohortId: a.cohort_id, contributed: true });
+    }
+  }
+
+  // -- loops ------------------------------------------------------------------------------------
+
+  /** Check in until `signal` aborts (at once, even mid long-poll or cohort); throws ProtocolVersionError, backs off
+   * with full jitter on every other error, honouring the server's retry_after. */
+  async runForever(signal?: AbortSignal, offlineAfterDropS = 0): Promise<void> {
+    let failures = 0;
+    while (!signal?.aborted) {
+      let out: Outcome;
+      try {
+        out = await this.checkIn(signal);
+        failures = 0;
+      } catch (exc) {
+        if (signal?.aborted) return;
+        if (exc instanceof ProtocolVersionError) {
+          this.emit(this.opts.onError, exc);
+          throw exc;
+        }
+        failures++;
+        let delay = Math.random() * Math.min(this.o.backoffCapS, this.o.backoffBaseS * 2 ** failures);
+        if (exc instanceof ServerError && exc.retryAfter) delay = Math.max(delay, exc.retryAfter);
+        this.log("warn", `${(exc as Error).message}; retrying in ${delay.toFixed(1)}s`);
+        this.emit(this.opts.onError, exc);
+        await sleep(delay, signal);
+        continue;
+      }
+      if (out.status === "idle") await this.rest(out.retryAfter > 0 ? out.retryAfter * (1 + 0.1 * Math.random()) : out.retryAfter, signal);
+      else if (out.status === "paused") await this.rest(out.retryAfter, signal);
+      else if (out.status === "dropped" && offlineAfterDropS) await sleep(offlineAfterDropS, signal);
+    }
+  }
+
+  private async rest(seconds: number, signal?: AbortSignal): Promise<void> {
+    const wake = new AbortController();
+    this.wakeUp = () => wake.abort();
+    const both = new AbortController();
+    const fire = () => both.abort();
+    signal?.addEventListener("abort", fire, { once: true });
+    wake.signal.addEventListener("abort", fire, { once: true });
+    try {
+      await sleep(seconds, both.signal);
+    } finally {
+      signal?.removeEventListener("abort", fire);
+      this.wakeUp = null;
+    }
+  }
+
+  /** Cut the current pause short (call it when the app's eligibility facts change). */
+  wake(): void {
+    this.wakeUp?.();
+  }
+
+  /** Run `runForever` in the background until `stop()`. */
+  start(): void {
+    if (this.running) throw new Error("the device is already running");
+    const controller = new AbortController();
+    const done = this.runForever(controller.signal).catch((exc) => {
+      this.log("warn", `stopped: ${(exc as Error).message}`);
+    }).finally(() => {
+      if (this.running?.controller === controller) this.running = null;
+    });
+    this.running = { controller, done };
+  }
+
+  /** Stop the background loop: it leaves any long-poll or cohort at once. Resolves when it has ended. */
+  async stop(): Promise<void> {
+    const r = this.running;
+    if (!r) return;
+    r.controller.abort();
+    await r.done;
+  }
+
+  get isRunning(): boolean {
+    return this.running !== null;
+  }
+}

@@ -1,0 +1,208 @@
+/** The device ↔ server envelope (queries/envelope.py): protocol version, request signing and the assignment's shape,
+ * validated field by field (unknown fields are refused, as the server's pydantic models do). */
+
+import { concat, hex, utf8 } from "./bytes.js";
+import { sha256 } from "./webcrypto.js";
+
+export const PROTOCOL_VERSION = 1;
+export const SIGNING_DOMAIN = "fa-device-request/v1";
+export const MAX_LONG_POLL_S = 60;
+export const HDR_PROTOCOL = "X-FA-Protocol";
+export const HDR_DEVICE = "X-FA-Device";
+export const HDR_TIMESTAMP = "X-FA-Timestamp";
+export const HDR_NONCE = "X-FA-Nonce";
+export const HDR_SIGNATURE = "X-FA-Signature";
+export const HDR_PHASE = "X-FA-Phase";
+
+export const REFUSAL_REASONS = [
+  "source_not_allowed", "kind_not_allowed", "opted_out", "noise_required", "proofs_required", "epsilon_per_query",
+  "delta_per_query", "epsilon_per_day", "participation_cap", "cohort_too_small", "survivors_below_minimum",
+  "noise_below_floor", "privacy_unverifiable", "contribution_exceeds_bound", "unmasked_mode", "not_eligible",
+  "invalid_assignment",
+] as const;
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];
+
+/** The exact bytes a device signs: domain, METHOD, path?query, timestamp, nonce, hex(sha256(body)), newline-joined. */
+export async function signingPayload(method: string, pathQs: string, timestamp: string, nonce: string, body: Uint8Array): Promise<Uint8Array> {
+  const lines = [SIGNING_DOMAIN, method.toUpperCase(), pathQs, timestamp, nonce, hex(await sha256(body))];
+  return utf8(lines.join("\n"));
+}
+
+/** sha256("fa-device-id/v1" ‖ public key), first 32 hex characters. */
+export async function deviceIdFor(publicKey: Uint8Array): Promise<string> {
+  return hex(await sha256(concat(utf8("fa-device-id/v1"), publicKey))).slice(0, 32);
+}
+
+export type Mechanism = "discrete_gaussian" | "skellam" | "none";
+
+export interface NoiseBlock {
+  mechanism: Mechanism;
+  scale: number;
+  std: number | null;
+  encoding_scale: number;
+}
+
+export interface ValidationBlock {
+  mode: "proofs";
+  noise_bound: number;
+  limbs: number;
+  limb_bits: number;
+}
+
+export interface AssignmentPrivacy {
+  mechanism: Mechanism;
+  epsilon: number | null;
+  delta: number | null;
+  rounds: number;
+  t_min: number | null;
+  l1_sensitivity: number;
+  l2_sensitivity: number;
+  weight: number;
+  validation: "proofs" | "none";
+}
+
+export interface Assignment {
+  query_id: string;
+  round: number;
+  cohort_id: string;
+  party_id: number;
+  kind: string;
+  source: string;
+  task: Record<string, unknown>;
+  secagg: Record<string, unknown>;
+  threat_model: "semi_honest" | "active";
+  mode: "secagg" | "plain";
+  first_phase: number;
+  phase_timeout_s: number;
+  noise: NoiseBlock | null;
+  validation: ValidationBlock | null;
+  privacy: AssignmentPrivacy | null;
+  peer_identity_keys: Record<string, string> | null;
+  server_url: string | null;
+}
+
+export interface CheckinResponse {
+  assignment: Assignment | null;
+  retry_after: number | null;
+  queries_running: number;
+}
+
+export class EnvelopeError extends Error {}
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
+const MECHANISMS: Mechanism[] = ["discrete_gaussian", "skellam", "none"];
+
+function fields(v: unknown, where: string, known: string[], required: string[]): Obj {
+  if (!isObj(v)) throw new EnvelopeError(`${where}: expected an object`);
+  for (const k of Object.keys(v)) if (!known.includes(k)) throw new EnvelopeError(`${where}.${k}: unexpected field`);
+  for (const k of required) if (!(k in v)) throw new EnvelopeError(`${where}.${k}: missing`);
+  return v;
+}
+
+function num(v: unknown, where: string, opts: { int?: boolean; min?: number; max?: number; gt?: number; lt?: number; nullable?: boolean } = {}): number | null {
+  if (v === null || v === undefined) {
+    if (opts.nullable) return null;
+    throw new EnvelopeError(`${where}: missing`);
+  }
+  if (typeof v !== "number" || !Number.isFinite(v) || (opts.int && !Number.isInteger(v))) throw new EnvelopeError(`${where}: expected ${opts.int ? "an integer" : "a number"}`);
+  if ((opts.min !== undefined && v < opts.min) || (opts.max !== undefined && v > opts.max) || (opts.gt !== undefined && v <= opts.gt) || (opts.lt !== undefined && v >= opts.lt)) {
+    throw new EnvelopeError(`${where}: ${v} is out of range`);
+  }
+  return v;
+}
+
+function str(v: unknown, where: string): string {
+  if (typeof v !== "string") throw new EnvelopeError(`${where}: expected a string`);
+  return v;
+}
+
+function mechanism(v: unknown, where: string): Mechanism {
+  if (!MECHANISMS.includes(v as Mechanism)) throw new EnvelopeError(`${where}: unknown mechanism ${String(v)}`);
+  return v as Mechanism;
+}
+
+export function parseAssignment(v: unknown): Assignment {
+  const a = fields(v, "assignment", ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model", "mode",
+    "first_phase", "phase_timeout_s", "noise", "validation", "privacy", "peer_identity_keys", "server_url"],
+  ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model", "phase_timeout_s"]);
+  if (!isObj(a.task)) throw new EnvelopeError("assignment.task: expected an object");
+  if (!isObj(a.secagg)) throw new EnvelopeError("assignment.secagg: expected an object");
+  if (a.threat_model !== "semi_honest" && a.threat_model !== "active") throw new EnvelopeError("assignment.threat_model: unknown");
+  const mode = a.mode ?? "secagg";
+  if (mode !== "secagg" && mode !== "plain") throw new EnvelopeError("assignment.mode: unknown");
+  let noise: NoiseBlock | null = null;
+  if (a.noise != null) {
+    const n = fields(a.noise, "assignment.noise", ["mechanism", "scale", "std", "encoding_scale"], ["mechanism", "scale"]);
+    noise = {
+      mechanism: mechanism(n.mechanism, "noise.mechanism"),
+      scale: num(n.scale, "noise.scale", { min: 0 }) as number,
+      std: num(n.std, "noise.std", { min: 0, nullable: true }),
+      encoding_scale: (num(n.encoding_scale ?? 1, "noise.encoding_scale", { int: true, min: 1, max: 1 << 16 }) as number),
+    };
+  }
+  let validation: ValidationBlock | null = null;
+  if (a.validation != null) {
+    const x = fields(a.validation, "assignment.validation", ["mode", "noise_bound", "limbs", "limb_bits"], ["mode", "noise_bound", "limbs", "limb_bits"]);
+    if (x.mode !== "proofs") throw new EnvelopeError("validation.mode: unknown");
+    validation = {
+      mode: "proofs",
+      noise_bound: num(x.noise_bound, "validation.noise_bound", { int: true, min: 0, max: 2 ** 60 }) as number,
+      limbs: num(x.limbs, "validation.limbs", { int: true, min: 1, max: 64 }) as number,
+      limb_bits: num(x.limb_bits, "validation.limb_bits", { int: true, min: 1, max: 32 }) as number,
+    };
+  }
+  let privacy: AssignmentPrivacy | null = null;
+  if (a.privacy != null) {
+    const p = fields(a.privacy, "assignment.privacy", ["mechanism", "epsilon", "delta", "rounds", "t_min", "l1_sensitivity", "l2_sensitivity", "validation", "weight"], ["mechanism"]);
+    const validationMode = p.validation ?? "none";
+    if (validationMode !== "proofs" && validationMode !== "none") throw new EnvelopeError("privacy.validation: unknown");
+    privacy = {
+      mechanism: mechanism(p.mechanism, "privacy.mechanism"),
+      epsilon: num(p.epsilon, "privacy.epsilon", { gt: 0, nullable: true }),
+      delta: num(p.delta, "privacy.delta", { gt: 0, lt: 1, nullable: true }),
+      rounds: num(p.rounds ?? 1, "privacy.rounds", { int: true, min: 1, max: 1_000_000 }) as number,
+      t_min: num(p.t_min, "privacy.t_min", { int: true, min: 1, nullable: true }),
+      l1_sensitivity: num(p.l1_sensitivity ?? 0, "privacy.l1_sensitivity", { min: 0 }) as number,
+      l2_sensitivity: num(p.l2_sensitivity ?? 0, "privacy.l2_sensitivity", { min: 0 }) as number,
+      weight: num(p.weight ?? 1, "privacy.weight", { gt: 0, max: 1_000_000 }) as number,
+      validation: validationMode,
+    };
+  }
+  let peers: Record<string, string> | null = null;
+  if (a.peer_identity_keys != null) {
+    if (!isObj(a.peer_identity_keys)) throw new EnvelopeError("assignment.peer_identity_keys: expected an object");
+    peers = {};
+    for (const [k, val] of Object.entries(a.peer_identity_keys)) peers[k] = str(val, `peer_identity_keys.${k}`);
+  }
+  const serverUrl = a.server_url == null ? null : str(a.server_url, "assignment.server_url");
+  if (serverUrl !== null && serverUrl.length > 2048) throw new EnvelopeError("assignment.server_url: too long");
+  return {
+    query_id: str(a.query_id, "assignment.query_id"),
+    round: num(a.round, "assignment.round", { int: true }) as number,
+    cohort_id: str(a.cohort_id, "assignment.cohort_id"),
+    party_id: num(a.party_id, "assignment.party_id", { int: true }) as number,
+    kind: str(a.kind, "assignment.kind"),
+    source: str(a.source, "assignment.source"),
+    task: a.task,
+    secagg: a.secagg,
+    threat_model: a.threat_model,
+    mode,
+    first_phase: num(a.first_phase ?? 0, "assignment.first_phase", { int: true }) as number,
+    phase_timeout_s: num(a.phase_timeout_s, "assignment.phase_timeout_s") as number,
+    noise,
+    validation,
+    privacy,
+    peer_identity_keys: peers,
+    server_url: serverUrl,
+  };
+}
+
+export function parseCheckin(v: unknown): CheckinResponse {
+  const r = fields(v, "check-in answer", ["assignment", "retry_after", "queries_running"], []);
+  return {
+    assignment: r.assignment == null ? null : parseAssignment(r.assignment),
+    retry_after: num(r.retry_after, "retry_after", { nullable: true }),
+    queries_running: (num(r.queries_running ?? 0, "queries_running", { int: true }) as number),
+  };
+}

@@ -1,0 +1,18 @@
+/** fa-device-sdk: the device side of the federated analytics service for browsers and Node (WebCrypto), speaking the
+ * same wire protocol as the Python SDK (docs/protocol.md). Node-only extras (a file-backed store) are in
+ * "fa-device-sdk/node". */
+
+export { DeviceClient, ProtocolVersionError, ServerError } from "./client.js";
+export type { DeviceClientOptions, Outcome, OutcomeStatus, Logger } from "./client.js";
+export { DevicePolicy, PolicyError } from "./policy.js";
+export type { DevicePolicyOptions, Refusal, Decision } from "./policy.js";
+export { IndexedDBBackend, LocalStore, MemoryBackend, StoreError } from "./store.js";
+export type { StoreBackend, Retention } from "./store.js";
+export type { ContributionRecord } from "./ledger.js";
+export type { Assignment } from "./envelope.js";
+export { PROTOCOL_VERSION } from "./envelope.js";
+export { OsRandom, SeededRandom, KeyedRandom } from "./randomness.js";
+export type { RandomSource, ByteSource } from "./randomness.js";
+export { registerScoringFunction } from "./kinds/training/blackbox.js";
+export { knownKinds } from "./kinds/registry.js";
+export { sampleNoise, sampleDiscreteGaussian, sampleSkellam } from "./dp/noise.js";

@@ -1,0 +1,78 @@
+/** `heavy_hitters` (queries/heavy_hitters): one vote per chosen string for the next character (or the end marker)
+ * after its prefix on the round's frontier. Strings are normalised as the Python SDK does (NFKC, stripped,
+ * case-folded), and only those of at most `max_length` characters of the alphabet are eligible. */
+
+import { codePointCompare, pyCasefold, pyStrip } from "../pyjson.js";
+import { Bits, Statement } from "../validity/statement.js";
+import { DeviceKind, QueryKindError, Task, int, list } from "./kind.js";
+
+export function normalize(value: string, casefold = true): string {
+  const s = pyStrip(value.normalize("NFKC"));
+  return casefold ? pyCasefold(s) : s;
+}
+
+const chars = (s: string): string[] => [...s];
+
+export function chooseWords(rows: unknown[], alphabet: string, maxLength: number, maxWords: number, casefold = true): string[] {
+  const allowed = new Set(chars(alphabet));
+  const counts = new Map<string, number>();
+  for (const row of rows) {
+    if (typeof row !== "string") continue;
+    const s = normalize(row, casefold);
+    const cs = chars(s);
+    if (cs.length > 0 && cs.length <= maxLength && cs.every((c) => allowed.has(c))) counts.set(s, (counts.get(s) ?? 0) + 1);
+  }
+  return [...counts.entries()].sort((a, b) => b[1] - a[1] || codePointCompare(a[0], b[0])).slice(0, maxWords).map(([s]) => s);
+}
+
+function parse(task: Task) {
+  let depth: number, frontier: string[], alphabet: string, maxLength: number, maxWords: number;
+  try {
+    depth = int(task.depth, "depth");
+    frontier = list(task.frontier, "frontier").map(String);
+    alphabet = String(task.alphabet);
+    maxLength = int(task.max_length, "max_length");
+    maxWords = int(task.max_words, "max_words");
+  } catch (exc) {
+    throw new QueryKindError(`task: malformed heavy_hitters task (${(exc as Error).message})`);
+  }
+  const alpha = chars(alphabet);
+  if (!alpha.length || new Set(alpha).size !== alpha.length) throw new QueryKindError("task.alphabet: must be non-empty with distinct characters");
+  if (!(depth >= 0 && depth < maxLength)) throw new QueryKindError(`task.depth: must be in [0, max_length), got ${depth}`);
+  if (!(maxWords >= 1 && maxWords <= 16)) throw new QueryKindError(`task.max_words: must be in [1, 16], got ${maxWords}`);
+  if (frontier.some((p) => chars(p).length !== depth) || new Set(frontier).size !== frontier.length) {
+    throw new QueryKindError(`task.frontier: prefixes must be distinct and of length depth=${depth}`);
+  }
+  return { depth, frontier, alphabet, alpha, maxLength, maxWords, casefold: task.casefold === undefined ? true : Boolean(task.casefold) };
+}
+
+export const heavyHitters: DeviceKind = {
+  name: "heavy_hitters",
+  supportsProofs: true,
+  async contribute(task, rows) {
+    const t = parse(task);
+    const words = chooseWords(rows, t.alphabet, t.maxLength, t.maxWords, t.casefold);
+    const width = t.alpha.length + 1;
+    const vec = new Array<number>(t.frontier.length * width).fill(0);
+    const block = new Map(t.frontier.map((p, i) => [p, i]));
+    const letter = new Map(t.alpha.map((c, i) => [c, i]));
+    for (const word of words) {
+      const cs = chars(word);
+      if (cs.length < t.depth) continue;
+      const b = block.get(cs.slice(0, t.depth).join(""));
+      if (b === undefined) continue;
+      const offset = cs.length === t.depth ? t.alpha.length : (letter.get(cs[t.depth]) as number);
+      vec[b * width + offset] = 1;
+    }
+    return vec;
+  },
+  taskSensitivity(task) {
+    const w = task.max_words;
+    if (typeof w !== "number" || !Number.isInteger(w) || w < 1) throw new QueryKindError(`task.max_words: must be an integer ≥ 1, got ${JSON.stringify(w)}`);
+    return [w, Math.sqrt(w)];
+  },
+  validity(task) {
+    const t = parse(task);
+    return new Statement([Bits(t.frontier.length * (t.alpha.length + 1), t.maxWords)]);
+  },
+};

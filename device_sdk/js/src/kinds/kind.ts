@@ -1,0 +1,37 @@
+/** The device side of a query kind (queries/kind.py): turn the task and the local rows into a bounded integer vector,
+ * bound its norms from the task alone, and state what it satisfies for validity proofs. */
+
+import { RandomSource, random } from "../randomness.js";
+import { Statement } from "../validity/statement.js";
+
+export class QueryKindError extends Error {}
+
+export type Task = Record<string, unknown>;
+
+export interface DeviceKind {
+  readonly name: string;
+  /** Whether devices can prove contributions valid (a policy with requireProofs refuses such kinds without proofs). */
+  readonly supportsProofs: boolean;
+  /** The local rows → a vector of safe integers (`rng`: row subsampling, shuffles, stochastic rounding only). */
+  contribute(task: Task, rows: unknown[], rng: RandomSource): Promise<number[]>;
+  /** (L1, L2) bounds of any vector `contribute` returns for this task, or null when the kind cannot bound it. */
+  taskSensitivity(task: Task): [number, number] | null;
+  validity(task: Task): Statement | null;
+}
+
+/** floor(x) + Bernoulli(x − floor(x)): unbiased stochastic rounding. */
+export async function stochasticRound(x: number, rng: RandomSource): Promise<number> {
+  const low = Math.floor(x);
+  return low + ((await random(rng)) < x - low ? 1 : 0);
+}
+
+export function int(v: unknown, where: string): number {
+  const n = typeof v === "string" && /^-?\d+$/.test(v) ? Number(v) : v;
+  if (typeof n !== "number" || !Number.isInteger(n)) throw new QueryKindError(`task.${where}: must be an integer, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+export function list(v: unknown, where: string): unknown[] {
+  if (!Array.isArray(v)) throw new QueryKindError(`task.${where}: must be a list`);
+  return v;
+}

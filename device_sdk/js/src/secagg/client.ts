@@ -1,0 +1,285 @@
+/** The client side of secure aggregation as a sans-IO state machine (the port of secagg/client.py).
+ *
+ * `start()` returns the AdvertiseKeys message; `receive(serverMessage)` the reply for the next phase. Before answering,
+ * the client checks what the server shows it: peers are its graph neighbours, its own keys came back unchanged, no
+ * public key appears twice, signatures verify (active model), the survivor sets are nested (U3 ⊆ U2 ⊆ U1), contain
+ * it and hold at least the threshold of its neighbourhood (and, with `minSurvivors`, list at least that many parties
+ * in the whole cohort), and it never reveals both the self-mask share and the key share of one peer, not even across
+ * retried or altered unmask requests. The byte-identical message again returns the same reply.
+ *
+ * Random draws, in order, from the injected source: c_u^SK (32 bytes), s_u^SK (32 bytes) in `start()`; on PeerKeys
+ * the self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK. */
+
+import { bigFromBE, concat, equalBytes, hex, u32be } from "../bytes.js";
+import { RandomSource } from "../randomness.js";
+import { Ed25519Key, X25519Key, ed25519Verify, sha256 } from "../webcrypto.js";
+import { SecAggConfig } from "./config.js";
+import * as c from "./crypto.js";
+import { ModVector, pack } from "./encoding.js";
+import {
+  ConfigError,
+  DecryptionError,
+  DoubleRevealError,
+  DuplicateKeyError,
+  InconsistentSetsError,
+  SignatureError,
+  TooFewSurvivorsError,
+  UnknownPartyError,
+  WrongPhaseError,
+  WrongSessionError,
+} from "./errors.js";
+import { Message, MsgType, ShareKind, decode, decodeBitmap, encode } from "./messages.js";
+import * as shamir from "./shamir.js";
+
+export enum Phase {
+  AdvertiseKeys = 0,
+  ShareKeys = 1,
+  MaskedInput = 2,
+  ConsistencyCheck = 3,
+  Unmasking = 4,
+  Done = 5,
+  Aborted = 6,
+}
+
+const FATAL = [SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError];
+
+export interface ClientOptions {
+  identityKey?: Ed25519Key | null;
+  peerIdentityKeys?: Map<number, Uint8Array> | null;
+  randomness: RandomSource;
+  inputProof?: Uint8Array | null;
+  minSurvivors?: number | null;
+  /** Called with the seconds each phase's computation took (the benchmark's per-phase times). */
+  onTiming?: (phase: string, seconds: number) => void;
+}
+
+export class ClientSession {
+  phase = Phase.AdvertiseKeys;
+  private readonly t: number;
+  private nbrs: Set<number> | null = null;
+  private advert: Uint8Array | null = null;
+  private cKey!: X25519Key;
+  private sKey!: X25519Key;
+  private peers = new Map<number, { cPk: Uint8Array; sPk: Uint8Array }>();
+  private channel = new Map<number, Uint8Array>();
+  private bSeed!: Uint8Array;
+  private ownShares!: [bigint, bigint];
+  private held = new Map<number, [bigint, bigint]>();
+  private u2 = new Set<number>();
+  private revealed = new Map<number, ShareKind>();
+  private signedSurvivors: Uint8Array | null = null;
+  private last: { digest: string; reply: Uint8Array | null } | null = null;
+  private busy: Promise<unknown> = Promise.resolve();
+
+  constructor(readonly config: SecAggConfig, readonly party: number, private readonly input: ModVector, private readonly opts: ClientOptions) {
+    if (!Number.isInteger(party) || party < 1 || party > config.n) throw new ConfigError(`party_id: must be between 1 and n=${config.n}, got ${party}`);
+    if (input.dim !== config.dim || input.bits !== config.bits) throw new ConfigError(`input_vector: must be a vector of length ${config.dim} at ${config.bits} bits`);
+    if (config.active && (!opts.identityKey || !opts.peerIdentityKeys)) {
+      throw new ConfigError("identity_key and peer_identity_keys are required in the active threat model");
+    }
+    const ms = opts.minSurvivors;
+    if (ms != null && (!Number.isInteger(ms) || ms < 1)) throw new ConfigError(`min_survivors: must be a positive integer, got ${ms}`);
+    this.t = config.shareThreshold;
+  }
+
+  private async timed<T>(name: string, work: () => Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    try {
+      return await work();
+    } finally {
+      this.opts.onTiming?.(name, (performance.now() - t0) / 1000);
+    }
+  }
+
+  /** The AdvertiseKeys message (the same bytes if called again). */
+  start(): Promise<Uint8Array> {
+    return this.serial(async () => {
+      if (this.advert) return this.advert;
+      return this.timed("advertise_keys", async () => {
+        const cfg = this.config;
+        this.nbrs = new Set((await cfg.neighbourGraph()).closed(this.party));
+        this.cKey = await X25519Key.fromPrivate(await this.opts.randomness.bytes(32));
+        this.sKey = await X25519Key.fromPrivate(await this.opts.randomness.bytes(32));
+        let sig: Uint8Array = new Uint8Array(0);
+        if (cfg.active) sig = await (this.opts.identityKey as Ed25519Key).sign(c.advertisePayload(cfg.sessionId, this.party, this.cKey.publicBytes, this.sKey.publicBytes));
+        this.advert = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: this.party, cPk: this.cKey.publicBytes, sPk: this.sKey.publicBytes, signature: sig });
+        return this.advert;
+      });
+    });
+  }
+
+  private serial<T>(work: () => Promise<T>): Promise<T> {
+    const run = this.busy.then(work);
+    this.busy = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Process one server message; the reply, or null once finished. */
+  receive(data: Uint8Array): Promise<Uint8Array | null> {
+    return this.serial(async () => {
+      const digest = hex(await sha256(data));
+      if (this.last && this.last.digest === digest) return this.last.reply;
+      if (!this.advert) throw new WrongPhaseError("call start() before passing server messages");
+      if (this.phase === Phase.Aborted) throw new WrongPhaseError("this client abandoned the session after a protocol violation");
+      const msg = decode(data);
+      if (!equalBytes(msg.sessionId, this.config.sessionId)) throw new WrongSessionError("message belongs to another session");
+      if (msg.party !== this.party) throw new UnknownPartyError(`message is addressed to party ${msg.party}, this is party ${this.party}`);
+      let reply: Uint8Array | null;
+      try {
+        reply = await this.dispatch(msg);
+      } catch (exc) {
+        if (FATAL.some((cls) => exc instanceof cls)) this.phase = Phase.Aborted;
+        throw exc;
+      }
+      this.last = { digest, reply };
+      return reply;
+    });
+  }
+
+  private dispatch(msg: Message): Promise<Uint8Array | null> {
+    const p = this.phase;
+    const active = this.config.active;
+    if (p === Phase.AdvertiseKeys && msg.type === MsgType.PeerKeys) return this.timed("share_keys", () => this.onPeerKeys(msg));
+    if (p === Phase.ShareKeys && msg.type === MsgType.RoutedShares) return this.timed("masked_input", () => this.onRoutedShares(msg));
+    if (p === Phase.MaskedInput && active && msg.type === MsgType.ConsistencyRequest) return this.timed("consistency_check", () => this.onConsistency(msg));
+    if (msg.type === MsgType.UnmaskRequest && ((p === Phase.MaskedInput && !active) || p === Phase.ConsistencyCheck || p === Phase.Done)) {
+      return this.timed("unmasking", () => this.onUnmask(msg));
+    }
+    throw new WrongPhaseError(`${MsgType[msg.type]} does not belong to phase ${Phase[p]}`);
+  }
+
+  private async onPeerKeys(msg: Extract<Message, { type: MsgType.PeerKeys }>): Promise<Uint8Array> {
+    const cfg = this.config;
+    const nbrs = this.nbrs as Set<number>;
+    const parties = msg.peers.map((p) => p.party);
+    if (new Set(parties).size !== parties.length) throw new InconsistentSetsError("peer keys: a party is listed twice");
+    const stray = parties.filter((p) => !nbrs.has(p)).sort((a, b) => a - b);
+    if (stray.length) throw new InconsistentSetsError(`peer keys: parties ${stray.slice(0, 5)} are not neighbours`);
+    if (parties.length < this.t) throw new InconsistentSetsError(`peer keys: ${parties.length} peers, below the threshold ${this.t}`);
+    const own = msg.peers.find((p) => p.party === this.party);
+    if (!own || !equalBytes(own.cPk, this.cKey.publicBytes) || !equalBytes(own.sPk, this.sKey.publicBytes)) {
+      throw new InconsistentSetsError("peer keys: this party's own keys are missing or altered");
+    }
+    const keys = new Set(msg.peers.flatMap((p) => [hex(p.cPk), hex(p.sPk)]));
+    if (keys.size !== 2 * msg.peers.length) throw new DuplicateKeyError("peer keys: the same public key is advertised twice");
+    if (cfg.active) {
+      for (const p of msg.peers) {
+        const ident = this.opts.peerIdentityKeys?.get(p.party);
+        if (!ident) throw new SignatureError(`no identity key for party ${p.party}`);
+        if (!(await ed25519Verify(ident, p.signature, c.advertisePayload(cfg.sessionId, p.party, p.cPk, p.sPk)))) {
+          throw new SignatureError(`invalid signature on party ${p.party}'s advertised keys`);
+        }
+      }
+    }
+    for (const p of msg.peers) this.peers.set(p.party, { cPk: p.cPk, sPk: p.sPk });
+    const u1 = [...this.peers.keys()].sort((a, b) => a - b);
+    const rng = this.opts.randomness;
+    this.bSeed = await rng.bytes(32);
+    const bShares = await shamir.split(bigFromBE(this.bSeed), u1, this.t, rng);
+    const sShares = await shamir.split(bigFromBE(this.sKey.privateBytes), u1, this.t, rng);
+    this.ownShares = [bShares.get(this.party) as bigint, sShares.get(this.party) as bigint];
+    const cts: [number, Uint8Array][] = [];
+    for (const v of u1) {
+      if (v === this.party) continue;
+      const key = await c.channelKey(await this.agree(this.cKey, (this.peers.get(v) as { cPk: Uint8Array }).cPk), cfg.sessionId, this.party, v);
+      this.channel.set(v, key);
+      const pt = concat(u32be(this.party), u32be(v), shamir.toBytes(bShares.get(v) as bigint), shamir.toBytes(sShares.get(v) as bigint));
+      cts.push([v, await c.sealShare(key, cfg.sessionId, this.party, v, pt)]);
+    }
+    this.phase = Phase.ShareKeys;
+    return encode({ type: MsgType.ShareKeys, sessionId: cfg.sessionId, party: this.party, ciphertexts: cts });
+  }
+
+  private async agree(key: X25519Key, peer: Uint8Array): Promise<Uint8Array> {
+    try {
+      return await key.agree(peer);
+    } catch (exc) {
+      throw new DecryptionError((exc as Error).message);
+    }
+  }
+
+  private async onRoutedShares(msg: Extract<Message, { ciphertexts: unknown }>): Promise<Uint8Array> {
+    const cfg = this.config;
+    const senders = msg.ciphertexts.map(([s]) => s);
+    if (new Set(senders).size !== senders.length) throw new InconsistentSetsError("routed shares: a sender is listed twice");
+    const stray = senders.filter((s) => s === this.party || !this.peers.has(s)).sort((a, b) => a - b);
+    if (stray.length) throw new InconsistentSetsError(`routed shares: senders ${stray.slice(0, 5)} were not in the key set`);
+    const u2 = new Set([...senders, this.party]);
+    if (u2.size < this.t) throw new InconsistentSetsError(`routed shares: ${u2.size} parties, below the threshold ${this.t}`);
+    for (const [v, ct] of msg.ciphertexts) {
+      const pt = await c.openShare(this.channel.get(v) as Uint8Array, cfg.sessionId, v, this.party, ct);
+      if (pt.length !== 8 + 2 * shamir.SHARE_BYTES) throw new DecryptionError(`share from party ${v} has the wrong length`);
+      const view = new DataView(pt.buffer, pt.byteOffset, pt.byteLength);
+      const b = shamir.fromBytes(pt.subarray(8, 41));
+      const s = shamir.fromBytes(pt.subarray(41, 74));
+      if (view.getUint32(0, false) !== v || view.getUint32(4, false) !== this.party || b >= shamir.PRIME || s >= shamir.PRIME) {
+        throw new DecryptionError(`share from party ${v} names the wrong parties or is out of range`);
+      }
+      this.held.set(v, [b, s]);
+    }
+    this.u2 = u2;
+    const acc = this.input.copy();
+    acc.addInto(await c.expandMask(await c.selfMaskKey(this.bSeed, cfg.sessionId, this.party), cfg.dim, cfg.bits), 1);
+    for (const v of [...u2].filter((x) => x !== this.party).sort((a, b) => a - b)) {
+      const shared = await this.agree(this.sKey, (this.peers.get(v) as { sPk: Uint8Array }).sPk);
+      const key = await c.pairMaskKey(shared, cfg.sessionId, this.party, v);
+      acc.addInto(await c.expandMask(key, cfg.dim, cfg.bits), this.party < v ? 1 : -1);
+    }
+    acc.mask();
+    this.phase = Phase.MaskedInput;
+    const packed = pack(acc);
+    const head = { sessionId: cfg.sessionId, party: this.party, bits: cfg.bits, dim: cfg.dim, packed };
+    if (this.opts.inputProof) return encode({ ...head, type: MsgType.MaskedInputProved, proof: this.opts.inputProof });
+    return encode({ ...head, type: MsgType.MaskedInput });
+  }
+
+  private survivors(bitmap: Uint8Array): Set<number> {
+    const everyone = decodeBitmap(bitmap, this.config.n);
+    const min = this.opts.minSurvivors;
+    if (min != null && everyone.size < min) throw new TooFewSurvivorsError(everyone.size, min);
+    const nbrs = this.nbrs as Set<number>;
+    const u3 = new Set([...everyone].filter((p) => nbrs.has(p)));
+    if (!u3.has(this.party)) throw new InconsistentSetsError("survivors: this party is missing from the survivor set");
+    if ([...u3].some((p) => !this.u2.has(p))) throw new InconsistentSetsError("survivors: not a subset of the parties that shared keys");
+    if (u3.size < this.t) throw new InconsistentSetsError(`survivors: ${u3.size} neighbours, below the threshold ${this.t}`);
+    return u3;
+  }
+
+  private async onConsistency(msg: Extract<Message, { type: MsgType.ConsistencyRequest }>): Promise<Uint8Array> {
+    this.survivors(msg.survivors);
+    this.signedSurvivors = msg.survivors;
+    const sig = await (this.opts.identityKey as Ed25519Key).sign(c.consistencyPayload(this.config.sessionId, msg.survivors));
+    this.phase = Phase.ConsistencyCheck;
+    return encode({ type: MsgType.ConsistencySignature, sessionId: this.config.sessionId, party: this.party, signature: sig });
+  }
+
+  private async onUnmask(msg: Extract<Message, { type: MsgType.UnmaskRequest }>): Promise<Uint8Array> {
+    const cfg = this.config;
+    const u3 = this.survivors(msg.survivors);
+    if (cfg.active) {
+      if (!this.signedSurvivors || !equalBytes(msg.survivors, this.signedSurvivors)) throw new InconsistentSetsError("survivors: differ from the set this party signed");
+      const signers = msg.signatures.map(([p]) => p);
+      if (new Set(signers).size !== signers.length || signers.some((p) => !u3.has(p))) {
+        throw new InconsistentSetsError("consistency: signatures from repeated or non-surviving parties");
+      }
+      const payload = c.consistencyPayload(cfg.sessionId, msg.survivors);
+      for (const [signer, sig] of msg.signatures) {
+        const key = this.opts.peerIdentityKeys?.get(signer);
+        if (!key || !(await ed25519Verify(key, sig, payload))) throw new SignatureError(`invalid signature on party ${signer}'s consistency check`);
+      }
+      if (signers.length < this.t) throw new SignatureError(`consistency: ${signers.length} signatures, below the threshold ${this.t}`);
+    }
+    const decisions = [...this.u2].sort((a, b) => a - b).map((v) => [v, u3.has(v) ? ShareKind.SelfMaskSeed : ShareKind.MaskKey] as const);
+    for (const [v, kind] of decisions) {
+      const before = this.revealed.get(v);
+      if (before !== undefined && before !== kind) throw new DoubleRevealError(`server asks for the other share of party ${v} after one was revealed`);
+    }
+    const out: [number, ShareKind, Uint8Array][] = decisions.map(([v, kind]) => {
+      const [b, s] = v === this.party ? this.ownShares : (this.held.get(v) as [bigint, bigint]);
+      return [v, kind, shamir.toBytes(kind === ShareKind.SelfMaskSeed ? b : s)];
+    });
+    for (const [v, kind] of decisions) this.revealed.set(v, kind);
+    this.phase = Phase.Done;
+    return encode({ type: MsgType.UnmaskShares, sessionId: cfg.sessionId, party: this.party, shares: out });
+  }
+}

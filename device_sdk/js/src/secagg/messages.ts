@@ -1,0 +1,239 @@
+/** The secagg wire messages (secagg/messages.py): a 24-byte header (magic "SA", version, type, 16-byte session id,
+ * u32 party) and a length-checked body; counts are bounded by the bytes present and trailing bytes are an error. */
+
+import { concat, u32be } from "../bytes.js";
+import { MessageFormatError } from "./errors.js";
+import { SHARE_BYTES } from "./shamir.js";
+
+export const VERSION = 1;
+export const HEADER_SIZE = 24;
+const KEY = 32;
+const SIG = 64;
+export const MAX_PROOF_BYTES = 1 << 26;
+
+export enum MsgType {
+  AdvertiseKeys = 1,
+  ShareKeys = 2,
+  MaskedInput = 3,
+  ConsistencySignature = 4,
+  UnmaskShares = 5,
+  MaskedInputProved = 6,
+  PeerKeys = 11,
+  RoutedShares = 12,
+  ConsistencyRequest = 13,
+  UnmaskRequest = 14,
+}
+
+export enum ShareKind {
+  SelfMaskSeed = 1,
+  MaskKey = 2,
+}
+
+export interface PeerEntry {
+  party: number;
+  cPk: Uint8Array;
+  sPk: Uint8Array;
+  signature: Uint8Array;
+}
+
+interface Head {
+  sessionId: Uint8Array;
+  party: number;
+}
+
+export type Message = Head &
+  (
+    | { type: MsgType.AdvertiseKeys; cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array }
+    | { type: MsgType.PeerKeys; peers: PeerEntry[] }
+    | { type: MsgType.ShareKeys | MsgType.RoutedShares; ciphertexts: [number, Uint8Array][] }
+    | { type: MsgType.MaskedInput; bits: number; dim: number; packed: Uint8Array }
+    | { type: MsgType.MaskedInputProved; bits: number; dim: number; packed: Uint8Array; proof: Uint8Array }
+    | { type: MsgType.ConsistencyRequest; survivors: Uint8Array }
+    | { type: MsgType.ConsistencySignature; signature: Uint8Array }
+    | { type: MsgType.UnmaskRequest; survivors: Uint8Array; signatures: [number, Uint8Array][] }
+    | { type: MsgType.UnmaskShares; shares: [number, ShareKind, Uint8Array][] }
+  );
+
+const blob = (b: Uint8Array): Uint8Array => concat(u32be(b.length), b);
+
+export function encode(m: Message): Uint8Array {
+  const head = new Uint8Array(HEADER_SIZE);
+  head.set([0x53, 0x41, VERSION, m.type]);
+  if (m.sessionId.length !== 16) throw new MessageFormatError("session id: expected 16 bytes");
+  head.set(m.sessionId, 4);
+  new DataView(head.buffer).setUint32(20, m.party, false);
+  let body: Uint8Array;
+  switch (m.type) {
+    case MsgType.AdvertiseKeys:
+      body = concat(m.cPk, m.sPk, blob(m.signature));
+      break;
+    case MsgType.PeerKeys:
+      body = concat(u32be(m.peers.length), ...m.peers.flatMap((p) => [u32be(p.party), p.cPk, p.sPk, blob(p.signature)]));
+      break;
+    case MsgType.ShareKeys:
+    case MsgType.RoutedShares:
+      body = concat(u32be(m.ciphertexts.length), ...m.ciphertexts.flatMap(([v, ct]) => [u32be(v), blob(ct)]));
+      break;
+    case MsgType.MaskedInput:
+      body = concat(Uint8Array.of(m.bits), u32be(m.dim), m.packed);
+      break;
+    case MsgType.MaskedInputProved:
+      body = concat(Uint8Array.of(m.bits), u32be(m.dim), m.packed, blob(m.proof));
+      break;
+    case MsgType.ConsistencyRequest:
+      body = blob(m.survivors);
+      break;
+    case MsgType.ConsistencySignature:
+      body = m.signature;
+      break;
+    case MsgType.UnmaskRequest:
+      body = concat(blob(m.survivors), u32be(m.signatures.length), ...m.signatures.flatMap(([p, s]) => [u32be(p), s]));
+      break;
+    case MsgType.UnmaskShares:
+      body = concat(u32be(m.shares.length), ...m.shares.flatMap(([v, k, s]) => [u32be(v), Uint8Array.of(k), s]));
+      break;
+  }
+  return concat(head, body);
+}
+
+class Reader {
+  private view: DataView;
+  constructor(private readonly data: Uint8Array, public pos: number) {
+    this.view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  }
+  take(n: number, what: string): Uint8Array {
+    if (n < 0 || this.pos + n > this.data.length) throw new MessageFormatError(`${what}: truncated message`);
+    const out = this.data.slice(this.pos, this.pos + n);
+    this.pos += n;
+    return out;
+  }
+  u8(what: string): number {
+    return this.take(1, what)[0];
+  }
+  u32(what: string): number {
+    if (this.pos + 4 > this.data.length) throw new MessageFormatError(`${what}: truncated message`);
+    const v = this.view.getUint32(this.pos, false);
+    this.pos += 4;
+    return v;
+  }
+  count(entry: number, what: string): number {
+    const n = this.u32(what);
+    if (n * entry > this.data.length - this.pos) throw new MessageFormatError(`${what}: count ${n} exceeds the message length`);
+    return n;
+  }
+  blob(what: string): Uint8Array {
+    return this.take(this.count(1, what), what);
+  }
+  rest(): number {
+    return this.data.length - this.pos;
+  }
+  finish(): void {
+    if (this.pos !== this.data.length) throw new MessageFormatError(`${this.data.length - this.pos} trailing bytes`);
+  }
+}
+
+function signature(r: Reader): Uint8Array {
+  const s = r.blob("signature");
+  if (s.length !== 0 && s.length !== SIG) throw new MessageFormatError("signature: must be empty or 64 bytes");
+  return s;
+}
+
+/** Parse any protocol message; MessageFormatError on anything malformed. */
+export function decode(data: Uint8Array): Message {
+  if (!(data instanceof Uint8Array)) throw new MessageFormatError("message: expected bytes");
+  if (data.length < HEADER_SIZE) throw new MessageFormatError("message: shorter than the header");
+  if (data[0] !== 0x53 || data[1] !== 0x41) throw new MessageFormatError("message: bad magic");
+  if (data[2] !== VERSION) throw new MessageFormatError(`message: unsupported version ${data[2]}`);
+  const type = data[3];
+  const sessionId = data.slice(4, 20);
+  const party = new DataView(data.buffer, data.byteOffset, data.byteLength).getUint32(20, false);
+  const r = new Reader(data, HEADER_SIZE);
+  const h = { sessionId, party };
+  let m: Message;
+  switch (type) {
+    case MsgType.AdvertiseKeys:
+      m = { ...h, type, cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) };
+      break;
+    case MsgType.PeerKeys: {
+      const n = r.count(4 + 2 * KEY + 4, "peers");
+      const peers: PeerEntry[] = [];
+      for (let i = 0; i < n; i++) peers.push({ party: r.u32("peer"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) });
+      m = { ...h, type, peers };
+      break;
+    }
+    case MsgType.ShareKeys:
+    case MsgType.RoutedShares: {
+      const n = r.count(8, "ciphertexts");
+      const cts: [number, Uint8Array][] = [];
+      for (let i = 0; i < n; i++) cts.push([r.u32(type === MsgType.ShareKeys ? "receiver" : "sender"), r.blob("ciphertext")]);
+      m = { ...h, type, ciphertexts: cts };
+      break;
+    }
+    case MsgType.MaskedInput: {
+      const bits = r.u8("bits");
+      const dim = r.u32("dim");
+      m = { ...h, type, bits, dim, packed: r.take(r.rest(), "vector") };
+      break;
+    }
+    case MsgType.MaskedInputProved: {
+      const bits = r.u8("bits");
+      const dim = r.u32("dim");
+      if (bits < 1 || bits > 64) throw new MessageFormatError(`bits: ${bits} is not a bit width`);
+      const packed = r.take(Math.ceil((dim * bits) / 8), "vector");
+      const proof = r.blob("proof");
+      if (proof.length > MAX_PROOF_BYTES) throw new MessageFormatError(`proof: ${proof.length} bytes, more than ${MAX_PROOF_BYTES}`);
+      m = { ...h, type, bits, dim, packed, proof };
+      break;
+    }
+    case MsgType.ConsistencyRequest:
+      m = { ...h, type, survivors: r.blob("survivors") };
+      break;
+    case MsgType.ConsistencySignature:
+      m = { ...h, type, signature: r.take(SIG, "signature") };
+      break;
+    case MsgType.UnmaskRequest: {
+      const survivors = r.blob("survivors");
+      const n = r.count(4 + SIG, "signatures");
+      const sigs: [number, Uint8Array][] = [];
+      for (let i = 0; i < n; i++) sigs.push([r.u32("signer"), r.take(SIG, "signature")]);
+      m = { ...h, type, survivors, signatures: sigs };
+      break;
+    }
+    case MsgType.UnmaskShares: {
+      const n = r.count(5 + SHARE_BYTES, "shares");
+      const shares: [number, ShareKind, Uint8Array][] = [];
+      for (let i = 0; i < n; i++) {
+        const v = r.u32("shares");
+        const k = r.u8("shares");
+        if (k !== ShareKind.SelfMaskSeed && k !== ShareKind.MaskKey) throw new MessageFormatError(`shares: unknown share kind ${k}`);
+        shares.push([v, k, r.take(SHARE_BYTES, "shares")]);
+      }
+      m = { ...h, type, shares };
+      break;
+    }
+    default:
+      throw new MessageFormatError(`message: unknown type ${type}`);
+  }
+  r.finish();
+  return m;
+}
+
+export function encodeBitmap(members: Iterable<number>, n: number): Uint8Array {
+  const out = new Uint8Array(Math.ceil(n / 8));
+  for (const p of members) {
+    if (!(p >= 1 && p <= n)) throw new MessageFormatError(`survivors: party id ${p} is outside 1..${n}`);
+    out[(p - 1) >> 3] |= 1 << ((p - 1) & 7);
+  }
+  return concat(u32be(n), out);
+}
+
+export function decodeBitmap(data: Uint8Array, n: number): Set<number> {
+  if (data.length !== 4 + Math.ceil(n / 8) || new DataView(data.buffer, data.byteOffset).getUint32(0, false) !== n) {
+    throw new MessageFormatError("survivors: bitmap does not match the cohort size");
+  }
+  const bits = data.subarray(4);
+  const out = new Set<number>();
+  for (let i = 0; i < n; i++) if ((bits[i >> 3] >> (i & 7)) & 1) out.add(i + 1);
+  if (n % 8 && bits[bits.length - 1] >> n % 8) throw new MessageFormatError("survivors: bitmap names parties beyond n");
+  return out;
+}

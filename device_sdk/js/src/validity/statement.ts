@@ -1,0 +1,122 @@
+/** What one device's contribution to a round must satisfy (secagg/validity/statement.py): segments of the vector
+ * (`Bits`, `Signs`, `Ranged`), the encoding scale s and the noise bound B, and their canonical bytes. */
+
+import { bitLength, concat, i64be, u32be, u64be } from "../bytes.js";
+
+export const ORDER = (1n << 252n) + 27742317777372353535851937790883648493n;
+export const LIMB_BITS = 16;
+export const LIMBS = Math.ceil(bitLength(ORDER) / LIMB_BITS);
+export const MAX_RANGE_BITS = 62;
+
+export class StatementError extends Error {}
+
+export type Segment =
+  | { tag: 1; kind: "bits"; size: number; maxOnes: number }
+  | { tag: 2; kind: "signs"; size: number }
+  | { tag: 3; kind: "ranged"; size: number; low: bigint; high: bigint };
+
+export const Bits = (size: number, maxOnes = 1): Segment => ({ tag: 1, kind: "bits", size, maxOnes });
+export const Signs = (size: number): Segment => ({ tag: 2, kind: "signs", size });
+export const Ranged = (size: number, low: bigint | number, high: bigint | number): Segment => ({ tag: 3, kind: "ranged", size, low: BigInt(low), high: BigInt(high) });
+
+function segmentParams(s: Segment): bigint[] {
+  if (s.kind === "bits") return [BigInt(s.maxOnes)];
+  if (s.kind === "ranged") return [s.low, s.high];
+  return [];
+}
+
+function segmentCheck(s: Segment, values: bigint[]): string | null {
+  if (s.kind === "bits") {
+    if (values.some((v) => v !== 0n && v !== 1n)) return "an entry is not 0 or 1";
+    const ones = values.filter((v) => v === 1n).length;
+    return ones > s.maxOnes ? `${ones} entries are 1, more than ${s.maxOnes}` : null;
+  }
+  if (s.kind === "signs") return values.every((v) => v >= -1n && v <= 1n) ? null : "an entry is not −1, 0 or +1";
+  const bad = values.find((v) => v < s.low || v > s.high);
+  return bad === undefined ? null : `an entry (${bad}) is outside [${s.low}, ${s.high}]`;
+}
+
+/** Weights of a k-bit decomposition that reaches exactly [0, width]. */
+export function rangeWeights(width: bigint): bigint[] {
+  if (width <= 0n) return [];
+  const k = bitLength(width);
+  const out: bigint[] = [];
+  for (let j = 0; j < k - 1; j++) out.push(1n << BigInt(j));
+  out.push(width - (1n << BigInt(k - 1)) + 1n);
+  return out;
+}
+
+export function decompose(value: bigint, width: bigint): bigint[] {
+  const w = rangeWeights(width);
+  if (!w.length) return [];
+  const k = w.length;
+  const top = value >= 1n << BigInt(k - 1) ? 1n : 0n;
+  const low = value - top * w[k - 1];
+  const out: bigint[] = [];
+  for (let j = 0; j < k - 1; j++) out.push((low >> BigInt(j)) & 1n);
+  out.push(top);
+  return out;
+}
+
+export class Statement {
+  constructor(readonly segments: Segment[], readonly encodingScale: bigint = 1n, readonly noiseBound: bigint = 0n) {
+    if (!segments.length) throw new StatementError("statement: no segments");
+    for (const s of segments) {
+      if (s.size < 1) throw new StatementError("statement: a segment has no entries");
+      if (s.kind === "bits" && s.maxOnes < 1) throw new StatementError("statement: Bits.max_ones must be ≥ 1");
+      if (s.kind === "ranged") {
+        const absMax = s.low < 0n ? -s.low : s.low;
+        const absHigh = s.high < 0n ? -s.high : s.high;
+        if (s.high < s.low || bitLength(s.high - s.low) > MAX_RANGE_BITS || bitLength(absMax > absHigh ? absMax : absHigh) > MAX_RANGE_BITS) {
+          throw new StatementError(`statement: range [${s.low}, ${s.high}] is empty or too wide`);
+        }
+      }
+    }
+    if (encodingScale < 1n || encodingScale >= 1n << 32n) throw new StatementError(`statement: encoding scale ${encodingScale} out of range`);
+    if (noiseBound < 0n || bitLength(2n * noiseBound) > MAX_RANGE_BITS) throw new StatementError(`statement: noise bound ${noiseBound} out of range`);
+  }
+
+  get dim(): number {
+    return this.segments.reduce((a, s) => a + s.size, 0);
+  }
+
+  withNoise(encodingScale: bigint, noiseBound: bigint): Statement {
+    return new Statement(this.segments, encodingScale, noiseBound);
+  }
+
+  offsets(): number[] {
+    let at = 0;
+    return this.segments.map((s) => {
+      const o = at;
+      at += s.size;
+      return o;
+    });
+  }
+
+  check(values: bigint[]): string | null {
+    if (values.length !== this.dim) return `length ${values.length}, expected ${this.dim}`;
+    const offs = this.offsets();
+    for (let i = 0; i < this.segments.length; i++) {
+      const s = this.segments[i];
+      const why = segmentCheck(s, values.slice(offs[i], offs[i] + s.size));
+      if (why) return `entries ${offs[i]}..${offs[i] + s.size - 1}: ${why}`;
+    }
+    return null;
+  }
+
+  encode(): Uint8Array {
+    const parts = [u32be(this.segments.length), u32be(this.dim), u64be(this.encodingScale), u64be(this.noiseBound)];
+    for (const s of this.segments) {
+      const params = segmentParams(s);
+      parts.push(Uint8Array.of(s.tag), u32be(s.size), u32be(params.length), ...params.map(i64be));
+    }
+    return concat(...parts);
+  }
+}
+
+/** ρ < ℓ as LIMBS little-endian limbs of LIMB_BITS bits. */
+export function blindLimbs(blind: bigint): number[] {
+  if (blind < 0n || blind >= ORDER) throw new StatementError("blind: must be a scalar in [0, ℓ)");
+  const mask = (1n << BigInt(LIMB_BITS)) - 1n;
+  return Array.from({ length: LIMBS }, (_, k) => Number((blind >> BigInt(LIMB_BITS * k)) & mask));
+}

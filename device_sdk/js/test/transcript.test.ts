@@ -1,0 +1,74 @@
+/** Whole cohorts (tests/vectors/transcript.json): the client, fed the server's messages, produces every client
+ * message byte for byte; and its checks refuse what an honest server never sends. */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { hex, unhex } from "../src/bytes.js";
+import { SeededRandom } from "../src/randomness.js";
+import { ClientSession, Phase } from "../src/secagg/client.js";
+import { SecAggConfig } from "../src/secagg/config.js";
+import { ModVector } from "../src/secagg/encoding.js";
+import { DoubleRevealError, InconsistentSetsError, TooFewSurvivorsError } from "../src/secagg/errors.js";
+import { MsgType, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
+import { Ed25519Key } from "../src/webcrypto.js";
+import { vectors } from "./helpers.js";
+
+async function clients(input: any, output: any, minSurvivors?: number) {
+  const cfg = SecAggConfig.fromDict(output.config);
+  const root = new SeededRandom(unhex(input.seed));
+  const parties = Array.from({ length: cfg.n }, (_, i) => i + 1);
+  const ids = new Map<number, Ed25519Key>();
+  for (const p of parties) ids.set(p, await Ed25519Key.fromSeed(await root.child(`identity/${p}`).bytes(32)));
+  const publics = new Map([...ids].map(([p, k]) => [p, k.publicBytes]));
+  const out = new Map<number, ClientSession>();
+  for (const p of parties) {
+    const input_ = ModVector.fromUnsigned(input.inputs[String(p)].map(BigInt), cfg.bits);
+    out.set(p, new ClientSession(cfg, p, input_, {
+      randomness: root.child(`party/${p}`), identityKey: cfg.active ? ids.get(p) : null, peerIdentityKeys: cfg.active ? publics : null, minSurvivors,
+    }));
+  }
+  return { cfg, out };
+}
+
+test("transcript: a client port reproduces every client message of whole cohorts", async () => {
+  for (const { input, output } of vectors("transcript").cases) {
+    const { out } = await clients(input, output);
+    const sent: string[] = [];
+    const expected: string[] = [];
+    for (const p of out.keys()) sent.push(hex(await (out.get(p) as ClientSession).start()));
+    for (const m of output.messages) {
+      if (m.from === "client") expected.push(m.bytes);
+      else {
+        const c = out.get(m.party) as ClientSession;
+        if (m.phase === "masked_input" && input.drop_before_masked_input.includes(m.party)) continue;
+        const reply = await c.receive(unhex(m.bytes));
+        if (reply) sent.push(hex(reply));
+        assert.equal(hex((await c.receive(unhex(m.bytes))) ?? new Uint8Array()), hex(reply ?? new Uint8Array()), "a repeated message gets the same reply");
+      }
+    }
+    assert.deepEqual(sent.sort(), expected.sort(), input.name);
+  }
+});
+
+test("transcript: the client's own survivor floor and the set checks refuse a lying server", async () => {
+  const { input, output } = vectors("transcript").cases[0];
+  const server = output.messages.filter((m: any) => m.from === "server" && m.party === 1 && m.phase !== "unmasking");
+  const atMaskedInput = async (minSurvivors?: number) => {
+    const { cfg, out } = await clients(input, output, minSurvivors);
+    for (const c of out.values()) await c.start();
+    const c1 = out.get(1) as ClientSession;
+    for (const m of server) await c1.receive(unhex(m.bytes));
+    assert.equal(c1.phase, Phase.MaskedInput);
+    const unmask = (members: number[]) => encode({ type: MsgType.UnmaskRequest, sessionId: cfg.sessionId, party: 1, survivors: encodeBitmap(members, 3), signatures: [] });
+    return { c1, unmask };
+  };
+  let { c1, unmask } = await atMaskedInput(3);
+  await assert.rejects(c1.receive(unmask([1, 2])), TooFewSurvivorsError, "the device's own floor");
+  ({ c1, unmask } = await atMaskedInput());
+  await assert.rejects(c1.receive(unmask([2, 3])), InconsistentSetsError, "a survivor set without this party");
+  ({ c1, unmask } = await atMaskedInput());
+  const first = (await c1.receive(unmask([1, 2, 3]))) as Uint8Array;
+  assert.equal(decode(first).type, MsgType.UnmaskShares);
+  await assert.rejects(c1.receive(unmask([1, 2])), DoubleRevealError, "never both shares of one peer");
+});

@@ -1,0 +1,49 @@
+/** Validity proofs against tests/vectors/validity.json: generators, transcript bytes, a seeded prover's proof byte for
+ * byte, the verifier's commitment, the blinding and its limbs; a tampered proof is refused. */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { hex, unhex, utf8 } from "../src/bytes.js";
+import { SeededRandom } from "../src/randomness.js";
+import * as g from "../src/validity/group.js";
+import { InvalidProof, ProofContext, commitmentOf, encodeContext, proofSize, prove, verify } from "../src/validity/proof.js";
+import { Bits, Ranged, Segment, Signs, Statement, blindLimbs } from "../src/validity/statement.js";
+import { vectors } from "./helpers.js";
+
+function statement(spec: any): Statement {
+  const segs: Segment[] = spec.segments.map((s: any[]) => (s[0] === "bits" ? Bits(s[1], s[2]) : s[0] === "signs" ? Signs(s[1]) : Ranged(s[1], BigInt(s[2]), BigInt(s[3]))));
+  return new Statement(segs, BigInt(spec.encoding_scale ?? 1), BigInt(spec.noise_bound ?? 0));
+}
+
+test("validity: generators, transcript bytes, seeded proofs and commitments match the vectors", async () => {
+  for (const { input, output } of vectors("validity").cases) {
+    const st = statement(input.statement);
+    const ctx: ProofContext = { sessionId: unhex(input.context.session_id), queryId: input.context.query_id, round: input.context.round, party: input.context.party };
+    assert.deepEqual((await g.generators(st.dim)).map((p) => hex(p.toBytes())), output.generators);
+    assert.equal(hex((await g.sumGenerator()).toBytes()), output.sum_generator);
+    assert.equal(hex(g.mulBase(1n).toBytes()), output.base_point);
+    assert.equal(hex(encodeContext(ctx)), output.context_bytes);
+    assert.equal(hex(st.encode()), output.statement_bytes);
+    assert.equal(proofSize(st), output.proof_size);
+    const values = input.values.map(BigInt);
+    const noise = input.noise === null ? null : input.noise.map(BigInt);
+    const [proof, blind] = await prove(st, ctx, values, noise, new SeededRandom(unhex(input.seed)));
+    assert.equal(hex(proof), output.proof);
+    assert.equal(String(blind), output.blind);
+    assert.deepEqual(blindLimbs(blind), output.blind_limbs);
+    const k = await verify(st, ctx, unhex(output.proof));
+    assert.equal(hex(k.toBytes()), output.commitment);
+    assert.equal(hex((await commitmentOf(st, values, noise, blind)).toBytes()), output.commitment);
+    const bad = unhex(output.proof);
+    bad[bad.length - 1] ^= 1;
+    await assert.rejects(verify(st, ctx, bad), InvalidProof);
+    await assert.rejects(verify(st, { ...ctx, party: ctx.party + 1 }, unhex(output.proof)), InvalidProof, "bound to its party");
+  }
+});
+
+test("validity: a false statement cannot be proved", async () => {
+  const st = new Statement([Bits(3, 1)]);
+  const ctx = { sessionId: new Uint8Array(16), queryId: "q", round: 0, party: 1 };
+  await assert.rejects(prove(st, ctx, [1n, 1n, 0n], null, new SeededRandom(utf8("x"))), /does not satisfy/);
+});

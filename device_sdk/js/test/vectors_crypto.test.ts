@@ -1,0 +1,191 @@
+/** Known-answer vectors, byte for byte: randomness, key agreement, PRG, neighbour graph, share encryption, Shamir,
+ * messages, request signing (tests/vectors, docs/vectors.md). */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { b64encode, bigFromBE, concat, hex, u32be, unhex, utf8 } from "../src/bytes.js";
+import { deviceIdFor, HDR_NONCE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, PROTOCOL_VERSION, signingPayload } from "../src/envelope.js";
+import { RandomSource, SeededRandom, keyedStream, random, randbelow, sample, uint64s } from "../src/randomness.js";
+import * as sc from "../src/secagg/crypto.js";
+import { ModVector, pack } from "../src/secagg/encoding.js";
+import { NeighbourGraph, graphSeed, prgUint64 } from "../src/secagg/graph.js";
+import { Message, MsgType, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
+import * as shamir from "../src/secagg/shamir.js";
+import { Ed25519Key, X25519Key } from "../src/webcrypto.js";
+import { vectors } from "./helpers.js";
+
+test("randomness: SeededRandom, children and the helpers' byte consumption", async () => {
+  for (const { input, output } of vectors("randomness").cases) {
+    let src: RandomSource = new SeededRandom(unhex(input.seed));
+    for (const label of input.child_path) src = src.child(label);
+    const results: unknown[] = [];
+    for (const [op, ...args] of input.draws) {
+      if (op === "bytes") results.push(hex(await src.bytes(args[0])));
+      else if (op === "randbelow") results.push(String(await randbelow(src, BigInt(args[0]))));
+      else if (op === "random") results.push(await random(src));
+      else if (op === "sample") results.push(await sample(src, Array.from({ length: args[0] }, (_, i) => i), args[1]));
+      else if (op === "uint64s") results.push((await uint64s(src, args[0])).map(String));
+      else if (op === "keyed_stream_bytes") results.push(hex(await keyedStream(src).bytes(args[0])));
+      else throw new Error(op);
+    }
+    assert.deepEqual(results, output.results);
+  }
+});
+
+test("randomness: reads split differently give the same stream", async () => {
+  const a = new SeededRandom(utf8("split"));
+  const b = new SeededRandom(utf8("split"));
+  const whole = await a.bytes(5000);
+  const parts = concat(await b.bytes(1), await b.bytes(4095), await b.bytes(3), await b.bytes(901));
+  assert.equal(hex(parts), hex(whole));
+});
+
+test("key agreement and key derivation", async () => {
+  for (const { input, output } of vectors("key_agreement").cases) {
+    const a = await X25519Key.fromPrivate(unhex(input.a_private));
+    const b = await X25519Key.fromPrivate(unhex(input.b_private));
+    assert.equal(hex(a.publicBytes), output.a_public);
+    assert.equal(hex(b.publicBytes), output.b_public);
+    const shared = await a.agree(b.publicBytes);
+    assert.equal(hex(shared), output.shared_secret);
+    assert.equal(hex(await b.agree(a.publicBytes)), output.shared_secret);
+    const sid = unhex(input.session_id);
+    const [u, v] = [input.a_party, input.b_party];
+    assert.equal(hex(await sc.channelKey(shared, sid, u, v)), output.channel_key);
+    assert.equal(hex(await sc.pairMaskKey(shared, sid, u, v)), output.pairmask_key);
+    assert.equal(hex(await sc.pairMaskKey(shared, sid, v, u)), output.pairmask_key);
+    assert.equal(hex(await sc.selfMaskKey(unhex(input.self_mask_seed), sid, u)), output.selfmask_key);
+    assert.equal(hex(await graphSeed(sid)), output.graph_seed);
+    assert.equal(hex(concat(sc.DOMAIN, utf8("selfmask/"), sid, u32be(u))), output.selfmask_info);
+  }
+});
+
+test("a low-order peer key is refused", async () => {
+  const a = await X25519Key.fromPrivate(new Uint8Array(32).fill(7));
+  await assert.rejects(a.agree(new Uint8Array(32)), /unusable peer public key/);
+});
+
+test("mask PRG: keystream, words and their reduction", async () => {
+  for (const { input, output } of vectors("prg").cases) {
+    const { dim, bits } = input;
+    const words = await sc.expandMask(unhex(input.key), dim, bits);
+    const expectWords = output.words.map((w: string | number) => BigInt(w));
+    assert.deepEqual(Array.from({ length: dim }, (_, i) => words.get(i)), expectWords, `key ${input.key} bits ${bits}`);
+    words.mask();
+    assert.deepEqual(Array.from({ length: dim }, (_, i) => words.get(i)), output.mask_mod_2_bits.map((w: string | number) => BigInt(w)));
+    assert.equal(output.work_type, bits <= 32 ? "uint32" : "uint64");
+  }
+});
+
+test("neighbour graph: seed, words, ring order and neighbourhoods", async () => {
+  for (const { input, output } of vectors("neighbour_graph").cases) {
+    const seed = await graphSeed(unhex(input.session_id));
+    assert.equal(hex(seed), output.graph_seed);
+    assert.deepEqual((await prgUint64(seed, input.n)).map(String), output.prg_uint64);
+    const g = await NeighbourGraph.create(input.n, input.degree, seed);
+    assert.deepEqual(g.ringOrder(), output.ring_order);
+    for (const p of input.parties) assert.deepEqual(g.closed(p), output.closed_neighbourhoods[String(p)]);
+  }
+});
+
+test("share encryption: nonce, associated data and AES-GCM ciphertext", async () => {
+  for (const { input, output } of vectors("share_encryption").cases) {
+    const sid = unhex(input.session_id);
+    assert.equal(hex(sc.shareNonce(input.sender)), output.nonce);
+    assert.equal(hex(sc.shareAad(sid, input.sender, input.receiver)), output.associated_data);
+    const ct = await sc.sealShare(unhex(input.key), sid, input.sender, input.receiver, unhex(input.plaintext));
+    assert.equal(hex(ct), output.ciphertext);
+    assert.equal(hex(await sc.openShare(unhex(input.key), sid, input.sender, input.receiver, ct)), input.plaintext);
+    const bad = Uint8Array.from(ct);
+    bad[0] ^= 1;
+    await assert.rejects(sc.openShare(unhex(input.key), sid, input.sender, input.receiver, bad), /failed authentication/);
+  }
+});
+
+test("Shamir: coefficients, shares, Lagrange coefficients and reconstruction", async () => {
+  for (const { input, output } of vectors("shamir").cases) {
+    assert.equal(String(shamir.PRIME), output.prime);
+    const coeffSrc = new SeededRandom(unhex(input.seed));
+    const coeffs = [];
+    for (let i = 0; i < input.threshold - 1; i++) coeffs.push(hex(shamir.toBytes(await randbelow(coeffSrc, shamir.PRIME))));
+    assert.deepEqual(coeffs, output.coefficients);
+    const shares = await shamir.split(bigFromBE(unhex(input.secret)), input.xs, input.threshold, new SeededRandom(unhex(input.seed)));
+    const got: Record<string, string> = {};
+    for (const [x, s] of shares) got[String(x)] = hex(shamir.toBytes(s));
+    assert.deepEqual(got, output.shares);
+    assert.deepEqual(shamir.lagrangeAtZero(input.reconstruct_from).map(String), output.lagrange_at_zero);
+    const subset = new Map(input.reconstruct_from.map((x: number) => [x, shares.get(x) as bigint]));
+    assert.equal(hex(shamir.toBytes(shamir.reconstruct(subset as Map<number, bigint>)).subarray(1)), output.reconstructed);
+  }
+});
+
+function build(input: any): Message {
+  const h = { sessionId: unhex(input.session_id), party: input.party };
+  const f = input.fields;
+  const vec = (values: (number | string)[], bits: number) => {
+    const v = new ModVector(values.length, bits);
+    values.forEach((x, i) => {
+      const b = BigInt(x);
+      v.lo[i] = Number(b & 0xffffffffn);
+      v.hi[i] = Number(b >> 32n);
+    });
+    return pack(v);
+  };
+  switch (input.type) {
+    case "AdvertiseKeys":
+      return { ...h, type: MsgType.AdvertiseKeys, cPk: unhex(f.c_pk), sPk: unhex(f.s_pk), signature: unhex(f.signature) };
+    case "PeerKeys":
+      return { ...h, type: MsgType.PeerKeys, peers: f.peers.map((p: any) => ({ party: p.party, cPk: unhex(p.c_pk), sPk: unhex(p.s_pk), signature: unhex(p.signature) })) };
+    case "ShareKeys":
+    case "RoutedShares":
+      return { ...h, type: input.type === "ShareKeys" ? MsgType.ShareKeys : MsgType.RoutedShares, ciphertexts: f.ciphertexts.map(([v, ct]: [number, string]) => [v, unhex(ct)]) };
+    case "MaskedInput":
+      return { ...h, type: MsgType.MaskedInput, bits: f.bits, dim: f.values.length, packed: vec(f.values, f.bits) };
+    case "MaskedInputProved":
+      return { ...h, type: MsgType.MaskedInputProved, bits: f.bits, dim: f.values.length, packed: vec(f.values, f.bits), proof: unhex(f.proof) };
+    case "ConsistencyRequest":
+      return { ...h, type: MsgType.ConsistencyRequest, survivors: encodeBitmap(f.survivors.members, f.survivors.n) };
+    case "ConsistencySignature":
+      return { ...h, type: MsgType.ConsistencySignature, signature: unhex(f.signature) };
+    case "UnmaskRequest":
+      return { ...h, type: MsgType.UnmaskRequest, survivors: encodeBitmap(f.survivors.members, f.survivors.n), signatures: f.signatures.map(([p, s]: [number, string]) => [p, unhex(s)]) };
+    case "UnmaskShares":
+      return { ...h, type: MsgType.UnmaskShares, shares: f.shares.map(([v, k, s]: [number, number, string]) => [v, k, unhex(s)]) };
+  }
+  throw new Error(input.type);
+}
+
+test("messages: every wire message byte for byte, and decoding round-trips", async () => {
+  for (const { input, output } of vectors("messages").cases) {
+    const msg = build(input);
+    const bytes = encode(msg);
+    assert.equal(hex(bytes), output.bytes, input.type);
+    assert.equal(bytes[3], output.type_code);
+    assert.equal(hex(bytes.subarray(0, 24)), output.header);
+    if ("packed" in output) assert.equal(hex((msg as { packed: Uint8Array }).packed), output.packed);
+    assert.equal(hex(encode(decode(bytes))), output.bytes);
+    if (input.type !== "MaskedInput") {
+      assert.throws(() => decode(concat(bytes, Uint8Array.of(0))), /trailing bytes|truncated/);
+      assert.throws(() => decode(bytes.subarray(0, bytes.length - 1)));
+    }
+  }
+});
+
+test("request signing: payload, signature, device id and headers", async () => {
+  for (const { input, output } of vectors("request_signing").cases) {
+    const key = await Ed25519Key.fromSeed(unhex(input.private_key));
+    assert.equal(hex(key.publicBytes), output.public_key);
+    assert.equal(b64encode(key.publicBytes), output.public_key_base64);
+    assert.equal(await deviceIdFor(key.publicBytes), output.device_id);
+    const payload = await signingPayload(input.method, input.path_qs, input.timestamp, input.nonce, unhex(input.body));
+    assert.equal(hex(payload), output.payload);
+    assert.equal(new TextDecoder().decode(payload), output.payload_text);
+    const sig = await key.sign(payload);
+    assert.equal(hex(sig), output.signature);
+    assert.deepEqual(
+      { [HDR_PROTOCOL]: String(PROTOCOL_VERSION), [HDR_TIMESTAMP]: input.timestamp, [HDR_NONCE]: input.nonce, [HDR_SIGNATURE]: b64encode(sig) },
+      output.headers,
+    );
+  }
+});
