@@ -181,6 +181,7 @@ def test_the_sum_opens_the_product_of_commitments() -> None:
 
 
 @given(st.lists(st.integers(0, group.ORDER - 1), min_size=1, max_size=40))
+@settings(deadline=None)  # group arithmetic on a loaded machine can pass hypothesis' 200 ms deadline
 def test_summed_limbs_give_the_summed_blinding(blinds: list[int]) -> None:
     limbs = np.sum([blind_limbs(b) for b in blinds], axis=0)
     assert len(limbs) == LIMBS and int(limbs.max()) < len(blinds) << 16
