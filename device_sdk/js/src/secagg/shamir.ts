@@ -1,23 +1,15 @@
 /** Shamir sharing of 256-bit secrets over GF(2^256 + 297) (secagg/shamir.py), with BigInt. */
 
+import { mod as modP, pow } from "@noble/curves/abstract/modular.js";
+
 import { bigFromBE, bigToBE } from "../bytes.js";
 import { ByteSource, randbelow } from "../randomness.js";
 
 export const PRIME = (1n << 256n) + 297n;
 export const SHARE_BYTES = 33;
 
-const mod = (a: bigint): bigint => ((a % PRIME) + PRIME) % PRIME;
-
-function powMod(b: bigint, e: bigint): bigint {
-  let r = 1n;
-  b = mod(b);
-  while (e > 0n) {
-    if (e & 1n) r = (r * b) % PRIME;
-    b = (b * b) % PRIME;
-    e >>= 1n;
-  }
-  return r;
-}
+const mod = (a: bigint): bigint => modP(a, PRIME);
+const powMod = (b: bigint, e: bigint): bigint => pow(b, e, PRIME);
 
 /** Shares of `secret` at each x; coefficients of degree 1..t−1 are `randbelow(PRIME)` from `source`, in order. */
 export async function split(secret: bigint, xs: readonly number[], threshold: number, source: ByteSource): Promise<Map<number, bigint>> {

@@ -6,6 +6,7 @@
  * generators G_i hash to the same points as on the Python side — checked against tests/vectors/validity.json. Its
  * field operations are modular BigInt arithmetic modulo p = 2^255 − 19, nothing more. */
 
+import { mod, pow } from "@noble/curves/abstract/modular.js";
 import { ed25519 } from "@noble/curves/ed25519.js";
 
 import { bigFromLE, bigToLE, concat, u64be, utf8 } from "../bytes.js";
@@ -22,18 +23,8 @@ export const GENERATOR_DOMAIN = utf8("fa-validity/v1/generator/");
 
 const FP = (1n << 255n) - 19n;
 const A = 486662n;
-const fmod = (a: bigint): bigint => ((a % FP) + FP) % FP;
-
-function fpow(b: bigint, e: bigint): bigint {
-  let r = 1n;
-  b = fmod(b);
-  while (e > 0n) {
-    if (e & 1n) r = (r * b) % FP;
-    b = (b * b) % FP;
-    e >>= 1n;
-  }
-  return r;
-}
+const fmod = (a: bigint): bigint => mod(a, FP);
+const fpow = (b: bigint, e: bigint): bigint => pow(b, e, FP);
 
 const finv = (a: bigint): bigint => fpow(a, FP - 2n); // 0 ↦ 0, as libsodium's fe25519_invert
 const SQRTM1 = fpow(2n, (FP - 1n) / 4n);
