@@ -16,9 +16,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP
+
 DEVICE_PREFIX = "/v1/device/"
-ALLOW_HEADERS = "Content-Type, X-FA-Protocol, X-FA-Device, X-FA-Timestamp, X-FA-Nonce, X-FA-Signature"
-EXPOSE_HEADERS = "X-FA-Phase, X-FA-Protocol, Retry-After, Location"
+ALLOW_HEADERS = ", ".join(["Content-Type", HDR_PROTOCOL, HDR_DEVICE, HDR_TIMESTAMP, HDR_NONCE, HDR_SIGNATURE])
+EXPOSE_HEADERS = ", ".join([HDR_PHASE, HDR_PROTOCOL, "Retry-After", "Location"])
 MAX_AGE_S = 600
 
 

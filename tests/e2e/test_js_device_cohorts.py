@@ -30,7 +30,7 @@ from queries.registry import get_kind
 from queries.spec import QuerySpec
 from queries.training import frecency, urlbar_sim
 from tests.e2e.harness import Fleet, expected_result, free_port, server_on_fresh_sqlite
-from tests.e2e.js_fleet import JsFleet, js_missing, scenario_data
+from scripts.js_fleet import JsFleet, js_missing, scenario_data
 
 pytestmark = pytest.mark.e2e
 N_BROWSER, N_PY = 50, 100

@@ -1,4 +1,4 @@
-"""JavaScript device fleets for the end-to-end tests: Node devices (device_sdk/js/scripts/fleet.mjs) and browser
+"""JavaScript device fleets for the end-to-end tests and the benchmark: Node devices (device_sdk/js/scripts/fleet.mjs) and browser
 devices in headless Chromium pages (scripts/browser_fleet.mjs, playwright-core driving Debian's Chromium), as
 subprocesses next to fa-sim fleets. `js_missing()` says why they cannot run (no Node, no built bundle, no Chromium);
 under CI (CI set) the tests turn that into a failure instead of a skip."""
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from device_sdk.scenarios import generate
+from scripts.browser import CHROMIUM
 
-JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[2] / "device_sdk" / "js")
+JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[1] / "device_sdk" / "js")
 """The built JS SDK (FA_JS_SDK_DIR: another build of it, e.g. a deliberately broken one to see these tests fail)."""
-CHROMIUM = os.environ.get("FA_CHROMIUM", "/usr/bin/chromium")
 
 
 def js_missing(browser: bool = False) -> str | None:
