@@ -32,7 +32,7 @@ from analytics_server.validation import CohortValidation
 from queries.envelope import Assignment
 from secagg import encoding
 from secagg.errors import AbortError, ConflictError, InvalidInputError, SecAggError
-from secagg.messages import max_client_message_size
+from secagg.messages import AdvertiseKeys, max_client_message_size
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession
 from secagg.server import ServerSession
@@ -204,6 +204,23 @@ class CohortRuntime:
             self._arrived.set()
             if self.session.received_count() >= len(self.session.expected()):
                 self._all_in.set()
+
+    async def advertise_from_checkin(self, device_id: str, c_pk: bytes, s_pk: bytes) -> bool:
+        """Take the public keys a member sent with its check-in as its advertise-keys message (docs/protocol.md,
+        "Keys with the check-in"): the server builds the message a device would have POSTed for phase 0, so the
+        device saves that round trip. Only in the semi-honest model (active-model keys carry a signature over
+        the session and party, which the device can only make once assigned) and while phase 0 is open. False
+        when the keys were not taken (the device then runs the phase itself and learns why there)."""
+        session = self.session
+        if not isinstance(session, ServerSession) or session.config.active or self.phase != Phase.ADVERTISE_KEYS:
+            return False
+        party = self._party(device_id)
+        message = AdvertiseKeys(session.config.session_id, party, c_pk, s_pk, b"").encode()
+        try:
+            await self.submit(device_id, Phase.ADVERTISE_KEYS, message)
+        except HttpError:
+            return False
+        return True
 
     async def next_message(self, device_id: str, phase: int, wait_s: float) -> NextMessage:
         party = self._party(device_id)

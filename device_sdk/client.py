@@ -56,6 +56,7 @@ from queries.envelope import (
     PROTOCOL_VERSION,
     Assignment,
     CheckinResponse,
+    PhaseMessage,
     RefusalReport,
     b64d,
     b64e,
@@ -64,7 +65,7 @@ from queries.envelope import (
 )
 from queries.registry import get_kind
 from secagg import encoding
-from secagg.client import ClientSession
+from secagg.client import ClientSession, KeyPairs
 from secagg.config import SecAggConfig
 from secagg.errors import SecAggError, TooFewSurvivorsError
 from secagg.phases import Phase
@@ -113,6 +114,16 @@ class ProtocolVersionError(ServerError):
 
 
 @dataclass(frozen=True)
+class Ahead:
+    """The check-in carried the device's advertise keys and the server took them: the session must use these
+    keys, the device sends nothing for the first phase, and `next` is the server's following message when the
+    check-in's answer already carried it."""
+
+    keys: KeyPairs
+    next: PhaseMessage | None
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What one `run_once` did. `status`: idle (no assignment), paused (did not check in: not eligible, a daily
     limit reached, opted out; `retry_after` says when to try again), refused (the device's policy said no;
@@ -158,10 +169,13 @@ class DeviceClient:
         on_refusal: Callable[[Refusal], Any] | None = None,
         on_error: Callable[[BaseException], Any] | None = None,
         ineligible_poll_s: float = 60.0,
+        keys_with_checkin: bool = True,
     ) -> None:
         """`policy`: the device's own limits (docs/device_sdk.md); `eligible`: called before every check-in
         (and again before a cohort starts), the device only takes part while it returns True; the `on_…`
-        callbacks run on the client's thread and must not block (exceptions are logged, never raised)."""
+        callbacks run on the client's thread and must not block (exceptions are logged, never raised);
+        `keys_with_checkin`: send fresh secagg public keys with every check-in, so a semi-honest cohort's first
+        phase costs no request of its own (docs/protocol.md, "Keys with the check-in")."""
         if policy is not None and not isinstance(policy, DevicePolicy):
             raise TypeError(f"policy: must be a DevicePolicy, got {type(policy).__name__}")
         if eligible is not None and not callable(eligible):
@@ -173,6 +187,7 @@ class DeviceClient:
         self.on_refusal = on_refusal
         self.on_error = on_error
         self.ineligible_poll_s = ineligible_poll_s
+        self.keys_with_checkin = keys_with_checkin
         self.ledger = ContributionLedger(store)
         self._runner: Any = None
         self._retention_at = 0.0
@@ -398,11 +413,19 @@ class DeviceClient:
         try:
             await self.ensure_registered()
             sources = [c for c in self.store.collections() if self.policy.allows_source(c)]  # no more than it may use
-            payload = {"wait_s": self.checkin_wait_s, "sources": sources}
+            payload: dict[str, Any] = {"wait_s": self.checkin_wait_s, "sources": sources}
+            keys = KeyPairs.draw(self.randomness.checkin_keys()) if self.keys_with_checkin else None
+            if keys is not None:  # phase 0 sent ahead (docs/protocol.md, "Keys with the check-in")
+                payload["secagg_keys"] = {"c_pk": b64e(keys.c_pk), "s_pk": b64e(keys.s_pk)}
             status, headers, raw = await self.request(
                 "POST", "/v1/device/checkin", json.dumps(payload).encode(), "application/json"
             )
             body = _json_body(raw)
+            if keys is not None and status == 422 and "secagg_keys" in _msg(body):  # a server that predates the field
+                log.info("device %s: the server does not take keys with the check-in; sending them per phase",
+                         self.device_id[:8])
+                self.keys_with_checkin = False
+                return await self.run_once()
         except (aiohttp.ClientError, asyncio.TimeoutError):
             self.fail_over()
             raise
@@ -426,13 +449,15 @@ class DeviceClient:
         if a is None or a.cohort_id in self._abandoned:
             retry = resp.retry_after if resp.retry_after is not None else 1.0
             return Outcome("idle", retry_after=retry, queries_running=resp.queries_running)
-        out = await self.run_assignment(a)
+        ahead = Ahead(keys, resp.next) if resp.advertised and keys is not None else None
+        out = await self.run_assignment(a, ahead)
         return Outcome(out.status, out.retry_after, out.cohort_id, out.contributed, out.detail, resp.queries_running,
                        out.reason)
 
-    async def run_assignment(self, a: Assignment) -> Outcome:
+    async def run_assignment(self, a: Assignment, ahead: Ahead | None = None) -> Outcome:
         """Admit the assignment under the device's policy (refusing it, with a report to the server, before any
-        data is read), run it, and settle the ledger and the transparency log."""
+        data is read), run it, and settle the ledger and the transparency log. `ahead`: the check-in already
+        answered the first phase with these keys."""
         try:
             log.info("device %s: assigned query %s round %d (%s on %r), cohort %s", self.device_id[:8], a.query_id[:8],
                      a.round, a.kind, a.source, a.cohort_id[:8])
@@ -443,7 +468,7 @@ class DeviceClient:
                 return Outcome("refused", cohort_id=a.cohort_id, detail=admitted.detail, reason=admitted.reason)
             out: Outcome | None = None
             try:
-                out = await self._run_assignment(a, admitted)
+                out = await self._run_assignment(a, admitted, ahead)
             finally:
                 finished = out is not None and out.status == "finished"
                 record = admitted.end(finished, out.contributed if out is not None else None,
@@ -460,7 +485,7 @@ class DeviceClient:
             if len(self._abandoned) > 1000:
                 self._abandoned = set(list(self._abandoned)[-100:])
 
-    async def _run_assignment(self, a: Assignment, contribution: Contribution) -> Outcome:
+    async def _run_assignment(self, a: Assignment, contribution: Contribution, ahead: Ahead | None = None) -> Outcome:
         try:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
@@ -474,6 +499,7 @@ class DeviceClient:
             vec, proof = await asyncio.to_thread(masked_content, a, kind, raw, draws)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
+                ahead = None
                 client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
             else:
                 peers = None
@@ -485,20 +511,21 @@ class DeviceClient:
                     cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg,
                     input_proof=proof,
                     min_survivors=contribution.min_survivors,
+                    keys=ahead.keys if ahead is not None else None,
                 )
-            message: bytes | None = client.start()
+            message: bytes | None = client.start()  # with `ahead`, the bytes the server built from the check-in
         except (ValueError, KeyError, RuntimeError) as exc:
             return Outcome("rejected", cohort_id=a.cohort_id, detail=f"cannot take part: {exc}")
         drop_at = self.dropout(a) if self.dropout else None
         try:
-            return await self._exchange(a, client, message, drop_at, contribution.before_send)
+            return await self._exchange(a, client, message, drop_at, contribution.before_send, ahead)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the process running the cohort is gone
             log.info("device %s: leaving cohort %s: its server is unreachable (%s)", self.device_id[:8], a.cohort_id[:8], exc)
             return Outcome("aborted", cohort_id=a.cohort_id, detail=f"cohort server unreachable: {exc}")
 
     async def _exchange(
         self, a: Assignment, client: ClientSession | PlainClientSession, message: bytes | None, drop_at: int | None,
-        before_send: Callable[[int], None] = lambda phase: None,
+        before_send: Callable[[int], None] = lambda phase: None, ahead: Ahead | None = None,
     ) -> Outcome:
         phase = a.first_phase
         base = f"/v1/device/cohorts/{a.cohort_id}/phases"
@@ -508,7 +535,12 @@ class DeviceClient:
             if drop_at is not None and phase >= drop_at:
                 return Outcome("dropped", cohort_id=a.cohort_id, detail=f"stopped before phase {phase}")
             status = 202
-            if message is not None:  # the POST long-polls for the next phase's message (one round trip)
+            if ahead is not None:  # the check-in answered the first phase, and carried the next message if ready
+                if ahead.next is not None:
+                    status, raw = 200, b64d(ahead.next.body, "next.body")
+                    headers = {"Content-Type": "application/octet-stream", HDR_PHASE: str(ahead.next.phase)}
+                ahead = None
+            elif message is not None:  # the POST long-polls for the next phase's message (one round trip)
                 before_send(phase)
                 status, headers, raw = await self.request(
                     "POST", f"{base}/{phase}", message, "application/octet-stream", query={"wait": wait}, base=owner

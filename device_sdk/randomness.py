@@ -4,6 +4,8 @@
 in tests (and in `fa-sim --seeded-randomness`). Everything random a device does comes from it:
 - its Ed25519 identity key when the store has none (`identity_key`: 32 bytes of child "identity");
 - request-signing nonces (`nonce`: 16 bytes of child "nonces" as unpadded base64url);
+- the secagg keys sent ahead with each check-in (`checkin_keys`: child "checkin-keys", 64 bytes per check-in,
+  `secagg.client.KeyPairs.draw`);
 - per contribution (`for_contribution(cohort_id)`), below the child "contribution/<cohort id>":
   `secagg` (its child "secagg": the ClientSession's X25519 keys, self-mask seed and Shamir coefficients),
   `noise` (an AES-CTR stream keyed by 32 bytes of its child "noise": the DP noise share, a bulk draw that
@@ -42,6 +44,7 @@ class DeviceRandomness:
     def __init__(self, root: RandomSource | None = None) -> None:
         self.root = root or OsRandom()
         self._nonces = self.root.child("nonces")
+        self._checkin_keys = self.root.child("checkin-keys")
 
     def identity_key(self) -> bytes:
         """32 bytes for a new Ed25519 identity key."""
@@ -50,6 +53,10 @@ class DeviceRandomness:
     def nonce(self) -> str:
         """A request-signing nonce: 16 random bytes as unpadded base64url (22 characters)."""
         return base64.urlsafe_b64encode(self._nonces.bytes(NONCE_BYTES)).rstrip(b"=").decode("ascii")
+
+    def checkin_keys(self) -> RandomSource:
+        """The stream the key pairs sent with check-ins are drawn from (fresh pairs for every check-in)."""
+        return self._checkin_keys
 
     def for_contribution(self, cohort_id: str) -> ContributionRandomness:
         base = self.root.child(f"contribution/{cohort_id}")

@@ -103,9 +103,31 @@ class RegisterResponse(_Model):
     device_id: str
 
 
+_B64_KEY = r"^[A-Za-z0-9+/]{43}=$"  # 32 bytes
+
+
+class SecAggKeys(_Model):
+    """A device's two X25519 public keys for the advertise-keys phase of the cohort it may be seated in, sent
+    ahead with its check-in (docs/protocol.md, "Keys with the check-in"): fresh for every check-in."""
+
+    c_pk: str = Field(pattern=_B64_KEY, description="base64 of the 32-byte channel public key")
+    s_pk: str = Field(pattern=_B64_KEY, description="base64 of the 32-byte mask public key")
+
+
 class CheckinRequest(_Model):
     wait_s: float = Field(default=0.0, ge=0, le=MAX_LONG_POLL_S, description="long-poll up to this many seconds")
     sources: list[str] | None = Field(default=None, max_length=1000, description="collections the device holds")
+    secagg_keys: SecAggKeys | None = Field(
+        default=None, description="the device's advertise-keys phase, sent ahead: used when the check-in is answered "
+        "with a semi-honest secagg assignment by the process running its cohort"
+    )
+
+
+class PhaseMessage(_Model):
+    """A server phase message carried in a JSON answer: what `GET …/phases/{p}/next` would answer."""
+
+    phase: int = Field(ge=0, le=15, description="the phase the message belongs to (the X-FA-Phase header's value)")
+    body: str = Field(max_length=1 << 24, description="base64 of the binary message")
 
 
 class NoiseBlock(_Model):
@@ -185,6 +207,15 @@ class CheckinResponse(_Model):
     assignment: Assignment | None = None
     retry_after: float | None = None
     queries_running: int = 0
+    advertised: bool | None = Field(
+        default=None, description="with an assignment, when the check-in sent secagg_keys: true if they were accepted "
+        "as this party's advertise-keys message (the device sends nothing for phase first_phase), false if not "
+        "(the device runs phase first_phase itself)"
+    )
+    next: PhaseMessage | None = Field(
+        default=None, description="with advertised true: the server's message after the advertise-keys phase, when "
+        "it was ready before the check-in's long-poll ran out (else the device long-polls …/phases/0/next)"
+    )
 
 
 class RefusalReport(_Model):

@@ -10,16 +10,20 @@ or altered unmask requests. Answering the byte-identical message again returns t
 
 Every random draw comes from the injected `randomness` (OS entropy by default), in this order: the
 channel key c_u^SK (32 bytes), the mask key s_u^SK (32 bytes) in `start()`; then, on PeerKeys, the
-self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK.
+self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK. A device that sent its
+public keys ahead of its assignment (with its check-in, docs/protocol.md) draws the two keys earlier with
+`KeyPairs.draw` from a source of its own and passes them in: `start()` then draws nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from secagg import crypto, encoding, shamir
 from secagg.config import SecAggConfig
@@ -61,6 +65,24 @@ _FATAL = (SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsEr
 """Errors after which the client abandons the session (TooFewSurvivorsError is an InconsistentSetsError)."""
 
 
+@dataclass(frozen=True)
+class KeyPairs:
+    """A party's two X25519 key pairs: c (the channel key, encrypting its shares) and s (the mask key, agreeing
+    pairwise masks)."""
+
+    c_sk: X25519PrivateKey
+    c_pk: bytes
+    s_sk: X25519PrivateKey
+    s_pk: bytes
+
+    @classmethod
+    def draw(cls, source: RandomSource | None = None) -> KeyPairs:
+        """Fresh pairs: the channel key from the first 32 bytes of `source`, the mask key from the next 32."""
+        c_sk, c_pk = crypto.x25519_keypair(source)
+        s_sk, s_pk = crypto.x25519_keypair(source)
+        return cls(c_sk, c_pk, s_sk, s_pk)
+
+
 class ClientSession:
     def __init__(
         self,
@@ -73,6 +95,7 @@ class ClientSession:
         randomness: RandomSource | None = None,
         input_proof: bytes | None = None,
         min_survivors: int | None = None,
+        keys: KeyPairs | None = None,
     ) -> None:
         if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
             raise ConfigError(f"party_id: must be between 1 and n={config.n}, got {party_id!r}")
@@ -99,6 +122,8 @@ class ClientSession:
         self._t = config.share_threshold
         self.phase = Phase.ADVERTISE_KEYS
         self._advert: bytes | None = None
+        self._keys = keys
+        """Key pairs drawn ahead (sent with a check-in); None: `start()` draws them from `randomness`."""
         self._last: tuple[bytes, bytes | None] | None = None
         self._revealed: dict[int, ShareKind] = {}
         self._signed_survivors: bytes | None = None
@@ -108,8 +133,8 @@ class ClientSession:
     def start(self) -> bytes:
         """The AdvertiseKeys message (the same bytes if called again)."""
         if self._advert is None:
-            self._c_sk, self._c_pk = crypto.x25519_keypair(self._rng)
-            self._s_sk, self._s_pk = crypto.x25519_keypair(self._rng)
+            keys = self._keys or KeyPairs.draw(self._rng)
+            self._c_sk, self._c_pk, self._s_sk, self._s_pk = keys.c_sk, keys.c_pk, keys.s_sk, keys.s_pk
             sig = b""
             if self.config.active:
                 payload = crypto.advertise_payload(self.config.session_id, self.party, self._c_pk, self._s_pk)

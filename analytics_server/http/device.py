@@ -36,10 +36,13 @@ from queries.envelope import (
     CheckinRequest,
     CheckinResponse,
     CohortStatus,
+    PhaseMessage,
     RefusalReport,
     RegisterRequest,
     RegisterResponse,
+    SecAggKeys,
     b64d,
+    b64e,
     device_id_for,
 )
 from secagg.phases import Phase
@@ -101,7 +104,11 @@ async def checkin(request: web.Request) -> web.Response:
     assignment, waited = await st.pool.checkin(device_id, min(req.wait_s, st.settings.checkin_max_wait_s), arrived)
     running = st.orchestrator.running_count()
     if assignment is not None:
-        return json_model(CheckinResponse(assignment=assignment, queries_running=running), exclude_none=True)
+        resp = CheckinResponse(assignment=assignment, queries_running=running)
+        if req.secagg_keys is not None:
+            budget = min(req.wait_s, st.settings.checkin_max_wait_s) - (time.monotonic() - arrived)
+            await _advertise_from_checkin(st, device_id, req.secagg_keys, resp, budget)
+        return json_model(resp, exclude_none=True)
     # after a full long-poll the device may come straight back; otherwise it waits retry_after_s
     retry = 0.0 if waited else st.settings.retry_after_s
     return json_model(
@@ -109,6 +116,31 @@ async def checkin(request: web.Request) -> web.Response:
         headers={"Retry-After": str(math.ceil(retry))},
         exclude_none=True,
     )
+
+
+async def _advertise_from_checkin(st: AppState, device_id: str, keys: SecAggKeys, resp: CheckinResponse,
+                                  wait_s: float) -> None:
+    """Record the check-in's keys as the party's advertise-keys message when this process runs its cohort, and
+    answer with the next phase's message if it is ready within what is left of the check-in's long-poll
+    (docs/protocol.md, "Keys with the check-in")."""
+    assert resp.assignment is not None
+    cohort = st.orchestrator.cohorts.get(resp.assignment.cohort_id)
+    if cohort is None or resp.assignment.first_phase != Phase.ADVERTISE_KEYS:
+        resp.advertised = False
+        return
+    try:
+        c_pk, s_pk = b64d(keys.c_pk, "secagg_keys.c_pk", 32), b64d(keys.s_pk, "secagg_keys.s_pk", 32)
+    except ValueError as exc:
+        raise HttpError(422, str(exc)) from None
+    resp.advertised = await cohort.advertise_from_checkin(device_id, c_pk, s_pk)
+    if not resp.advertised:
+        return
+    try:
+        nxt = await cohort.next_message(device_id, Phase.ADVERTISE_KEYS, max(0.0, wait_s))
+    except HttpError:  # dropped or aborted meanwhile: the device's long-poll for the message tells it why
+        return
+    if nxt.kind == "message":
+        resp.next = PhaseMessage(phase=nxt.phase, body=b64e(nxt.body))
 
 
 async def _cohort(st: AppState, cohort_id: str) -> CohortRuntime:

@@ -220,9 +220,9 @@ async def test_distributed_noise_reaches_devices_and_result(app_server: TestServ
             c = DeviceClient(url, store, session=http, checkin_wait_s=1)
             original = c.run_assignment
 
-            async def spy(a, original=original):  # type: ignore[no-untyped-def]
+            async def spy(a, *args, original=original):  # type: ignore[no-untyped-def]
                 seen_noise.append(a.noise)
-                return await original(a)
+                return await original(a, *args)
 
             c.run_assignment = spy  # type: ignore[method-assign]
             clients.append(c)

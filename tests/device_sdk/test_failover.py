@@ -83,8 +83,10 @@ async def test_phase_requests_go_to_the_cohort_server_and_an_unreachable_one_is_
         await d.close()
 
 
-async def test_one_round_trip_per_phase(app_server: TestServer) -> None:
-    """Each phase POST carries `wait` and its answer is the next phase's message: no separate long-poll."""
+@pytest.mark.parametrize("keys_with_checkin", [True, False])
+async def test_one_round_trip_per_phase(app_server: TestServer, keys_with_checkin: bool) -> None:
+    """Each phase POST carries `wait` and its answer is the next phase's message: no separate long-poll. With the
+    keys sent in the check-in, the check-in's answer carries the first message and phase 0 has no request."""
     url = str(app_server.make_url("")).rstrip("/")
     requests: Counter[str] = Counter()
 
@@ -101,14 +103,15 @@ async def test_one_round_trip_per_phase(app_server: TestServer) -> None:
         for _ in range(3):
             store = LocalStore()
             store.add("words", "sun")
-            devices.append(DeviceClient(url, store, session=http, checkin_wait_s=2))
+            devices.append(DeviceClient(url, store, session=http, checkin_wait_s=2, keys_with_checkin=keys_with_checkin))
         fleet = [asyncio.create_task(d.run_forever(stop)) for d in devices]
         async with aiohttp.ClientSession() as analyst:
             status = await wait_ended(analyst, url, qid, hdr)
         stop.set()
         await asyncio.gather(*fleet)
     assert status["status"] == "succeeded", status
-    assert requests["POST phase"] == 3 * 4  # advertise keys, share keys, masked input, unmasking (semi-honest)
+    # advertise keys (unless sent with the check-in), share keys, masked input, unmasking (semi-honest)
+    assert requests["POST phase"] == 3 * (3 if keys_with_checkin else 4)
     assert requests["GET next"] == 0
 
 

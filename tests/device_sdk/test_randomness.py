@@ -65,7 +65,10 @@ async def test_a_seeded_device_masks_and_signs_with_the_factorys_sub_sources(app
 
     import aiohttp
 
+    import json
+
     from analytics_server.state import STATE
+    from queries.envelope import b64d
     from secagg import crypto
     from secagg.messages import AdvertiseKeys, decode
 
@@ -110,9 +113,15 @@ async def test_a_seeded_device_masks_and_signs_with_the_factorys_sub_sources(app
     for i in range(6):
         expected = DeviceRandomness(SeededRandom(b"device/%d" % i))
         assert nonces[i] == [expected.nonce() for _ in nonces[i]] and len(nonces[i]) == len(sent[i])
+        # keys sent ahead with check-ins: one fresh pair per check-in, from the factory's check-in stream
+        checkin_keys = [json.loads(b)["secagg_keys"] for p, b in sent[i] if p == "/v1/device/checkin"]
+        stream = expected.checkin_keys()
+        for keys in checkin_keys:
+            assert b64d(keys["c_pk"], "c_pk") == crypto.x25519_public_of(stream.bytes(32))
+            assert b64d(keys["s_pk"], "s_pk") == crypto.x25519_public_of(stream.bytes(32))
         adverts = [(p, b) for p, b in sent[i] if p.endswith("/phases/0")]
-        assert adverts, f"device {i} never advertised keys"
-        for path, body in adverts:
+        assert checkin_keys or adverts, f"device {i} never advertised keys"
+        for path, body in adverts:  # a first phase run by the device itself draws from the contribution's stream
             msg = decode(body)
             assert isinstance(msg, AdvertiseKeys)
             stream = expected.for_contribution(path.split("/")[4]).secagg
