@@ -11,14 +11,14 @@ import { b64decode, b64encode } from "./bytes.js";
 import { maskedContent } from "./contribution.js";
 import {
   Assignment, HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, MAX_LONG_POLL_S, PROTOCOL_VERSION,
-  deviceIdFor, parseCheckin, signingPayload,
+  PhaseMessage, deviceIdFor, parseCheckin, signingPayload,
 } from "./envelope.js";
 import { getKind } from "./kinds/registry.js";
 import { DeviceKind, QueryKindError } from "./kinds/kind.js";
 import { ContributionLedger, ContributionRecord, DAY_S, NewRecord } from "./ledger.js";
 import { Decision, DevicePolicy, Refusal, checkinPause, decide, isRefusal, refuse } from "./policy.js";
 import { DeviceRandomness, RandomSource } from "./randomness.js";
-import { ClientSession, Phase } from "./secagg/client.js";
+import { ClientSession, KeyPairs, Phase } from "./secagg/client.js";
 import { SecAggConfig } from "./secagg/config.js";
 import { ModVector } from "./secagg/encoding.js";
 import { SecAggError, TooFewSurvivorsError } from "./secagg/errors.js";
@@ -77,6 +77,9 @@ export interface DeviceClientOptions {
   backoffCapS?: number;
   requestTimeoutS?: number;
   ineligiblePollS?: number;
+  /** Send fresh secagg public keys with every check-in, so a semi-honest cohort's first phase costs no request of its
+   * own (docs/protocol.md, "Keys with the check-in"); default true. */
+  keysWithCheckin?: boolean;
   onAssignment?: (a: Assignment) => void;
   onContribution?: (r: ContributionRecord) => void;
   onRefusal?: (r: Refusal) => void;
@@ -87,6 +90,13 @@ export interface DeviceClientOptions {
   dropout?: (a: Assignment) => number | null;
   fetch?: typeof fetch;
   log?: Logger;
+}
+
+/** The check-in carried the device's advertise keys and the server took them: the session uses these keys, the device
+ * sends nothing for the first phase, and `next` is the server's following message when the answer already held it. */
+export interface Ahead {
+  keys: KeyPairs;
+  next: PhaseMessage | null;
 }
 
 interface Answer {
@@ -205,6 +215,7 @@ export class DeviceClient {
   private readonly fetchFn: typeof fetch;
   private readonly log: Logger;
   private wakeUp: (() => void) | null = null;
+  private keysWithCheckin: boolean;
 
   constructor(serverUrl: string | string[], readonly store: LocalStore, private readonly opts: DeviceClientOptions = {}) {
     if (!(store instanceof LocalStore)) throw new TypeError("store: must be a LocalStore");
@@ -215,6 +226,7 @@ export class DeviceClient {
     this.ledger = new ContributionLedger(store);
     this.randomness = new DeviceRandomness(opts.randomness);
     this.o = { checkinWaitS: opts.checkinWaitS ?? 10, backoffBaseS: opts.backoffBaseS ?? 0.5, backoffCapS: opts.backoffCapS ?? 30, requestTimeoutS: opts.requestTimeoutS ?? 120, ineligiblePollS: opts.ineligiblePollS ?? 60 };
+    this.keysWithCheckin = opts.keysWithCheckin ?? true;
     this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.log = opts.log ?? ((level, message) => (level === "warn" ? console.warn(`[fa-device] ${message}`) : undefined));
   }
@@ -406,10 +418,16 @@ export class DeviceClient {
     const paused = await this.pause();
     if (paused) return paused;
     let ans: Answer;
+    let keys: KeyPairs | null = null;
     try {
       await this.ensureRegistered(signal);
       const sources = (await this.store.collections()).filter((c) => this.policy.allowsSource(c));
-      ans = await this.request("POST", "/v1/device/checkin", { body: this.json({ wait_s: this.o.checkinWaitS, sources }), contentType: "application/json", signal });
+      const payload: Record<string, unknown> = { wait_s: this.o.checkinWaitS, sources };
+      if (this.keysWithCheckin) {  // phase 0 sent ahead (docs/protocol.md, "Keys with the check-in")
+        keys = await KeyPairs.draw(this.randomness.checkinKeys());
+        payload.secagg_keys = { c_pk: b64encode(keys.c.publicBytes), s_pk: b64encode(keys.s.publicBytes) };
+      }
+      ans = await this.request("POST", "/v1/device/checkin", { body: this.json(payload), contentType: "application/json", signal });
     } catch (exc) {
       if (!(exc instanceof ServerError) || FAILOVER_STATUSES.includes(exc.status)) this.failOver();
       throw exc;
@@ -422,6 +440,11 @@ export class DeviceClient {
       await this.store.deleteMeta(`${REGISTERED_META}:${this.server}`);
       throw new ServerError(401, errorText(ans.body));
     }
+    if (keys && ans.status === 422 && errorText(ans.body).includes("secagg_keys")) {  // a server that predates the field
+      this.log("info", "the server does not take keys with the check-in; sending them per phase");
+      this.keysWithCheckin = false;
+      return this.checkIn(signal);
+    }
     if (ans.status !== 200) throw new ServerError(ans.status, errorText(ans.body), retryAfterOf(ans.headers));
     let resp;
     try {
@@ -431,13 +454,15 @@ export class DeviceClient {
     }
     const a = resp.assignment;
     if (a === null || this.abandoned.has(a.cohort_id)) return outcome("idle", { retryAfter: resp.retry_after ?? 1, queriesRunning: resp.queries_running });
-    const out = await this.runAssignment(a, signal);
+    const ahead = resp.advertised === true && keys ? { keys, next: resp.next } : null;
+    const out = await this.runAssignment(a, signal, ahead);
     return { ...out, queriesRunning: resp.queries_running };
   }
 
   /** Admit the assignment under the device's policy (refusing it, with a report, before any data is read), run it, and
-   * settle the ledger and the transparency log. */
-  async runAssignment(a: Assignment, signal?: AbortSignal): Promise<Outcome> {
+   * settle the ledger and the transparency log. `ahead`: the check-in already answered the first phase with these
+   * keys. */
+  async runAssignment(a: Assignment, signal?: AbortSignal, ahead: Ahead | null = null): Promise<Outcome> {
     try {
       this.emit(this.opts.onAssignment, a);
       const admitted = await this.admit(a);
@@ -448,7 +473,7 @@ export class DeviceClient {
       const [contribution, kind] = admitted;
       let out: Outcome | null = null;
       try {
-        out = await this.run(a, kind, contribution, signal);
+        out = await this.run(a, kind, contribution, signal, ahead);
       } finally {
         const record = await contribution.end(out?.status === "finished", out?.contributed ?? null, out?.detail ?? "interrupted");
         if (record) this.emit(this.opts.onContribution, record);
@@ -461,7 +486,7 @@ export class DeviceClient {
     }
   }
 
-  private async run(a: Assignment, kind: DeviceKind, contribution: Contribution, signal?: AbortSignal): Promise<Outcome> {
+  private async run(a: Assignment, kind: DeviceKind, contribution: Contribution, signal?: AbortSignal, ahead: Ahead | null = null): Promise<Outcome> {
     let client: ClientSession;
     let message: Uint8Array | null;
     try {
@@ -485,15 +510,15 @@ export class DeviceClient {
       }
       client = new ClientSession(cfg, a.party_id, vec, {
         randomness: draws.secagg, identityKey: cfg.active ? (await this.identity()).key : null, peerIdentityKeys: peers,
-        inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.opts.onPhaseTiming,
+        inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.opts.onPhaseTiming, keys: ahead?.keys,
       });
-      message = await client.start();
+      message = await client.start();  // with `ahead`, the bytes the server built from the check-in
     } catch (exc) {
       return outcome("rejected", { cohortId: a.cohort_id, detail: `cannot take part: ${(exc as Error).message}` });
     }
     const dropAt = this.opts.dropout ? this.opts.dropout(a) : null;
     try {
-      return await this.exchange(a, client, message, dropAt, contribution, signal);
+      return await this.exchange(a, client, message, dropAt, contribution, signal, ahead);
     } catch (exc) {
       if (exc instanceof ProtocolVersionError) throw exc;
       if (signal?.aborted) throw exc;
@@ -501,7 +526,7 @@ export class DeviceClient {
     }
   }
 
-  private async exchange(a: Assignment, client: ClientSession, message: Uint8Array | null, dropAt: number | null, contribution: Contribution, signal?: AbortSignal): Promise<Outcome> {
+  private async exchange(a: Assignment, client: ClientSession, message: Uint8Array | null, dropAt: number | null, contribution: Contribution, signal?: AbortSignal, ahead: Ahead | null = null): Promise<Outcome> {
     let phase = a.first_phase;
     const base = `/v1/device/cohorts/${a.cohort_id}/phases`;
     let owner = (a.server_url ?? this.server).replace(/\/+$/, "");
@@ -510,7 +535,13 @@ export class DeviceClient {
     for (;;) {
       if (dropAt !== null && phase >= dropAt) return outcome("dropped", { cohortId: a.cohort_id, detail: `stopped before phase ${phase}` });
       let ans: Answer = { status: 202, headers: new Headers(), body: new Uint8Array() };
-      if (message !== null) {
+      if (ahead !== null) {  // the check-in answered the first phase, and carried the next message if it was ready
+        if (ahead.next !== null) {
+          const headers = new Headers({ "Content-Type": "application/octet-stream", [HDR_PHASE]: String(ahead.next.phase) });
+          ans = { status: 200, headers, body: ahead.next.body };
+        }
+        ahead = null;
+      } else if (message !== null) {
         await contribution.beforeSend(phase);
         const post = { body: message, contentType: "application/octet-stream", query: { wait }, base: owner, signal };
         ans = await this.request("POST", `${base}/${phase}`, post);

@@ -1,7 +1,7 @@
 /** The device ↔ server envelope (queries/envelope.py): protocol version, request signing and the assignment's shape,
  * validated field by field (unknown fields are refused, as the server's pydantic models do). */
 
-import { concat, hex, utf8 } from "./bytes.js";
+import { b64decode, concat, hex, utf8 } from "./bytes.js";
 import { sha256 } from "./webcrypto.js";
 
 export const PROTOCOL_VERSION = 1;
@@ -81,10 +81,25 @@ export interface Assignment {
   server_url: string | null;
 }
 
+/** A server phase message carried in the check-in's answer: what `GET …/phases/{p}/next` would answer. */
+export interface PhaseMessage {
+  /** The phase the device's reply belongs to (the X-FA-Phase header's value). */
+  phase: number;
+  body: Uint8Array;
+}
+
+/** The longest `next.body` accepted, in base64 characters (queries/envelope.py's PhaseMessage). */
+export const MAX_PHASE_MESSAGE_B64 = 1 << 24;
+
 export interface CheckinResponse {
   assignment: Assignment | null;
   retry_after: number | null;
   queries_running: number;
+  /** With an assignment answered to a check-in that sent `secagg_keys`: whether the server took them as this party's
+   * advertise-keys message (docs/protocol.md, "Keys with the check-in"); null when the answer does not say. */
+  advertised: boolean | null;
+  /** With `advertised` true: the server's message after the advertise-keys phase, when it was ready in time. */
+  next: PhaseMessage | null;
 }
 
 export class EnvelopeError extends Error {}
@@ -198,11 +213,33 @@ export function parseAssignment(v: unknown): Assignment {
   };
 }
 
+function phaseMessage(v: unknown): PhaseMessage {
+  const m = fields(v, "next", ["phase", "body"], ["phase", "body"]);
+  const phase = num(m.phase, "next.phase", { int: true, min: 0, max: 15 }) as number;
+  const body = str(m.body, "next.body");
+  if (body.length > MAX_PHASE_MESSAGE_B64) throw new EnvelopeError(`next.body: longer than ${MAX_PHASE_MESSAGE_B64} characters`);
+  let bytes: Uint8Array;
+  try {
+    bytes = b64decode(body, "next.body");
+  } catch (exc) {
+    throw new EnvelopeError((exc as Error).message);
+  }
+  return { phase, body: bytes };
+}
+
 export function parseCheckin(v: unknown): CheckinResponse {
-  const r = fields(v, "check-in answer", ["assignment", "retry_after", "queries_running"], []);
+  const r = fields(v, "check-in answer", ["assignment", "retry_after", "queries_running", "advertised", "next"], []);
+  const assignment = r.assignment == null ? null : parseAssignment(r.assignment);
+  const advertised = r.advertised ?? null;
+  if (advertised !== null && typeof advertised !== "boolean") throw new EnvelopeError("advertised: expected true or false");
+  if (advertised !== null && assignment === null) throw new EnvelopeError("advertised: only with an assignment");
+  const next = r.next == null ? null : phaseMessage(r.next);
+  if (next !== null && advertised !== true) throw new EnvelopeError("next: only with advertised true");
   return {
-    assignment: r.assignment == null ? null : parseAssignment(r.assignment),
+    assignment,
     retry_after: num(r.retry_after, "retry_after", { nullable: true }),
     queries_running: (num(r.queries_running ?? 0, "queries_running", { int: true }) as number),
+    advertised,
+    next,
   };
 }

@@ -141,16 +141,19 @@ export interface ContributionRandomness {
   validity: RandomSource;
 }
 
-/** The device's one source and what it derives from it: its identity key, request nonces and, per contribution,
- * the secagg, noise, kind and validity sub-sources under the child "contribution/<cohort id>". The kind's source
+/** The device's one source and what it derives from it: its identity key, request nonces, the secagg keys sent with
+ * each check-in (child "checkin-keys", 64 bytes a check-in) and, per contribution, the secagg, noise, kind and
+ * validity sub-sources under the child "contribution/<cohort id>". The kind's source
  * (row subsampling, stochastic rounding) is a keyed stream here, where the Python SDK uses a numpy generator. */
 export class DeviceRandomness {
   readonly root: RandomSource;
   private readonly nonces: RandomSource;
+  private readonly checkinKeysSource: RandomSource;
 
   constructor(root?: RandomSource) {
     this.root = root ?? new OsRandom();
     this.nonces = this.root.child("nonces");
+    this.checkinKeysSource = this.root.child("checkin-keys");
   }
 
   identityKey(): Promise<Uint8Array> {
@@ -159,6 +162,11 @@ export class DeviceRandomness {
 
   async nonce(): Promise<string> {
     return b64url(await this.nonces.bytes(NONCE_BYTES));
+  }
+
+  /** The stream the key pairs sent with check-ins are drawn from (`KeyPairs.draw`, fresh pairs every check-in). */
+  checkinKeys(): RandomSource {
+    return this.checkinKeysSource;
   }
 
   forContribution(cohortId: string): ContributionRandomness {

@@ -34,3 +34,10 @@ export function fakeServer(handler: Handler): { fetch: typeof fetch; seen: Seen[
 }
 
 export const idle = (retryAfter = 7): Response => json(200, { assignment: null, retry_after: retryAfter, queries_running: 0 });
+
+/** A request's JSON body. */
+export const bodyJson = (req: Seen): any => JSON.parse(new TextDecoder().decode(req.body));
+
+/** A server phase message, as `GET …/phases/{p}/next` answers it. */
+export const phaseMessage = (body: Uint8Array, phase: number): Response =>
+  new Response(body as BodyInit, { status: 200, headers: { "Content-Type": "application/octet-stream", "X-FA-Phase": String(phase) } });

@@ -8,10 +8,12 @@
  * retried or altered unmask requests. The byte-identical message again returns the same reply.
  *
  * Random draws, in order, from the injected source: c_u^SK (32 bytes), s_u^SK (32 bytes) in `start()`; on PeerKeys
- * the self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK. */
+ * the self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK. A device that sent its
+ * public keys with its check-in (docs/protocol.md, "Keys with the check-in") drew them earlier with `KeyPairs.draw`
+ * from a source of its own and passes them as `keys`: `start()` then draws nothing. */
 
 import { bigFromBE, concat, equalBytes, hex, u32be } from "../bytes.js";
-import { RandomSource } from "../randomness.js";
+import { ByteSource, RandomSource } from "../randomness.js";
 import { Ed25519Key, X25519Key, ed25519Verify, sha256 } from "../webcrypto.js";
 import { SecAggConfig } from "./config.js";
 import * as c from "./crypto.js";
@@ -43,12 +45,27 @@ export enum Phase {
 
 const FATAL = [SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError];
 
+/** A party's two X25519 key pairs: c (the channel key, encrypting its shares) and s (the mask key, agreeing pairwise
+ * masks). */
+export class KeyPairs {
+  private constructor(readonly c: X25519Key, readonly s: X25519Key) {}
+
+  /** Fresh pairs: the channel key from the first 32 bytes of `source`, the mask key from the next 32 (one read, so
+   * concurrent draws from one source never interleave). */
+  static async draw(source: ByteSource): Promise<KeyPairs> {
+    const raw = await source.bytes(64);
+    return new KeyPairs(await X25519Key.fromPrivate(raw.subarray(0, 32)), await X25519Key.fromPrivate(raw.subarray(32)));
+  }
+}
+
 export interface ClientOptions {
   identityKey?: Ed25519Key | null;
   peerIdentityKeys?: Map<number, Uint8Array> | null;
   randomness: RandomSource;
   inputProof?: Uint8Array | null;
   minSurvivors?: number | null;
+  /** Key pairs drawn ahead (sent with a check-in); without them `start()` draws them from `randomness`. */
+  keys?: KeyPairs | null;
   /** Called with the seconds each phase's computation took (the benchmark's per-phase times). */
   onTiming?: (phase: string, seconds: number) => void;
 }
@@ -98,8 +115,9 @@ export class ClientSession {
       return this.timed("advertise_keys", async () => {
         const cfg = this.config;
         this.nbrs = new Set((await cfg.neighbourGraph()).closed(this.party));
-        this.cKey = await X25519Key.fromPrivate(await this.opts.randomness.bytes(32));
-        this.sKey = await X25519Key.fromPrivate(await this.opts.randomness.bytes(32));
+        const keys = this.opts.keys ?? (await KeyPairs.draw(this.opts.randomness));
+        this.cKey = keys.c;
+        this.sKey = keys.s;
         let sig: Uint8Array = new Uint8Array(0);
         if (cfg.active) sig = await (this.opts.identityKey as Ed25519Key).sign(c.advertisePayload(cfg.sessionId, this.party, this.cKey.publicBytes, this.sKey.publicBytes));
         this.advert = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: this.party, cPk: this.cKey.publicBytes, sPk: this.sKey.publicBytes, signature: sig });

@@ -1,0 +1,213 @@
+/** Keys with the check-in (docs/protocol.md): the device sends fresh secagg public keys with each check-in, drawn from
+ * the randomness child "checkin-keys" exactly as the Python SDK draws them; when the server took them (`advertised`)
+ * the session uses them, sends nothing for phase 0 and answers `next` (or long-polls phase 0's next message);
+ * otherwise it runs phase 0 itself; a server that refuses the field with a 422 gets check-ins without it. */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { b64decode, b64encode, bigToBE, hex, unhex, utf8 } from "../src/bytes.js";
+import { DeviceClient } from "../src/client.js";
+import { EnvelopeError, parseCheckin } from "../src/envelope.js";
+import { DeviceRandomness, SeededRandom } from "../src/randomness.js";
+import { KeyPairs } from "../src/secagg/client.js";
+import { SecAggConfig } from "../src/secagg/config.js";
+import * as c from "../src/secagg/crypto.js";
+import { MsgType, decode, encode } from "../src/secagg/messages.js";
+import * as shamir from "../src/secagg/shamir.js";
+import { LocalStore } from "../src/store.js";
+import { X25519Key } from "../src/webcrypto.js";
+import { Seen, bodyJson, fakeServer, idle, json, phaseMessage } from "./fakeServer.js";
+
+const COHORT = "c".repeat(32);
+const SECAGG = { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "semi_honest" };
+const ASSIGNMENT = {
+  query_id: "q".repeat(32), round: 0, cohort_id: COHORT, party_id: 1, kind: "histogram", source: "colors",
+  task: { buckets: ["red", "blue", "green"], other_bucket: null, max_contributions: 1 },
+  secagg: SECAGG, threat_model: "semi_honest", phase_timeout_s: 5,
+};
+const PHASES = `/v1/device/cohorts/${COHORT}/phases`;
+const SEED = utf8("fa-checkin-keys");
+
+test("checkinKeys() is the Python SDK's stream: KeyPairs.draw gives its keys for a seeded root (frozen from Python)", async () => {
+  // device_sdk.randomness.DeviceRandomness(SeededRandom(b"fa-checkin-keys")).checkin_keys(), KeyPairs.draw twice
+  const python = [
+    ["1154be2f2d3d49b08e2850ccb320b74e42b0c25ca79852e4ff5d39ce22505671", "afdacb730991573c44e793335c33c470eb292a4325246bd09bdcdb249051484a"],
+    ["ea32008abfa9ab819e9671e6b2fd13884fc24026c5144dc83acc5ae95456b326", "f314f27017a178e45bd9a1706903749f19791a65049c6f971b8b0f2d3b1c5816"],
+  ];
+  const stream = new DeviceRandomness(new SeededRandom(SEED)).checkinKeys();
+  for (const [cPk, sPk] of python) {
+    const k = await KeyPairs.draw(stream);
+    assert.deepEqual([hex(k.c.publicBytes), hex(k.s.publicBytes)], [cPk, sPk]);
+  }
+});
+
+interface Cohort {
+  server: ReturnType<typeof fakeServer>;
+  checkins: any[];
+  /** The device's ShareKeys message, once it sent one. */
+  shareKeys: () => Uint8Array | undefined;
+  /** PeerKeys for the device (party 1) with these keys, and parties 2 and 3 with `peers`' keys. */
+  peerKeys: (cPk: Uint8Array, sPk: Uint8Array) => Uint8Array;
+}
+
+/** A fake server for a 3-party cohort the device is party 1 of: `checkin` answers each check-in (its parsed body);
+ * `…/phases/0/next` answers PeerKeys for the keys the device advertised, in its check-in or by POST. */
+async function cohort(checkin: (body: any, cohort: Cohort) => Response | Promise<Response>): Promise<Cohort & { peers: KeyPairs[] }> {
+  const peers = [await KeyPairs.draw(new SeededRandom(utf8("party 2"))), await KeyPairs.draw(new SeededRandom(utf8("party 3")))];
+  const sid = SecAggConfig.fromDict(SECAGG).sessionId;
+  const checkins: any[] = [];
+  let advertised: { cPk: Uint8Array; sPk: Uint8Array } | null = null;
+  let shareKeys: Uint8Array | undefined;
+  const peerKeys = (cPk: Uint8Array, sPk: Uint8Array) => encode({
+    type: MsgType.PeerKeys, sessionId: sid, party: 1,
+    peers: [{ party: 1, cPk, sPk, signature: new Uint8Array() },
+      ...peers.map((k, i) => ({ party: i + 2, cPk: k.c.publicBytes, sPk: k.s.publicBytes, signature: new Uint8Array() }))],
+  });
+  const state: Cohort & { peers: KeyPairs[] } = { server: undefined as never, checkins, shareKeys: () => shareKeys, peerKeys, peers };
+  state.server = fakeServer(async (req: Seen) => {
+    if (req.path === "/v1/device/checkin") {
+      const body = bodyJson(req);
+      checkins.push(body);
+      if (body.secagg_keys) advertised = { cPk: b64decode(body.secagg_keys.c_pk, "c_pk", 32), sPk: b64decode(body.secagg_keys.s_pk, "s_pk", 32) };
+      return checkin(body, state);
+    }
+    if (req.method === "POST" && req.path.startsWith(`${PHASES}/0?`)) {
+      const m = decode(req.body);
+      assert.equal(m.type, MsgType.AdvertiseKeys);
+      if (m.type === MsgType.AdvertiseKeys) advertised = { cPk: m.cPk, sPk: m.sPk };
+      return json(202, { accepted: true });
+    }
+    if (req.method === "GET" && req.path.startsWith(`${PHASES}/0/next?`)) {
+      assert.ok(advertised, "phase 0's next message asked for before any keys were advertised");
+      return phaseMessage(peerKeys(advertised.cPk, advertised.sPk), 1);
+    }
+    if (req.method === "POST" && req.path.startsWith(`${PHASES}/1?`)) {
+      shareKeys = req.body;
+      return json(200, { status: "finished", contributed: false });
+    }
+    return json(404, { error: `unexpected ${req.method} ${req.path}` });
+  });
+  return state;
+}
+
+const assigned = (extra: Record<string, unknown> = {}) => json(200, { assignment: ASSIGNMENT, queries_running: 1, ...extra });
+
+async function device(server: ReturnType<typeof fakeServer>, opts: { keysWithCheckin?: boolean; dropout?: () => number | null } = {}) {
+  const store = new LocalStore();
+  await store.addMany("colors", ["red", "blue"]);
+  return new DeviceClient("http://device.test", store, { fetch: server.fetch, randomness: new SeededRandom(SEED), log: () => {}, ...opts });
+}
+
+const phaseRequests = (seen: Seen[]) => seen.filter((r) => r.path.startsWith(PHASES)).map((r) => `${r.method} ${r.path.replace(PHASES, "").split("?")[0]}`);
+
+/** The device's shares for parties 2 and 3, opened with their channel keys: its self-mask seed b and mask key s_sk. */
+async function openShares(shareKeys: Uint8Array, deviceCPk: Uint8Array, peers: KeyPairs[]): Promise<{ b: Uint8Array; sSk: Uint8Array }> {
+  const sid = SecAggConfig.fromDict(SECAGG).sessionId;
+  const m = decode(shareKeys);
+  if (m.type !== MsgType.ShareKeys) throw new assert.AssertionError({ message: `expected ShareKeys, got ${MsgType[m.type]}` });
+  const bs = new Map<number, bigint>();
+  const ss = new Map<number, bigint>();
+  for (const [v, ct] of m.ciphertexts) {
+    const key = await c.channelKey(await peers[v - 2].c.agree(deviceCPk), sid, 1, v);
+    const pt = await c.openShare(key, sid, 1, v, ct);  // fails unless the device's channel key is the one it sent
+    bs.set(v, shamir.fromBytes(pt.subarray(8, 41)));
+    ss.set(v, shamir.fromBytes(pt.subarray(41, 74)));
+  }
+  return { b: bigToBE(shamir.reconstruct(bs), 32), sSk: bigToBE(shamir.reconstruct(ss), 32) };
+}
+
+test("keys sent with the check-in and taken: no phase-0 request, `next` answered with those keys", async () => {
+  const fake = await cohort((body, s) => {
+    if (!body.secagg_keys) return idle();
+    const k = body.secagg_keys;
+    const next = s.peerKeys(b64decode(k.c_pk, "c_pk", 32), b64decode(k.s_pk, "s_pk", 32));
+    return assigned({ advertised: true, next: { phase: 1, body: b64encode(next) } });
+  });
+  const client = await device(fake.server);
+  const out = await client.runOnce();
+  assert.equal(out.status, "finished", out.detail);
+  assert.deepEqual(phaseRequests(fake.server.seen), ["POST /1"], "nothing for phase 0, no long-poll: `next` was answered");
+  const expected = await KeyPairs.draw(new DeviceRandomness(new SeededRandom(SEED)).checkinKeys());
+  const sent = fake.checkins[0].secagg_keys;
+  assert.deepEqual(sent, { c_pk: b64encode(expected.c.publicBytes), s_pk: b64encode(expected.s.publicBytes) });
+  // the phase-1 reply is computed from the keys sent: shares sealed under the sent channel key, of the sent mask key
+  const { b, sSk } = await openShares(fake.shareKeys() as Uint8Array, expected.c.publicBytes, fake.peers);
+  assert.equal(hex((await X25519Key.fromPrivate(sSk)).publicBytes), hex(expected.s.publicBytes));
+  // and start() drew nothing from the contribution's secagg stream: its first 32 bytes are the self-mask seed
+  const secagg = new DeviceRandomness(new SeededRandom(SEED)).forContribution(COHORT).secagg;
+  assert.equal(hex(b), hex(await secagg.bytes(32)));
+});
+
+test("keys taken without `next`: the device long-polls phase 0's next message, and sends nothing for phase 0", async () => {
+  const fake = await cohort((body) => (body.secagg_keys ? assigned({ advertised: true }) : idle()));
+  const client = await device(fake.server);
+  assert.equal((await client.runOnce()).status, "finished");
+  assert.deepEqual(phaseRequests(fake.server.seen), ["GET /0/next", "POST /1"]);
+  await openShares(fake.shareKeys() as Uint8Array, b64decode(fake.checkins[0].secagg_keys.c_pk, "c_pk", 32), fake.peers);
+});
+
+test("keys not taken (advertised false, or absent): the device runs phase 0 itself with the contribution's keys", async () => {
+  for (const extra of [{ advertised: false }, {}]) {
+    const fake = await cohort(() => assigned(extra));
+    const client = await device(fake.server);
+    assert.equal((await client.runOnce()).status, "finished");
+    assert.deepEqual(phaseRequests(fake.server.seen), ["POST /0", "GET /0/next", "POST /1"]);
+    const advert = decode(fake.server.seen.find((r) => r.path.startsWith(`${PHASES}/0?`))!.body);
+    const own = await KeyPairs.draw(new DeviceRandomness(new SeededRandom(SEED)).forContribution(COHORT).secagg);
+    assert.ok(advert.type === MsgType.AdvertiseKeys && hex(advert.cPk) === hex(own.c.publicBytes), "phase 0 with the secagg stream's keys");
+    assert.notEqual(hex(advert.cPk), hex(b64decode(fake.checkins[0].secagg_keys.c_pk, "c_pk", 32)), "not the keys sent with the check-in");
+  }
+});
+
+test("a server that refuses secagg_keys with a 422: the device checks in again without them, and stays without", async () => {
+  const fake = await cohort((body) => {
+    if (body.secagg_keys) return json(422, { error: "secagg_keys: extra fields not permitted" });
+    return idle();
+  });
+  const client = await device(fake.server);
+  assert.equal((await client.runOnce()).status, "idle");
+  assert.equal((await client.runOnce()).status, "idle");
+  assert.deepEqual(fake.checkins.map((b) => "secagg_keys" in b), [true, false, false]);
+  // a 422 about anything else is the server's answer, not a reason to stop sending keys
+  const other = await cohort(() => json(422, { error: "wait_s: must be at most 60" }));
+  await assert.rejects((await device(other.server)).runOnce(), /HTTP 422: wait_s/);
+  assert.deepEqual(other.checkins.map((b) => "secagg_keys" in b), [true]);
+});
+
+test("keysWithCheckin: false sends no keys and ignores an `advertised` it did not ask for; dropout still applies before phase 0", async () => {
+  const fake = await cohort(() => assigned({ advertised: true }));
+  const client = await device(fake.server, { keysWithCheckin: false });
+  assert.equal((await client.runOnce()).status, "finished");
+  assert.equal("secagg_keys" in fake.checkins[0], false);
+  assert.deepEqual(phaseRequests(fake.server.seen), ["POST /0", "GET /0/next", "POST /1"]);
+
+  const dropping = await cohort(() => assigned({ advertised: true }));
+  const out = await (await device(dropping.server, { dropout: () => 0 })).runOnce();
+  assert.equal(out.status, "dropped");
+  assert.deepEqual(phaseRequests(dropping.server.seen), []);
+});
+
+test("the check-in answer's advertised and next are parsed strictly (typed errors, bounded body)", async () => {
+  const ok = parseCheckin({ assignment: ASSIGNMENT, advertised: true, next: { phase: 1, body: b64encode(unhex("0102")) } });
+  assert.equal(ok.advertised, true);
+  assert.deepEqual([ok.next?.phase, hex(ok.next?.body as Uint8Array)], [1, "0102"]);
+  assert.equal(parseCheckin({ assignment: ASSIGNMENT }).advertised, null);
+  const bad: [unknown, RegExp][] = [
+    [{ assignment: ASSIGNMENT, advertised: "yes" }, /advertised: expected true or false/],
+    [{ assignment: null, retry_after: 1, advertised: true }, /advertised: only with an assignment/],
+    [{ assignment: ASSIGNMENT, advertised: false, next: { phase: 1, body: "" } }, /next: only with advertised true/],
+    [{ assignment: ASSIGNMENT, next: { phase: 1, body: "" } }, /next: only with advertised true/],
+    [{ assignment: ASSIGNMENT, advertised: true, next: { phase: 16, body: "" } }, /next.phase: 16 is out of range/],
+    [{ assignment: ASSIGNMENT, advertised: true, next: { phase: 1.5, body: "" } }, /next.phase: expected an integer/],
+    [{ assignment: ASSIGNMENT, advertised: true, next: { phase: 1 } }, /next.body: missing/],
+    [{ assignment: ASSIGNMENT, advertised: true, next: { phase: 1, body: "AQ=" } }, /next.body: not valid base64/],
+    [{ assignment: ASSIGNMENT, advertised: true, next: { phase: 1, body: "AAAA", x: 1 } }, /next.x: unexpected field/],
+    [{ assignment: ASSIGNMENT, advertised: true, next: { phase: 1, body: "A".repeat((1 << 24) + 4) } }, /next.body: longer than/],
+  ];
+  for (const [v, msg] of bad) assert.throws(() => parseCheckin(v), (e: Error) => e instanceof EnvelopeError && msg.test(e.message), JSON.stringify(v).slice(0, 120));
+  // the client turns a malformed answer into a ServerError and sends nothing for the cohort
+  const fake = await cohort(() => assigned({ advertised: true, next: { phase: 99, body: "" } }));
+  await assert.rejects((await device(fake.server)).runOnce(), /malformed check-in answer: next.phase/);
+  assert.deepEqual(phaseRequests(fake.server.seen), []);
+});
