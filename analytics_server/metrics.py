@@ -28,6 +28,8 @@ class Metrics:
         self.refusals: Counter[str] = Counter()
         """Assignments devices refused under their own policy, by reason (`queries.envelope.REFUSAL_REASONS`)."""
         self.http_responses: Counter[tuple[str, int]] = Counter()
+        self.checkin_keys: Counter[bool] = Counter()
+        """Assignments answered to check-ins that carried secagg keys, by whether the keys were taken."""
         self._phase_buckets: dict[str, list[int]] = {}
         self._phase_sum: Counter[str] = Counter()
         self._phase_count: Counter[str] = Counter()
@@ -54,6 +56,11 @@ class Metrics:
             "# HELP fa_device_refusals_total Assignments devices refused under their own policy, by reason.",
             "# TYPE fa_device_refusals_total counter",
             *(f'fa_device_refusals_total{{reason="{r}"}} {self.refusals[r]}' for r in REFUSAL_REASONS),
+            "# HELP fa_checkin_keys_total Assignments answered to check-ins carrying secagg keys, by whether the keys "
+            "were taken as the party's advertise-keys message.",
+            "# TYPE fa_checkin_keys_total counter",
+            f'fa_checkin_keys_total{{taken="true"}} {self.checkin_keys[True]}',
+            f'fa_checkin_keys_total{{taken="false"}} {self.checkin_keys[False]}',
             "# HELP fa_phases_closed_early_total Phases closed before their deadline because arrivals stalled.",
             "# TYPE fa_phases_closed_early_total counter",
             f"fa_phases_closed_early_total {self.early_closes}",

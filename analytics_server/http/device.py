@@ -108,6 +108,7 @@ async def checkin(request: web.Request) -> web.Response:
         if req.secagg_keys is not None:
             budget = min(req.wait_s, st.settings.checkin_max_wait_s) - (time.monotonic() - arrived)
             await _advertise_from_checkin(st, device_id, req.secagg_keys, resp, budget)
+            st.metrics.checkin_keys[bool(resp.advertised)] += 1
         return json_model(resp, exclude_none=True)
     # after a full long-poll the device may come straight back; otherwise it waits retry_after_s
     retry = 0.0 if waited else st.settings.retry_after_s

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import aiohttp
@@ -77,6 +78,9 @@ async def test_keys_sent_with_the_checkin(start_app_server) -> None:  # type: ig
         for body in (ok, refused):
             path = f"/v1/device/cohorts/{body['assignment']['cohort_id']}/refusal"
             assert (await _post(http, url, good if body is ok else low_order, path, {"reason": "noise_required"}))[0] == 200
+        metrics = await (await http.get(url + "/metrics")).text()
+        assert re.search(r'^fa_checkin_keys_total\{taken="false"[^}]*\} 1$', metrics, re.M), metrics  # the low-order key
+        assert st.metrics.checkin_keys[True] >= 3 and st.metrics.checkin_keys[False] == 1
         await http.post(f"{url}/v1/queries/{qid}/cancel", headers=hdr)
         stop.set()
         await asyncio.gather(*fleet)
