@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
+from typing import Any
+
+import aiohttp
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -37,3 +41,13 @@ class SignedDevice:
         if device:
             h[HDR_DEVICE] = self.device_id
         return h
+
+    async def post_json(self, http: aiohttp.ClientSession, url: str, path: str, payload: Any,
+                        sign: bool = True) -> tuple[int, Any]:
+        """POST `payload` (JSON, or bytes as given) to a device route, signed as the SDK signs: (status, JSON answer)."""
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json", HDR_PROTOCOL: str(PROTOCOL_VERSION)}
+        if sign:
+            headers |= self.signed_headers("POST", path, body, device=path != "/v1/device/register")
+        async with http.post(url.rstrip("/") + path, data=body, headers=headers) as r:
+            return r.status, await r.json()

@@ -5,7 +5,6 @@ leave the device to run the phase itself; malformed keys are a 422 naming the fi
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from typing import Any
 
@@ -14,7 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from device_sdk import DeviceClient, LocalStore
-from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64d, b64e
+from queries.envelope import b64d, b64e
 from secagg.client import KeyPairs
 from secagg.messages import PeerKeys, decode
 from tests.signed_device import SignedDevice
@@ -24,12 +23,9 @@ SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "
 CHECKIN = "/v1/device/checkin"
 
 
-async def _post(http: aiohttp.ClientSession, url: str, dev: SignedDevice, path: str, payload: Any) -> tuple[int, Any]:
-    body = json.dumps(payload).encode()
-    headers = {"Content-Type": "application/json", HDR_PROTOCOL: str(PROTOCOL_VERSION)}
-    headers |= dev.signed_headers("POST", path, body, device=path != "/v1/device/register")
-    async with http.post(url + path, data=body, headers=headers) as r:
-        return r.status, await r.json()
+async def _post(http: aiohttp.ClientSession, url: str, dev: SignedDevice, path: str, payload: Any,
+                sign: bool = True) -> tuple[int, Any]:
+    return await dev.post_json(http, url, path, payload, sign)
 
 
 async def _seated(http: aiohttp.ClientSession, url: str, dev: SignedDevice, keys: dict[str, str]) -> dict[str, Any]:

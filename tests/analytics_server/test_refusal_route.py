@@ -4,7 +4,6 @@ counted once by reason in /metrics and the cohort stops waiting for it (the quer
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import aiohttp
@@ -12,7 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from device_sdk import DeviceClient, LocalStore
-from queries.envelope import HDR_PROTOCOL, MAX_REFUSAL_DETAIL, PROTOCOL_VERSION, b64e
+from queries.envelope import MAX_REFUSAL_DETAIL, b64e
 from tests.signed_device import SignedDevice
 
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},
@@ -21,12 +20,7 @@ SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "
 
 async def _post(http: aiohttp.ClientSession, url: str, dev: SignedDevice, path: str, payload: Any,
                 sign: bool = True) -> tuple[int, Any]:
-    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    headers = {"Content-Type": "application/json", HDR_PROTOCOL: str(PROTOCOL_VERSION)}
-    if sign:
-        headers |= dev.signed_headers("POST", path, body, device=path != "/v1/device/register")
-    async with http.post(url + path, data=body, headers=headers) as r:
-        return r.status, await r.json()
+    return await dev.post_json(http, url, path, payload, sign)
 
 
 async def test_refusal_route(start_app_server) -> None:  # type: ignore[no-untyped-def]
