@@ -36,8 +36,10 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
-    srv = Server(db_url, tmp_path / "server.log").start()
+def server(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A server process on `db_url`; `@pytest.mark.server_env({...})` adds to its environment."""
+    marker = request.node.get_closest_marker("server_env")
+    srv = Server(db_url, tmp_path / "server.log", env=marker.args[0] if marker else None).start()
     yield srv
     srv.stop()
     assert not srv.log_has_tracebacks(), (tmp_path / "server.log").read_text()[-5000:]
