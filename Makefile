@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+E2E_WORKERS ?= 3
 
-.PHONY: venv test test-fast demo bench test-postgres clean chromium screenshots node js js-test
+.PHONY: venv test test-fast in-process demo bench test-postgres clean chromium screenshots node js js-test
 
 venv: $(STAMP)
 
@@ -14,11 +15,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[server,analyst,sim,dev]"
 	touch $(STAMP)
 
-# The whole suite: the in-process tiers on two workers (pytest-xdist), then the end-to-end tier one test at a
-# time (its fleets use every core; run side by side, their phase deadlines would measure contention).
-test: $(STAMP) chromium js-test
+# The whole suite: the JS unit tests beside the in-process tiers (two pytest-xdist workers), then the end-to-end
+# tier on three workers, a module at a time, longest modules first (tests/e2e/conftest.py). An end-to-end test
+# spends part of its time waiting (cohort formation, phase deadlines, restarts), so three at once keep both cores
+# busy; the tests' deadlines leave room for two neighbours. `make test E2E_WORKERS=0` runs them one at a time.
+test: $(STAMP) chromium js
+	@$(MAKE) --no-print-directory -j2 --output-sync=target js-test in-process
+	$(PY) -m pytest -q -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder -m e2e tests/e2e $(PYTEST_ARGS)
+
+# The in-process tiers alone (what test-fast runs after the JS unit tests).
+in-process: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not e2e" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m e2e $(PYTEST_ARGS)
 
 # The console's browser tests drive Debian's Chromium (never a browser downloaded by Playwright). Where it cannot
 # be installed (no apt) they are skipped with the reason; under CI (CI set) that is an error.
@@ -65,8 +72,7 @@ screenshots: $(STAMP) chromium
 	$(PY) scripts/console_screenshots.py
 
 # Everything but the end-to-end tier (real server processes and fleets): under a minute.
-test-fast: $(STAMP) js-test
-	$(PY) -m pytest -q -n 2 -m "not e2e" $(PYTEST_ARGS)
+test-fast: js-test in-process
 
 demo: $(STAMP)
 	$(PY) scripts/demo.py

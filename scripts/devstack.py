@@ -1,5 +1,5 @@
 """Local process stack for end-to-end tests, the demo and the HTTP benchmark: a real `fa-server serve` on a
-database URL (migrated from scratch), `fa-sim` fleets as subprocesses, token creation through the CLI.
+database URL (migrated from scratch), `fa-sim` fleets as subprocesses, tokens written by the server's own store.
 
 Development tooling, not shipped (the installed packages hold no fleet launcher). Imports nothing from
 device_sdk: it only starts the console scripts installed next to this interpreter.
@@ -7,6 +7,7 @@ device_sdk: it only starts the console scripts installed next to this interprete
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -17,12 +18,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 
-from analytics_server.db.engine import alembic_config, migrate
+from analytics_server.db.engine import alembic_config, make_engine, migrate, settle_driver_threads
+from analytics_server.db.store import Store
 
 BIN = Path(sys.executable).parent
 SERVER_ENV = {
@@ -61,6 +64,23 @@ def fresh_database(url: str) -> None:
     if url.startswith("postgresql"):
         command.downgrade(alembic_config(url), "base")
     migrate(url)
+
+
+def create_token(db_url: str, role: str) -> str:
+    """A bearer token of `role`, stored as `fa-server token create` stores it (`Store.create_token`) but without
+    starting a Python process (~1 s of CPU) per token. Runs on its own thread: the caller may be inside an event
+    loop (Playwright's sync API)."""
+
+    async def create() -> str:
+        engine = make_engine(db_url)
+        try:
+            return await Store(engine).create_token(role)
+        finally:
+            await engine.dispose()
+            await settle_driver_threads()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, create()).result()
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> str:
@@ -120,7 +140,7 @@ class Server:
         return "Traceback" in self.log_path.read_text(errors="replace")
 
     def token(self, role: str = "analyst") -> str:
-        return cli("fa-server", "token", "create", "--role", role, "--db", self.db_url).strip()
+        return create_token(self.db_url, role)
 
 
 class Fleet:

@@ -2,6 +2,9 @@
 
 `db_url` is parametrised: a temporary SQLite file always, and PostgreSQL when FA_TEST_POSTGRES_URL is set
 (those cases carry the `postgres` marker; without the variable they are not generated at all).
+
+The tier runs on pytest-xdist workers a module at a time (`make test`: `--dist loadfile --no-loadscope-reorder`),
+the longest modules first (`LONGEST_FIRST`), so that no long module starts last and runs on alone.
 """
 
 from __future__ import annotations
@@ -17,6 +20,23 @@ from tests.e2e.harness import Server, fresh_database
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 collect_ignore = [] if PG_URL else ["test_cluster.py"]
 """Many processes need PostgreSQL: the cluster tests exist only under `make test-postgres`."""
+
+
+LONGEST_FIRST = [
+    "test_training_e2e.py", "test_js_device_cohorts.py", "test_console_browser.py", "test_heavy_hitters_e2e.py",
+    "test_readme.py", "test_memory_soak.py", "test_schemathesis.py", "test_dp_histogram.py", "test_transport.py",
+    "test_feature_stats_e2e.py", "test_tenancy.py", "test_restart.py", "test_device_sdk_docs.py",
+    "test_histogram_e2e.py", "test_validation_e2e.py", "test_concurrent.py", "test_bad_input.py", "test_garbage.py",
+    "test_spec_submit.py", "test_ledger_concurrency.py",
+]
+"""End-to-end modules by wall time on two cores, longest first (measured; only the order matters). A module not
+listed runs before all of these: its length is unknown."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """End-to-end modules in `LONGEST_FIRST` order (stable: tests keep their order within a module)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, -1) if item.get_closest_marker("e2e") else -2)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -36,8 +56,10 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
-    srv = Server(db_url, tmp_path / "server.log").start()
+def server(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A server process on `db_url`; `@pytest.mark.server_env({...})` adds to its environment."""
+    marker = request.node.get_closest_marker("server_env")
+    srv = Server(db_url, tmp_path / "server.log", env=marker.args[0] if marker else None).start()
     yield srv
     srv.stop()
     assert not srv.log_has_tracebacks(), (tmp_path / "server.log").read_text()[-5000:]

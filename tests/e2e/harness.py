@@ -17,6 +17,11 @@ from queries.registry import get_kind
 from scripts.devstack import SERVER_ENV, Fleet, Server, cli, free_port, free_port_run, fresh_database  # noqa: F401
 from tests.signed_device import SignedDevice
 
+RESTART_ENV = {"FA_LEASE_TTL_S": "8", "FA_HEARTBEAT_S": "1"}
+"""For a server that a test SIGKILLs and starts again: the killed process's query leases lapse after 8 s instead
+of 30 s (only then does the new process take its queries over), still several heartbeats past the event loop's
+stalls with these tests' fleets of at most a few hundred devices."""
+
 
 @contextmanager
 def server_on_fresh_sqlite(tmp: Path, env: dict[str, str] | None = None) -> Iterator[Server]:

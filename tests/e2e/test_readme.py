@@ -4,14 +4,16 @@ against the live server and fleets the blocks themselves start (tests/readme_blo
 What differs from a person's terminal, all of it here: the session runs in a temporary folder holding a link to
 the repository's examples/; `.venv/bin` comes first on PATH; port 8000 becomes a free port; the server gets the
 end-to-end tier's short waits (scripts/devstack.SERVER_ENV) and fails a query whose cohort has not formed within
-120 s (instead of 600 s), so a spec that does not fit the README's fleet fails the test quickly. `set -euo
-pipefail`: any failing command fails the test.
+120 s (instead of 600 s), so a spec that does not fit the README's fleet fails the test quickly; with those short
+waits a stopped fleet's check-ins lapse sooner, so the README's pause after `kill $SIM` shrinks to `LAPSE_S`.
+`set -euo pipefail`: any failing command fails the test.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,17 +22,25 @@ from pathlib import Path
 
 import pytest
 
+from analytics_server.pool import AVAILABILITY_SLACK_S
 from scripts.devstack import BIN, SERVER_ENV, free_port
 from tests.readme_blocks import ROOT, blocks, script
 
 pytestmark = pytest.mark.e2e
 TIMEOUT_S = 420
+LAPSE_S = float(SERVER_ENV["FA_CHECKIN_MAX_WAIT_S"]) + float(SERVER_ENV["FA_RETRY_AFTER_S"]) + AVAILABILITY_SLACK_S + 3
+"""A device stays available for its long-poll (capped by the server), the `retry_after` it was told and the
+pool's slack after its last check-in; 3 s more for the check-in lag and the fleet's own exit."""
+PAUSE = re.compile(r"^kill \$SIM; sleep (\d+)$", re.M)
 
 
 def test_readme_blocks_run_against_a_live_server(tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     port = free_port()
     body = script(blocks(), sys.executable).replace("--port 8000", f"--port {port}").replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    pause = PAUSE.search(body)
+    assert pause and int(pause[1]) > LAPSE_S, "the README no longer pauses after stopping its first fleet: update PAUSE"
+    body = PAUSE.sub(f"kill $SIM; sleep {LAPSE_S:g}", body)
     full = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + body
     (tmp_path / "readme.sh").write_text(full)
     env = {**os.environ, **SERVER_ENV, "FA_COHORT_FORMATION_TIMEOUT_S": "120", "PATH": f"{BIN}:{os.environ['PATH']}",

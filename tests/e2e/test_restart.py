@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from device_sdk.analyst_cli import AnalystClient
-from tests.e2e.harness import Fleet, Server, check_exact
+from tests.e2e.harness import RESTART_ENV, Fleet, Server, check_exact
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +26,7 @@ def _sync_url(url: str) -> str:
     return url.replace("+aiosqlite", "").replace("+asyncpg", "+psycopg") if url.startswith("sqlite") else url
 
 
+@pytest.mark.server_env(RESTART_ENV)
 def test_sigkill_mid_round_then_exact(server: Server, tmp_path: Path) -> None:
     admin_token = server.token("admin")
     admin = AnalystClient(server.url, admin_token)

@@ -30,7 +30,7 @@ from device_sdk.analyst_cli import AnalystClient, format_result
 from device_sdk.scenarios import generate
 from device_sdk.scenarios.datasets import breast_cancer_split
 from queries.training import TrainedModel, frecency, urlbar_sim
-from tests.e2e.harness import Fleet, Server, fresh_database
+from tests.e2e.harness import RESTART_ENV, Fleet, Server, fresh_database
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -87,8 +87,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("training")
     url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
     fresh_database(url)
-    # several DP queries on one source: a budget ledger large enough for all of them (the ledger is not under test)
-    srv = Server(url, tmp / "server.log", env={"FA_BUDGET_EPSILON": "1000", "FA_BUDGET_DELTA": "0.01"}).start()
+    # several DP queries on one source: a budget ledger large enough for all of them (the ledger is not under test);
+    # short leases for the SIGKILL test
+    env = {"FA_BUDGET_EPSILON": "1000", "FA_BUDGET_DELTA": "0.01", **RESTART_ENV}
+    srv = Server(url, tmp / "server.log", env=env).start()
     yield srv
     srv.stop()
     assert not srv.log_has_tracebacks(), (tmp / "server.log").read_text()[-5000:]
