@@ -1,5 +1,7 @@
 """The embedding examples of docs/device_sdk.md run as written: each is a separate Python process (a fresh app
-with its own device.db) joining a cohort of `fa-sim` devices on a real server, for a noisy histogram."""
+with its own device.db) joining a cohort of `fa-sim` devices on a real server, for a noisy histogram. Each example
+gets its own server: the cohort needs every device there, and a finished example's device stays available for
+seconds after it stopped (seated, it would stall the next example's cohort until its phase deadline)."""
 
 from __future__ import annotations
 
@@ -38,23 +40,23 @@ def test_the_doc_has_one_example_per_api_style() -> None:
     assert all(len(code.strip().splitlines()) <= 30 for code in found)
 
 
-def test_the_embedding_examples_run_against_a_live_server(server: Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("index", range(3), ids=["start", "run_forever", "run_once_sync"])
+def test_the_embedding_examples_run_against_a_live_server(server: Server, tmp_path: Path, index: int) -> None:
     analyst = AnalystClient(server.url, server.token("admin"))
     fleet = Fleet(server.url, FLEET, tmp_path, scenario="words", checkin_wait=2.0,  # fa-sim devices with a policy too
                   extra=["--policy", json.dumps({"require_noise": True, "max_epsilon_per_day": 5.0, "min_cohort": FLEET + 1})])
     try:
-        for i, code in enumerate(examples()):
-            app = tmp_path / f"app{i}"
-            app.mkdir()
-            (app / "example.py").write_text(code)
-            created = analyst.submit(SPEC)  # needs FLEET + 1 devices: the cohort forms only with the example's
-            proc = subprocess.run([sys.executable, "example.py"], cwd=app, capture_output=True, text=True, timeout=180,
-                                  env={**os.environ, "FA_SERVER": server.url, "PYTHONPATH": str(DOC.parents[1])})
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            assert "never awaited" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-            final = analyst.wait(created["id"], timeout_s=60)
-            assert final["status"] == "succeeded", final
-            assert analyst.result(created["id"])["result"]["clients"] == FLEET + 1
-            assert created["id"] in proc.stdout, proc.stdout  # each example prints its transparency log
+        app = tmp_path / "app"
+        app.mkdir()
+        (app / "example.py").write_text(examples()[index])
+        created = analyst.submit(SPEC)  # needs FLEET + 1 devices: the cohort forms only with the example's
+        proc = subprocess.run([sys.executable, "example.py"], cwd=app, capture_output=True, text=True, timeout=180,
+                              env={**os.environ, "FA_SERVER": server.url, "PYTHONPATH": str(DOC.parents[1])})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "never awaited" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        final = analyst.wait(created["id"], timeout_s=60)
+        assert final["status"] == "succeeded", final
+        assert analyst.result(created["id"])["result"]["clients"] == FLEET + 1
+        assert created["id"] in proc.stdout, proc.stdout  # the example prints its transparency log
     finally:
         fleet.stop()

@@ -2,8 +2,9 @@
 devices with NaN/inf/missing values injected. No noise: count/mean/var equal numpy on the pooled clipped
 data to 1e-6 relative and the scaler block loads into a StandardScaler that transforms like a central one.
 With DP (ε = 1, Skellam): each released mean lies within its reported noise std (widened to 99.99 %), with
-its 95 % interval and warnings in the answer. One server process for the
-module. (Bad specs → 422 naming the field: tests/analytics_server/test_spec_validation.py.)"""
+its 95 % interval and warnings in the answer. A server process per test: a stopped fleet's devices stay
+available for seconds, and the next query's cohort, which needs every device, would seat them and sit out its
+phase deadline. (Bad specs → 422 naming the field: tests/analytics_server/test_spec_validation.py.)"""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.e2e
 DEVICES = BREAST_CANCER_SHARDS  # 50: the fleet holds every row once
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with server_on_fresh_sqlite(tmp_path_factory.mktemp("fs")) as srv:
         yield srv
