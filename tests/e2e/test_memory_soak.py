@@ -31,7 +31,9 @@ pytestmark = pytest.mark.e2e
 
 MiB = 1 << 20
 RSS_LIMIT_MB = 400
-LATENCY_LIMIT_S = 1.0
+LATENCY_LIMIT_S = 2.0
+"""Slowest analyst GET allowed while the attack runs. `make test` runs three end-to-end tests at once on two cores,
+so a poll may wait behind its neighbours' fleets; 1 s held alone (0.11 s measured), not beside a loaded machine."""
 N_SPECS = 1000
 UPLOADS = 10
 SEED = 13
