@@ -36,6 +36,7 @@ from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
 from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
+from analytics_server.noise_plan import round_need
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
@@ -298,9 +299,7 @@ class Orchestrator:
             self._coins.pop(rnd.id, None)
 
     async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
-        need = plan.min_clients or spec.cohort.min_clients
-        if q.calibration is not None:  # every sum the server sees must cover ≥ t_min noise shares
-            need = max(need, int(q.calibration["t_min"]))
+        need = round_need(spec, plan, q.calibration)  # every sum the server sees covers ≥ t_min noise shares
         if need > spec.cohort.max_clients:
             raise QueryFailed(f"round {index} needs {need} clients but cohort.max_clients is {spec.cohort.max_clients}")
         noise = privacy.round_noise(q.calibration, plan)

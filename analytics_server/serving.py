@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import resource
 import socket
@@ -35,6 +36,22 @@ LOG_BURST = 5
 _RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 NOFILE_CAP = 1 << 20
 """Soft limit used when the hard limit is unlimited."""
+
+
+GC_GEN0_THRESHOLD = 100_000
+"""Allocations between young-generation collections (CPython's default is 700): a round allocates millions of
+short-lived objects (parsed messages, requests); collecting every 700 allocations cost ~10 % of a masked round's
+server CPU."""
+
+
+def freeze_startup_heap() -> None:
+    """Move everything allocated so far (modules, the app, the accountant's imports) to the permanent
+    generation, so full collections traverse only what serving allocates; called once startup is complete."""
+    gc.collect()
+    gc.freeze()
+    _, g1, g2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
+    log.info("startup heap frozen: %d objects outside garbage collection", gc.get_freeze_count())
 
 
 def raise_open_file_limit() -> tuple[int, int]:

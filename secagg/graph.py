@@ -38,6 +38,7 @@ class NeighbourGraph:
         self.degree = n - 1 if self.complete else int(degree)  # type: ignore[arg-type]
         self._seed = seed
         self._cache: dict[int, tuple[int, ...]] = {}
+        self._sets: dict[int, frozenset[int]] = {}
 
     @cached_property
     def _ring(self) -> tuple[np.ndarray, np.ndarray]:
@@ -65,6 +66,20 @@ class NeighbourGraph:
             result = tuple(sorted(int(x) for x in order[slots]))
         self._cache[u] = result
         return result
+
+    def closed_set(self, u: int) -> frozenset[int]:
+        """`closed(u)` as a set (cached: the server intersects it with survivor sets per party and phase)."""
+        hit = self._sets.get(u)
+        if hit is None:
+            hit = self._sets[u] = frozenset(self.closed(u))
+        return hit
+
+    @cached_property
+    def slots(self) -> list[int]:
+        """slots[u]: party u's place on the ring (index 0 unused); for the complete graph, u − 1."""
+        if self.complete:
+            return list(range(-1, self.n))
+        return [int(x) for x in self._ring[1]]
 
     def size(self) -> int:
         """Size of every closed neighbourhood."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from secagg.errors import MessageFormatError
@@ -41,6 +42,9 @@ class MsgType(IntEnum):
 class ShareKind(IntEnum):
     SELF_MASK_SEED = 1  # b_v: revealed when v sent its masked input
     MASK_KEY = 2  # s_v^SK: revealed when v dropped after sharing keys
+
+
+_SHARE_KINDS = frozenset(int(k) for k in ShareKind)
 
 
 class _Reader:
@@ -83,11 +87,50 @@ class _Reader:
 
 
 def _u32(v: int) -> bytes:
-    return struct.pack(">I", v)
+    return _U32.pack(v)
 
 
 def _blob(b: bytes) -> bytes:
-    return _u32(len(b)) + b
+    return _U32.pack(len(b)) + b
+
+
+_PAIR_HEAD = struct.Struct(">II")
+"""Head of one (party, ciphertext) entry of ShareKeys and RoutedShares: the party, the ciphertext's length."""
+
+
+def _encode_pairs(pairs: tuple[tuple[int, bytes], ...]) -> bytes:
+    out = [_U32.pack(len(pairs))]
+    for v, ct in pairs:
+        out += (_PAIR_HEAD.pack(v, len(ct)), ct)
+    return b"".join(out)
+
+
+def _parse_pairs(r: _Reader, who: str) -> tuple[tuple[int, bytes], ...]:
+    n = r.count(8, "ciphertexts")
+    fast = _uniform_records(r, n, lambda size: struct.Struct(f">II{size}s"), _PAIR_HEAD, 1, 8)
+    if fast is not None:
+        return tuple((v, ct) for v, _, ct in fast)
+    return tuple((r.u32(who), r.blob("ciphertext")) for _ in range(n))
+
+
+def _uniform_records(r: _Reader, n: int, record: Callable[[int], struct.Struct], head: struct.Struct,
+                     length_field: int, fixed: int) -> list[tuple] | None:
+    """Fast path for `n` entries that all carry the first entry's variable length (as every message a
+    client builds does): one `iter_unpack` instead of a read per field. None — the caller then parses
+    entry by entry, with the same result and the same errors — when the lengths differ or the bytes run out.
+    `head` unpacks the first entry's fixed part, whose field `length_field` is the variable length;
+    `record(size)` is the struct of one whole entry (`fixed` + size bytes)."""
+    if n == 0 or r.pos + head.size > len(r.data):
+        return None
+    size = head.unpack_from(r.data, r.pos)[length_field]
+    span = n * (fixed + size)
+    if r.pos + span > len(r.data):
+        return None
+    entries = list(record(size).iter_unpack(r.data[r.pos : r.pos + span]))
+    if any(e[length_field] != size for e in entries):
+        return None
+    r.pos += span
+    return entries
 
 
 @dataclass(frozen=True)
@@ -126,12 +169,25 @@ class AdvertiseKeys(Message):
         return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r))
 
 
+_PEER_HEAD = struct.Struct(f">I{KEY}s{KEY}sI")
+"""Fixed part of one PeerKeys entry: party, c_pk, s_pk, the signature's length (then the signature)."""
+
+
 @dataclass(frozen=True)
 class PeerEntry:
     party: int
     c_pk: bytes
     s_pk: bytes
     signature: bytes
+
+    def encode(self) -> bytes:
+        return _PEER_HEAD.pack(self.party, self.c_pk, self.s_pk, len(self.signature)) + self.signature
+
+
+def encode_entries(msg_type: MsgType, session_id: bytes, party: int, entries: Sequence[bytes]) -> bytes:
+    """A message whose body is a u32 count and already-encoded entries (PeerKeys from `PeerEntry.encode()`):
+    lets the server encode each party's entry once and join it into the messages of all its neighbours."""
+    return b"".join((HEADER.pack(MAGIC, VERSION, msg_type, session_id, party), _U32.pack(len(entries)), *entries))
 
 
 @dataclass(frozen=True)
@@ -140,14 +196,17 @@ class PeerKeys(Message):
     peers: tuple[PeerEntry, ...]
 
     def body(self) -> bytes:
-        out = [_u32(len(self.peers))]
-        for p in self.peers:
-            out += [_u32(p.party), p.c_pk, p.s_pk, _blob(p.signature)]
-        return b"".join(out)
+        return b"".join([_U32.pack(len(self.peers)), *(p.encode() for p in self.peers)])
 
     @classmethod
     def parse(cls, sid, party, r):
         n = r.count(4 + 2 * KEY + 4, "peers")
+        fast = _uniform_records(r, n, lambda size: struct.Struct(f">I{KEY}s{KEY}sI{size}s"), _PEER_HEAD, 3,
+                                _PEER_HEAD.size)
+        if fast is not None and fast[0][3] in (0, SIG):
+            return cls(sid, party, tuple(PeerEntry(v, c, s, sig) for v, c, s, _, sig in fast))
+        if fast is not None:  # a signature of a wrong length: the entry-by-entry parse names the error
+            r.pos -= n * (_PEER_HEAD.size + fast[0][3])
         peers = tuple(
             PeerEntry(r.u32("peer"), r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r)) for _ in range(n)
         )
@@ -160,12 +219,11 @@ class ShareKeys(Message):
     ciphertexts: tuple[tuple[int, bytes], ...]  # (receiver, AES-GCM ciphertext)
 
     def body(self) -> bytes:
-        return _u32(len(self.ciphertexts)) + b"".join(_u32(v) + _blob(ct) for v, ct in self.ciphertexts)
+        return _encode_pairs(self.ciphertexts)
 
     @classmethod
     def parse(cls, sid, party, r):
-        n = r.count(8, "ciphertexts")
-        return cls(sid, party, tuple((r.u32("receiver"), r.blob("ciphertext")) for _ in range(n)))
+        return cls(sid, party, _parse_pairs(r, "receiver"))
 
 
 @dataclass(frozen=True)
@@ -177,8 +235,7 @@ class RoutedShares(Message):
 
     @classmethod
     def parse(cls, sid, party, r):
-        n = r.count(8, "ciphertexts")
-        return cls(sid, party, tuple((r.u32("sender"), r.blob("ciphertext")) for _ in range(n)))
+        return cls(sid, party, _parse_pairs(r, "sender"))
 
 
 @dataclass(frozen=True)
@@ -303,9 +360,9 @@ class UnmaskShares(Message):
     def parse(cls, sid, party, r):
         n = r.count(_SHARE_ENTRY.size, "shares")
         out = tuple(_SHARE_ENTRY.iter_unpack(r.take(n * _SHARE_ENTRY.size, "shares")))  # fixed-size records
-        for _, kind, _ in out:
-            if kind not in (ShareKind.SELF_MASK_SEED, ShareKind.MASK_KEY):
-                raise MessageFormatError(f"shares: unknown share kind {kind}")
+        bad = {kind for _, kind, _ in out} - _SHARE_KINDS
+        if bad:
+            raise MessageFormatError(f"shares: unknown share kind {min(bad)}")
         return cls(sid, party, out)
 
 

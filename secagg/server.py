@@ -50,11 +50,13 @@ from secagg.messages import (
     UnmaskShares,
     decode,
     encode_bitmap,
+    encode_entries,
 )
 from secagg.meter import Meter, NullMeter
 from secagg.phases import Phase
 
 SHARE_CIPHERTEXT_BYTES = 8 + 2 * shamir.SHARE_BYTES + 16
+_PRIME_BYTES = shamir.to_bytes(shamir.PRIME)
 _PROBE_KEY = X25519PrivateKey.from_private_bytes(hashlib.sha256(crypto.DOMAIN + b"low-order-probe").digest())
 """Fixed, public scalar for rejecting low-order keys: X25519 clamps every scalar to a multiple of the
 cofactor 8 (Langley, Hamburg, Turner, RFC 7748 §5), so the shared secret is all-zero exactly for
@@ -212,13 +214,13 @@ class ServerSession:
 
     def _accept_share_keys(self, party: int, msg: ShareKeys) -> None:
         wanted = self._neighbours_in(party, self._u[Phase.ADVERTISE_KEYS]) - {party}
-        receivers = [v for v, _ in msg.ciphertexts]
-        if len(receivers) != len(set(receivers)) or set(receivers) != wanted:
+        cts = dict(msg.ciphertexts)
+        if len(cts) != len(msg.ciphertexts) or cts.keys() != wanted:
             raise UnknownPartyError(f"party {party}: ciphertexts must go to exactly its {len(wanted)} peers")
         for v, ct in msg.ciphertexts:
             if len(ct) != SHARE_CIPHERTEXT_BYTES:
                 raise MessageFormatError(f"party {party}: ciphertext for {v} has length {len(ct)}")
-        self._cts[party] = dict(msg.ciphertexts)
+        self._cts[party] = cts
 
     def _accept_masked_input(self, party: int, msg: MaskedInput | MaskedInputProved) -> None:
         cfg = self.config
@@ -249,8 +251,8 @@ class ServerSession:
         got = {v: k for v, k, _ in msg.shares}
         if len(got) != len(msg.shares) or got != wanted:
             raise UnknownPartyError(f"party {party}: unmask shares do not match the survivor set")
-        for v, _, share in msg.shares:
-            if shamir.from_bytes(share) >= shamir.PRIME:
+        for v, _, share in msg.shares:  # fixed-width big-endian: byte order is numeric order
+            if share >= _PRIME_BYTES:
                 raise MessageFormatError(f"party {party}: share for {v} is out of the field")
         self._shares[party] = msg
 
@@ -279,18 +281,24 @@ class ServerSession:
     # -- phase transitions ------------------------------------------------------------------------
 
     def _neighbours_in(self, u: int, members: frozenset[int]) -> frozenset[int]:
-        return frozenset(self._graph.closed(u)) & members
+        return self._graph.closed_set(u) & members
 
     def _prune(self, members: frozenset[int]) -> frozenset[int]:
-        """Drop parties whose neighbourhood within `members` is below the threshold, to a fixpoint."""
+        """Drop parties whose neighbourhood within `members` is below the threshold, to a fixpoint (each
+        removal lowers its neighbours' counts, which are checked again: O(n·degree))."""
         current = set(members)
-        changed = True
-        while changed:
-            changed = False
-            for u in sorted(current):
-                if len(self._neighbours_in(u, frozenset(current))) < self._t:
-                    current.discard(u)
-                    changed = True
+        count = {u: len(self._neighbours_in(u, members)) for u in members}
+        short = [u for u in sorted(members) if count[u] < self._t]
+        while short:
+            u = short.pop()
+            if u not in current:
+                continue
+            current.discard(u)
+            for w in self._graph.closed(u):
+                if w in current:
+                    count[w] -= 1
+                    if count[w] < self._t:
+                        short.append(w)
         return frozenset(current)
 
     def _finish_phase(self, phase: Phase, survivors: frozenset[int]) -> None:
@@ -302,13 +310,11 @@ class ServerSession:
     def _close_advertise_keys(self) -> dict[int, bytes]:
         u1 = self._prune(frozenset(self._digests))
         self._finish_phase(Phase.ADVERTISE_KEYS, u1)
+        entry = {v: PeerEntry(v, k.c_pk, k.s_pk, k.signature).encode() for v, k in self._keys.items() if v in u1}
+        sid = self.config.session_id
         out = {}
-        for u in sorted(u1):
-            peers = tuple(
-                PeerEntry(v, self._keys[v].c_pk, self._keys[v].s_pk, self._keys[v].signature)
-                for v in sorted(self._neighbours_in(u, u1))
-            )
-            out[u] = PeerKeys(self.config.session_id, u, peers).encode()
+        for u in sorted(u1):  # each party's entry is encoded once and joined into its neighbours' messages
+            out[u] = encode_entries(PeerKeys.TYPE, sid, u, [entry[v] for v in self._graph.closed(u) if v in u1])
         self.phase, self._expected = Phase.SHARE_KEYS, u1
         return out
 
@@ -317,7 +323,7 @@ class ServerSession:
         self._finish_phase(Phase.SHARE_KEYS, u2)
         out = {}
         for v in sorted(u2):
-            cts = tuple((u, self._cts[u][v]) for u in sorted(self._neighbours_in(v, u2) - {v}))
+            cts = tuple((u, self._cts[u][v]) for u in self._graph.closed(v) if u != v and u in u2)
             out[v] = RoutedShares(self.config.session_id, v, cts).encode()
         self._cts.clear()
         self.phase, self._expected = Phase.MASKED_INPUT, u2
@@ -355,19 +361,39 @@ class ServerSession:
         self.phase, self._expected = Phase.UNMASKING, u4
         return out
 
+    def _reconstruct(
+        self, rec: shamir.BatchReconstructor, owners: frozenset[int], collected: dict[int, dict[int, bytes]], what: str
+    ) -> dict[int, int]:
+        """Each owner's secret from t of its neighbours' shares, in ascending owner order. Any t shares give
+        the same secret, so the owners are visited in ring order and each reuses the previous owner's t
+        holders while all of them answered: nearby parties' neighbourhoods share most members, so a few dozen
+        sets of Lagrange coefficients (O(t²) each) serve a thousand secrets instead of one set per secret."""
+        slot, n, t = self._graph.slots, self.config.n, self._t
+        out: dict[int, int] = {}
+        xs: tuple[int, ...] = ()
+        for u in sorted(owners, key=slot.__getitem__):
+            have = collected[u]
+            label = f"party {u}'s {what}"
+            if len(have) < t:
+                rec.reconstruct(have, label, "unmasking")  # raises AbortError naming the shortfall
+            if not xs or any(x not in have for x in xs):  # the t holders furthest ahead on the ring last longest
+                xs = tuple(sorted(have, key=lambda x: (slot[x] - slot[u] + n // 2) % n)[-t:])
+            out[u] = rec.reconstruct({x: have[x] for x in xs}, label, "unmasking")
+        return dict(sorted(out.items()))
+
     def _close_unmasking(self) -> dict[int, bytes]:
         cfg = self.config
         u5 = frozenset(self._digests)
         self._finish_phase(Phase.UNMASKING, u5)
         u2, u3 = self._u[Phase.SHARE_KEYS], self._u[Phase.MASKED_INPUT]
-        collected: dict[int, dict[int, int]] = {v: {} for v in u2}
+        collected: dict[int, dict[int, bytes]] = {v: {} for v in u2}
         for w, msg in self._shares.items():
             for v, _, share in msg.shares:
-                collected[v][w] = shamir.from_bytes(share)
+                collected[v][w] = share
         rec = shamir.BatchReconstructor(self._t)
         with self._meter.measure("shamir"):
-            seeds = {u: rec.reconstruct(collected[u], f"party {u}'s self-mask seed", "unmasking") for u in sorted(u3)}
-            keys = {v: rec.reconstruct(collected[v], f"party {v}'s mask key", "unmasking") for v in sorted(u2 - u3)}
+            seeds = self._reconstruct(rec, u3, collected, "self-mask seed")
+            keys = self._reconstruct(rec, u2 - u3, collected, "mask key")
 
         total = self._acc
         stream = crypto.MaskStream(cfg.dim, cfg.work_dtype, self._meter)

@@ -43,7 +43,7 @@ def lagrange_at_zero(xs: Sequence[int]) -> list[int]:
     The denominators are exact products of small integers; all of them are inverted with one modular
     inversion (Montgomery's batch-inversion trick) instead of one each."""
     total = math.prod(xs)
-    dens = [math.prod(xj - xi for xj in xs if xj != xi) % PRIME for xi in xs]
+    dens = [math.prod([xj - xi for xj in xs if xj != xi]) % PRIME for xi in xs]
     inverses = batch_inverse(dens)
     return [(total // xi) % PRIME * inv % PRIME for xi, inv in zip(xs, inverses)]
 
@@ -68,14 +68,19 @@ class BatchReconstructor:
         self.threshold = threshold
         self._coeffs: dict[tuple[int, ...], list[int]] = {}
 
-    def reconstruct(self, shares: Mapping[int, int], what: str, phase: str) -> int:
+    def reconstruct(self, shares: Mapping[int, int] | Mapping[int, bytes], what: str, phase: str) -> int:
+        """The secret from any `threshold` of `shares` (x → share, as an int or its `to_bytes` encoding: only
+        the shares used are converted)."""
         if len(shares) < self.threshold:
             raise AbortError(phase, self.threshold, len(shares), f"too few shares to reconstruct {what}")
         xs = tuple(sorted(shares)[: self.threshold])
         coeffs = self._coeffs.get(xs)
         if coeffs is None:
             coeffs = self._coeffs[xs] = lagrange_at_zero(xs)
-        return sum(c * shares[x] for c, x in zip(coeffs, xs)) % PRIME
+        values = [shares[x] for x in xs]
+        if values and isinstance(values[0], bytes):
+            values = [from_bytes(v) for v in values]  # type: ignore[arg-type]
+        return sum(c * y for c, y in zip(coeffs, values)) % PRIME
 
 
 def to_bytes(value: int) -> bytes:

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import delete, func, insert, or_, select, text, update
+from sqlalchemy import bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -694,10 +694,13 @@ class Store(ClusterStore, ReportStore):
                     for d, p in members.items()
                 ],
             )
-            for d, a in (assignments or {}).items():
+            if assignments:  # one statement for all members (executemany), not one compiled ORM UPDATE each
+                presence = DevicePresence.__table__
                 await s.execute(
-                    update(DevicePresence).where(DevicePresence.device_id == d, DevicePresence.cohort_id == cohort_id)
-                    .values(assignment=a)
+                    update(presence)
+                    .where(presence.c.device_id == bindparam("b_device"), presence.c.cohort_id == cohort_id)
+                    .values(assignment=bindparam("b_assignment", type_=presence.c.assignment.type)),
+                    [{"b_device": d, "b_assignment": a} for d, a in assignments.items()],
                 )
             s.add(Event(query_id=query_id, cohort_id=cohort_id, type="cohort.formed", data={"n": len(members)}, created_at=now()))
 

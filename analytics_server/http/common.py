@@ -45,8 +45,10 @@ def app_state(request: web.Request) -> AppState:
 def json_model(
     model: BaseModel, status: int = 200, headers: dict[str, str] | None = None, exclude_none: bool = False
 ) -> web.Response:
-    """A pydantic model as a JSON response (`exclude_none` drops unset optional fields, as the device API does)."""
-    return web.json_response(model.model_dump(mode="json", exclude_none=exclude_none), status=status, headers=headers)
+    """A pydantic model as a JSON response (`exclude_none` drops unset optional fields, as the device API does),
+    serialised by pydantic-core without an intermediate dict."""
+    return web.Response(body=model.model_dump_json(exclude_none=exclude_none), status=status, headers=headers,
+                        content_type="application/json")
 
 
 def error_json(status: int, message: str, detail: Any = None, headers: dict[str, str] | None = None) -> web.Response:
@@ -85,15 +87,20 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     timeout = request.app.get(BODY_READ_TIMEOUT, DEFAULT_BODY_READ_TIMEOUT_S)
     body = bytearray()
     try:
-        async with asyncio.timeout(timeout):
-            while chunk := await request.content.readany():
-                if len(body) + len(chunk) > limit:
-                    raise HttpError(413, f"request body exceeds the limit of {limit} bytes")
-                body += chunk
+        if request.content.is_eof():  # it all arrived with the head (most device requests): no deadline to arm
+            body += await request.content.read()
+        else:
+            async with asyncio.timeout(timeout):
+                while chunk := await request.content.readany():
+                    if len(body) + len(chunk) > limit:
+                        raise HttpError(413, f"request body exceeds the limit of {limit} bytes")
+                    body += chunk
     except TimeoutError:
         raise HttpError(408, f"request body not received within {timeout:g} s") from None
     except web.RequestPayloadError as exc:
         raise HttpError(400, f"malformed request body: {exc}") from None
+    if len(body) > limit:
+        raise HttpError(413, f"request body exceeds the limit of {limit} bytes")
     return bytes(body)
 
 

@@ -49,6 +49,9 @@ from secagg.phases import Phase
 
 routes = web.RouteTableDef()
 log = logging.getLogger(__name__)
+PHASE0_WAIT_CAP_S = 30.0
+"""Longest a check-in that carried keys waits, once seated, for phase 0 to close: with the seat's own long-poll
+(≤ MAX_LONG_POLL_S) the check-in stays under the SDKs' 120 s request timeout."""
 
 
 def _device_state(request: web.Request) -> AppState:
@@ -105,9 +108,9 @@ async def checkin(request: web.Request) -> web.Response:
     running = st.orchestrator.running_count()
     if assignment is not None:
         resp = CheckinResponse(assignment=assignment, queries_running=running)
-        if req.secagg_keys is not None:
-            budget = min(req.wait_s, st.settings.checkin_max_wait_s) - (time.monotonic() - arrived)
-            await _advertise_from_checkin(st, device_id, req.secagg_keys, resp, budget)
+        if req.secagg_keys is not None:  # a long-poll of its own for phase 0 (docs/protocol.md)
+            wait_s = min(req.wait_s, st.settings.checkin_max_wait_s, PHASE0_WAIT_CAP_S)
+            await _advertise_from_checkin(st, device_id, req.secagg_keys, resp, wait_s)
             st.metrics.checkin_keys[bool(resp.advertised)] += 1
         return json_model(resp, exclude_none=True)
     # after a full long-poll the device may come straight back; otherwise it waits retry_after_s
@@ -122,8 +125,8 @@ async def checkin(request: web.Request) -> web.Response:
 async def _advertise_from_checkin(st: AppState, device_id: str, keys: SecAggKeys, resp: CheckinResponse,
                                   wait_s: float) -> None:
     """Record the check-in's keys as the party's advertise-keys message when this process runs its cohort, and
-    answer with the next phase's message if it is ready within what is left of the check-in's long-poll
-    (docs/protocol.md, "Keys with the check-in")."""
+    answer with the next phase's message if it is ready within `wait_s` (docs/protocol.md, "Keys with the
+    check-in")."""
     assert resp.assignment is not None
     cohort = st.orchestrator.cohorts.get(resp.assignment.cohort_id)
     if cohort is None or resp.assignment.first_phase != Phase.ADVERTISE_KEYS:

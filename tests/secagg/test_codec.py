@@ -205,6 +205,86 @@ def test_mutated_valid_messages_only_raise_message_format_error(data, edits, cut
     _decodes_canonically_or_rejects(out)
 
 
+def _entry_by_entry(data: bytes) -> Message:
+    """Reference parse of the entry-list messages (PeerKeys, ShareKeys, RoutedShares), one field at a time, as
+    the codec did before its one-`iter_unpack` fast path for entries of one length."""
+    _, _, mtype, sid, party = HEADER.unpack_from(data)
+    pos = HEADER.size
+
+    def take(k: int) -> bytes:
+        nonlocal pos
+        if pos + k > len(data):
+            raise MessageFormatError("truncated")
+        pos += k
+        return data[pos - k : pos]
+
+    def u32() -> int:
+        return struct.unpack(">I", take(4))[0]
+
+    n = u32()
+    if n * (72 if mtype == MsgType.PEER_KEYS else 8) > len(data) - pos:
+        raise MessageFormatError("count")
+    if mtype == MsgType.PEER_KEYS:
+        peers = []
+        for _ in range(n):
+            v, c, s, sig = u32(), take(32), take(32), take(u32())
+            if len(sig) not in (0, 64):
+                raise MessageFormatError("signature")
+            peers.append(PeerEntry(v, c, s, sig))
+        out: Message = PeerKeys(sid, party, tuple(peers))
+    else:
+        pairs = tuple((u32(), take(u32())) for _ in range(n))
+        out = (ShareKeys if mtype == MsgType.SHARE_KEYS else RoutedShares)(sid, party, pairs)
+    if pos != len(data):
+        raise MessageFormatError("trailing")
+    return out
+
+
+_LENGTHS = st.sampled_from([0, 1, 64, 90, 90, 90])
+
+
+@FUZZ
+@given(
+    st.sampled_from([MsgType.PEER_KEYS, MsgType.SHARE_KEYS, MsgType.ROUTED_SHARES]),
+    st.lists(st.tuples(st.integers(0, 2**32 - 1), _LENGTHS), max_size=8),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 10**4), st.integers(0, 255)), max_size=3),
+    st.integers(0, 12),
+    st.binary(max_size=6),
+)
+def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, uniform, edits, cut, tail):
+    """Entry lists of one length (every honest message) take the fast path, mixed or malformed ones the
+    entry-by-entry path; either way decode() returns what the reference parse returns, or both refuse."""
+    if uniform and entries:
+        entries = [(v, entries[0][1]) for v, _ in entries]
+    if mtype == MsgType.PEER_KEYS:
+        msg: Message = PeerKeys(SID, 3, tuple(PeerEntry(v, KEY_A, KEY_B, bytes(k)) for v, k in entries))
+    else:
+        cls = ShareKeys if mtype == MsgType.SHARE_KEYS else RoutedShares
+        msg = cls(SID, 3, tuple((v, bytes([k % 251]) * k) for v, k in entries))
+    out = bytearray(msg.encode())
+    for pos, value in edits:
+        out[HEADER.size + pos % max(1, len(out) - HEADER.size)] = value
+    data = bytes(out[: len(out) - cut if cut < len(out) - HEADER.size else len(out)]) + tail
+    try:
+        want = _entry_by_entry(data)
+    except MessageFormatError:
+        with pytest.raises(MessageFormatError):
+            decode(data)
+        return
+    assert decode(data) == want
+    if not edits and not tail and (cut == 0 or cut >= len(out) - HEADER.size):
+        assert want == msg
+
+
+def test_peer_keys_from_pre_encoded_entries_equal_the_message_encoding():
+    from secagg.messages import encode_entries
+
+    peers = (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(4, KEY_C, KEY_D, SIG))
+    assert encode_entries(PeerKeys.TYPE, SID, 9, [p.encode() for p in peers]) == PeerKeys(SID, 9, peers).encode()
+    assert encode_entries(PeerKeys.TYPE, SID, 9, []) == PeerKeys(SID, 9, ()).encode()
+
+
 # ---------------------------------------------------------------------------------------------------
 # encoding
 # ---------------------------------------------------------------------------------------------------
