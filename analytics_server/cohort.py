@@ -43,27 +43,47 @@ OFFLOAD_BYTES = 256 * 1024
 GRACE_MIN_S = 0.5
 GRACE_FACTOR = 0.5
 GRACE_GAPS = 20
-"""A phase closes early once no answer arrived for `grace`: GRACE_GAPS mean gaps between the phase's arrivals
-so far, at most GRACE_FACTOR × (last arrival − phase open), never less than GRACE_MIN_S."""
+GAP_MARGIN = 1.5
+"""A phase closes early once no answer arrived for `grace`: the longer of GRACE_GAPS mean gaps between the phase's
+arrivals so far and GAP_MARGIN × the longest pause it already recovered from, at most GRACE_FACTOR × (last arrival
+− phase open), never less than GRACE_MIN_S."""
 
-def grace(opened: float, first_arrival: float, last_arrival: float, received: int) -> float:
-    """Seconds without an answer after which a phase's arrivals count as stalled. A burst of answers a few
-    milliseconds apart stalls after GRACE_MIN_S; answers that trickle in seconds apart get a proportionally
-    longer grace, up to GRACE_FACTOR of the time the phase has taken."""
-    spread = GRACE_FACTOR * (last_arrival - opened)
-    if received >= 2 and last_arrival > first_arrival:
-        spread = min(spread, GRACE_GAPS * (last_arrival - first_arrival) / (received - 1))
+
+@dataclass
+class Arrivals:
+    """When the open phase's answers arrived (event-loop clock)."""
+
+    first: float | None = None
+    last: float | None = None
+    longest_gap: float = 0.0
+    """The longest pause between two answers so far: arrivals that resumed after it were not a stall."""
+
+    def add(self, when: float) -> None:
+        if self.last is None:
+            self.first = when
+        else:
+            self.longest_gap = max(self.longest_gap, when - self.last)
+        self.last = when
+
+
+def grace(opened: float, arrivals: Arrivals, received: int) -> float:
+    """Seconds without an answer after which a phase's arrivals count as stalled. A steady burst of answers a few
+    milliseconds apart stalls after GRACE_MIN_S; answers that trickle in seconds apart, or in bursts with pauses
+    between them, get a proportionally longer grace, up to GRACE_FACTOR of the time the phase has taken."""
+    first, last = arrivals.first, arrivals.last
+    assert first is not None and last is not None
+    spread = GRACE_FACTOR * (last - opened)
+    if received >= 2 and last > first:
+        spread = min(spread, max(GRACE_GAPS * (last - first) / (received - 1), GAP_MARGIN * arrivals.longest_gap))
     return max(GRACE_MIN_S, spread)
 
 
-def stalled(
-    now: float, opened: float, first_arrival: float | None, last_arrival: float | None, received: int, quorum: int
-) -> bool:
+def stalled(now: float, opened: float, arrivals: Arrivals, received: int, quorum: int) -> bool:
     """Whether a phase may close before its deadline: at least `quorum` parties answered (never fewer than the
     protocol and t_min need) and no answer arrived for the `grace` derived from the phase's arrival times."""
-    if received < quorum or first_arrival is None or last_arrival is None:
+    if received < quorum or arrivals.last is None:
         return False
-    return now - last_arrival >= grace(opened, first_arrival, last_arrival, received)
+    return now - arrivals.last >= grace(opened, arrivals, received)
 
 
 @dataclass(frozen=True)
@@ -114,8 +134,7 @@ class CohortRuntime:
         self._lock = asyncio.Lock()
         self._all_in = asyncio.Event()
         self._arrived = asyncio.Event()
-        self._first_arrival: float | None = None
-        self._last_arrival: float | None = None
+        self._arrivals = Arrivals()
         self._changed = asyncio.Event()
         self.started = time.time()
         self.phase_opened = self.started
@@ -198,9 +217,7 @@ class CohortRuntime:
             except (SecAggError, ValueError) as exc:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest
-            self._last_arrival = asyncio.get_running_loop().time()
-            if self._first_arrival is None:
-                self._first_arrival = self._last_arrival
+            self._arrivals.add(asyncio.get_running_loop().time())
             self._arrived.set()
             if self.session.received_count() >= len(self.session.expected()):
                 self._all_in.set()
@@ -302,7 +319,7 @@ class CohortRuntime:
                         del self._outboxes[old]
                     self.phase = int(self.session.phase)
                     self._all_in = asyncio.Event()
-                    self._first_arrival = self._last_arrival = None
+                    self._arrivals = Arrivals()
                 if self.session.phase is Phase.DONE:
                     await self._end_finished()
                     return
@@ -334,14 +351,14 @@ class CohortRuntime:
             if now >= deadline:
                 return
             wake = deadline
-            first, last, received = self._first_arrival, self._last_arrival, self.session.received_count()
-            if self._may_close_early() and first is not None and last is not None:
-                if stalled(now, opened, first, last, received, self.quorum):
+            arrivals, received = self._arrivals, self.session.received_count()
+            if self._may_close_early() and arrivals.last is not None:
+                if stalled(now, opened, arrivals, received, self.quorum):
                     self.metrics.early_closes += 1
                     log.info("cohort %s: %s closed early with %d of %d answers (arrivals stalled)", self.id,
                              Phase(self.session.phase).label, self.session.received_count(), len(self.session.expected()))
                     return
-                wake = min(deadline, last + grace(opened, first, last, received))
+                wake = min(deadline, arrivals.last + grace(opened, arrivals, received))
             self._arrived.clear()
             try:
                 async with asyncio.timeout(max(0.0, wake - now) + 0.01):

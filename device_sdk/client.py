@@ -23,11 +23,12 @@ from one injected source (`device_sdk.randomness`; OS entropy by default).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
@@ -170,12 +171,17 @@ class DeviceClient:
         on_error: Callable[[BaseException], Any] | None = None,
         ineligible_poll_s: float = 60.0,
         keys_with_checkin: bool = True,
+        compute_gate: asyncio.Lock | None = None,
     ) -> None:
         """`policy`: the device's own limits (docs/device_sdk.md); `eligible`: called before every check-in
         (and again before a cohort starts), the device only takes part while it returns True; the `on_…`
         callbacks run on the client's thread and must not block (exceptions are logged, never raised);
         `keys_with_checkin`: send fresh secagg public keys with every check-in, so a semi-honest cohort's first
-        phase costs no request of its own (docs/protocol.md, "Keys with the check-in")."""
+        phase costs no request of its own (docs/protocol.md, "Keys with the check-in"); `compute_gate`: for a
+        simulator running many devices on one event loop, a lock they share so that one device computes its
+        phase message at a time and sends it before the next one computes (without it, the loop computes every
+        device woken together before any request leaves, and the fleet's answers reach the server in bursts
+        seconds apart — a correlation that independent devices do not have)."""
         if policy is not None and not isinstance(policy, DevicePolicy):
             raise TypeError(f"policy: must be a DevicePolicy, got {type(policy).__name__}")
         if eligible is not None and not callable(eligible):
@@ -188,6 +194,7 @@ class DeviceClient:
         self.on_error = on_error
         self.ineligible_poll_s = ineligible_poll_s
         self.keys_with_checkin = keys_with_checkin
+        self.compute_gate = compute_gate
         self.ledger = ContributionLedger(store)
         self._runner: Any = None
         self._retention_at = 0.0
@@ -486,6 +493,33 @@ class DeviceClient:
                 self._abandoned = set(list(self._abandoned)[-100:])
 
     async def _run_assignment(self, a: Assignment, contribution: Contribution, ahead: Ahead | None = None) -> Outcome:
+        async with self._turn():
+            prepared = await self._prepare(a, contribution, ahead)
+        if isinstance(prepared, Outcome):
+            return prepared
+        client, message = prepared
+        drop_at = self.dropout(a) if self.dropout else None
+        try:
+            return await self._exchange(a, client, message, drop_at, contribution.before_send, ahead)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the process running the cohort is gone
+            log.info("device %s: leaving cohort %s: its server is unreachable (%s)", self.device_id[:8], a.cohort_id[:8], exc)
+            return Outcome("aborted", cohort_id=a.cohort_id, detail=f"cohort server unreachable: {exc}")
+
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """This device's turn on the CPU it shares with the others holding `compute_gate` (none without one)."""
+        if self.compute_gate is None:
+            yield
+            return
+        async with self.compute_gate:
+            await asyncio.sleep(0)  # a turn of the loop first: the previous device's request is written before this computes
+            yield
+
+    async def _prepare(
+        self, a: Assignment, contribution: Contribution, ahead: Ahead | None
+    ) -> Outcome | tuple[ClientSession | PlainClientSession, bytes | None]:
+        """The contribution (checked against the device's own bounds), its noise and proof, and the secure
+        aggregation session with its first message; or the outcome that ends the assignment here."""
         try:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
@@ -516,12 +550,7 @@ class DeviceClient:
             message: bytes | None = client.start()  # with `ahead`, the bytes the server built from the check-in
         except (ValueError, KeyError, RuntimeError) as exc:
             return Outcome("rejected", cohort_id=a.cohort_id, detail=f"cannot take part: {exc}")
-        drop_at = self.dropout(a) if self.dropout else None
-        try:
-            return await self._exchange(a, client, message, drop_at, contribution.before_send, ahead)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the process running the cohort is gone
-            log.info("device %s: leaving cohort %s: its server is unreachable (%s)", self.device_id[:8], a.cohort_id[:8], exc)
-            return Outcome("aborted", cohort_id=a.cohort_id, detail=f"cohort server unreachable: {exc}")
+        return client, message
 
     async def _exchange(
         self, a: Assignment, client: ClientSession | PlainClientSession, message: bytes | None, drop_at: int | None,
@@ -560,7 +589,8 @@ class DeviceClient:
                 info = json.loads(raw)
                 return Outcome("finished", cohort_id=a.cohort_id, contributed=bool(info.get("contributed")))
             try:
-                message = client.receive(raw)
+                async with self._turn():
+                    message = client.receive(raw)
             except TooFewSurvivorsError as exc:  # the device's own floor (policy, t_min): refused before unmasking
                 return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="survivors_below_minimum")
             except SecAggError as exc:

@@ -103,6 +103,7 @@ async def run_fleet(
     rng = random.Random(seed)
     async with aiohttp.ClientSession(connector=new_connector()) as http:
         clients = []
+        gate = asyncio.Lock()  # the devices take turns on the CPU they share: each message leaves once computed
         for key, data in devices:
             store = LocalStore(":memory:")
             store.set_meta(KEY_META, b64e(key))
@@ -111,6 +112,7 @@ async def run_fleet(
             client = DeviceClient(
                 server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng),
                 randomness=device_randomness(key, seeded_randomness), policy=DevicePolicy(**(policy or {})),
+                compute_gate=gate,
             )
             if split:
                 client.start_at(int(client.device_id[:8], 16))

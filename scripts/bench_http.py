@@ -2,7 +2,9 @@
 
 - 1,000 and 5,000 devices: wall time of the round (submit → succeeded, and the sum of the secagg phase
   durations), check-ins per second the server answered while the fleet polled, server CPU seconds during the
-  round (from /proc/<pid>/stat), and the same round with masking off. Masking off is a benchmark-only
+  round (from /proc/<pid>/stat), device requests the server answered during it (per device, and CPU per
+  request), and the same round with masking off; beside them the server's protocol work alone for that cohort
+  (`secagg.bench`, no HTTP). Masking off is a benchmark-only
   switch: FA_BENCH_UNMASKED=1 in the environment of the server and simulator processes started here; no
   query field selects it and ordinary devices refuse it.
 - 1,000 devices of which 10 % drop at a random phase (each device, per cohort): the masked round's wall time
@@ -26,6 +28,7 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 import threading
 from datetime import datetime, timezone
 import sys
@@ -84,11 +87,12 @@ def phase_seconds(url: str) -> dict[str, float]:
     return out
 
 
-def metric(url: str, name: str) -> float:
+def metric(url: str, name: str, labels: str = "") -> float:
+    """A /metrics series summed over its labels (those containing `labels` only, when given)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=60).read().decode()
     total = 0.0
     for line in text.splitlines():
-        if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line):
+        if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line) and labels in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -154,6 +158,7 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
             if validation is not None:
                 spec["privacy"] = {"validation": validation}
             assert server.proc is not None
+            requests_before = metric(server.url, "fa_http_responses_total", 'route="device"')
             sampler = CpuSampler(server.proc.pid)
             start = time.perf_counter()
             qid = admin.submit(spec)["id"]
@@ -162,6 +167,7 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
             sampler.stop()
             ev = server_events(tmp / "fa.db", qid)
             cpu = sampler.at(ev["query.succeeded"].timestamp()) - sampler.at(ev["query.submitted"].timestamp())
+            device_requests = metric(server.url, "fa_http_responses_total", 'route="device"') - requests_before
             res = admin.result(qid) if final["status"] == "succeeded" else {"result": {}}
             cohorts = admin.status(qid)["progress"].get("cohorts", {})
             return {
@@ -178,6 +184,8 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
                 "phase_s": phase_seconds(server.url),
                 "server_cpu_s": round(cpu, 2),
                 "server_cpu_ms_per_device": round(1000 * cpu / n, 3),
+                "device_requests_per_device": round(device_requests / n, 2),
+                "server_cpu_ms_per_device_request": round(1000 * cpu / device_requests, 3) if device_requests else None,
                 "server_peak_rss_mb": round(peak_rss_mb(server.proc.pid), 1),
                 "checkins_per_s": checkins_per_s,
             }
@@ -185,6 +193,16 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
             if fleet is not None:
                 fleet.stop()
             server.stop()
+
+
+def protocol_server_s(n: int) -> float | None:
+    """The server's protocol work alone (`secagg.bench`: every party in one process, no HTTP) for the rounds'
+    cohort of n parties and 4-entry vectors: what a masked round adds to an unmasked one besides requests."""
+    proc = subprocess.run([sys.executable, "-m", "secagg.bench", "--clients", str(n), "--dim", "4", "--bits", "32",
+                           "--graph", "sparse", "--json"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])["server_total_s"]
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -210,7 +228,11 @@ def main() -> int:
         runs.append({"devices": n, "masked": masked, "unmasked": plain, "ratio": {
             "wall_masked_over_unmasked": ratio(masked["round_wall_s"], plain["round_wall_s"]),
             "server_cpu_masked_over_unmasked": ratio(masked["server_cpu_s"], plain["server_cpu_s"]),
-        }})
+            "device_requests_masked_over_unmasked": ratio(masked["device_requests_per_device"],
+                                                          plain["device_requests_per_device"]),
+            "server_cpu_per_request_masked_over_unmasked": ratio(masked["server_cpu_ms_per_device_request"],
+                                                                 plain["server_cpu_ms_per_device_request"]),
+        }, "protocol_server_s": protocol_server_s(n)})
     report: dict[str, Any] = {"http_rounds": runs}
     if args.dropout_devices:
         n = args.dropout_devices

@@ -43,11 +43,12 @@ class NeighbourGraph:
     @cached_property
     def _ring(self) -> tuple[np.ndarray, np.ndarray]:
         """(order, position): order[i] is the party at ring slot i; position[u] its slot."""
-        stream = prg_uint64(self._seed, self.n)
-        order = np.arange(1, self.n + 1, dtype=np.int64)
+        stream = prg_uint64(self._seed, self.n).tolist()  # Python ints: a loop over numpy scalars is ~10× slower
+        ring = list(range(1, self.n + 1))
         for i in range(self.n - 1, 0, -1):  # Fisher–Yates; modulo bias ≤ n/2^64
-            j = int(stream[i] % np.uint64(i + 1))
-            order[i], order[j] = order[j], order[i]
+            j = stream[i] % (i + 1)
+            ring[i], ring[j] = ring[j], ring[i]
+        order = np.array(ring, dtype=np.int64)
         position = np.empty(self.n + 1, dtype=np.int64)
         position[order] = np.arange(self.n)
         return order, position

@@ -13,7 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.exc import IntegrityError
 
-from analytics_server.cohort import GRACE_FACTOR, GRACE_GAPS, GRACE_MIN_S, CohortRuntime, grace, stalled
+from analytics_server.cohort import (
+    GAP_MARGIN,
+    GRACE_FACTOR,
+    GRACE_GAPS,
+    GRACE_MIN_S,
+    Arrivals,
+    CohortRuntime,
+    grace,
+    stalled,
+)
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.errors import HttpError
@@ -188,32 +197,54 @@ async def test_phase_never_closes_early_below_the_survivor_threshold(migrated_ur
     await store.engine.dispose()
 
 
+def _arrivals(opened: float, gaps: list[float]) -> Arrivals:
+    arrivals, t = Arrivals(), opened
+    for gap in gaps:
+        t += gap
+        arrivals.add(t)
+    return arrivals
+
+
 @settings(max_examples=300, deadline=None)
 @given(
-    opened=st.floats(0, 1e6), gaps=st.lists(st.floats(0, 100), min_size=0, max_size=5),
+    opened=st.floats(0, 1e6), gaps=st.lists(st.floats(0, 100), min_size=0, max_size=6),
     received=st.integers(0, 1000), quorum=st.integers(1, 1000), wait=st.floats(0, 1000),
 )
 def test_stalled_never_closes_below_quorum_or_inside_the_grace(
     opened: float, gaps: list[float], received: int, quorum: int, wait: float
 ) -> None:
-    first = opened + gaps[0] if gaps else None
-    last = opened + sum(gaps) if gaps else None
-    now = (last if last is not None else opened) + wait
-    closes = stalled(now, opened, first, last, received, quorum)
-    if received < quorum or last is None:
+    arrivals = _arrivals(opened, gaps)
+    now = (arrivals.last if arrivals.last is not None else opened) + wait
+    closes = stalled(now, opened, arrivals, received, quorum)
+    if received < quorum or arrivals.last is None:
         assert not closes
     if closes:
-        assert first is not None and last is not None
+        assert arrivals.first is not None and arrivals.last is not None
+        last, first = arrivals.last, arrivals.first
         assert now - last >= GRACE_MIN_S  # never inside the minimum grace
         assert now - last >= min(GRACE_FACTOR * (last - opened), GRACE_GAPS * (last - first) / max(1, received - 1))
+        # nor inside a pause no longer than one the phase already recovered from (unless half the phase's time)
+        assert now - last >= min(GRACE_FACTOR * (last - opened), GAP_MARGIN * arrivals.longest_gap)
 
 
 def test_grace_follows_the_arrival_rate() -> None:
     """A burst of 900 answers within 2 s stalls after the minimum grace; 10 answers over 8 s wait longer, but
     never more than half the time the phase has taken."""
-    assert grace(0.0, 0.1, 2.0, 900) == GRACE_MIN_S
-    assert grace(0.0, 0.0, 8.0, 10) == pytest.approx(GRACE_FACTOR * 8.0)
-    assert grace(0.0, 0.0, 8.0, 100) == pytest.approx(GRACE_GAPS * 8.0 / 99)  # between the two
+    assert grace(0.0, _arrivals(0.0, [0.1] + [1.9 / 899] * 899), 900) == GRACE_MIN_S
+    assert grace(0.0, _arrivals(0.0, [0.0] + [8.0 / 9] * 9), 10) == pytest.approx(GRACE_FACTOR * 8.0)
+    between = _arrivals(0.0, [0.0] + [8.0 / 99] * 99)
+    assert grace(0.0, between, 100) == pytest.approx(GRACE_GAPS * 8.0 / 99)
+
+
+def test_grace_outlasts_a_pause_the_phase_already_recovered_from() -> None:
+    """Answers in bursts — from 2 s on, 400 within 0.5 s, a 1.2 s pause (a group of slower devices), then 500 within
+    0.3 s — are not taken for a stall at the next pause of that length, as the mean gap alone would."""
+    bursts = _arrivals(0.0, [2.0] + [0.5 / 399] * 399 + [1.2] + [0.3 / 499] * 499)
+    assert bursts.last is not None and bursts.first is not None and bursts.longest_gap == pytest.approx(1.2)
+    assert GRACE_GAPS * (bursts.last - bursts.first) / 899 < GRACE_MIN_S  # the mean gap alone: the 0.5 s minimum
+    assert grace(0.0, bursts, 900) == pytest.approx(GAP_MARGIN * 1.2)
+    assert not stalled(bursts.last + 1.5, 0.0, bursts, 900, 800)
+    assert stalled(bursts.last + 1.81, 0.0, bursts, 900, 800)
 
 
 async def test_unmasking_closes_early_once_every_secret_is_reconstructible(migrated_url: str) -> None:
