@@ -8,10 +8,12 @@ bytes actually present before anything is allocated, and trailing bytes are an e
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from collections.abc import Callable, Sequence
 from typing import ClassVar
+
+import numpy as np
 
 from secagg.errors import MessageFormatError
 from secagg.shamir import SHARE_BYTES
@@ -299,10 +301,10 @@ def decode_bitmap(data: bytes, n: int) -> frozenset[int]:
     if len(data) != 4 + (n + 7) // 8 or int.from_bytes(data[:4], "big") != n:
         raise MessageFormatError("survivors: bitmap does not match the cohort size")
     bits = data[4:]
-    members = frozenset(i + 1 for i in range(n) if bits[i >> 3] >> (i & 7) & 1)
     if n % 8 and bits[-1] >> (n % 8):
         raise MessageFormatError("survivors: bitmap names parties beyond n")
-    return members
+    flags = np.unpackbits(np.frombuffer(bits, dtype=np.uint8), bitorder="little")
+    return frozenset((np.flatnonzero(flags) + 1).tolist())
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,13 @@ def split(secret: int, xs: Sequence[int], threshold: int, source: RandomSource |
         raise ValueError("secret out of field range")
     source = source or OsRandom()
     coeffs = [secret] + [source.randbelow(PRIME) for _ in range(threshold - 1)]
+    top = coeffs[::-1]
     shares = {}
-    for x in xs:
-        acc = 0
-        for c in reversed(coeffs):
-            acc = (acc * x + c) % PRIME
-        shares[x] = acc
+    for x in xs:  # Horner's rule in exact integers, reduced once (x is a small party id: the value grows by
+        acc = 0  # log2(x) bits a step, cheaper than reducing at each of the `threshold` steps)
+        for c in top:
+            acc = acc * x + c
+        shares[x] = acc % PRIME
     return shares
 
 
