@@ -22,7 +22,6 @@ from analytics_server.orchestrator import Orchestrator
 from analytics_server.pool import AVAILABILITY_SLACK_S, DevicePool
 from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.settings import Settings
-from analytics_server.serving import freeze_startup_heap
 from analytics_server.state import STATE, AppState
 
 
@@ -73,7 +72,7 @@ def create_app(settings: Settings) -> web.Application:
         executor = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="fa-cpu")
         # the accountant (dp_accounting, scipy: ~1 s) loads lazily; load it now, off the loop, rather than in
         # the middle of the first query that needs it
-        executor.submit(importlib.import_module, ACCOUNTANT_MODULE).add_done_callback(lambda _f: freeze_startup_heap())
+        executor.submit(importlib.import_module, ACCOUNTANT_MODULE)
         auth = DeviceAuth(store, settings.signature_window_s)
         await auth.start()
         notifier = notifier_for(settings.db_url)

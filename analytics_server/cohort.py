@@ -132,8 +132,8 @@ class CohortRuntime:
         self._accepted: dict[tuple[int, int], bytes] = {}
         """sha256 of each (phase, party) message the session accepted, so identical retries stay harmless."""
         self._lock = asyncio.Lock()
-        self._all_in = asyncio.Event()
-        self._arrived = asyncio.Event()
+        self._wake = asyncio.Event()
+        """Wakes the phase driver before its timer: every awaited answer is in, or a member withdrew."""
         self._arrivals = Arrivals()
         self._changed = asyncio.Event()
         self.started = time.time()
@@ -218,9 +218,8 @@ class CohortRuntime:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest
             self._arrivals.add(asyncio.get_running_loop().time())
-            self._arrived.set()
-            if self.session.received_count() >= len(self.session.expected()):
-                self._all_in.set()
+            if not self._awaited():  # the driver wakes for the last answer; the others only move the stall clock
+                self._wake.set()
 
     async def advertise_from_checkin(self, device_id: str, c_pk: bytes, s_pk: bytes) -> bool:
         """Take the public keys a member sent with its check-in as its advertise-keys message (docs/protocol.md,
@@ -274,7 +273,7 @@ class CohortRuntime:
             return False
         self.withdrawn.add(party)
         self.refusals[reason] += 1
-        self._arrived.set()  # the phase may now have every answer it can get
+        self._wake.set()  # the phase may now have every answer it can get
         if device_id not in self._released:
             self._released.add(device_id)
             await self.store.release_devices(self.id, [device_id])
@@ -318,7 +317,6 @@ class CohortRuntime:
                     for old in [p for p in self._outboxes if p < int(closing) - 1]:
                         del self._outboxes[old]
                     self.phase = int(self.session.phase)
-                    self._all_in = asyncio.Event()
                     self._arrivals = Arrivals()
                 if self.session.phase is Phase.DONE:
                     await self._end_finished()
@@ -343,7 +341,10 @@ class CohortRuntime:
         return self.session.min_survivors
 
     async def _wait_for_answers(self, opened: float) -> None:
-        """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early."""
+        """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early.
+        Answers do not wake this loop (a stall is a matter of time passing since the last one): it wakes when the
+        last awaited answer arrives or a member withdraws, at the time the arrivals would have stalled, and every
+        GRACE_MIN_S while the phase could not yet close early — a few times a phase, not once per answer."""
         loop = asyncio.get_running_loop()
         deadline = opened + self.phase_timeout_s
         while self._awaited():
@@ -352,17 +353,21 @@ class CohortRuntime:
                 return
             wake = deadline
             arrivals, received = self._arrivals, self.session.received_count()
-            if self._may_close_early() and arrivals.last is not None:
+            if arrivals.last is not None and self._may_close_early():
                 if stalled(now, opened, arrivals, received, self.quorum):
                     self.metrics.early_closes += 1
                     log.info("cohort %s: %s closed early with %d of %d answers (arrivals stalled)", self.id,
                              Phase(self.session.phase).label, self.session.received_count(), len(self.session.expected()))
                     return
                 wake = min(deadline, arrivals.last + grace(opened, arrivals, received))
-            self._arrived.clear()
+            else:  # not closable yet: look again as answers accumulate
+                wake = min(deadline, now + GRACE_MIN_S)
+            self._wake.clear()
+            if not self._awaited():
+                return
             try:
                 async with asyncio.timeout(max(0.0, wake - now) + 0.01):
-                    await self._arrived.wait()
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

@@ -86,9 +86,9 @@ busy fleet kept sending requests on connections the server was closing ("Server 
 that still meets a closed connection is sent once more on a new one (`DeviceClient.request`)."""
 
 
-def new_connector() -> aiohttp.TCPConnector:
+def new_connector(keepalive_s: float = KEEPALIVE_S) -> aiohttp.TCPConnector:
     """The connection pool for device requests (no connection cap: long-polls hold their connections)."""
-    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s)
 """Answers (from a balancer or a process shutting down) after which the device tries the next server URL."""
 
 DropoutFn = Callable[[Assignment], int | None]

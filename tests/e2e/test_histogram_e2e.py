@@ -34,5 +34,7 @@ def test_histogram_220_devices_with_dropout(server: Server, tmp_path: Path) -> N
         res = check_exact(admin, created["id"], SPEC, fleet.truth())
         assert 150 <= res["result"]["clients"] < 220  # dropouts at phases before masked input are excluded
         assert final["progress"]["contributors"] == res["result"]["clients"]
+        # the served process froze its startup heap out of garbage collection once startup was complete
+        assert "startup heap frozen" in server.log_path.read_text(errors="replace")
     finally:
         fleet.stop()
