@@ -11,7 +11,8 @@ cannot flood, and garbage collection tuned for a server's heap.
 - Event-loop errors (e.g. `socket.accept() out of system resource`, which asyncio reports on every accept
   attempt while descriptors are exhausted) and WARNING-or-worse log records are rate-limited per message:
   a few per interval, then one line saying how many were suppressed.
-- The event loop is uvloop's where installed (`new_event_loop`).
+- The event loop is uvloop's where installed unless `FA_EVENT_LOOP=asyncio` (`new_event_loop`). When descriptors
+  run out, libuv accepts each pending connection on a reserved descriptor and closes it at once, silently.
 - Once startup is complete (the accountant's imports included) the heap is frozen out of garbage collection
   (`gc.freeze`) and young collections run every GC_GEN0_THRESHOLD allocations: collections then traverse only
   what serving allocates, not the ~180,000 objects of the loaded libraries, and do so rarely.
@@ -59,15 +60,18 @@ def freeze_startup_heap() -> None:
     log.info("startup heap frozen: %d objects outside garbage collection", gc.get_freeze_count())
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's event loop (libuv) where it is installed (the `server` extra, not on Windows), else asyncio's:
-    a request that arrives alone, as a device's does, costs the process ~25 % less CPU in the loop's own
-    polling and scheduling (measured on bare aiohttp: ~160 µs instead of ~210 µs)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+def new_event_loop(kind: str = "uvloop") -> asyncio.AbstractEventLoop:
+    """uvloop's event loop (libuv) where it is installed (the `server` extra, not on Windows) and `kind` is
+    "uvloop", else asyncio's: a request that arrives alone, as a device's does, costs the process ~25 % less CPU
+    in the loop's own polling and scheduling (measured on bare aiohttp: ~160 µs instead of ~210 µs)."""
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            log.info("uvloop is not installed; using asyncio's event loop")
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 async def _freeze_once_loaded(app: web.Application) -> None:
@@ -190,7 +194,7 @@ def run(settings: Settings, shared_port: bool = False, private_port: int | None 
     raise_open_file_limit()
     install_log_limits()
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    loop = new_event_loop()
+    loop = new_event_loop(settings.event_loop)
     log.info("event loop: %s", type(loop).__module__.split(".")[0])
     loop.set_exception_handler(LoopErrorHandler())
     socks = [listening_socket(settings.host, settings.port, reuse_port=shared_port)]

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     signature_window_s: float = Field(default=300.0, gt=0, description="accepted clock skew of signed device requests")
     threat_model: Literal["semi_honest", "active"] = "semi_honest"
     profile: Literal["demo", "production"] = "demo"
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        default="uvloop", description="`serve`'s event loop: uvloop's (libuv) where installed, else asyncio's"
+    )
     threads: int = Field(default=2, ge=1, le=64, description="threads for CPU-heavy protocol work (close_phase, large message decoding)")
     budget_epsilon: float = Field(default=10.0, gt=0, description="default total ε per source (privacy-budget ledger)")
     budget_delta: float = Field(default=1e-5, ge=0, lt=1, description="default total δ per source")
