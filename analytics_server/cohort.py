@@ -142,6 +142,8 @@ class CohortRuntime:
         self.ended: float | None = None
         self.mode = "secagg"
         self.secagg_dict: dict[str, Any] = {}
+        self.task_digest: bytes = bytes(32)
+        """The cohort's task digest (queries/task_digest.py), as every honest member computes it."""
         self.assignments: dict[str, Assignment] = {}
         self._released: set[str] = set()
         self.validation: CohortValidation | None = None
@@ -224,14 +226,14 @@ class CohortRuntime:
     async def advertise_from_checkin(self, device_id: str, c_pk: bytes, s_pk: bytes) -> bool:
         """Take the public keys a member sent with its check-in as its advertise-keys message (docs/protocol.md,
         "Keys with the check-in"): the server builds the message a device would have POSTed for phase 0, so the
-        device saves that round trip. Only in the semi-honest model (active-model keys carry a signature over
-        the session and party, which the device can only make once assigned) and while phase 0 is open. False
+        device saves that round trip. The message is unsigned (the device signs its keys, bound to the session and
+        its task digest, with its share keys), so this works in both threat models, while phase 0 is open. False
         when the keys were not taken (the device then runs the phase itself and learns why there)."""
         session = self.session
-        if not isinstance(session, ServerSession) or session.config.active or self.phase != Phase.ADVERTISE_KEYS:
+        if not isinstance(session, ServerSession) or self.phase != Phase.ADVERTISE_KEYS:
             return False
         party = self._party(device_id)
-        message = AdvertiseKeys(session.config.session_id, party, c_pk, s_pk, b"").encode()
+        message = AdvertiseKeys(session.config.session_id, party, c_pk, s_pk).encode()
         try:
             await self.submit(device_id, Phase.ADVERTISE_KEYS, message)
         except HttpError:

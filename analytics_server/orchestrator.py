@@ -45,6 +45,7 @@ from queries.envelope import Assignment, AssignmentPrivacy, b64e
 from queries.kind import QueryKind, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
+from queries.task_digest import task_digest
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession, bench_unmasked
@@ -64,8 +65,8 @@ class QueryFailed(Exception):
 
 
 def neighbour_identity_keys(cfg: SecAggConfig, members: dict[str, int], keys: dict[str, bytes]) -> dict[int, dict[str, str]]:
-    """Active model: per party, the identity keys of its closed neighbourhood (party id → base64), all a device
-    verifies signatures of — O(n log n) in all with a sparse graph, not n²."""
+    """Per party, the identity keys of its closed neighbourhood (party id → base64), all a device verifies
+    signatures of — O(n log n) in all with a sparse graph, not n²."""
     encoded = {p: b64e(keys[d]) for d, p in members.items()}
     return {p: {str(v): encoded[v] for v in cfg.neighbour_graph.closed(p)} for p in members.values()}
 
@@ -367,7 +368,7 @@ class Orchestrator:
         seated = await self.store.round_members(rnd.id)
         live.update(phase="forming")
         session_id, members = await self._form(spec, rnd, plan, seated, live)
-        keys = await self.store.device_keys(list(members)) if self.settings.threat_model == "active" else {}
+        keys = await self.store.device_keys(list(members))
         cohort = self._make_cohort(q, spec, rnd, plan, members, session_id, keys)
         self.cohorts[cohort.id] = cohort
         wire = {d: a.model_dump(mode="json", exclude_none=True) for d, a in cohort.assignments.items()}
@@ -476,7 +477,7 @@ class Orchestrator:
         self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int], session_id: bytes,
         keys: dict[str, bytes],
     ) -> CohortRuntime:
-        n, threat = len(members), self.settings.threat_model
+        n, threat = len(members), self.settings.effective_threat_model()
         cohort_id = session_id.hex()
         statement = None if bench_unmasked() else validation.round_statement(
             spec, get_kind(spec.kind), plan, rnd.noise, q.calibration)
@@ -485,33 +486,20 @@ class Orchestrator:
             checks = validation.CohortValidation(statement, q.id, rnd.index, session_id)
         dim = validation.cohort_dim(plan, statement)
         if bench_unmasked():
-            session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)
             cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=rnd.need)
             mode = "plain"
         else:
             cfg = SecAggConfig(
                 session_id=session_id, n=n, dim=dim, bits=rnd.bits, threat_model=threat, min_survivors=rnd.need
             )
-            ids = None
-            if cfg.active:
-                ids = {p: keys[d] for d, p in members.items()}
-            session = ServerSession(cfg, ids, input_validator=checks.validator if checks else None)
             mode = "secagg"
-        peer_ids = neighbour_identity_keys(cfg, members, keys) if cfg.active and mode == "secagg" else {}
+        peer_ids = neighbour_identity_keys(cfg, members, keys) if mode == "secagg" else {}
         noise_block = privacy.device_noise_block(rnd.noise)
         privacy_block = AssignmentPrivacy.model_validate(
             privacy.assignment_privacy(spec, q.calibration, plan, q.rounds_upper_bound)
         )
-        cohort = CohortRuntime(
-            cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
-            self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id,
-        )
-        cohort.mode = mode
-        cohort.secagg_dict = cfg.to_dict()
-        cohort.validation = checks
-        cohort.sum_check = functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement)
-        cohort.kind_dim = plan.dim
-        cohort.assignments = {
+        secagg_dict = cfg.to_dict()
+        assignments = {
             d: Assignment(
                 query_id=q.id,
                 round=rnd.index,
@@ -520,19 +508,43 @@ class Orchestrator:
                 kind=spec.kind,
                 source=spec.source,
                 task=plan.task,
-                secagg=cohort.secagg_dict,
+                secagg=secagg_dict,
                 threat_model=cfg.threat_model,
                 mode=mode,
-                first_phase=int(session.phase),
+                first_phase=int(Phase.MASKED_INPUT if mode == "plain" else Phase.ADVERTISE_KEYS),
                 phase_timeout_s=spec.cohort.phase_timeout_s,
                 noise=noise_block,
                 validation=validation.assignment_block(statement),
                 privacy=privacy_block,
                 peer_identity_keys=peer_ids.get(p),
                 server_url=self.process.assignment_url,
+                spec=q.spec,
             )
             for d, p in members.items()
         }
+        # every member's assignment differs only in its per-device fields: one digest for the cohort, the one each
+        # honest device computes for itself (queries/task_digest.py)
+        digest = task_digest(next(iter(assignments.values())))
+        if checks is not None:
+            checks.task_digest = digest
+        if mode == "plain":
+            session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)
+        else:
+            ids = {p: keys[d] for d, p in members.items()}
+            session = ServerSession(
+                cfg, ids, input_validator=checks.validator if checks else None, task_digest=digest
+            )
+        cohort = CohortRuntime(
+            cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
+            self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id,
+        )
+        cohort.mode = mode
+        cohort.secagg_dict = secagg_dict
+        cohort.task_digest = digest
+        cohort.validation = checks
+        cohort.sum_check = functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement)
+        cohort.kind_dim = plan.dim
+        cohort.assignments = assignments
         return cohort
 
     def _cohort_ended(self, cohort: CohortRuntime) -> None:

@@ -57,7 +57,12 @@ class Settings(BaseSettings):
     retry_after_s: float = Field(default=5.0, gt=0, description="`retry_after` given to devices with nothing to do")
     checkin_max_wait_s: float = Field(default=20.0, ge=0, description="cap on a device's long-poll")
     signature_window_s: float = Field(default=300.0, gt=0, description="accepted clock skew of signed device requests")
-    threat_model: Literal["semi_honest", "active"] = "semi_honest"
+    threat_model: Literal["semi_honest", "active"] | None = Field(
+        default=None,
+        description="secure aggregation's server model: `active` adds the consistency round (devices sign the survivor "
+        "set and check their neighbours' signatures before unmasking; docs/secagg.md); default: active in production, "
+        "semi_honest in demo",
+    )
     profile: Literal["demo", "production"] = "demo"
     event_loop: Literal["uvloop", "asyncio"] = Field(
         default="uvloop", description="`serve`'s event loop: uvloop's (libuv) where installed, else asyncio's"
@@ -133,6 +138,12 @@ class Settings(BaseSettings):
         if self.register_rate_per_min is not None:
             return self.register_rate_per_min
         return 60.0 if self.profile == "production" else 0.0
+
+    def effective_threat_model(self) -> Literal["semi_honest", "active"]:
+        """The model cohorts run in: `threat_model`, else active in production and semi-honest in demo."""
+        if self.threat_model is not None:
+            return self.threat_model
+        return "active" if self.profile == "production" else "semi_honest"
 
     def metrics_need_token(self) -> bool:
         return (self.metrics_auth or ("token" if self.profile == "production" else "open")) == "token"

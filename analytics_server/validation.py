@@ -184,6 +184,7 @@ class CohortValidation:
     query_id: str
     round: int
     session_id: bytes
+    task_digest: bytes = bytes(32)
     commitments: dict[int, bytes] = field(default_factory=dict)
     _verified: dict[tuple[int, bytes], bytes | str] = field(default_factory=dict)
 
@@ -195,7 +196,7 @@ class CohortValidation:
         key = (party, hashlib.sha256(proof).digest())
         done = self._verified.get(key)
         if done is None:
-            ctx = ProofContext(self.session_id, self.query_id, self.round, party)
+            ctx = ProofContext(self.session_id, self.query_id, self.round, party, self.task_digest)
             try:
                 done = verify(self.statement, ctx, proof)
             except InvalidProof as exc:

@@ -65,10 +65,11 @@ from queries.envelope import (
     signing_payload,
 )
 from queries.registry import get_kind
+from queries.task_digest import TaskDigestError, task_digest
 from secagg import encoding
 from secagg.client import ClientSession, KeyPairs
 from secagg.config import SecAggConfig
-from secagg.errors import SecAggError, TooFewSurvivorsError
+from secagg.errors import CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError
 from secagg.phases import Phase
 from secagg.plain import PlainClientSession, bench_unmasked
 from secagg.randomness import RandomSource
@@ -479,8 +480,9 @@ class DeviceClient:
             finally:
                 finished = out is not None and out.status == "finished"
                 record = admitted.end(finished, out.contributed if out is not None else None,
-                                      out.detail if out is not None else "interrupted")
-                if record is not None:
+                                      out.detail if out is not None else "interrupted",
+                                      refused=out.reason if out is not None and out.status == "refused" else None)
+                if record is not None and record.status != "refused":
                     log.info("device %s: contributed to query %s round %d (%s; ε charged %s)", self.device_id[:8],
                              a.query_id[:8], a.round, record.status, record.epsilon)
                     self._emit("on_contribution", record)
@@ -521,6 +523,10 @@ class DeviceClient:
         """The contribution (checked against the device's own bounds), its noise and proof, and the secure
         aggregation session with its first message; or the outcome that ends the assignment here."""
         try:
+            digest = task_digest(a)
+        except TaskDigestError as exc:
+            return Outcome("refused", cohort_id=a.cohort_id, detail=f"task digest: {exc}", reason="invalid_assignment")
+        try:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
             draws = self.randomness.for_contribution(a.cohort_id)
@@ -530,22 +536,24 @@ class DeviceClient:
                 return Outcome("refused", cohort_id=a.cohort_id, detail=over.detail, reason=over.reason)
             # noise, blinding limbs and validity proof (device_sdk.validity): proving takes milliseconds to seconds,
             # off the event loop
-            vec, proof = await asyncio.to_thread(masked_content, a, kind, raw, draws)
+            vec, proof = await asyncio.to_thread(masked_content, a, kind, raw, draws, digest)
             modular = encoding.to_modular(vec, cfg.bits)
             if a.mode == "plain":
                 ahead = None
                 client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
             else:
-                peers = None
-                if cfg.active:
-                    if not a.peer_identity_keys:
-                        return Outcome("rejected", cohort_id=a.cohort_id, detail="active model without peer identity keys")
-                    peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
+                if not a.peer_identity_keys:
+                    return Outcome("refused", cohort_id=a.cohort_id, reason="invalid_assignment",
+                                   detail="no peer identity keys: the cohort cannot be verified")
+                peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
                 client = ClientSession(
-                    cfg, a.party_id, modular, self.key if cfg.active else None, peers, randomness=draws.secagg,
+                    cfg, a.party_id, modular, self.key, peers, randomness=draws.secagg,
                     input_proof=proof,
                     min_survivors=contribution.min_survivors,
                     keys=ahead.keys if ahead is not None else None,
+                    task_digest=digest,
+                    verify_peers=self.policy.verify_cohort,
+                    min_verified=self.policy.min_verified,
                 )
             message: bytes | None = client.start()  # with `ahead`, the bytes the server built from the check-in
         except (ValueError, KeyError, RuntimeError) as exc:
@@ -593,6 +601,10 @@ class DeviceClient:
                     message = client.receive(raw)
             except TooFewSurvivorsError as exc:  # the device's own floor (policy, t_min): refused before unmasking
                 return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="survivors_below_minimum")
+            except TaskMismatchError as exc:  # a peer signed another task (or its keys were swapped): nothing sent
+                return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="task_mismatch")
+            except CohortUnverifiedError as exc:  # fewer verified members than the policy's min_cohort: nothing sent
+                return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="cohort_unverified")
             except SecAggError as exc:
                 return Outcome("rejected", cohort_id=a.cohort_id, detail=f"refused server message: {exc}")
             phase = int(headers.get(HDR_PHASE, phase + 1))

@@ -19,6 +19,9 @@ from queries.envelope import Assignment
 from secagg.phases import Phase
 
 BOUND_TOLERANCE = 1e-9
+LOGGED_REFUSALS = frozenset({"task_mismatch", "cohort_unverified"})
+"""Refusals after the device checked its cohort: kept in its transparency log (evidence of a server that broke the
+protocol, or of one it could not verify), unlike refusals under its own policy, which leave no row."""
 
 
 @dataclass
@@ -52,9 +55,14 @@ class Contribution:
             self.ledger.mark_sent(self.row_id)
             self.sent = True
 
-    def end(self, finished: bool, contributed: bool | None, detail: str = "") -> ContributionRecord | None:
-        """Settle the ledger row; the transparency-log record when something was sent."""
+    def end(self, finished: bool, contributed: bool | None, detail: str = "",
+            refused: str | None = None) -> ContributionRecord | None:
+        """Settle the ledger row; the transparency-log record when something was sent, or when the device refused the
+        cohort for a reason its user should see (`refused`, one of `LOGGED_REFUSALS`: kept, charging nothing)."""
         if not self.sent:
+            if refused in LOGGED_REFUSALS:
+                self.ledger.refused(self.row_id, refused, detail)
+                return self.ledger.record(self.row_id)
             self.ledger.release(self.row_id)
             return None
         self.ledger.finish(self.row_id, "finished" if finished else "abandoned", contributed, detail)

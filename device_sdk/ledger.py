@@ -13,7 +13,9 @@ is charged for it, and an honest one never is. Daily totals sum the charges of t
 
 The transparency log (`records`) lists what left the device: query, round, cohort, kind, collection, times,
 ε charged and the query's (ε, δ), the noise mechanism and scale, whether proofs were used, and whether the
-server counted it in the sum.
+server counted it in the sum. It also keeps the cohorts the device refused because the server could not be
+checked (`refused`: status `refused`, nothing sent, nothing charged, the reason in `detail`): rows that never
+count toward spending, participation or a query's history.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ LOG_KEEP_S = 400 * DAY_S
 """Log rows older than this are deleted (`prune`), unless their query still has rounds to come."""
 LOG_KEEP_ROWS = 20_000
 
-Status = Literal["pending", "sent", "finished", "abandoned"]
+Status = Literal["pending", "sent", "finished", "abandoned", "refused"]
 
 _COLUMNS = (
     "id", "query_id", "round", "cohort_id", "kind", "source", "accepted_at", "sent_at", "ended_at", "status",
@@ -124,7 +126,8 @@ class ContributionLedger:
     def history(self, query_id: str) -> QueryHistory:
         with self.store.transaction() as db:
             rows = db.execute(
-                "SELECT round, query_privacy, epsilon FROM contributions WHERE query_id = ? ORDER BY id", (query_id,)
+                "SELECT round, query_privacy, epsilon FROM contributions WHERE query_id = ? AND status != 'refused' "
+                "ORDER BY id", (query_id,)
             ).fetchall()
         per_round: Counter[int] = Counter(r for r, _, _ in rows)
         first = json.loads(rows[0][1]) if rows else None
@@ -141,7 +144,7 @@ class ContributionLedger:
         with self.store.transaction() as db:
             eps, delta, n = db.execute(
                 "SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0), COUNT(*) FROM contributions "
-                "WHERE accepted_at >= ?", (since,)
+                "WHERE accepted_at >= ? AND status != 'refused'", (since,)
             ).fetchone()
         return float(eps), float(delta), int(n)
 
@@ -149,7 +152,8 @@ class ContributionLedger:
         """Acceptance time of the oldest row at or after `since` (with `charging`, of one that charged ε)."""
         extra = " AND epsilon > 0" if charging else ""
         with self.store.transaction() as db:
-            row = db.execute(f"SELECT MIN(accepted_at) FROM contributions WHERE accepted_at >= ?{extra}", (since,)).fetchone()
+            row = db.execute(f"SELECT MIN(accepted_at) FROM contributions WHERE accepted_at >= ? AND status != 'refused'"
+                             f"{extra}", (since,)).fetchone()
         return None if row[0] is None else float(row[0])
 
     def records(self, since: float | None = None, limit: int = 1000) -> list[ContributionRecord]:
@@ -193,6 +197,15 @@ class ContributionLedger:
             db.execute(
                 "UPDATE contributions SET status = ?, contributed = ?, ended_at = ?, detail = ? WHERE id = ?",
                 (status, None if contributed is None else int(contributed), time.time(), detail[:500], row_id),
+            )
+
+    def refused(self, row_id: int, reason: str, detail: str) -> None:
+        """Nothing was sent because the device refused the cohort after checking it: the row stays in the
+        transparency log, charging nothing."""
+        with self.store.transaction() as db:
+            db.execute(
+                "UPDATE contributions SET status = 'refused', epsilon = NULL, delta = NULL, ended_at = ?, detail = ? "
+                "WHERE id = ? AND status = 'pending'", (time.time(), f"{reason}: {detail}"[:500], row_id),
             )
 
     def release(self, row_id: int) -> None:

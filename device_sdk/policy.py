@@ -54,6 +54,12 @@ class DevicePolicy:
     - `max_delta_per_query`: the largest δ of one query.
     - `require_proofs`: refuse assignments without validity proofs for kinds that support them.
     - `max_contributions_per_day`: participation cap; the device stops checking in once it is reached.
+    - `verify_cohort`: check the cohort, not the server's word (on by default): before its masked input leaves,
+      the device verifies that every peer it exchanges shares with signed its keys for this session and for the
+      task digest the device computed itself (a peer shown another task, cohort size or model makes it refuse
+      with `task_mismatch`), and counts toward `min_cohort` only distinct members whose signatures verified
+      (`cohort_unverified` below it). Off: the device signs but verifies nothing, and `min_cohort` compares with
+      the cohort size the server announces (docs/secagg.md, "Devices that check the server").
     """
 
     allowed_sources: Collection[str] | Mapping[str, Collection[str] | None] | None = None
@@ -65,11 +71,12 @@ class DevicePolicy:
     max_delta_per_query: float | None = None
     require_proofs: bool = False
     max_contributions_per_day: int | None = None
+    verify_cohort: bool = True
     _sources: dict[str, frozenset[str] | None] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_sources", _normalise_sources(self.allowed_sources))
-        for name in ("require_noise", "require_proofs"):
+        for name in ("require_noise", "require_proofs", "verify_cohort"):
             if not isinstance(getattr(self, name), bool):
                 raise PolicyError(f"{name}: must be True or False, got {getattr(self, name)!r}")
         for name in ("max_epsilon_per_query", "max_epsilon_per_day"):
@@ -93,6 +100,12 @@ class DevicePolicy:
         if self.max_delta_per_query is not None:
             return self.max_delta_per_query
         return DEFAULT_MAX_DELTA if self.caps_epsilon else None
+
+    @property
+    def min_verified(self) -> int | None:
+        """Distinct members (this device included) whose signatures for the session and task the device must verify
+        before it sends its masked input: `min_cohort` when `verify_cohort` is on."""
+        return self.min_cohort if self.verify_cohort else None
 
     @property
     def survivor_floor(self) -> int | None:

@@ -28,10 +28,11 @@ about 2e-9 per entry; servers choose B from δ, typically 8–10 standard deviat
 
 
 def masked_content(
-    a: Assignment, kind: QueryKind[Any, Any], x: np.ndarray, draws: ContributionRandomness
+    a: Assignment, kind: QueryKind[Any, Any], x: np.ndarray, draws: ContributionRandomness,
+    task_digest: bytes = bytes(32),
 ) -> tuple[np.ndarray, bytes | None]:
-    """(the vector to mask, the validity proof or None) for the kind's vector `x`. ValueError when the device
-    cannot take part."""
+    """(the vector to mask, the validity proof or None) for the kind's vector `x`; the proof is bound to the device's
+    own `task_digest`. ValueError when the device cannot take part."""
     if a.validation is None:
         return add_noise(x, a.noise, draws.noise), None
     base = kind.validity(a.task)
@@ -48,7 +49,7 @@ def masked_content(
                              f"({std:.3g}) of this device's noise share; refusing to truncate the noise there")
         noise = sample_noise_bounded(a.noise.mechanism, a.noise.scale, len(x), draws.noise, bound)
     statement = base.with_noise(scale, bound)
-    context = ProofContext(bytes.fromhex(str(a.secagg["session_id"])), a.query_id, a.round, a.party_id)
+    context = ProofContext(bytes.fromhex(str(a.secagg["session_id"])), a.query_id, a.round, a.party_id, task_digest)
     proof, blind = prove(statement, context, x.tolist(), None if noise is None else noise.tolist(), draws.validity)
     content = x.astype(np.int64) * scale + (0 if noise is None else noise)
     return np.concatenate([content, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof

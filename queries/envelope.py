@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 """Version of this device wire protocol; sent by devices in `HDR_PROTOCOL`, the server refuses any other."""
 SIGNING_DOMAIN = b"fa-device-request/v1"
 MAX_LONG_POLL_S = 60.0
@@ -50,6 +50,8 @@ RefusalReason = Literal[
     "unmasked_mode",
     "not_eligible",
     "invalid_assignment",
+    "task_mismatch",
+    "cohort_unverified",
 ]
 """Why a device refused an assignment (its own policy, docs/device_sdk.md); the server counts refusals by
 reason in `/metrics` (`fa_device_refusals_total{reason=…}`)."""
@@ -193,7 +195,13 @@ class Assignment(_Model):
         default=None, description="the query's public privacy parameters (absent from servers before this field)"
     )
     peer_identity_keys: dict[str, str] | None = Field(
-        default=None, description="active model: party id → base64 Ed25519 identity key, for the party's closed neighbourhood"
+        default=None, description="party id → base64 Ed25519 identity key, for the party's closed neighbourhood: the keys "
+        "its peers sign their advertised keys (bound to session and task digest) and, in the active model, the survivor "
+        "set with"
+    )
+    spec: dict[str, Any] | None = Field(
+        default=None, description="the query's spec as stored and shown to analysts (GET /v1/queries/{id}): part of the "
+        "task digest every device computes (queries/task_digest.py)"
     )
     server_url: str | None = Field(
         default=None, max_length=2048,

@@ -11,6 +11,7 @@ from secagg.client import ClientSession
 from secagg.config import SecAggConfig
 from secagg.errors import (
     AbortError,
+    CohortUnverifiedError,
     ConfigError,
     ConflictError,
     DecryptionError,
@@ -21,6 +22,7 @@ from secagg.errors import (
     ProtocolError,
     SecAggError,
     SignatureError,
+    TaskMismatchError,
     TooFewSurvivorsError,
     UnknownPartyError,
     WrongPhaseError,
@@ -34,6 +36,7 @@ __all__ = [
     "AbortError",
     "AggregateResult",
     "ClientSession",
+    "CohortUnverifiedError",
     "ConfigError",
     "ConflictError",
     "CostMeter",
@@ -48,6 +51,7 @@ __all__ = [
     "SecAggError",
     "ServerSession",
     "SignatureError",
+    "TaskMismatchError",
     "TooFewSurvivorsError",
     "UnknownPartyError",
     "WrongPhaseError",

@@ -13,6 +13,13 @@ channel key c_u^SK (32 bytes), the mask key s_u^SK (32 bytes) in `start()`; then
 self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK. A device that sent its
 public keys ahead of its assignment (with its check-in, docs/protocol.md) draws the two keys earlier with
 `KeyPairs.draw` from a source of its own and passes them in: `start()` then draws nothing.
+
+Task binding (docs/secagg.md, "Devices that check the server"): `task_digest` — the device's own hash of what it
+was asked to compute — enters every derived key and signed payload. With an `identity_key` the party signs its
+advertised keys bound to session and task and sends the signature with its shares; with `peer_identity_keys` (and
+`verify_peers`) it verifies every share sender's signature, and any member entries the server adds, before it
+computes its masked input (`TaskMismatchError` on any failure), and with `min_verified` it refuses
+(`CohortUnverifiedError`) unless that many distinct identities (its own included) signed for this session and task.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from secagg import crypto, encoding, shamir
 from secagg.config import SecAggConfig
 from secagg.errors import (
+    CohortUnverifiedError,
     ConfigError,
     DecryptionError,
     DoubleRevealError,
@@ -35,6 +43,7 @@ from secagg.errors import (
     InconsistentSetsError,
     ProtocolError,
     SignatureError,
+    TaskMismatchError,
     TooFewSurvivorsError,
     UnknownPartyError,
     WrongPhaseError,
@@ -96,6 +105,9 @@ class ClientSession:
         input_proof: bytes | None = None,
         min_survivors: int | None = None,
         keys: KeyPairs | None = None,
+        task_digest: bytes = crypto.NO_TASK,
+        verify_peers: bool = True,
+        min_verified: int | None = None,
     ) -> None:
         if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
             raise ConfigError(f"party_id: must be between 1 and n={config.n}, got {party_id!r}")
@@ -108,6 +120,13 @@ class ClientSession:
             raise ConfigError("identity_key and peer_identity_keys are required in the active threat model")
         if min_survivors is not None and (isinstance(min_survivors, bool) or not isinstance(min_survivors, int) or min_survivors < 1):
             raise ConfigError(f"min_survivors: must be a positive integer, got {min_survivors!r}")
+        if not isinstance(task_digest, bytes) or len(task_digest) != crypto.TASK_DIGEST_BYTES:
+            raise ConfigError(f"task_digest: must be {crypto.TASK_DIGEST_BYTES} bytes")
+        if min_verified is not None:
+            if isinstance(min_verified, bool) or not isinstance(min_verified, int) or min_verified < 1:
+                raise ConfigError(f"min_verified: must be a positive integer, got {min_verified!r}")
+            if identity_key is None or peer_identity_keys is None or not verify_peers:
+                raise ConfigError("min_verified: needs identity_key, peer_identity_keys and verify_peers")
         self.config = config
         self._min_survivors = min_survivors
         self.party = party_id
@@ -116,6 +135,11 @@ class ClientSession:
         """Validity proof sent with the masked input (`MaskedInputProved`), when the cohort validates inputs."""
         self._identity = identity_key
         self._peer_ids = dict(peer_identity_keys or {})
+        self._verify = verify_peers and peer_identity_keys is not None
+        self._min_verified = min_verified
+        self._bind = crypto.binding(config.session_id, task_digest)
+        self.verified_members: int | None = None
+        """Distinct identities (this party's included) whose signatures for this session and task it verified."""
         self._meter = meter or NullMeter()
         self._rng = randomness or OsRandom()
         self._nbrs = frozenset(config.neighbour_graph.closed(party_id))
@@ -135,11 +159,7 @@ class ClientSession:
         if self._advert is None:
             keys = self._keys or KeyPairs.draw(self._rng)
             self._c_sk, self._c_pk, self._s_sk, self._s_pk = keys.c_sk, keys.c_pk, keys.s_sk, keys.s_pk
-            sig = b""
-            if self.config.active:
-                payload = crypto.advertise_payload(self.config.session_id, self.party, self._c_pk, self._s_pk)
-                sig = crypto.sign(self._identity, payload)  # type: ignore[arg-type]
-            self._advert = AdvertiseKeys(self.config.session_id, self.party, self._c_pk, self._s_pk, sig).encode()
+            self._advert = AdvertiseKeys(self.config.session_id, self.party, self._c_pk, self._s_pk).encode()
         return self._advert
 
     def receive(self, data: bytes) -> bytes | None:
@@ -199,13 +219,10 @@ class ClientSession:
         keys = [p.c_pk for p in msg.peers] + [p.s_pk for p in msg.peers]
         if len(set(keys)) != len(keys):
             raise DuplicateKeyError("peer keys: the same public key is advertised twice")
-        if cfg.active:
-            for p in msg.peers:
-                ident = self._peer_ids.get(p.party)
-                if ident is None:
-                    raise SignatureError(f"no identity key for party {p.party}")
-                payload = crypto.advertise_payload(cfg.session_id, p.party, p.c_pk, p.s_pk)
-                crypto.verify(ident, p.signature, payload, f"party {p.party}'s advertised keys")
+        if self._verify:
+            unknown = sorted(p for p in parties if p not in self._peer_ids and p != self.party)
+            if unknown:
+                raise SignatureError(f"peer keys: no identity key for parties {unknown[:5]}")
         self._peers = {p.party: p for p in msg.peers}
         u1 = sorted(self._peers)
 
@@ -221,12 +238,52 @@ class ClientSession:
             if v == self.party:
                 continue
             with self._meter.measure("key_agreement"):
-                key = crypto.channel_key(crypto.agree(self._c_sk, self._peers[v].c_pk), cfg.session_id, self.party, v)
+                key = crypto.channel_key(crypto.agree(self._c_sk, self._peers[v].c_pk), self._bind, self.party, v)
             self._channel[v] = key
             pt = _PLAINTEXT.pack(self.party, v, shamir.to_bytes(b_shares[v]), shamir.to_bytes(s_shares[v]))
-            cts.append((v, crypto.seal_share(key, cfg.session_id, self.party, v, pt)))
+            cts.append((v, crypto.seal_share(key, self._bind, self.party, v, pt)))
+        sig = b""
+        if self._identity is not None:
+            sig = crypto.sign(self._identity, crypto.advertise_payload(self._bind, self.party, self._c_pk, self._s_pk))
         self.phase = Phase.SHARE_KEYS
-        return ShareKeys(cfg.session_id, self.party, tuple(cts)).encode()
+        return ShareKeys(cfg.session_id, self.party, tuple(cts), sig, self._members_wanted()).encode()
+
+    def _members_wanted(self) -> int:
+        """Signed members beyond the neighbourhood to ask for: enough to reach `min_verified` even if every
+        neighbour the protocol may lose (all but t) drops; none on the complete graph (everyone is a neighbour)."""
+        if self._min_verified is None or self.config.uses_complete_graph:
+            return 0
+        return max(0, min(self.config.n, self._min_verified) - self._t)
+
+    def _verify_cohort(self, msg: RoutedShares) -> None:
+        """Every share sender's and member entry's signature over its keys for this session and task, and the
+        count of distinct identities that signed, before anything of this party's input is computed."""
+        cfg = self.config
+        if len(msg.signatures) != len(msg.ciphertexts):
+            raise TaskMismatchError(msg.ciphertexts[0][0] if msg.ciphertexts else 0, "signatures missing")
+        identities = set()
+        if self._identity is not None:
+            identities.add(crypto.ed25519_public_bytes(self._identity))
+        for (v, _), sig in zip(msg.ciphertexts, msg.signatures):
+            keys = self._peers[v]
+            try:
+                crypto.verify(self._peer_ids[v], sig, crypto.advertise_payload(self._bind, v, keys.c_pk, keys.s_pk), "")
+            except SignatureError:
+                raise TaskMismatchError(v) from None
+            identities.add(self._peer_ids[v])
+        seen: set[int] = set()
+        for m in msg.members:
+            if not 1 <= m.party <= cfg.n or m.party in self._nbrs or m.party in seen:
+                raise InconsistentSetsError(f"members: party {m.party} is a neighbour, repeated or outside the cohort")
+            seen.add(m.party)
+            try:
+                crypto.verify(m.identity, m.signature, crypto.advertise_payload(self._bind, m.party, m.c_pk, m.s_pk), "")
+            except SignatureError:
+                raise TaskMismatchError(m.party, "member list") from None
+            identities.add(m.identity)
+        self.verified_members = len(identities)
+        if self._min_verified is not None and len(identities) < self._min_verified:
+            raise CohortUnverifiedError(len(identities), self._min_verified)
 
     def _on_routed_shares(self, msg: RoutedShares) -> bytes:
         cfg = self.config
@@ -239,9 +296,11 @@ class ClientSession:
         u2 = set(senders) | {self.party}
         if len(u2) < self._t:
             raise InconsistentSetsError(f"routed shares: {len(u2)} parties, below the threshold {self._t}")
+        if self._verify:
+            self._verify_cohort(msg)
         held: dict[int, tuple[int, int]] = {}
         for v, ct in msg.ciphertexts:
-            pt = crypto.open_share(self._channel[v], cfg.session_id, v, self.party, ct)
+            pt = crypto.open_share(self._channel[v], self._bind, v, self.party, ct)
             if len(pt) != _PLAINTEXT.size:
                 raise DecryptionError(f"share from party {v} has the wrong length")
             sender, receiver, b_share, s_share = _PLAINTEXT.unpack(pt)
@@ -254,11 +313,11 @@ class ClientSession:
 
         stream = crypto.MaskStream(cfg.dim, cfg.work_dtype, self._meter)
         acc = self._input.copy()
-        stream.add_into(acc, crypto.self_mask_key(self._b_seed, cfg.session_id, self.party), +1)
+        stream.add_into(acc, crypto.self_mask_key(self._b_seed, self._bind, self.party), +1)
         for v in sorted(self._u2 - {self.party}):
             with self._meter.measure("key_agreement"):
                 shared = crypto.agree(self._s_sk, self._peers[v].s_pk)
-                key = crypto.pair_mask_key(shared, cfg.session_id, self.party, v)
+                key = crypto.pair_mask_key(shared, self._bind, self.party, v)
             stream.add_into(acc, key, +1 if self.party < v else -1)
         if cfg.bits < acc.dtype.itemsize * 8:
             np.bitwise_and(acc, acc.dtype.type(cfg.modulus_mask), out=acc)
@@ -284,7 +343,7 @@ class ClientSession:
     def _on_consistency_request(self, msg: ConsistencyRequest) -> bytes:
         self._survivors(msg.survivors)
         self._signed_survivors = msg.survivors
-        sig = crypto.sign(self._identity, crypto.consistency_payload(self.config.session_id, msg.survivors))  # type: ignore[arg-type]
+        sig = crypto.sign(self._identity, crypto.consistency_payload(self._bind, msg.survivors))  # type: ignore[arg-type]
         self.phase = Phase.CONSISTENCY_CHECK
         return ConsistencySignature(self.config.session_id, self.party, sig).encode()
 
@@ -297,7 +356,7 @@ class ClientSession:
             signers = [p for p, _ in msg.signatures]
             if len(set(signers)) != len(signers) or not set(signers) <= u3:
                 raise InconsistentSetsError("consistency: signatures from repeated or non-surviving parties")
-            payload = crypto.consistency_payload(cfg.session_id, msg.survivors)
+            payload = crypto.consistency_payload(self._bind, msg.survivors)
             for signer, sig in msg.signatures:
                 crypto.verify(self._peer_ids[signer], sig, payload, f"party {signer}'s consistency check")
             if len(signers) < self._t:

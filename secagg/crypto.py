@@ -1,8 +1,12 @@
 """Cryptographic building blocks, all from the `cryptography` package.
 
-- X25519 key agreement; HKDF-SHA256 with domain-separated info (version, purpose, session, party ids).
-- AES-256-GCM share transport; the associated data binds session, sender and receiver.
-- Ed25519 signatures (active threat model).
+- X25519 key agreement; HKDF-SHA256 with domain-separated info (version, purpose, binding, party ids).
+- AES-256-GCM share transport; the associated data binds the session, the task, sender and receiver.
+- Ed25519 signatures over each party's advertised keys (every threat model) and the survivor set (active).
+
+The *binding* is the 16-byte session id followed by the 32-byte task digest (`queries.task_digest`: what the
+device was asked to compute, hashed by the device itself), so two devices shown different tasks derive keys
+that do not match and sign payloads that do not verify for each other (`binding()`).
 - The mask PRG: AES-256-CTR keyed by a full 256-bit derived key, its keystream written straight into
   the memory of the integer vector (`cryptography`'s `update_into`), no general-purpose RNG anywhere.
 
@@ -25,7 +29,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from secagg.errors import DecryptionError, SignatureError
 from secagg.randomness import OsRandom, RandomSource
 
-DOMAIN = b"fa-secagg/v1/"
+DOMAIN = b"fa-secagg/v2/"
+TASK_DIGEST_BYTES = 32
+NO_TASK = bytes(TASK_DIGEST_BYTES)
+"""The task digest of a session that binds no task (protocol tests and benchmarks outside the service)."""
 KEY_BYTES = 32
 _ZERO_IV = bytes(16)
 _RAW = serialization.Encoding.Raw
@@ -50,9 +57,16 @@ def ed25519_public_bytes(sk: Ed25519PrivateKey) -> bytes:
     return sk.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw)
 
 
-def _pair_info(purpose: bytes, session_id: bytes, u: int, v: int) -> bytes:
+def binding(session_id: bytes, task_digest: bytes = NO_TASK) -> bytes:
+    """What every derived key, associated data and signature of a session is bound to: session id ‖ task digest."""
+    if len(task_digest) != TASK_DIGEST_BYTES:
+        raise ValueError(f"task_digest: must be {TASK_DIGEST_BYTES} bytes, got {len(task_digest)}")
+    return session_id + task_digest
+
+
+def _pair_info(purpose: bytes, bind: bytes, u: int, v: int) -> bytes:
     lo, hi = (u, v) if u < v else (v, u)
-    return DOMAIN + purpose + b"/" + session_id + struct.pack(">II", lo, hi)
+    return DOMAIN + purpose + b"/" + bind + struct.pack(">II", lo, hi)
 
 
 def hkdf(secret: bytes, info: bytes) -> bytes:
@@ -67,24 +81,24 @@ def agree(sk: X25519PrivateKey, peer_public: bytes) -> bytes:
         raise DecryptionError(f"unusable peer public key: {exc}") from None
 
 
-def channel_key(shared: bytes, session_id: bytes, u: int, v: int) -> bytes:
-    return hkdf(shared, _pair_info(b"channel", session_id, u, v))
+def channel_key(shared: bytes, bind: bytes, u: int, v: int) -> bytes:
+    return hkdf(shared, _pair_info(b"channel", bind, u, v))
 
 
-def pair_mask_key(shared: bytes, session_id: bytes, u: int, v: int) -> bytes:
-    return hkdf(shared, _pair_info(b"pairmask", session_id, u, v))
+def pair_mask_key(shared: bytes, bind: bytes, u: int, v: int) -> bytes:
+    return hkdf(shared, _pair_info(b"pairmask", bind, u, v))
 
 
-def self_mask_key(seed: bytes, session_id: bytes, u: int) -> bytes:
-    return hkdf(seed, DOMAIN + b"selfmask/" + session_id + struct.pack(">I", u))
+def self_mask_key(seed: bytes, bind: bytes, u: int) -> bytes:
+    return hkdf(seed, DOMAIN + b"selfmask/" + bind + struct.pack(">I", u))
 
 
 def graph_seed(session_id: bytes) -> bytes:
     return hkdf(session_id, DOMAIN + b"graph")
 
 
-def share_aad(session_id: bytes, sender: int, receiver: int) -> bytes:
-    return DOMAIN + b"share/" + session_id + struct.pack(">II", sender, receiver)
+def share_aad(bind: bytes, sender: int, receiver: int) -> bytes:
+    return DOMAIN + b"share/" + bind + struct.pack(">II", sender, receiver)
 
 
 def _nonce(sender: int) -> bytes:
@@ -92,13 +106,13 @@ def _nonce(sender: int) -> bytes:
     return struct.pack(">4sI4x", b"shr0", sender)
 
 
-def seal_share(key: bytes, session_id: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
-    return AESGCM(key).encrypt(_nonce(sender), plaintext, share_aad(session_id, sender, receiver))
+def seal_share(key: bytes, bind: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
+    return AESGCM(key).encrypt(_nonce(sender), plaintext, share_aad(bind, sender, receiver))
 
 
-def open_share(key: bytes, session_id: bytes, sender: int, receiver: int, ciphertext: bytes) -> bytes:
+def open_share(key: bytes, bind: bytes, sender: int, receiver: int, ciphertext: bytes) -> bytes:
     try:
-        return AESGCM(key).decrypt(_nonce(sender), ciphertext, share_aad(session_id, sender, receiver))
+        return AESGCM(key).decrypt(_nonce(sender), ciphertext, share_aad(bind, sender, receiver))
     except InvalidTag:
         raise DecryptionError(f"share ciphertext from party {sender} failed authentication") from None
 
@@ -114,12 +128,13 @@ def verify(public_raw: bytes, signature: bytes, payload: bytes, what: str) -> No
         raise SignatureError(f"invalid signature on {what}") from None
 
 
-def advertise_payload(session_id: bytes, party: int, c_pk: bytes, s_pk: bytes) -> bytes:
-    return DOMAIN + b"advertise/" + session_id + struct.pack(">I", party) + c_pk + s_pk
+def advertise_payload(bind: bytes, party: int, c_pk: bytes, s_pk: bytes) -> bytes:
+    """What a party signs with its identity key: (session, task digest, party, its two public keys)."""
+    return DOMAIN + b"advertise/" + bind + struct.pack(">I", party) + c_pk + s_pk
 
 
-def consistency_payload(session_id: bytes, survivors_bitmap: bytes) -> bytes:
-    return DOMAIN + b"consistency/" + session_id + survivors_bitmap
+def consistency_payload(bind: bytes, survivors_bitmap: bytes) -> bytes:
+    return DOMAIN + b"consistency/" + bind + survivors_bitmap
 
 
 class MaskStream:

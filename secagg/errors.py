@@ -41,7 +41,19 @@ class ConflictError(ProtocolError):
 
 
 class SignatureError(ProtocolError):
-    """A missing or invalid Ed25519 signature (active threat model)."""
+    """A missing or invalid Ed25519 signature."""
+
+
+class TaskMismatchError(SignatureError):
+    """A peer's signature over its keys, bound to the session and this party's task digest, does not verify: the
+    server showed that peer another task (or another cohort size, model, privacy block…), or altered its keys."""
+
+    def __init__(self, party: int, detail: str = "") -> None:
+        super().__init__(
+            f"party {party}'s signature over its keys for this session and task does not verify: it was shown "
+            f"another task or its keys were altered" + (f" ({detail})" if detail else "")
+        )
+        self.party = party
 
 
 class DuplicateKeyError(ProtocolError):
@@ -62,6 +74,19 @@ class TooFewSurvivorsError(InconsistentSetsError):
     def __init__(self, survivors: int, minimum: int) -> None:
         super().__init__(f"survivors: {survivors} parties, below this party's minimum of {minimum}")
         self.survivors = survivors
+        self.minimum = minimum
+
+
+class CohortUnverifiedError(InconsistentSetsError):
+    """Fewer distinct members than this client's minimum signed their keys for this session and task
+    (`ClientSession(min_verified=…)`): the cohort the server announced is not one the client can verify."""
+
+    def __init__(self, verified: int, minimum: int) -> None:
+        super().__init__(
+            f"cohort: {verified} distinct members (this one included) signed their keys for this session and task, "
+            f"below this party's minimum of {minimum}"
+        )
+        self.verified = verified
         self.minimum = minimum
 
 

@@ -19,7 +19,7 @@ from secagg.errors import MessageFormatError
 from secagg.shamir import SHARE_BYTES
 
 MAGIC = b"SA"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct(">2sBB16sI")
 _U32 = struct.Struct(">I")
 _SHARE_ENTRY = struct.Struct(f">IB{SHARE_BYTES}s")
@@ -158,21 +158,23 @@ class Message:
 
 @dataclass(frozen=True)
 class AdvertiseKeys(Message):
+    """A party's two fresh X25519 public keys. Unsigned: the party signs them, bound to the task, with its share
+    keys (`ShareKeys.signature`), so keys sent ahead with a check-in need no second message."""
+
     TYPE = MsgType.ADVERTISE_KEYS
     c_pk: bytes
     s_pk: bytes
-    signature: bytes  # empty in the semi-honest model
 
     def body(self) -> bytes:
-        return self.c_pk + self.s_pk + _blob(self.signature)
+        return self.c_pk + self.s_pk
 
     @classmethod
     def parse(cls, sid, party, r):
-        return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r))
+        return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"))
 
 
-_PEER_HEAD = struct.Struct(f">I{KEY}s{KEY}sI")
-"""Fixed part of one PeerKeys entry: party, c_pk, s_pk, the signature's length (then the signature)."""
+_PEER = struct.Struct(f">I{KEY}s{KEY}s")
+"""One PeerKeys entry: party, c_pk, s_pk."""
 
 
 @dataclass(frozen=True)
@@ -180,10 +182,9 @@ class PeerEntry:
     party: int
     c_pk: bytes
     s_pk: bytes
-    signature: bytes
 
     def encode(self) -> bytes:
-        return _PEER_HEAD.pack(self.party, self.c_pk, self.s_pk, len(self.signature)) + self.signature
+        return _PEER.pack(self.party, self.c_pk, self.s_pk)
 
 
 def encode_entries(msg_type: MsgType, session_id: bytes, party: int, entries: Sequence[bytes]) -> bytes:
@@ -202,42 +203,101 @@ class PeerKeys(Message):
 
     @classmethod
     def parse(cls, sid, party, r):
-        n = r.count(4 + 2 * KEY + 4, "peers")
-        fast = _uniform_records(r, n, lambda size: struct.Struct(f">I{KEY}s{KEY}sI{size}s"), _PEER_HEAD, 3,
-                                _PEER_HEAD.size)
-        if fast is not None and fast[0][3] in (0, SIG):
-            return cls(sid, party, tuple(PeerEntry(v, c, s, sig) for v, c, s, _, sig in fast))
-        if fast is not None:  # a signature of a wrong length: the entry-by-entry parse names the error
-            r.pos -= n * (_PEER_HEAD.size + fast[0][3])
-        peers = tuple(
-            PeerEntry(r.u32("peer"), r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r)) for _ in range(n)
-        )
-        return cls(sid, party, peers)
+        n = r.count(_PEER.size, "peers")
+        raw = r.take(n * _PEER.size, "peers")
+        return cls(sid, party, tuple(PeerEntry(v, c, s) for v, c, s in _PEER.iter_unpack(raw)))
+
+
+_MEMBER = struct.Struct(f">I{KEY}s{KEY}s{KEY}s{SIG}s")
+"""One member-list entry: party, its identity key, c_pk, s_pk, its signature over the advertised keys."""
+
+
+@dataclass(frozen=True)
+class MemberEntry:
+    """A cohort member outside the recipient's neighbourhood, as it signed its keys for this session and task:
+    lets a device count verified members beyond the neighbours it exchanges shares with (SecAgg+)."""
+
+    party: int
+    identity: bytes
+    c_pk: bytes
+    s_pk: bytes
+    signature: bytes
+
+    def encode(self) -> bytes:
+        return _MEMBER.pack(self.party, self.identity, self.c_pk, self.s_pk, self.signature)
+
+
+MAX_MEMBERS_WANTED = 1 << 20
 
 
 @dataclass(frozen=True)
 class ShareKeys(Message):
+    """The party's encrypted shares for its peers, its signature (identity key) over its advertised keys bound to
+    session and task (`crypto.advertise_payload`; empty only in sessions without identities), and how many
+    signed members beyond its neighbourhood it asks to see with the routed shares (0: none)."""
+
     TYPE = MsgType.SHARE_KEYS
     ciphertexts: tuple[tuple[int, bytes], ...]  # (receiver, AES-GCM ciphertext)
+    signature: bytes = b""
+    members_wanted: int = 0
 
     def body(self) -> bytes:
-        return _encode_pairs(self.ciphertexts)
+        return _blob(self.signature) + _u32(self.members_wanted) + _encode_pairs(self.ciphertexts)
 
     @classmethod
     def parse(cls, sid, party, r):
-        return cls(sid, party, _parse_pairs(r, "receiver"))
+        sig = _signature(r)
+        wanted = r.u32("members_wanted")
+        if wanted > MAX_MEMBERS_WANTED:
+            raise MessageFormatError(f"members_wanted: {wanted} exceeds {MAX_MEMBERS_WANTED}")
+        return cls(sid, party, _parse_pairs(r, "receiver"), sig, wanted)
 
 
 @dataclass(frozen=True)
 class RoutedShares(Message):
+    """The ciphertexts addressed to the recipient, each sender's signature over its advertised keys (same order),
+    and the signed member entries it asked for."""
+
     TYPE = MsgType.ROUTED_SHARES
     ciphertexts: tuple[tuple[int, bytes], ...]  # (sender, ciphertext)
+    signatures: tuple[bytes, ...] = ()
+    """One per ciphertext, in the same order (empty in sessions without identities)."""
+    members: tuple[MemberEntry, ...] = ()
 
-    body = ShareKeys.body
+    def body(self) -> bytes:
+        return b"".join([
+            _encode_pairs(self.ciphertexts), _u32(len(self.signatures)), *(_blob(s) for s in self.signatures),
+            _u32(len(self.members)), *(m.encode() for m in self.members),
+        ])
 
     @classmethod
     def parse(cls, sid, party, r):
-        return cls(sid, party, _parse_pairs(r, "sender"))
+        cts = _parse_pairs(r, "sender")
+        n = r.count(4, "signatures")
+        sigs = tuple(_signature(r) for _ in range(n))
+        if sigs and len(sigs) != len(cts):
+            raise MessageFormatError(f"signatures: {len(sigs)} for {len(cts)} ciphertexts")
+        m = r.count(_MEMBER.size, "members")
+        members = tuple(MemberEntry(*e) for e in _MEMBER.iter_unpack(r.take(m * _MEMBER.size, "members")))
+        return cls(sid, party, cts, sigs, members)
+
+
+def encode_routed(session_id: bytes, party: int, pairs: Sequence[bytes], signatures: Sequence[bytes],
+                  members: Sequence[bytes]) -> bytes:
+    """RoutedShares from already-encoded parts (each pair as `_PAIR_HEAD` ‖ ciphertext, each signature as a blob,
+    each member entry once per cohort), the server's fast path."""
+    return b"".join((
+        HEADER.pack(MAGIC, VERSION, MsgType.ROUTED_SHARES, session_id, party), _U32.pack(len(pairs)), *pairs,
+        _U32.pack(len(signatures)), *signatures, _U32.pack(len(members)), *members,
+    ))
+
+
+def encode_pair(party: int, ciphertext: bytes) -> bytes:
+    return _PAIR_HEAD.pack(party, len(ciphertext)) + ciphertext
+
+
+def encode_blob(data: bytes) -> bytes:
+    return _blob(data)
 
 
 @dataclass(frozen=True)
@@ -416,6 +476,8 @@ def decode(data: bytes) -> Message:
 PEER_ENTRY_MAX = 128
 """Bytes one peer may take in a client message: a share-keys entry is 8 + 90 (AES-GCM of two 33-byte
 shares and two party ids), an unmask-shares entry 38."""
+SHARE_KEYS_FIXED = 4 + SIG + 4
+"""Share keys' fixed part: the signature blob and the members wanted."""
 
 
 def max_client_message_size(dim: int, bits: int, degree: int, proof_bytes: int = 0) -> int:
@@ -423,4 +485,4 @@ def max_client_message_size(dim: int, bits: int, degree: int, proof_bytes: int =
     `degree` neighbours (n − 1 for the complete graph) and validity proofs of `proof_bytes`: lets a server
     refuse a larger body before reading it."""
     vector = (dim * bits + 7) // 8 + (4 + proof_bytes if proof_bytes else 0)
-    return HEADER.size + 8 + max(vector, 2 * KEY + 4 + SIG) + PEER_ENTRY_MAX * (degree + 1)
+    return HEADER.size + 8 + max(vector, 2 * KEY + SHARE_KEYS_FIXED) + PEER_ENTRY_MAX * (degree + 1)

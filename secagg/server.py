@@ -5,6 +5,12 @@ The caller feeds each party's message with `receive(party, bytes)` and ends a ph
 answer are then dropped. `close_phase()` returns the next message for each remaining party, raises
 `AbortError` when a threshold can no longer be met, and after the unmasking phase sets `result`.
 
+Task binding: `task_digest` (the cohort's task as the devices hash it) enters every key the server derives and
+every signature it checks. With `identity_public_keys` (always, in the service) each party's share keys must carry
+its identity key's signature over its advertised keys bound to session and task — a bad one is refused before it
+reaches any peer — and the routed shares carry the senders' signatures, plus, for a party that asks for them, signed
+entries of members outside its neighbourhood (docs/secagg.md, "Devices that check the server").
+
 Masked vectors are added into one running sum as they arrive, so memory is O(dim), not O(n·dim).
 Unmasking reconstructs every needed secret with batched Lagrange coefficients, then subtracts the
 survivors' self masks and the pairwise masks that survivors shared with parties that dropped after
@@ -41,6 +47,7 @@ from secagg.messages import (
     MaskedInput,
     MaskedInputProved,
     Message,
+    MemberEntry,
     PeerEntry,
     PeerKeys,
     RoutedShares,
@@ -50,7 +57,10 @@ from secagg.messages import (
     UnmaskShares,
     decode,
     encode_bitmap,
+    encode_blob,
     encode_entries,
+    encode_pair,
+    encode_routed,
 )
 from secagg.meter import Meter, NullMeter
 from secagg.phases import Phase
@@ -86,6 +96,7 @@ class ServerSession:
         identity_public_keys: Mapping[int, bytes] | None = None,
         meter: Meter | None = None,
         input_validator: Callable[[int, bytes], None] | None = None,
+        task_digest: bytes = crypto.NO_TASK,
     ) -> None:
         """`input_validator(party, proof)`: when given, every masked input must carry a validity proof
         (`MaskedInputProved`) and the validator must accept it (raising InvalidInputError otherwise), before
@@ -94,6 +105,11 @@ class ServerSession:
             raise ConfigError("identity_public_keys are required in the active threat model")
         self.config = config
         self._ids = dict(identity_public_keys or {})
+        self._signed = identity_public_keys is not None
+        """Whether share keys must carry a valid signature over the party's advertised keys (always in the service)."""
+        self._bind = crypto.binding(config.session_id, task_digest)
+        self._key_sigs: dict[int, bytes] = {}
+        self._wanted: dict[int, int] = {}
         self._meter = meter or NullMeter()
         self._validator = input_validator
         self.refused: dict[int, str] = {}
@@ -197,11 +213,6 @@ class ServerSession:
     # -- message validation -----------------------------------------------------------------------
 
     def _accept_advertise_keys(self, party: int, msg: AdvertiseKeys) -> None:
-        if self.config.active:
-            if len(msg.signature) != 64 or party not in self._ids:
-                raise SignatureError(f"party {party}: advertised keys must be signed by its identity key")
-            payload = crypto.advertise_payload(self.config.session_id, party, msg.c_pk, msg.s_pk)
-            crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s advertised keys")
         for key in (msg.c_pk, msg.s_pk):
             crypto.agree(_PROBE_KEY, key)  # low-order keys would break every peer's key agreement
         for key in (msg.c_pk, msg.s_pk):
@@ -220,6 +231,15 @@ class ServerSession:
         for v, ct in msg.ciphertexts:
             if len(ct) != SHARE_CIPHERTEXT_BYTES:
                 raise MessageFormatError(f"party {party}: ciphertext for {v} has length {len(ct)}")
+        if self._signed:
+            keys = self._keys[party]
+            if len(msg.signature) != 64 or party not in self._ids:
+                raise SignatureError(f"party {party}: share keys must carry its identity key's signature over its keys")
+            payload = crypto.advertise_payload(self._bind, party, keys.c_pk, keys.s_pk)
+            crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s keys for this session and task")
+            self._key_sigs[party] = msg.signature
+        if msg.members_wanted:
+            self._wanted[party] = min(msg.members_wanted, self.config.n)
         self._cts[party] = cts
 
     def _accept_masked_input(self, party: int, msg: MaskedInput | MaskedInputProved) -> None:
@@ -238,7 +258,7 @@ class ServerSession:
         np.add(self._acc, vec, out=self._acc)
 
     def _accept_consistency_check(self, party: int, msg: ConsistencySignature) -> None:
-        payload = crypto.consistency_payload(self.config.session_id, self._survivor_bitmap)
+        payload = crypto.consistency_payload(self._bind, self._survivor_bitmap)
         crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s consistency check")
         self._sigs[party] = msg.signature
 
@@ -310,7 +330,7 @@ class ServerSession:
     def _close_advertise_keys(self) -> dict[int, bytes]:
         u1 = self._prune(frozenset(self._digests))
         self._finish_phase(Phase.ADVERTISE_KEYS, u1)
-        entry = {v: PeerEntry(v, k.c_pk, k.s_pk, k.signature).encode() for v, k in self._keys.items() if v in u1}
+        entry = {v: PeerEntry(v, k.c_pk, k.s_pk).encode() for v, k in self._keys.items() if v in u1}
         sid = self.config.session_id
         out = {}
         for u in sorted(u1):  # each party's entry is encoded once and joined into its neighbours' messages
@@ -321,10 +341,28 @@ class ServerSession:
     def _close_share_keys(self) -> dict[int, bytes]:
         u2 = self._prune(frozenset(self._digests))
         self._finish_phase(Phase.SHARE_KEYS, u2)
+        sid, signed = self.config.session_id, self._signed
+        sig_blob = {u: encode_blob(self._key_sigs[u]) for u in u2} if signed else {}
+        member_entry: dict[int, bytes] = {}
+        ordered = sorted(u2)
         out = {}
-        for v in sorted(u2):
-            cts = tuple((u, self._cts[u][v]) for u in self._graph.closed(v) if u != v and u in u2)
-            out[v] = RoutedShares(self.config.session_id, v, cts).encode()
+        for v in ordered:
+            senders = [u for u in self._graph.closed(v) if u != v and u in u2]
+            members: list[bytes] = []
+            wanted = self._wanted.get(v, 0) if signed else 0
+            if wanted:
+                closed = self._graph.closed_set(v)
+                for w in ordered:
+                    if len(members) >= wanted:
+                        break
+                    if w in closed:
+                        continue
+                    if w not in member_entry:
+                        k = self._keys[w]
+                        member_entry[w] = MemberEntry(w, self._ids[w], k.c_pk, k.s_pk, self._key_sigs[w]).encode()
+                    members.append(member_entry[w])
+            out[v] = encode_routed(sid, v, [encode_pair(u, self._cts[u][v]) for u in senders],
+                                   [sig_blob[u] for u in senders] if signed else [], members)
         self._cts.clear()
         self.phase, self._expected = Phase.MASKED_INPUT, u2
         return out
@@ -400,7 +438,7 @@ class ServerSession:
         for u, seed in seeds.items():
             if seed >> 256:
                 raise AbortError("unmasking", self._t, 0, f"party {u}'s self-mask seed reconstructed out of range")
-            stream.add_into(total, crypto.self_mask_key(shamir.secret_from_int(seed), cfg.session_id, u), -1)
+            stream.add_into(total, crypto.self_mask_key(shamir.secret_from_int(seed), self._bind, u), -1)
         for v, key_int in keys.items():
             raw = key_int.to_bytes(33, "big")
             if raw[0] or crypto.x25519_public_of(raw[1:]) != self._keys[v].s_pk:
@@ -409,7 +447,7 @@ class ServerSession:
             for u in sorted(self._neighbours_in(v, u3) - {v}):
                 with self._meter.measure("key_agreement"):
                     shared = sk.exchange(X25519PublicKey.from_public_bytes(self._keys[u].s_pk))
-                    key = crypto.pair_mask_key(shared, cfg.session_id, u, v)
+                    key = crypto.pair_mask_key(shared, self._bind, u, v)
                 stream.add_into(total, key, -1 if u < v else +1)
         vector = total.astype(np.uint64) & np.uint64(cfg.modulus_mask)
         self.result = AggregateResult(vector, u3, dict(self.dropped))

@@ -3,7 +3,9 @@
 Used by the property tests, the benchmark and the demo. A party listed for a phase stops before sending
 its message of that phase. Time is read only from the caller's `clock`, if one is given. Party p's
 identity key comes from `randomness.child(f"identity/{p}")` and its session from
-`randomness.child(f"party/{p}")` (OS entropy unless the caller passes a seeded source).
+`randomness.child(f"party/{p}")` (OS entropy unless the caller passes a seeded source). Sessions are signed and
+verified as the service runs them (every party signs its keys bound to `task_digest` and checks its peers'),
+unless `signed=False`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secagg.client import ClientSession
 from secagg.config import SecAggConfig
-from secagg.crypto import ed25519_public_bytes
+from secagg.crypto import NO_TASK, ed25519_public_bytes
 from secagg.errors import AbortError
 from secagg.meter import Meter
 from secagg.phases import Phase
@@ -52,6 +54,9 @@ def run_session(
     client_meter: Meter | None = None,
     server_meter: Meter | None = None,
     randomness: RandomSource | None = None,
+    task_digest: bytes = NO_TASK,
+    signed: bool = True,
+    min_verified: int | None = None,
 ) -> RunReport:
     rng = randomness or OsRandom()
     drops = {phase: set(parties) for phase, parties in (drop_before or {}).items()}
@@ -63,14 +68,15 @@ def run_session(
 
     identities: dict[int, Ed25519PrivateKey] = {}
     public_ids: dict[int, bytes] | None = None
-    if config.active:
+    if signed or config.active:
         identities = {p: Ed25519PrivateKey.from_private_bytes(rng.child(f"identity/{p}").bytes(32)) for p in inputs}
         public_ids = {p: ed25519_public_bytes(k) for p, k in identities.items()}
     clients = {
-        p: ClientSession(config, p, vec, identities.get(p), public_ids, client_meter, rng.child(f"party/{p}"))
+        p: ClientSession(config, p, vec, identities.get(p), public_ids, client_meter, rng.child(f"party/{p}"),
+                         task_digest=task_digest, min_verified=min_verified)
         for p, vec in inputs.items()
     }
-    server = ServerSession(config, public_ids, server_meter)
+    server = ServerSession(config, public_ids, server_meter, task_digest=task_digest)
 
     def client_step(phase: Phase, party: int, fn: Callable[[], bytes | None]) -> bytes | None:
         start = tick()

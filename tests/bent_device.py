@@ -45,18 +45,19 @@ def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001
         statement_module.Statement.check = original  # type: ignore[method-assign]
 
 
-def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], draws: Any) -> tuple[np.ndarray, bytes]:
+def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], draws: Any,
+                      digest: bytes = bytes(32)) -> tuple[np.ndarray, bytes]:
     honest_rows = [r for r in rows if not (isinstance(r, str) and r.startswith(BENT))]
-    vec, proof = device_validity.masked_content(a, kind, kind.contribute(a.task, honest_rows, draws.kind), draws)
+    vec, proof = device_validity.masked_content(a, kind, kind.contribute(a.task, honest_rows, draws.kind), draws, digest)
     assert proof is not None, "the cohort does not validate inputs"
     dim = len(vec) - len(blind_limbs(0))
     statement = kind.validity(a.task).with_noise(a.noise.encoding_scale if a.noise else 1, a.validation.noise_bound)
-    ctx = ProofContext(bytes.fromhex(a.secagg["session_id"]), a.query_id, a.round, a.party_id)
+    ctx = ProofContext(bytes.fromhex(a.secagg["session_id"]), a.query_id, a.round, a.party_id, digest)
     s = statement.encoding_scale
     if attack == "forged":
         return vec, os.urandom(proof_size(statement))
     if attack == "replayed":
-        other = ProofContext(ctx.session_id, ctx.query_id, ctx.round, ctx.party % int(a.secagg["n"]) + 1)
+        other = ProofContext(ctx.session_id, ctx.query_id, ctx.round, ctx.party % int(a.secagg["n"]) + 1, digest)
         replay, _ = proof_module.prove(statement, other, kind.contribute(a.task, honest_rows, draws.kind).tolist(),
                                        None, draws.validity) if not statement.noise_bound else (None, None)
         if replay is None:  # with noise: a proof for another party of an honest noise share
@@ -93,12 +94,13 @@ def bend(monkeypatch: pytest.MonkeyPatch) -> None:
         finally:
             _ROWS.reset(token)
 
-    def masked_content(a: Assignment, kind: Any, x: np.ndarray, draws: Any) -> tuple[np.ndarray, bytes | None]:
+    def masked_content(a: Assignment, kind: Any, x: np.ndarray, draws: Any,
+                       digest: bytes = bytes(32)) -> tuple[np.ndarray, bytes | None]:
         rows = _ROWS.get()
         marker = next((r for r in rows if isinstance(r, str) and r.startswith(BENT)), None)
         if marker is None or a.validation is None:
-            return honest(a, kind, x, draws)
-        return bent_contribution(marker[len(BENT):], a, kind, rows, draws)
+            return honest(a, kind, x, draws, digest)
+        return bent_contribution(marker[len(BENT):], a, kind, rows, draws, digest)
 
     monkeypatch.setattr(device_sdk.client.DeviceClient, "_run_assignment", run_assignment)
     monkeypatch.setattr(device_sdk.client, "masked_content", masked_content)

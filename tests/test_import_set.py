@@ -231,10 +231,11 @@ def _distributions(loaded: dict[str, str | None]) -> dict[str, set[str]]:
 
 def test_device_path_needs_only_device_dependencies(probe: dict[str, Any]) -> None:
     allowed = _closure("device")
-    assert {"numpy", "cryptography", "aiohttp", "pydantic", "pynacl"} <= allowed
+    assert {"numpy", "cryptography", "aiohttp", "pydantic", "pynacl", "rfc8785"} <= allowed
     assert not {"sqlalchemy", "alembic", "asyncpg", "aiosqlite", "dp-accounting", "scipy"} & allowed
     used = _distributions(probe["loaded"])
-    assert {"numpy", "cryptography", "aiohttp", "pydantic", "pynacl"} <= set(used)  # pynacl: validity proofs
+    # pynacl: validity proofs; rfc8785: the task digest's canonical JSON
+    assert {"numpy", "cryptography", "aiohttp", "pydantic", "pynacl", "rfc8785"} <= set(used)
     outside = {d: mods for d, mods in used.items() if d not in allowed}
     assert not outside, f"the device path loads modules of distributions outside fed-analytics[device]: {outside}"
 

@@ -1,7 +1,7 @@
 """The Fiat–Shamir transcript of a validity proof.
 
 The challenge is SHA-512 over length-prefixed, labelled fields reduced modulo ℓ. It binds the context (the
-query, round, cohort session id and party), the statement (what the vector must satisfy, the encoding scale
+query, round, cohort session id, the task digest and party), the statement (what the vector must satisfy, the encoding scale
 and the noise bound), every commitment and every announcement, so a proof made for one party, cohort, round
 or statement does not verify for another.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from secagg.validity.group import ORDER
 
-DOMAIN = b"fa-validity/v1/transcript"
+DOMAIN = b"fa-validity/v2/transcript"
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,14 @@ class ProofContext:
     query_id: str
     round: int
     party: int
+    task_digest: bytes = bytes(32)
+    """The device's own digest of its task (queries/task_digest.py): a proof made for another task does not verify."""
 
     def encode(self) -> bytes:
         q = self.query_id.encode("utf-8")
-        return struct.pack(">H", len(self.session_id)) + self.session_id + struct.pack(">H", len(q)) + q + struct.pack(
-            ">QI", self.round, self.party
+        return (
+            struct.pack(">H", len(self.session_id)) + self.session_id + struct.pack(">H", len(q)) + q
+            + struct.pack(">QI", self.round, self.party) + struct.pack(">H", len(self.task_digest)) + self.task_digest
         )
 
 
