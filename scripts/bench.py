@@ -46,7 +46,19 @@ def secagg_section() -> dict:
                 "server_s_per_n_log2_n": r["server_total_s"] / (n * math.log2(n)),
                 "server_s_per_n_squared": r["server_total_s"] / n**2,
             })
-    return {"complete_50x100k": main, "sparse_1000x10k": sparse[1000], "sparse_runs": sparse, "server_scaling": scaling}
+    # checking the server: the devices' signature checks (every share sender's signature over its keys and the task
+    # digest; with min_verified, member entries beyond the neighbourhood too), side by side in one run
+    verify = {
+        name: run_json(["-m", "secagg.bench", "--clients", "1000", "--dim", "4", "--bits", "32", "--graph", "sparse",
+                        "--json", *extra], f"secagg 1000 clients, task checks {name}")
+        for name, extra in (("off", ["--verify", "off"]), ("on", ["--verify", "on"]),
+                            ("on_min_verified_300", ["--verify", "on", "--min-verified", "300"]))
+    }
+    keys = ("client_ms_per_client", "client_signatures_ms_per_client", "server_signatures_ms_per_client", "server_total_s",
+            "ok")
+    task_checks = {name: {k: r.get(k) for k in keys} for name, r in verify.items()}
+    return {"complete_50x100k": main, "sparse_1000x10k": sparse[1000], "sparse_runs": sparse, "server_scaling": scaling,
+            "task_checks_1000": task_checks}
 
 
 def main() -> int:

@@ -10,6 +10,12 @@
 - 1,000 devices of which 10 % drop at a random phase (each device, per cohort): the masked round's wall time
   beside the same round without dropout.
 - 10,000 devices: one masked round's wall time, server CPU and the server's peak memory (VmHWM).
+- Checking the server (docs/secagg.md, "Devices that check the server"): 1,000 devices, the same masked round with
+  the devices' cohort verification off (`verify_cohort: false`: they still sign their keys bound to the task, but
+  check no peer), on (the default: every share sender's signature over its keys and the task digest checked before
+  the masked input leaves), and on in the active model (the production profile's default: the consistency round
+  too); per configuration the device requests per device, the devices' CPU per device (the `fa-sim` processes'
+  CPU over the round, their check-in polling included) and the server's CPU.
 
 The masked/unmasked and dropout comparisons run without validity proofs on both sides (an unmasked round
 has nothing to verify them against), so their ratios measure masking alone; `bench_validity.py` prices the
@@ -116,6 +122,20 @@ def server_timeline(db_path: Path, query_id: str) -> dict[str, float]:
     }
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and its live descendants (an `fa-sim --processes N` fleet)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += cpu_seconds(p)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -124,14 +144,18 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, checkins: bool = True,
-              validation: str | None = None) -> dict[str, Any]:
-    """`validation` sets the spec's privacy.validation (the server's default when None)."""
+              validation: str | None = None, server_env: dict[str, str] | None = None,
+              policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`validation` sets the spec's privacy.validation (the server's default when None); `server_env` adds settings
+    to the server's environment, `policy` is the fleet's device policy (`fa-sim --policy`)."""
     env = {BENCH_UNMASKED_ENV: "1"} if unmasked else {}
+    fleet_extra = ["--policy", json.dumps(policy)] if policy else []
     with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s:
         tmp = Path(tmp_s)
         url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
         fresh_database(url)
-        server = Server(url, tmp / "server.log", env={**env, "FA_RETRY_AFTER_S": "0.2", "FA_COHORT_FORMATION_WAIT_S": "2"}).start()
+        server = Server(url, tmp / "server.log", env={**env, "FA_RETRY_AFTER_S": "0.2", "FA_COHORT_FORMATION_WAIT_S": "2",
+                                                      **(server_env or {})}).start()
         fleet = None
         try:
             admin = AnalystClient(server.url, server.token("admin"), timeout_s=120)
@@ -149,7 +173,7 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
                 time.sleep(AVAILABILITY_LAPSE_S)  # else the round's cohort would seat the stopped fleet's devices
             # 2) the round, with the fleet long-polling its check-ins as real devices do
             fleet = Fleet(server.url, n, tmp, scenario="words", seed=2, checkin_wait=10, env=env, dropout=dropout,
-                          extra=["--processes", str(processes)])
+                          extra=["--processes", str(processes), *fleet_extra])
             c1 = metric(server.url, "fa_device_checkins_total")
             while metric(server.url, "fa_device_checkins_total") < c1 + n and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -160,10 +184,12 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
             assert server.proc is not None
             requests_before = metric(server.url, "fa_http_responses_total", 'route="device"')
             sampler = CpuSampler(server.proc.pid)
+            fleet_cpu0 = tree_cpu_seconds(fleet.proc.pid)
             start = time.perf_counter()
             qid = admin.submit(spec)["id"]
             final = admin.wait(qid, timeout_s=1800, poll_s=1.0)  # wall and CPU come from the server's own events
             wall = time.perf_counter() - start
+            fleet_cpu = tree_cpu_seconds(fleet.proc.pid) - fleet_cpu0
             sampler.stop()
             ev = server_events(tmp / "fa.db", qid)
             cpu = sampler.at(ev["query.succeeded"].timestamp()) - sampler.at(ev["query.submitted"].timestamp())
@@ -187,6 +213,9 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
                 "device_requests_per_device": round(device_requests / n, 2),
                 "server_cpu_ms_per_device_request": round(1000 * cpu / device_requests, 3) if device_requests else None,
                 "server_peak_rss_mb": round(peak_rss_mb(server.proc.pid), 1),
+                "device_cpu_ms_per_device": round(1000 * fleet_cpu / n, 2),
+                "threat_model": (server_env or {}).get("FA_THREAT_MODEL", "semi_honest"),
+                "policy": policy or {},
                 "checkins_per_s": checkins_per_s,
             }
         finally:
@@ -205,6 +234,32 @@ def protocol_server_s(n: int) -> float | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])["server_total_s"]
 
 
+def verification_rounds(n: int, processes: int) -> dict[str, Any]:
+    """The same masked n-device round with the devices' cohort checks off, on (default) and on in the active model
+    (production's default), side by side in one run; differences per device against the checks off."""
+    configs = {
+        "verify_off": ({}, {"verify_cohort": False}),
+        "verify_on": ({}, None),
+        "verify_on_active": ({"FA_THREAT_MODEL": "active"}, None),
+    }
+    rounds = {}
+    for name, (server_env, policy) in configs.items():
+        rounds[name] = one_round(n, False, processes, checkins=False, validation="none", server_env=server_env,
+                                 policy=policy)
+        print(f"[bench_http] {name}: {rounds[name]}", file=sys.stderr, flush=True)
+    base = rounds["verify_off"]
+    added = {}
+    for name in ("verify_on", "verify_on_active"):
+        r = rounds[name]
+        added[name] = {
+            "device_requests_per_device": round(r["device_requests_per_device"] - base["device_requests_per_device"], 2),
+            "device_cpu_ms_per_device": round(r["device_cpu_ms_per_device"] - base["device_cpu_ms_per_device"], 2),
+            "server_cpu_ms_per_device": round(r["server_cpu_ms_per_device"] - base["server_cpu_ms_per_device"], 3),
+            "round_wall_s": round(r["round_wall_s"] - base["round_wall_s"], 2),
+        }
+    return {"devices": n, "rounds": rounds, "added_over_verify_off": added}
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
 
@@ -216,6 +271,7 @@ def main() -> int:
     p.add_argument("--dropout", type=float, default=0.10)
     p.add_argument("--big", type=int, default=10_000, help="fleet size of the one large masked round (0: skip)")
     p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--verify-devices", type=int, default=1000, help="fleet size of the cohort-verification comparison (0: skip)")
     args = p.parse_args()
     runs = []
     masked_by_n: dict[int, dict[str, Any]] = {}
@@ -243,6 +299,8 @@ def main() -> int:
             "devices": n, "dropout": args.dropout, "without_dropout": calm, "with_dropout": dropping,
             "wall_dropout_over_no_dropout": ratio(dropping["round_wall_s"], calm["round_wall_s"]),
         }
+    if args.verify_devices:
+        report["verification"] = verification_rounds(args.verify_devices, args.processes)
     if args.big:
         big = one_round(args.big, False, args.processes, checkins=False)
         print(f"[bench_http] {big}", file=sys.stderr, flush=True)

@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> dict:
     client_meter, server_meter = CostMeter(time.perf_counter), CostMeter(time.perf_counter)
 
     start = time.perf_counter()
-    report = run_session(cfg, inputs, drops, time.perf_counter, client_meter, server_meter, protocol)
+    report = run_session(cfg, inputs, drops, time.perf_counter, client_meter, server_meter, protocol,
+                         task_digest=protocol.child("task-digest").bytes(32), verify=args.verify == "on",
+                         min_verified=args.min_verified)
     total_s = time.perf_counter() - start
 
     ok = False
@@ -86,6 +88,11 @@ def run(args: argparse.Namespace) -> dict:
         "degree": cfg.resolved_degree,
         "threshold": cfg.share_threshold,
         "threat_model": args.threat_model,
+        "verify": args.verify,
+        "min_verified": args.min_verified,
+        "client_signatures_ms_per_client": round(1000 * client_meter.seconds["signatures"] / args.clients, 3),
+        "server_signatures_ms_per_client": round(1000 * server_meter.seconds["signatures"] / args.clients, 3),
+        "client_ms_per_client": round(1000 * sum(report.client_s.values()) / args.clients, 3),
         "dropout": args.dropout,
         "drop_phase": args.drop_phase,
         "dropped": sum(len(s) for s in drops.values()),
@@ -98,6 +105,7 @@ def run(args: argparse.Namespace) -> dict:
             "prg": round(secs["prg"], 4),
             "key_agreement": round(secs["key_agreement"], 4),
             "shamir": round(secs["shamir"], 4),
+            "signatures": round(secs["signatures"], 4),
             "other": round(total_s - sum(secs.values()), 4),
         },
         "upload_bytes_per_client": round(upload),
@@ -122,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drop-phase", default="masked_input", choices=["advertise_keys", "share_keys", "masked_input", "unmasking", "random"])
     ap.add_argument("--graph", default="auto", choices=["auto", "complete", "sparse"])
     ap.add_argument("--threat-model", default="semi_honest", choices=["semi_honest", "active"])
+    ap.add_argument("--verify", default="on", choices=["on", "off"],
+                    help="whether clients verify their senders' signatures over keys and task digest (they always sign)")
+    ap.add_argument("--min-verified", type=int, default=None,
+                    help="clients refuse unless this many distinct members signed (member entries beyond the neighbourhood)")
     ap.add_argument("--protocol-seed", help="seed the session id, keys, self-mask seeds and Shamir coefficients "
                     "(reproducible runs; default: OS entropy)")
     ap.add_argument("--seed", type=int, help="seed of the inputs and the drops", default=0)

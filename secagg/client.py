@@ -244,7 +244,8 @@ class ClientSession:
             cts.append((v, crypto.seal_share(key, self._bind, self.party, v, pt)))
         sig = b""
         if self._identity is not None:
-            sig = crypto.sign(self._identity, crypto.advertise_payload(self._bind, self.party, self._c_pk, self._s_pk))
+            with self._meter.measure("signatures"):
+                sig = crypto.sign(self._identity, crypto.advertise_payload(self._bind, self.party, self._c_pk, self._s_pk))
         self.phase = Phase.SHARE_KEYS
         return ShareKeys(cfg.session_id, self.party, tuple(cts), sig, self._members_wanted()).encode()
 
@@ -297,7 +298,8 @@ class ClientSession:
         if len(u2) < self._t:
             raise InconsistentSetsError(f"routed shares: {len(u2)} parties, below the threshold {self._t}")
         if self._verify:
-            self._verify_cohort(msg)
+            with self._meter.measure("signatures"):
+                self._verify_cohort(msg)
         held: dict[int, tuple[int, int]] = {}
         for v, ct in msg.ciphertexts:
             pt = crypto.open_share(self._channel[v], self._bind, v, self.party, ct)

@@ -1,4 +1,4 @@
-"""Optional cost accounting (time in PRG, key agreement and Shamir; PRG bytes) for benchmarks.
+"""Optional cost accounting (time in PRG, key agreement, Shamir and signatures; PRG bytes) for benchmarks.
 
 The clock is supplied by the caller, so the protocol code itself never reads time.
 """
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 @dataclass
 class CostMeter:
     clock: Callable[[], float]
-    seconds: dict[str, float] = field(default_factory=lambda: {"prg": 0.0, "key_agreement": 0.0, "shamir": 0.0})
+    seconds: dict[str, float] = field(default_factory=lambda: {"prg": 0.0, "key_agreement": 0.0, "shamir": 0.0,
+                                                                    "signatures": 0.0})
     prg_bytes: int = 0
 
     @contextmanager

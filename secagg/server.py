@@ -236,7 +236,8 @@ class ServerSession:
             if len(msg.signature) != 64 or party not in self._ids:
                 raise SignatureError(f"party {party}: share keys must carry its identity key's signature over its keys")
             payload = crypto.advertise_payload(self._bind, party, keys.c_pk, keys.s_pk)
-            crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s keys for this session and task")
+            with self._meter.measure("signatures"):
+                crypto.verify(self._ids[party], msg.signature, payload, f"party {party}'s keys for this session and task")
             self._key_sigs[party] = msg.signature
         if msg.members_wanted:
             self._wanted[party] = min(msg.members_wanted, self.config.n)

@@ -57,6 +57,7 @@ def run_session(
     task_digest: bytes = NO_TASK,
     signed: bool = True,
     min_verified: int | None = None,
+    verify: bool = True,
 ) -> RunReport:
     rng = randomness or OsRandom()
     drops = {phase: set(parties) for phase, parties in (drop_before or {}).items()}
@@ -73,7 +74,7 @@ def run_session(
         public_ids = {p: ed25519_public_bytes(k) for p, k in identities.items()}
     clients = {
         p: ClientSession(config, p, vec, identities.get(p), public_ids, client_meter, rng.child(f"party/{p}"),
-                         task_digest=task_digest, min_verified=min_verified)
+                         task_digest=task_digest, min_verified=min_verified, verify_peers=verify)
         for p, vec in inputs.items()
     }
     server = ServerSession(config, public_ids, server_meter, task_digest=task_digest)
