@@ -26,6 +26,7 @@ from queries import dp  # noqa: E402
 from queries.dp import floor  # noqa: E402
 from queries.envelope import Assignment  # noqa: E402
 from queries.kind import RoundPlan  # noqa: E402
+from queries.task_digest import task_digest  # noqa: E402
 from secagg.config import SecAggConfig  # noqa: E402
 
 
@@ -65,11 +66,14 @@ def timings() -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         client = DeviceClient("http://127.0.0.1:9", LocalStore(os.path.join(tmp, "d.db")),
                               policy=DevicePolicy(require_noise=True, max_epsilon_per_day=1e9, min_cohort=100))
-        admit, settle = [], []
+        admit, settle, digest = [], [], []
         for i in range(300):
             a = Assignment(query_id=f"q{i}", round=0, cohort_id=os.urandom(16).hex(), party_id=1, kind="histogram",
                            source="words", task=plan.task, threat_model="semi_honest", phase_timeout_s=5, noise=noise,
                            privacy=block, secagg=SecAggConfig(os.urandom(16), 100, 2, 40, min_survivors=100).to_dict())
+            start = time.perf_counter()
+            task_digest(a)
+            digest.append(time.perf_counter() - start)
             start = time.perf_counter()
             c = client._admit(a)  # noqa: SLF001 (the policy check and reservation alone)
             admit.append(time.perf_counter() - start)
@@ -78,7 +82,16 @@ def timings() -> dict[str, float]:
             c.end(True, True)  # type: ignore[union-attr]
             settle.append(time.perf_counter() - start)
     ms = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
-    return {"floor_ms": ms(t), "admit_ms": ms(admit), "settle_ms": ms(settle)}
+    # the task digest of a training round whose task carries a 10,000-parameter model (RFC 8785 over every float)
+    weights = [math.sin(i) / 7 for i in range(10_000)]
+    model = a.model_copy(update={"kind": "training", "task": {"weights": weights}})
+    model_digest = []
+    for _ in range(5):
+        start = time.perf_counter()
+        task_digest(model)
+        model_digest.append(time.perf_counter() - start)
+    return {"floor_ms": ms(t), "admit_ms": ms(admit), "settle_ms": ms(settle), "task_digest_ms": ms(digest),
+            "task_digest_10k_weights_ms": ms(model_digest)}
 
 
 if __name__ == "__main__":

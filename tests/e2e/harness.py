@@ -57,20 +57,26 @@ def check_exact(admin: AnalystClient, query_id: str, spec: dict[str, Any], truth
     return res
 
 
-def client_session(a: dict[str, Any], rows: list[Any] | None = None) -> Any:
-    """A secagg ClientSession for an assignment's JSON, holding this device's contribution from `rows` (none: the
-    all-zero vector) — with its noise and validity proof when the assignment asks for proofs."""
+def client_session(a: dict[str, Any], device: SignedDevice, rows: list[Any] | None = None) -> Any:
+    """A secagg ClientSession for an assignment's JSON, as `device`'s SDK would run it: signed with its key, bound
+    to the task digest, checking its peers — holding its contribution from `rows` (none: the all-zero vector), with
+    its noise and validity proof when the assignment asks for proofs."""
     from device_sdk.randomness import DeviceRandomness
     from device_sdk.validity import masked_content
-    from queries.envelope import Assignment
+    from queries.envelope import Assignment, b64d
+    from queries.task_digest import task_digest
     from secagg import ClientSession, SecAggConfig, encoding
 
     assignment = Assignment.model_validate(a)
+    digest = task_digest(a)
     cfg = SecAggConfig.from_dict(a["secagg"])
     draws = DeviceRandomness().for_contribution(assignment.cohort_id)
     kind = get_kind(assignment.kind)
-    vec, proof = masked_content(assignment, kind, kind.contribute(assignment.task, list(rows or []), draws.kind), draws)
-    return ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits), input_proof=proof)
+    vec, proof = masked_content(assignment, kind, kind.contribute(assignment.task, list(rows or []), draws.kind), draws,
+                                digest)
+    peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in (a.get("peer_identity_keys") or {}).items()}
+    return ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits), device.key, peers, input_proof=proof,
+                         task_digest=digest)
 
 
 class SyncDevice(SignedDevice):

@@ -44,7 +44,7 @@ def test_wrong_vector_length_and_content_type_in_a_live_cohort(srv: Server, toke
         dev = SyncDevice(srv.url)
         dev.register()
         a = dev.checkin_until_assigned()
-        client = client_session(a)  # this device holds no words: an all-zero contribution (with its proof)
+        client = client_session(a, dev)  # this device holds no words: an all-zero contribution (with its proof)
         base = f"/v1/device/cohorts/{a['cohort_id']}/phases"
         msg, phase = client.start(), 0
         status, _, raw = dev.call("POST", f"{base}/0", msg, "application/json")
@@ -68,7 +68,7 @@ def test_wrong_vector_length_and_content_type_in_a_live_cohort(srv: Server, toke
             status, _, raw = dev.call("POST", f"{base}/{phase}", msg, "application/octet-stream")
             assert status == 202, raw  # identical retry is harmless
             if phase == 0:
-                other = client_session(a).start()
+                other = client_session(a, dev).start()
                 status, _, raw = dev.call("POST", f"{base}/0", other, "application/octet-stream")
                 assert status == 409 and b"conflicting" in raw
             while True:

@@ -43,7 +43,7 @@ def test_garbage_at_device_endpoints_during_a_cohort(server: Server, tmp_path: P
         attacker = SyncDevice(server.url)
         attacker.register()
         a = attacker.checkin_until_assigned()
-        valid = client_session(a).start()
+        valid = client_session(a, attacker).start()
         cid = a["cohort_id"]
         stranger = SyncDevice(server.url)
         seen: dict[int, int] = {}

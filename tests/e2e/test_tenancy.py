@@ -179,8 +179,8 @@ def _drive(members: list[tuple[SyncDevice, dict[str, Any]]], phases: int) -> Non
     """Run the members' secagg clients through the first `phases` phases (each device sends its message, then
     long-polls until the phase closed and the next message arrived)."""
     clients = []
-    for _, a in members:
-        clients.append(client_session(a))
+    for dev, a in members:
+        clients.append(client_session(a, dev))
     msgs = [c.start() for c in clients]
     for phase in range(phases):
         for (dev, a), msg in zip(members, msgs):
