@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import struct
 import sys
@@ -31,11 +32,15 @@ if str(ROOT) not in sys.path:
 from queries.dp import noise  # noqa: E402
 from queries.kind import contribution_generator  # noqa: E402
 from queries.registry import get_kind  # noqa: E402
+from queries import task_digest as td  # noqa: E402
 from queries.envelope import (  # noqa: E402
+    Assignment,
+    AssignmentPrivacy,
     HDR_NONCE,
     HDR_PROTOCOL,
     HDR_SIGNATURE,
     HDR_TIMESTAMP,
+    NoiseBlock,
     PROTOCOL_VERSION,
     SIGNING_DOMAIN,
     device_id_for,
@@ -48,6 +53,7 @@ from secagg.graph import NeighbourGraph  # noqa: E402
 from secagg.phases import Phase  # noqa: E402
 from secagg.randomness import SeededRandom  # noqa: E402
 from secagg.server import ServerSession  # noqa: E402
+from queries.spec import QuerySpec  # noqa: E402
 from secagg import validity  # noqa: E402
 from secagg.validity import group as vgroup  # noqa: E402
 from secagg.validity import transcript as vtranscript  # noqa: E402
@@ -80,6 +86,7 @@ def versions() -> Json:
     return {
         "secagg_wire": messages.VERSION,
         "secagg_hkdf_domain": crypto.DOMAIN.decode(),
+        "task_digest_domain": td.DOMAIN.decode(),
         "device_signing_domain": SIGNING_DOMAIN.decode(),
         "seeded_random_domain": randomness.DOMAIN.decode(),
         "seeded_random_child_domain": randomness.CHILD_DOMAIN.decode(),
@@ -236,13 +243,14 @@ def noise_vectors(case: Json) -> Json:
 
 @topic(
     "key_agreement",
-    "X25519 public keys and shared secret from private bytes; HKDF-SHA256 channel, pair-mask, self-mask "
-    "and graph keys (info strings included).",
+    "X25519 public keys and shared secret from private bytes; the binding (session id ‖ task digest) and the "
+    "HKDF-SHA256 channel, pair-mask, self-mask and graph keys (info strings included).",
     [
         {
             "a_private": h(bytes(range(32))),
             "b_private": h(bytes(range(32, 64))),
             "session_id": h(bytes(range(0xA0, 0xB0))),
+            "task_digest": h(bytes(range(0x40, 0x60))),
             "a_party": 7,
             "b_party": 3,
             "self_mask_seed": h(bytes([0x5A]) * 32),
@@ -251,6 +259,16 @@ def noise_vectors(case: Json) -> Json:
             "a_private": h(SeededRandom(b"ka/a").bytes(32)),
             "b_private": h(SeededRandom(b"ka/b").bytes(32)),
             "session_id": h(SeededRandom(b"ka/session").bytes(16)),
+            "task_digest": h(hashlib.sha256(b"ka/task").digest()),
+            "a_party": 1,
+            "b_party": 1000,
+            "self_mask_seed": h(SeededRandom(b"ka/b_u").bytes(32)),
+        },
+        {
+            "a_private": h(SeededRandom(b"ka/a").bytes(32)),
+            "b_private": h(SeededRandom(b"ka/b").bytes(32)),
+            "session_id": h(SeededRandom(b"ka/session").bytes(16)),
+            "task_digest": h(crypto.NO_TASK),
             "a_party": 1,
             "b_party": 1000,
             "self_mask_seed": h(SeededRandom(b"ka/b_u").bytes(32)),
@@ -263,21 +281,23 @@ def key_agreement_vectors(case: Json) -> Json:
     a = X25519PrivateKey.from_private_bytes(unh(case["a_private"]))
     b_raw = unh(case["b_private"])
     sid, u, v = unh(case["session_id"]), case["a_party"], case["b_party"]
+    bind = crypto.binding(sid, unh(case["task_digest"]))
     shared = crypto.agree(a, crypto.x25519_public_of(b_raw))
     b = X25519PrivateKey.from_private_bytes(b_raw)
     assert shared == crypto.agree(b, crypto.x25519_public_of(unh(case["a_private"])))
     lo, hi = min(u, v), max(u, v)
-    pair = sid + struct.pack(">II", lo, hi)
+    pair = bind + struct.pack(">II", lo, hi)
     return {
         "a_public": h(crypto.x25519_public_of(unh(case["a_private"]))),
         "b_public": h(crypto.x25519_public_of(b_raw)),
         "shared_secret": h(shared),
+        "binding": h(bind),
         "channel_info": h(crypto.DOMAIN + b"channel/" + pair),
-        "channel_key": h(crypto.channel_key(shared, sid, u, v)),
+        "channel_key": h(crypto.channel_key(shared, bind, u, v)),
         "pairmask_info": h(crypto.DOMAIN + b"pairmask/" + pair),
-        "pairmask_key": h(crypto.pair_mask_key(shared, sid, u, v)),
-        "selfmask_info": h(crypto.DOMAIN + b"selfmask/" + sid + struct.pack(">I", u)),
-        "selfmask_key": h(crypto.self_mask_key(unh(case["self_mask_seed"]), sid, u)),
+        "pairmask_key": h(crypto.pair_mask_key(shared, bind, u, v)),
+        "selfmask_info": h(crypto.DOMAIN + b"selfmask/" + bind + struct.pack(">I", u)),
+        "selfmask_key": h(crypto.self_mask_key(unh(case["self_mask_seed"]), bind, u)),
         "graph_seed": h(crypto.graph_seed(sid)),
     }
 
@@ -331,11 +351,12 @@ def neighbour_graph_vectors(case: Json) -> Json:
 @topic(
     "share_encryption",
     "AES-256-GCM share transport: nonce = 'shr0' ‖ sender (u32 BE) ‖ 4 zero bytes; associated data = "
-    "DOMAIN ‖ 'share/' ‖ session ‖ sender ‖ receiver (u32 BE); ciphertext includes the 16-byte tag.",
+    "DOMAIN ‖ 'share/' ‖ session ‖ task digest ‖ sender ‖ receiver (u32 BE); ciphertext includes the 16-byte tag.",
     [
         {
             "key": h(bytes(range(32))),
             "session_id": h(bytes(range(16))),
+            "task_digest": h(bytes(range(0x40, 0x60))),
             "sender": 1,
             "receiver": 2,
             "plaintext": h(struct.pack(">II33s33s", 1, 2, bytes(range(33)), bytes(range(33, 66)))),
@@ -343,6 +364,7 @@ def neighbour_graph_vectors(case: Json) -> Json:
         {
             "key": h(SeededRandom(b"gcm/key").bytes(32)),
             "session_id": h(SeededRandom(b"gcm/session").bytes(16)),
+            "task_digest": h(hashlib.sha256(b"gcm/task").digest()),
             "sender": 513,
             "receiver": 7,
             "plaintext": h(struct.pack(">II33s33s", 513, 7, SeededRandom(b"b").bytes(33), SeededRandom(b"s").bytes(33))),
@@ -350,12 +372,13 @@ def neighbour_graph_vectors(case: Json) -> Json:
     ],
 )
 def share_encryption_vectors(case: Json) -> Json:
-    key, sid, s, r, pt = unh(case["key"]), unh(case["session_id"]), case["sender"], case["receiver"], unh(case["plaintext"])
-    ct = crypto.seal_share(key, sid, s, r, pt)
-    assert crypto.open_share(key, sid, s, r, ct) == pt
+    key, s, r, pt = unh(case["key"]), case["sender"], case["receiver"], unh(case["plaintext"])
+    bind = crypto.binding(unh(case["session_id"]), unh(case["task_digest"]))
+    ct = crypto.seal_share(key, bind, s, r, pt)
+    assert crypto.open_share(key, bind, s, r, ct) == pt
     return {
         "nonce": h(struct.pack(">4sI4x", b"shr0", s)),
-        "associated_data": h(crypto.share_aad(sid, s, r)),
+        "associated_data": h(crypto.share_aad(bind, s, r)),
         "ciphertext": h(ct),
     }
 
@@ -400,13 +423,19 @@ def build_message(case: Json) -> messages.Message:
     f, sid, p = case["fields"], unh(case["session_id"]), case["party"]
     t = case["type"]
     if t == "AdvertiseKeys":
-        return messages.AdvertiseKeys(sid, p, unh(f["c_pk"]), unh(f["s_pk"]), unh(f["signature"]))
+        return messages.AdvertiseKeys(sid, p, unh(f["c_pk"]), unh(f["s_pk"]))
     if t == "PeerKeys":
-        peers = tuple(messages.PeerEntry(e["party"], unh(e["c_pk"]), unh(e["s_pk"]), unh(e["signature"])) for e in f["peers"])
+        peers = tuple(messages.PeerEntry(e["party"], unh(e["c_pk"]), unh(e["s_pk"])) for e in f["peers"])
         return messages.PeerKeys(sid, p, peers)
-    if t in ("ShareKeys", "RoutedShares"):
-        cls = messages.ShareKeys if t == "ShareKeys" else messages.RoutedShares
-        return cls(sid, p, tuple((v, unh(ct)) for v, ct in f["ciphertexts"]))
+    cts = tuple((v, unh(ct)) for v, ct in f.get("ciphertexts", ()))
+    if t == "ShareKeys":
+        return messages.ShareKeys(sid, p, cts, unh(f["signature"]), f["members_wanted"])
+    if t == "RoutedShares":
+        members = tuple(
+            messages.MemberEntry(e["party"], unh(e["identity"]), unh(e["c_pk"]), unh(e["s_pk"]), unh(e["signature"]))
+            for e in f["members"]
+        )
+        return messages.RoutedShares(sid, p, cts, tuple(unh(x) for x in f["signatures"]), members)
     if t == "MaskedInput":
         packed = encoding.pack(np.array(f["values"], dtype=np.uint64), f["bits"])
         return messages.MaskedInput(sid, p, f["bits"], len(f["values"]), packed)
@@ -434,19 +463,34 @@ SID = h(bytes(range(0xC0, 0xD0)))
 @topic(
     "messages",
     "Every secagg wire message (secagg/messages.py) from fixed fields: the 24-byte header (magic 'SA', "
-    "version, type, session id, party as u32 BE) and the body. MaskedInput packs values at `bits` bits.",
+    "version, type, session id, party as u32 BE) and the body. Protocol 2: AdvertiseKeys and PeerKeys entries carry "
+    "no signature; ShareKeys carries the sender's signature and members_wanted; RoutedShares carries the senders' "
+    "signatures (same order as the ciphertexts) and member entries. MaskedInput packs values at `bits` bits.",
     [
-        {"type": "AdvertiseKeys", "session_id": SID, "party": 3,
-         "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk"), "signature": ""}},
-        {"type": "AdvertiseKeys", "session_id": SID, "party": 3,
-         "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk"), "signature": _k("sig", 64)}},
+        {"type": "AdvertiseKeys", "session_id": SID, "party": 3, "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk")}},
         {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": [
-            {"party": 1, "c_pk": _k("c1"), "s_pk": _k("s1"), "signature": ""},
-            {"party": 2, "c_pk": _k("c2"), "s_pk": _k("s2"), "signature": _k("sig2", 64)},
+            {"party": 1, "c_pk": _k("c1"), "s_pk": _k("s1")},
+            {"party": 2, "c_pk": _k("c2"), "s_pk": _k("s2")},
         ]}},
+        {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": []}},
         {"type": "ShareKeys", "session_id": SID, "party": 1,
-         "fields": {"ciphertexts": [[2, _k("ct12", 90)], [3, _k("ct13", 90)]]}},
-        {"type": "RoutedShares", "session_id": SID, "party": 2, "fields": {"ciphertexts": [[1, _k("ct12", 90)]]}},
+         "fields": {"ciphertexts": [[2, _k("ct12", 90)], [3, _k("ct13", 90)]], "signature": "", "members_wanted": 0}},
+        {"type": "ShareKeys", "session_id": SID, "party": 1,
+         "fields": {"ciphertexts": [[2, _k("ct12", 90)], [3, _k("ct13", 90)]], "signature": _k("ksig1", 64),
+                    "members_wanted": 0}},
+        {"type": "ShareKeys", "session_id": SID, "party": 70,
+         "fields": {"ciphertexts": [[12, _k("ct7012", 90)]], "signature": _k("ksig70", 64), "members_wanted": 37}},
+        {"type": "RoutedShares", "session_id": SID, "party": 2,
+         "fields": {"ciphertexts": [[1, _k("ct12", 90)]], "signatures": [], "members": []}},
+        {"type": "RoutedShares", "session_id": SID, "party": 2,
+         "fields": {"ciphertexts": [[1, _k("ct12", 90)], [3, _k("ct32", 90)]],
+                    "signatures": [_k("ksig1", 64), _k("ksig3", 64)], "members": []}},
+        {"type": "RoutedShares", "session_id": SID, "party": 12,
+         "fields": {"ciphertexts": [[70, _k("ct7012", 90)]], "signatures": [_k("ksig70", 64)], "members": [
+             {"party": 5, "identity": _k("id5"), "c_pk": _k("c5"), "s_pk": _k("s5"), "signature": _k("ksig5", 64)},
+             {"party": 140, "identity": _k("id140"), "c_pk": _k("c140"), "s_pk": _k("s140"),
+              "signature": _k("ksig140", 64)},
+         ]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 16, "values": [0, 1, 65535, 4660]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 24, "values": [0, 1, 16777215]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 13, "values": [8191, 0, 4097, 1, 2]}},
@@ -480,6 +524,7 @@ def _transcript_case(name: str, threat: str, drop_before_masked_input: list[int]
         "name": name,
         "seed": h(b"transcript/" + name.encode()),
         "session_id": h(SeededRandom(b"transcript/session/" + name.encode()).bytes(16)),
+        "task_digest": h(hashlib.sha256(b"transcript/task/" + name.encode()).digest()),
         "n": 3,
         "dim": 4,
         "bits": 16,
@@ -491,9 +536,11 @@ def _transcript_case(name: str, threat: str, drop_before_masked_input: list[int]
 
 @topic(
     "transcript",
-    "Whole cohorts (n = 3, dim = 4, bits = 16): party p draws from SeededRandom(seed).child('party/<p>') "
-    "(c_sk, s_sk, b_u, then Shamir coefficients), its Ed25519 identity key (active model) from "
-    "child('identity/<p>'); every message each party and the server send, in order, and the sum.",
+    "Whole cohorts (n = 3, dim = 4, bits = 16) bound to a task digest: party p draws from "
+    "SeededRandom(seed).child('party/<p>') (c_sk, s_sk, b_u, then Shamir coefficients) and its Ed25519 identity key "
+    "from child('identity/<p>') (every threat model: each party signs its keys in ShareKeys, the server checks and "
+    "relays the signatures in RoutedShares, each party verifies its senders' before masking); every message each "
+    "party and the server send, in order, and the sum.",
     [
         _transcript_case("semi_honest", "semi_honest", []),
         _transcript_case("semi_honest_drop", "semi_honest", [3]),
@@ -502,16 +549,17 @@ def _transcript_case(name: str, threat: str, drop_before_masked_input: list[int]
 )
 def transcript_vectors(case: Json) -> Json:
     cfg = SecAggConfig(unh(case["session_id"]), case["n"], case["dim"], case["bits"], threat_model=case["threat_model"])
+    digest = unh(case["task_digest"])
     root = SeededRandom(unh(case["seed"]))
     parties = range(1, cfg.n + 1)
     identities = {p: Ed25519PrivateKey.from_private_bytes(root.child(f"identity/{p}").bytes(32)) for p in parties}
-    public = {p: crypto.ed25519_public_bytes(k) for p, k in identities.items()} if cfg.active else None
+    public = {p: crypto.ed25519_public_bytes(k) for p, k in identities.items()}
     inputs = {p: np.array(case["inputs"][str(p)], dtype=np.uint64) for p in parties}
     clients = {
-        p: ClientSession(cfg, p, inputs[p], identities[p] if cfg.active else None, public, randomness=root.child(f"party/{p}"))
+        p: ClientSession(cfg, p, inputs[p], identities[p], public, randomness=root.child(f"party/{p}"), task_digest=digest)
         for p in parties
     }
-    server = ServerSession(cfg, public)
+    server = ServerSession(cfg, public, task_digest=digest)
     log: list[Json] = []
 
     def record(phase: Phase, sender: str, party: int, data: bytes) -> None:
@@ -542,7 +590,7 @@ def transcript_vectors(case: Json) -> Json:
             "c_sk": h(stream.bytes(32)),
             "s_sk": h(stream.bytes(32)),
             "b_u": h(stream.bytes(32)),
-            "identity_public": h(crypto.ed25519_public_bytes(identities[p])) if cfg.active else "",
+            "identity_public": h(crypto.ed25519_public_bytes(identities[p])),
         }
     return {
         "config": cfg.to_dict(),
@@ -553,12 +601,18 @@ def transcript_vectors(case: Json) -> Json:
     }
 
 
-def _kind_case(kind: str, params: Json, rows: list[Any], seed: bytes = b"kind/0") -> Json:
-    """A case for `kind_encodings`: the task the kind plans for round 0 of `params` (so a port needs no planner)."""
+def _round0_plan(kind: str, params: Json) -> Any:
+    """The round the kind plans first for `params`."""
     k = get_kind(kind)
     p = k.parse_params(params)
     plan = k.plan_round(p, k.initial_state(p), 0)
     assert plan is not None
+    return plan
+
+
+def _kind_case(kind: str, params: Json, rows: list[Any], seed: bytes = b"kind/0") -> Json:
+    """A case for `kind_encodings`: the task the kind plans for round 0 of `params` (so a port needs no planner)."""
+    plan = _round0_plan(kind, params)
     return {"kind": kind, "params": params, "task": plan.task, "rows": rows, "seed": h(seed),
             "plan": {"dim": plan.dim, "max_abs": plan.max_abs}}
 
@@ -666,6 +720,11 @@ def request_signing_vectors(case: Json) -> Json:
     }
 
 
+def _validity_context(round_: int, party: int, label: str) -> Json:
+    return {"session_id": SID, "query_id": "q-vectors", "round": round_, "party": party,
+            "task_digest": h(hashlib.sha256(b"validity/task/" + label.encode()).digest())}
+
+
 _SEGMENTS = {"bits": validity.Bits, "signs": validity.Signs, "ranged": validity.Ranged}
 
 
@@ -677,25 +736,26 @@ def _statement(spec: Json) -> validity.Statement:
 @topic(
     "validity",
     "Validity proofs (secagg/validity, docs/validation.md): the generators (G_i = from_uniform(SHA-512(domain ‖ "
-    "'G' ‖ i as u64 BE)[:32]), G_Σ, the base point B), the statement's transcript bytes, and for a seeded prover "
+    "'G' ‖ i as u64 BE)[:32]), G_Σ, the base point B), the context (session id, query id, round, party, task digest) "
+    "and statement bytes of the transcript, and for a seeded prover "
     "(SeededRandom(seed): every blinding and nonce by `randbelow(ℓ − 1) + 1`, in proof order) the proof bytes, its "
     "commitment K = Σ (s·x_i + e_i)·G_i + ρ·B, ρ and its 16-bit limbs. Scalars are 32 bytes little-endian.",
     [
         {"statement": {"segments": [["bits", 4, 1]]}, "values": [0, 0, 1, 0], "noise": None,
-         "context": {"session_id": SID, "query_id": "q-vectors", "round": 0, "party": 3}, "seed": h(b"validity/0")},
+         "context": _validity_context(0, 3, "0"), "seed": h(b"validity/0")},
         {"statement": {"segments": [["bits", 3, 1]]}, "values": [0, 0, 0], "noise": None,
-         "context": {"session_id": SID, "query_id": "q-vectors", "round": 2, "party": 1}, "seed": h(b"validity/1")},
+         "context": _validity_context(2, 1, "1"), "seed": h(b"validity/1")},
         {"statement": {"segments": [["bits", 4, 2], ["signs", 2]]}, "values": [1, 0, 1, 0, -1, 1], "noise": None,
-         "context": {"session_id": SID, "query_id": "q-vectors", "round": 0, "party": 7}, "seed": h(b"validity/2")},
+         "context": _validity_context(0, 7, "2"), "seed": h(b"validity/2")},
         {"statement": {"segments": [["ranged", 2, -3, 10]], "encoding_scale": 4, "noise_bound": 5},
          "values": [-3, 10], "noise": [5, -5],
-         "context": {"session_id": SID, "query_id": "q-vectors", "round": 1, "party": 2}, "seed": h(b"validity/3")},
+         "context": _validity_context(1, 2, "3"), "seed": h(b"validity/3")},
     ],
 )
 def validity_vectors(case: Json) -> Json:
     statement = _statement(case["statement"])
     c = case["context"]
-    ctx = validity.ProofContext(unh(c["session_id"]), c["query_id"], c["round"], c["party"])
+    ctx = validity.ProofContext(unh(c["session_id"]), c["query_id"], c["round"], c["party"], unh(c["task_digest"]))
     proof, blind = validity.prove(statement, ctx, case["values"], case["noise"], SeededRandom(unh(case["seed"])))
     k = validity.verify(statement, ctx, proof)
     assert k == validity.commitment_of(statement, case["values"], case["noise"], blind)
@@ -712,6 +772,150 @@ def validity_vectors(case: Json) -> Json:
         "blind": str(blind),
         "blind_limbs": validity.blind_limbs(blind),
     }
+
+
+# -- task binding (protocol 2) ---------------------------------------------------------------------------
+
+
+_NOISE_BLOCKS = {
+    "skellam": {"mechanism": "skellam", "scale": 8.0, "std": 2.8284271247461903, "encoding_scale": 1},
+    "discrete_gaussian": {"mechanism": "discrete_gaussian", "scale": 2.5, "std": 2.5, "encoding_scale": 4},
+}
+
+
+def _example_assignment(path: Path) -> Json:
+    """The wire assignment (the JSON object a device receives, `Assignment.model_dump(mode="json", exclude_none=True)`)
+    of party 1 in round 0 of the example spec at `path`, with fixed cohort, secagg, privacy and noise blocks."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    spec = QuerySpec.model_validate(raw).model_dump(mode="json")  # as the server stores and sends it
+    plan = _round0_plan(spec["kind"], spec["params"])
+    n = spec["cohort"]["min_clients"]
+    sid = hashlib.sha256(b"task_digest/session/" + path.stem.encode()).digest()[:16]
+    bits = min(62, max(16, (n * plan.max_abs).bit_length() + 1))
+    cfg = SecAggConfig(sid, n, plan.dim, bits, threat_model="active", min_survivors=(2 * n) // 3)
+    mechanism = spec["privacy"]["mechanism"]
+    rounds = int(spec["params"].get("rounds", 1)) if spec["kind"] == "training" else 1
+    privacy = AssignmentPrivacy(
+        mechanism=mechanism, epsilon=spec["privacy"].get("epsilon"), delta=spec["privacy"].get("delta"), rounds=rounds,
+        l1_sensitivity=float(plan.l1_sensitivity), l2_sensitivity=float(plan.l2_sensitivity),
+        weight=float(plan.privacy_weight),
+    )
+    peers = {str(p): base64.b64encode(crypto.ed25519_public_bytes(
+        Ed25519PrivateKey.from_private_bytes(SeededRandom(b"task_digest/identity/" + bytes([p])).bytes(32)))).decode()
+        for p in (1, 2)}
+    assignment = Assignment(
+        query_id="q-vectors", round=0, cohort_id=sid.hex(), party_id=1, kind=spec["kind"], source=spec["source"],
+        task=plan.task, secagg=cfg.to_dict(), threat_model=cfg.threat_model, mode="secagg", first_phase=0,
+        phase_timeout_s=spec["cohort"]["phase_timeout_s"],
+        noise=NoiseBlock.model_validate(_NOISE_BLOCKS[mechanism]) if mechanism in _NOISE_BLOCKS else None,
+        privacy=privacy, peer_identity_keys=peers, spec=spec,
+    )
+    return assignment.model_dump(mode="json", exclude_none=True)
+
+
+_EDGE_ASSIGNMENTS: list[Json] = [
+    {"name": "floats in ECMAScript's shortest form", "assignment": {
+        "query_id": "q-edge", "round": 0, "kind": "feature_stats",
+        "task": {"values": [1e-7, 1e-6, 0.1, 0.30000000000000004, 31.0, -0.0, 0.0, -1.5, 5e-324, 2.2250738585072014e-308,
+                            123456789.125, 9007199254740991, -9007199254740991, 9007199254740991.0, 4.35,
+                            333333333.3333333, 1e-300, 1.5e-10, 2e-7, 123e-20]},
+    }},
+    {"name": "integral doubles beyond 2^53 written as floats (read as binary64, not as integers)", "assignment": {
+        "query_id": "q-edge", "round": 0,
+        "task": {"values": [1e21, 1e20, 9007199254740992.0, -1e22, 1.5e300, 1.7976931348623157e308, 1e16 + 2.0]},
+    }},
+    {"name": "strings: non-BMP, control characters, escapes", "assignment": {
+        "query_id": "q-édge ☕ 😀 𝄞", "round": 1, "kind": "heavy_hitters", "source": "words\u0000\u0001\u001f\u007f\u0080",
+        "task": {"alphabet": "abcσοδ", "quote": "\"back\\slash/solidus\"", "ws": "\t\n\r\b\f \u2028\u2029\u00a0",
+                 "astral": "\U0001F600\U0010FFFF\U00010000", "bom": "\ufeffx", "private_use": "\ue000\uffff"},
+    }},
+    {"name": "member order: UTF-16 code units, nested objects and arrays", "assignment": {
+        "task": {"b": 1, "a": {"z": [{"y": 1, "x": 2}, [], {}], "é": 1, "\ue000": 2, "\U0001F600": 3, "A": 4, "10": 5,
+                               "9": 6, "": 7, "aa": 8, "a\u0000": 9}, "A": [3, 2, 1]},
+        "round": 2, "query_id": "q-edge", "kind": "histogram",
+    }},
+    {"name": "null members dropped at the top level only; per-device and unknown members left out", "assignment": {
+        "query_id": "q-edge", "round": 0, "cohort_id": "00112233445566778899aabbccddeeff", "party_id": 17,
+        "kind": "histogram", "source": "words", "task": {"buckets": ["a", "b"], "other_bucket": None},
+        "secagg": {"session_id": "00112233445566778899aabbccddeeff", "n": 3, "dim": 2, "bits": 16, "graph": "auto",
+                   "threat_model": "semi_honest", "threshold": None, "min_survivors": None, "degree": None,
+                   "max_input": None},
+        "threat_model": "semi_honest", "mode": "secagg", "first_phase": 0, "phase_timeout_s": 30.0,
+        "noise": None, "validation": None, "privacy": None, "spec": None,
+        "peer_identity_keys": {"1": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}, "server_url": "https://x.example",
+        "future_member": {"ignored": True},
+    }},
+    {"name": "no member the digest covers", "assignment": {"party_id": 1, "noise": None}},
+]
+
+
+@topic(
+    "task_digest",
+    "The task digest (queries/task_digest.py): the assignment's members named in DIGEST_FIELDS whose value is "
+    "present and not null, as RFC 8785 canonical JSON ('canonical', UTF-8 text), and SHA-256('fa-task-digest/v1\\n' ‖ "
+    "canonical) ('digest'). Cases: each example spec's round-0 wire assignment, then hand-made edge cases.",
+    [
+        *({"name": f"examples/{p.name}", "assignment": _example_assignment(p)}
+          for p in sorted((ROOT / "examples").glob("*.json"))),
+        *_EDGE_ASSIGNMENTS,
+    ],
+)
+def task_digest_vectors(case: Json) -> Json:
+    canonical = td.canonical_json(td.digest_view(case["assignment"]), "assignment")
+    digest = td.task_digest(case["assignment"])
+    assert digest == hashlib.sha256(td.DOMAIN + canonical).digest()
+    return {"canonical": canonical.decode("utf-8"), "digest": h(digest)}
+
+
+def _signed_case(label: str, party: int, members: list[int], n: int, digest: bytes | None = None) -> Json:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    def pk(name: str) -> str:
+        sk = X25519PrivateKey.from_private_bytes(SeededRandom(f"signed/{label}/{name}".encode()).bytes(32))
+        return h(crypto.x25519_public_of(crypto.x25519_private_bytes(sk)))
+
+    return {
+        "identity_private": h(SeededRandom(f"signed/{label}/identity".encode()).bytes(32)),
+        "session_id": h(SeededRandom(f"signed/{label}/session".encode()).bytes(16)),
+        "task_digest": h(hashlib.sha256(f"signed/{label}/task".encode()).digest() if digest is None else digest),
+        "party": party,
+        "c_pk": pk("c"),
+        "s_pk": pk("s"),
+        "survivors": {"n": n, "members": members},
+    }
+
+
+@topic(
+    "signed_payloads",
+    "What a party signs with its Ed25519 identity key (`identity_private` is its RFC 8032 32-byte seed): the advertise payload "
+    "DOMAIN ‖ 'advertise/' ‖ session ‖ task digest ‖ party (u32 BE) ‖ c_pk ‖ s_pk (sent in ShareKeys, relayed in "
+    "RoutedShares and member entries) and the consistency payload DOMAIN ‖ 'consistency/' ‖ session ‖ task digest ‖ "
+    "survivor bitmap (active model), with their deterministic signatures.",
+    [
+        _signed_case("1", 1, [1, 2, 3], 3),
+        _signed_case("2", 513, [1, 2, 4, 9, 10, 513], 1000),
+        _signed_case("3", 7, [1, 2, 3, 4, 5, 6, 7, 8, 9], 9, crypto.NO_TASK),
+    ],
+)
+def signed_payloads_vectors(case: Json) -> Json:
+    key = Ed25519PrivateKey.from_private_bytes(unh(case["identity_private"]))
+    public = crypto.ed25519_public_bytes(key)
+    bind = crypto.binding(unh(case["session_id"]), unh(case["task_digest"]))
+    advertise = crypto.advertise_payload(bind, case["party"], unh(case["c_pk"]), unh(case["s_pk"]))
+    bitmap = _bitmap(case["survivors"])
+    consistency = crypto.consistency_payload(bind, bitmap)
+    out = {
+        "public_key": h(public),
+        "binding": h(bind),
+        "advertise_payload": h(advertise),
+        "advertise_signature": h(crypto.sign(key, advertise)),
+        "survivors_bitmap": h(bitmap),
+        "consistency_payload": h(consistency),
+        "consistency_signature": h(crypto.sign(key, consistency)),
+    }
+    crypto.verify(public, unh(out["advertise_signature"]), advertise, "advertise")
+    crypto.verify(public, unh(out["consistency_signature"]), consistency, "consistency")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

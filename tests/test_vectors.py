@@ -7,11 +7,15 @@ A failure here means the protocol changed: fix the code, or bump the version and
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import struct
 import sys
 from pathlib import Path
 
+import nacl.exceptions
+import nacl.signing
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +31,7 @@ TOPICS = sorted(make_vectors.TOPICS)
 def test_every_topic_has_a_file_and_every_file_a_topic():
     assert sorted(p.stem for p in VECTORS.glob("*.json")) == TOPICS
     assert {"randomness", "noise", "key_agreement", "prg", "share_encryption", "shamir", "messages",
-            "transcript", "request_signing", "validity"} <= set(TOPICS)
+            "transcript", "request_signing", "validity", "task_digest", "signed_payloads"} <= set(TOPICS)
 
 
 @pytest.mark.parametrize("name", TOPICS)
@@ -46,3 +50,136 @@ def test_each_output_follows_from_its_recorded_input(name):
 
 def test_the_generator_is_deterministic():
     assert all(make_vectors.render(n) == make_vectors.render(n) for n in TOPICS)
+
+
+# -- device protocol 2, checked from the files alone (no code of this repository): what a port relies on ------------
+
+
+def _cases(name: str) -> list[dict]:
+    return json.loads((VECTORS / f"{name}.json").read_text(encoding="utf-8"))["cases"]
+
+
+DIGEST_FIELDS = ("spec", "query_id", "round", "kind", "source", "task", "secagg", "threat_model", "mode", "noise",
+                 "validation", "privacy")
+
+
+def _members_sorted_by_utf16(pairs: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(keys, key=lambda k: k.encode("utf-16-be")), keys
+    return pairs
+
+
+def test_task_digest_vectors_are_sha256_of_the_canonical_view():
+    cases = _cases("task_digest")
+    examples = sorted(p.name for p in (ROOT / "examples").glob("*.json"))
+    assert [c["input"]["name"] for c in cases if c["input"]["name"].startswith("examples/")] == [
+        f"examples/{name}" for name in examples]
+    for case in cases:
+        assignment, out = case["input"]["assignment"], case["output"]
+        assert hashlib.sha256(b"fa-task-digest/v1\n" + out["canonical"].encode("utf-8")).hexdigest() == out["digest"]
+        view = {k: assignment[k] for k in DIGEST_FIELDS if assignment.get(k) is not None}
+        assert json.loads(out["canonical"]) == view  # top-level nulls and other members dropped, nothing else
+        json.loads(out["canonical"], object_pairs_hook=_members_sorted_by_utf16)  # every object, at every depth
+    assert len({c["output"]["digest"] for c in cases}) == len(cases)
+    examples = [c["input"]["assignment"] for c in cases if c["input"]["name"].startswith("examples/")]
+    assert all(a["query_id"] == "q-vectors" and a["round"] == 0 and "spec" in a and "task" in a for a in examples)
+
+
+def test_signed_payload_vectors_verify_with_libsodium_and_only_under_their_binding():
+    for case in _cases("signed_payloads"):
+        i, o = case["input"], case["output"]
+        key = nacl.signing.SigningKey(bytes.fromhex(i["identity_private"]))
+        public = key.verify_key
+        assert bytes(public).hex() == o["public_key"]
+        bind = bytes.fromhex(i["session_id"]) + bytes.fromhex(i["task_digest"])
+        assert o["binding"] == bind.hex() and len(bind) == 48
+        advertise = (b"fa-secagg/v2/advertise/" + bind + struct.pack(">I", i["party"]) + bytes.fromhex(i["c_pk"])
+                     + bytes.fromhex(i["s_pk"]))
+        n, members = i["survivors"]["n"], i["survivors"]["members"]
+        bitmap = bytearray((n + 7) // 8)
+        for p in members:
+            bitmap[(p - 1) // 8] |= 1 << ((p - 1) % 8)
+        bitmap = struct.pack(">I", n) + bytes(bitmap)
+        consistency = b"fa-secagg/v2/consistency/" + bind + bitmap
+        assert (o["advertise_payload"], o["survivors_bitmap"], o["consistency_payload"]) == (
+            advertise.hex(), bitmap.hex(), consistency.hex())
+        for payload, sig in ((advertise, o["advertise_signature"]), (consistency, o["consistency_signature"])):
+            assert key.sign(payload).signature.hex() == sig  # deterministic (RFC 8032)
+            public.verify(payload, bytes.fromhex(sig))
+            other = payload.replace(bind, bind[:16] + bytes(a ^ 1 for a in bind[16:]), 1)
+            with pytest.raises(nacl.exceptions.BadSignatureError):
+                public.verify(other, bytes.fromhex(sig))  # another task: refused
+
+
+def test_key_agreement_and_share_vectors_bind_the_task_digest():
+    for case in _cases("key_agreement"):
+        i, o = case["input"], case["output"]
+        bind = i["session_id"] + i["task_digest"]
+        assert o["binding"] == bind
+        lo, hi = sorted((i["a_party"], i["b_party"]))
+        pair = bind + struct.pack(">II", lo, hi).hex()
+        assert o["channel_info"] == b"fa-secagg/v2/channel/".hex() + pair
+        assert o["pairmask_info"] == b"fa-secagg/v2/pairmask/".hex() + pair
+        assert o["selfmask_info"] == b"fa-secagg/v2/selfmask/".hex() + bind + struct.pack(">I", i["a_party"]).hex()
+    for case in _cases("share_encryption"):
+        i, o = case["input"], case["output"]
+        assert o["associated_data"] == (b"fa-secagg/v2/share/".hex() + i["session_id"] + i["task_digest"]
+                                        + struct.pack(">II", i["sender"], i["receiver"]).hex())
+    cases = {c["input"]["task_digest"]: c["output"] for c in _cases("key_agreement")}
+    assert len(cases) == len(_cases("key_agreement"))  # the digest changes every derived key
+    assert len({o["channel_key"] for o in cases.values()}) == len(cases)
+
+
+def test_transcripts_sign_and_relay_every_party_s_keys_in_every_threat_model():
+    """Each ShareKeys carries the sender's signature over its advertised keys bound to session ‖ task digest, and
+    each RoutedShares carries its senders' signatures in order — parsed from the bytes by hand."""
+    models = set()
+    for case in _cases("transcript"):
+        i, o = case["input"], case["output"]
+        models.add(i["threat_model"])
+        assert i["task_digest"] != "00" * 32
+        bind = bytes.fromhex(i["session_id"]) + bytes.fromhex(i["task_digest"])
+        ids = {int(p): nacl.signing.VerifyKey(bytes.fromhex(s["identity_public"]))
+               for p, s in o["party_secrets"].items()}
+        keys, sigs = {}, {}
+        kinds = set()
+        for m in o["messages"]:
+            data = bytes.fromhex(m["bytes"])
+            assert data[:3] == b"SA\x02"
+            body, party = data[24:], m["party"]
+            if m["type"] == "AdvertiseKeys":
+                keys[party] = body[:64]
+            elif m["type"] == "ShareKeys":
+                (length,) = struct.unpack(">I", body[:4])
+                assert length == 64
+                sigs[party] = body[4:68]
+                payload = b"fa-secagg/v2/advertise/" + bind + struct.pack(">I", party) + keys[party]
+                ids[party].verify(payload, sigs[party])
+                assert struct.unpack(">I", body[68:72]) == (0,)  # members_wanted: the graph is complete
+            elif m["type"] == "RoutedShares":
+                (count,) = struct.unpack(">I", body[:4])
+                pos, senders = 4, []
+                for _ in range(count):
+                    sender, length = struct.unpack(">II", body[pos : pos + 8])
+                    senders.append(sender)
+                    pos += 8 + length
+                assert struct.unpack(">I", body[pos : pos + 4]) == (count,)
+                pos += 4
+                for sender in senders:
+                    assert body[pos : pos + 4] == struct.pack(">I", 64) and body[pos + 4 : pos + 68] == sigs[sender]
+                    pos += 68
+                assert body[pos:] == struct.pack(">I", 0)  # no member entries
+            kinds.add(m["type"])
+        assert {"AdvertiseKeys", "ShareKeys", "RoutedShares"} <= kinds
+    assert models == {"semi_honest", "active"}
+
+
+def test_message_vectors_cover_the_protocol_2_layouts():
+    cases = [c["input"] for c in _cases("messages")]
+    assert all(set(c["fields"]) == {"c_pk", "s_pk"} for c in cases if c["type"] == "AdvertiseKeys")
+    share_keys = [c["fields"] for c in cases if c["type"] == "ShareKeys"]
+    assert any(f["signature"] == "" for f in share_keys) and any(len(f["signature"]) == 128 for f in share_keys)
+    assert any(f["members_wanted"] > 0 for f in share_keys)
+    routed = [c["fields"] for c in cases if c["type"] == "RoutedShares"]
+    assert any(f["signatures"] for f in routed) and any(f["members"] for f in routed)
+    assert any(not f["signatures"] for f in routed)

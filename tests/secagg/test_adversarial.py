@@ -8,12 +8,16 @@ server recovers one party's input, or reads a share meant for another party), so
 to be what stops it.
 
 Cohorts: n=5 semi-honest on the complete graph (threshold t=3), n=7 active (t=5), and n=30 on a
-sparse graph of degree 6 (t=4).
+sparse graph of degree 6 (t=4). As the service runs them (device protocol 2), every party has an identity key
+and signs its advertised keys, bound to the session and the task digest, in its ShareKeys; the server verifies
+those signatures and relays them in RoutedShares, and every party verifies its senders' before it masks
+(`make_cohort(signed=False)`: a session without identities). Task binding itself: test_task_binding.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field
 
@@ -34,6 +38,7 @@ from secagg import (
     SecAggConfig,
     ServerSession,
     SignatureError,
+    TaskMismatchError,
     TooFewSurvivorsError,
     UnknownPartyError,
     WrongPhaseError,
@@ -56,6 +61,8 @@ from secagg.messages import (
 from secagg.phases import Phase
 
 DIM, BITS = 4, 16
+DIGEST = hashlib.sha256(b"test_adversarial/task").digest()
+"""The task digest every party of these cohorts computed (the same for all: an honest task)."""
 
 
 @dataclass
@@ -67,10 +74,22 @@ class Cohort:
     clients: dict[int, ClientSession]
     server: ServerSession
     identities: dict[int, Ed25519PrivateKey] = field(default_factory=dict)
+    digest: bytes = DIGEST
+    server_messages: dict[int, bytes] = field(default_factory=dict)
+    """The server's last messages, where a test keeps them."""
 
     @property
     def sid(self) -> bytes:
         return self.cfg.session_id
+
+    @property
+    def bind(self) -> bytes:
+        """What keys, associated data and signatures are bound to: session id ‖ task digest."""
+        return crypto.binding(self.sid, self.digest)
+
+    @property
+    def public_ids(self) -> dict[int, bytes]:
+        return {p: crypto.ed25519_public_bytes(k) for p, k in self.identities.items()}
 
     @property
     def t(self) -> int:
@@ -89,11 +108,16 @@ class Cohort:
         return encode_bitmap(set(members), self.cfg.n)
 
     def sign_survivors(self, signer: int, bitmap: bytes) -> bytes:
-        return crypto.sign(self.identities[signer], crypto.consistency_payload(self.sid, bitmap))
+        return crypto.sign(self.identities[signer], crypto.consistency_payload(self.bind, bitmap))
+
+    def sign_keys(self, signer: int, party: int, c_pk: bytes, s_pk: bytes, bind: bytes | None = None) -> bytes:
+        """`signer`'s identity signature over `party`'s advertised keys (bound to this session and task)."""
+        return crypto.sign(self.identities[signer], crypto.advertise_payload(bind or self.bind, party, c_pk, s_pk))
 
 
 def make_cohort(
-    n: int = 5, *, active: bool = False, graph: str = "auto", degree: int | None = None, sid: bytes | None = None
+    n: int = 5, *, active: bool = False, graph: str = "auto", degree: int | None = None, sid: bytes | None = None,
+    signed: bool = True, digest: bytes = DIGEST,
 ) -> Cohort:
     cfg = SecAggConfig(
         sid or os.urandom(16), n, DIM, BITS, graph=graph, degree=degree,
@@ -103,11 +127,23 @@ def make_cohort(
     inputs = {p: rng.integers(0, 1 << BITS, DIM, dtype=np.uint64) for p in range(1, n + 1)}
     identities: dict[int, Ed25519PrivateKey] = {}
     public_ids = None
-    if active:
+    if signed or active:
         identities = {p: Ed25519PrivateKey.generate() for p in inputs}
         public_ids = {p: crypto.ed25519_public_bytes(k) for p, k in identities.items()}
-    clients = {p: ClientSession(cfg, p, v, identities.get(p), public_ids) for p, v in inputs.items()}
-    return Cohort(cfg, inputs, clients, ServerSession(cfg, public_ids), identities)
+    clients = {
+        p: ClientSession(cfg, p, v, identities.get(p), public_ids, task_digest=digest) for p, v in inputs.items()
+    }
+    return Cohort(cfg, inputs, clients, ServerSession(cfg, public_ids, task_digest=digest), identities, digest)
+
+
+def keep_senders(routed: RoutedShares, keep) -> RoutedShares:
+    """`routed` with only the ciphertexts (and their signatures, which travel with them) of senders in `keep`."""
+    pairs = [(x, sig) for x, sig in zip(routed.ciphertexts, routed.signatures or [None] * len(routed.ciphertexts))
+             if x[0] in keep]
+    return dataclasses.replace(
+        routed, ciphertexts=tuple(x for x, _ in pairs),
+        signatures=tuple(sig for _, sig in pairs) if routed.signatures else (),
+    )
 
 
 @dataclass
@@ -201,7 +237,8 @@ def test_client_rejects_routed_shares_from_a_sender_outside_its_key_set():
     sk5 = dict(decode(share_keys[5]).ciphertexts)
     # The server routes party 5's (genuine) ciphertext for party 1 although 5 was not in 1's key set.
     others = [(u, dict(decode(share_keys[u]).ciphertexts)[1]) for u in (2, 3, 4)]
-    injected = RoutedShares(c.sid, 1, tuple(others + [(5, sk5[1])]))
+    sigs = tuple(decode(share_keys[u]).signature for u in (2, 3, 4, 5))  # genuine signatures too
+    injected = RoutedShares(c.sid, 1, tuple(others + [(5, sk5[1])]), sigs)
     with pytest.raises(InconsistentSetsError, match="not in the key set"):
         c.clients[1].receive(injected.encode())
     expect_abandoned(c.clients[1])
@@ -211,7 +248,7 @@ def test_client_rejects_routed_shares_below_threshold():
     c, peer_keys = _to_share_keys()
     share_keys = c.reply(peer_keys)
     routed = decode(c.advance(share_keys)[1])
-    short = dataclasses.replace(routed, ciphertexts=routed.ciphertexts[:1])  # U2 = {1, one sender} < t
+    short = keep_senders(routed, {routed.ciphertexts[0][0]})  # U2 = {1, one sender} < t
     with pytest.raises(InconsistentSetsError, match="below the threshold"):
         c.clients[1].receive(short.encode())
     expect_abandoned(c.clients[1])
@@ -221,8 +258,7 @@ def _client1_with_u2_without_5() -> Cohort:
     """Everyone has sent a masked input; party 1 got shares from {2, 3, 4} only, so its U2 is {1..4}."""
     c, peer_keys = _to_share_keys()
     routed = c.advance(c.reply(peer_keys))
-    r1 = decode(routed[1])
-    routed[1] = dataclasses.replace(r1, ciphertexts=tuple(x for x in r1.ciphertexts if x[0] != 5)).encode()
+    routed[1] = keep_senders(decode(routed[1]), {2, 3, 4}).encode()
     c.reply(routed)
     return c
 
@@ -251,8 +287,8 @@ def test_client_with_its_own_minimum_refuses_a_shrunk_survivor_set(active):
     party signs it (active) or reveals any share; the whole cohort is counted, not only the neighbourhood."""
     for minimum, refused in ((7, True), (6, False)):
         c = make_cohort(8, active=active)
-        ids = {p: crypto.ed25519_public_bytes(k) for p, k in c.identities.items()} or None
-        c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities.get(1), ids, min_survivors=minimum)
+        c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], c.public_ids, min_survivors=minimum,
+                                     task_digest=c.digest)
         routed = c.advance(c.reply(c.advance({p: cl.start() for p, cl in c.clients.items()})))
         after_input = c.advance(c.reply(routed, skip={7, 8}))  # 6 survivors: at or above the threshold (5 / 6)
         assert len(c.server.survivors(Phase.MASKED_INPUT)) == 6 >= c.t
@@ -311,11 +347,11 @@ def _unmask_party(tr: Transcript, v: int, b_shares: dict[int, int], s_shares: di
     s_sk = X25519PrivateKey.from_private_bytes(shamir.secret_from_int(rec.reconstruct(s_shares, "s", "attack")))
     y = encoding.unpack(decode(tr.masked[v]).packed, cfg.dim, cfg.bits, cfg.work_dtype).copy()
     stream = crypto.MaskStream(cfg.dim, cfg.work_dtype)
-    stream.add_into(y, crypto.self_mask_key(seed, c.sid, v), -1)
+    stream.add_into(y, crypto.self_mask_key(seed, c.bind, v), -1)
     for u in sorted(tr.adverts):
         if u != v:
             shared = s_sk.exchange(X25519PublicKey.from_public_bytes(decode(tr.adverts[u]).s_pk))
-            stream.add_into(y, crypto.pair_mask_key(shared, c.sid, v, u), -1 if v < u else +1)
+            stream.add_into(y, crypto.pair_mask_key(shared, c.bind, v, u), -1 if v < u else +1)
     return y.astype(np.uint64) & np.uint64(cfg.modulus_mask)
 
 
@@ -393,56 +429,158 @@ def test_client_rejects_peer_keys_with_a_repeated_key():
 
 
 # ---------------------------------------------------------------------------------------------------
-# 4. Signatures (active threat model).
+# 4. Signatures: over each party's keys (ShareKeys / RoutedShares, every threat model) and over the survivor
+#    set (active threat model).
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_server_rejects_bad_advertised_key_signatures():
-    c = make_cohort(7, active=True)
-    a1 = decode(c.clients[1].start())
+@pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
+def test_server_rejects_bad_key_signatures_in_share_keys(active):
+    """The server verifies each ShareKeys signature over the party's advertised keys (bound to session and task)
+    before relaying anything: a bad one is refused, the party's genuine message is still accepted."""
+    c = make_cohort(7, active=active)
+    adverts = {p: cl.start() for p, cl in c.clients.items()}
+    share_keys = c.reply(c.advance(adverts))
+    s1, a1 = decode(share_keys[1]), decode(adverts[1])
     _, fake = crypto.x25519_keypair()
-    forged_by_2 = crypto.sign(c.identities[2], crypto.advertise_payload(c.sid, 1, a1.c_pk, a1.s_pk))
     for bad in (
-        dataclasses.replace(a1, signature=flip(a1.signature, 7)),
-        dataclasses.replace(a1, c_pk=fake),  # keys swapped, signature kept
-        dataclasses.replace(a1, signature=forged_by_2),  # signed by another party's identity
-        dataclasses.replace(a1, signature=b""),
+        flip(s1.signature, 7),
+        c.sign_keys(1, 1, fake, a1.s_pk),  # its identity, but over other keys than it advertised
+        c.sign_keys(1, 1, a1.s_pk, a1.c_pk),  # its keys swapped
+        c.sign_keys(1, 2, a1.c_pk, a1.s_pk),  # its keys, signed as party 2's
+        c.sign_keys(2, 1, a1.c_pk, a1.s_pk),  # signed by another party's identity
+        c.sign_keys(1, 1, a1.c_pk, a1.s_pk, crypto.binding(os.urandom(16), c.digest)),  # another session
+        c.sign_keys(1, 1, a1.c_pk, a1.s_pk, crypto.binding(c.sid, bytes(32))),  # no task / another task
+        b"",
     ):
-        with pytest.raises(SignatureError):
-            c.server.receive(1, bad.encode())
-    c.server.receive(1, a1.encode())
+        with pytest.raises(SignatureError, match="party 1"):
+            c.server.receive(1, dataclasses.replace(s1, signature=bad).encode())
+    c.server.receive(1, share_keys[1])
+    assert c.server.received() == {1}
+
+
+def test_server_without_identity_keys_accepts_unsigned_share_keys():
+    """A session without identities (protocol tests, benchmarks): nothing to sign or verify, the sum is exact."""
+    c = make_cohort(5, signed=False)
+    tr = run_to_unmasking(c)
+    assert all(decode(m).signature == b"" for m in tr.share_keys.values())
+    assert all(decode(m).signatures == () and decode(m).members == () for m in tr.routed.values())
+    c.advance(c.reply(tr.unmask_requests))
+    assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 6)))
 
 
 def _active_peer_keys() -> tuple[Cohort, PeerKeys]:
     c = make_cohort(7, active=True)
-    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
-    return c, decode(peer_keys[1])
+    c.server_messages = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    return c, decode(c.server_messages[1])
 
 
-def _swap_c_pk_of_3(msg: PeerKeys, new_c_pk: bytes) -> bytes:
-    peers = tuple(dataclasses.replace(p, c_pk=new_c_pk) if p.party == 3 else p for p in msg.peers)
+def _swap_keys_of(msg: PeerKeys, party: int, c_pk: bytes, s_pk: bytes | None = None) -> bytes:
+    peers = tuple(dataclasses.replace(p, c_pk=c_pk, s_pk=s_pk or p.s_pk) if p.party == party else p for p in msg.peers)
     return dataclasses.replace(msg, peers=peers).encode()
 
 
-def test_client_rejects_peer_keys_with_a_substituted_key():
-    c, msg = _active_peer_keys()
-    _, server_pk = crypto.x25519_keypair()
-    with pytest.raises(SignatureError, match="party 3"):
-        c.clients[1].receive(_swap_c_pk_of_3(msg, server_pk))
+@pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
+@pytest.mark.parametrize("which", ["c_pk", "s_pk", "both"])
+def test_client_rejects_routed_shares_after_a_substituted_peer_key(active, which):
+    """The server shows party 1 its own key in place of party 3's. Party 1 cannot tell at PeerKeys (signatures travel
+    with the shares), but at RoutedShares party 3's signature over its genuine keys does not verify against the keys
+    party 1 was shown: TaskMismatchError naming party 3, and no masked input is ever produced."""
+    c = make_cohort(7, active=active)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    msg = decode(peer_keys[1])
+    _, server_c = crypto.x25519_keypair()
+    _, server_s = crypto.x25519_keypair()
+    genuine = next(p for p in msg.peers if p.party == 3)
+    c_pk = genuine.c_pk if which == "s_pk" else server_c
+    s_pk = genuine.s_pk if which == "c_pk" else server_s
+    share_keys = c.reply({p: m for p, m in peer_keys.items() if p != 1})
+    share_keys[1] = c.clients[1].receive(_swap_keys_of(msg, 3, c_pk, s_pk))
+    routed = c.advance(share_keys)  # party 1's own signature is over its own keys: the server accepts it
+    assert 3 in dict(decode(routed[1]).ciphertexts)
+    with pytest.raises(TaskMismatchError, match="party 3") as err:
+        c.clients[1].receive(routed[1])
+    assert err.value.party == 3
+    expect_abandoned(c.clients[1])
+    with pytest.raises(WrongPhaseError):
+        c.clients[1].receive(routed[1])  # no retry yields a masked input either
+
+
+def test_client_refuses_peer_keys_naming_a_party_without_an_identity_key():
+    c = make_cohort(7, active=True)
+    ids = {p: k for p, k in c.public_ids.items() if p != 4}
+    c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], ids, task_digest=c.digest)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    with pytest.raises(SignatureError, match=r"no identity key for parties \[4\]"):
+        c.clients[1].receive(peer_keys[1])
     expect_abandoned(c.clients[1])
 
 
-def test_without_key_signatures_the_server_reads_shares_meant_for_another_party(monkeypatch):
-    """Counterpart: with verification removed, a server that substitutes its own channel key for
-    party 3's decrypts party 1's shares for party 3 (a man-in-the-middle on the share channel)."""
+def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
+    """Counterpart: with the checks off (verify_peers=False), a server that shows party 1 its own keys for every peer
+    decrypts all of party 1's shares (so learns b_1), answers with RoutedShares it made itself, and — knowing every
+    pairwise mask key of party 1 — strips party 1's masks from its masked input: the individual input is exposed.
+    The same attack against a checking client ends in TaskMismatchError before any masked input."""
+    for verify in (False, True):
+        c = make_cohort(5)
+        c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], c.public_ids, task_digest=c.digest,
+                                     verify_peers=verify)
+        adverts = {p: cl.start() for p, cl in c.clients.items()}
+        msg = decode(c.advance(adverts)[1])
+        own = next(p for p in msg.peers if p.party == 1)
+        fakes = {v: (crypto.x25519_keypair(), crypto.x25519_keypair()) for v in (2, 3, 4, 5)}
+        shown = dataclasses.replace(msg, peers=(own, *(
+            dataclasses.replace(p, c_pk=fakes[p.party][0][1], s_pk=fakes[p.party][1][1])
+            for p in msg.peers if p.party != 1
+        )))
+        share_1 = decode(c.clients[1].receive(shown.encode()))
+        # The server decrypts every share party 1 sent (each under a channel key it agreed as the "peer").
+        b_shares, cts_back, sigs_back = {}, [], []
+        for v, ct in share_1.ciphertexts:
+            key = crypto.channel_key(crypto.agree(fakes[v][0][0], own.c_pk), c.bind, 1, v)
+            pt = crypto.open_share(key, c.bind, 1, v, ct)
+            b_shares[v] = shamir.from_bytes(pt[8:41])
+            # … and sends party 1 a share "from" v under the same key (any share will do), with a made-up signature
+            fake_pt = v.to_bytes(4, "big") + (1).to_bytes(4, "big") + bytes(66)
+            cts_back.append((v, crypto.seal_share(key, c.bind, v, 1, fake_pt)))
+            sigs_back.append(crypto.sign(Ed25519PrivateKey.generate(), b"not party v's signature"))
+        forged = RoutedShares(c.sid, 1, tuple(cts_back), tuple(sigs_back))
+        if verify:
+            with pytest.raises(TaskMismatchError):
+                c.clients[1].receive(forged.encode())
+            expect_abandoned(c.clients[1])
+            continue
+        masked = decode(c.clients[1].receive(forged.encode()))
+        b_1 = shamir.secret_from_int(shamir.BatchReconstructor(c.t).reconstruct(
+            {v: b_shares[v] for v in (2, 3, 4)}, "b", "attack"))
+        y = encoding.unpack(masked.packed, c.cfg.dim, c.cfg.bits, c.cfg.work_dtype).copy()
+        stream = crypto.MaskStream(c.cfg.dim, c.cfg.work_dtype)
+        stream.add_into(y, crypto.self_mask_key(b_1, c.bind, 1), -1)
+        for v in (2, 3, 4, 5):
+            shared = crypto.agree(fakes[v][1][0], own.s_pk)
+            stream.add_into(y, crypto.pair_mask_key(shared, c.bind, 1, v), -1)  # party 1 < v added +mask
+        assert np.array_equal(y.astype(np.uint64) & np.uint64(c.cfg.modulus_mask), c.inputs[1])
+
+
+def test_a_substituted_channel_key_exposes_one_share_but_no_masked_input():
+    """What the key signatures do not prevent, and why they are checked before masking: a server that substitutes its
+    own channel key for party 3's reads the shares party 1 encrypted for party 3 (one share of b_1 and of s_1 per
+    substituted peer), but when it routes party 3's shares party 1 finds party 3's signature does not match the keys
+    it was shown and stops before its masked input is computed. (A substituted peer the server reports as dropped is
+    never checked: test_task_binding.py, the two xfail tests.)"""
     c, msg = _active_peer_keys()
     server_sk, server_pk = crypto.x25519_keypair()
-    monkeypatch.setattr(crypto, "verify", lambda *args, **kwargs: None)
-    share_keys = decode(c.clients[1].receive(_swap_c_pk_of_3(msg, server_pk)))
+    peer_keys = {p: m for p, m in c.server_messages.items() if p != 1}
+    share_keys = c.reply(peer_keys)
+    share_keys[1] = c.clients[1].receive(_swap_keys_of(msg, 3, server_pk))
     c_pk_1 = next(p.c_pk for p in msg.peers if p.party == 1)
-    key = crypto.channel_key(crypto.agree(server_sk, c_pk_1), c.sid, 1, 3)
-    plaintext = crypto.open_share(key, c.sid, 1, 3, dict(share_keys.ciphertexts)[3])
+    key = crypto.channel_key(crypto.agree(server_sk, c_pk_1), c.bind, 1, 3)
+    plaintext = crypto.open_share(key, c.bind, 1, 3, dict(decode(share_keys[1]).ciphertexts)[3])
     assert plaintext[:8] == (1).to_bytes(4, "big") + (3).to_bytes(4, "big")
+    routed = c.advance(share_keys)
+    with pytest.raises(TaskMismatchError, match="party 3"):
+        c.clients[1].receive(routed[1])
+    expect_abandoned(c.clients[1])
 
 
 def _active_unmask_stage() -> tuple[Cohort, Transcript]:
@@ -747,7 +885,7 @@ def test_server_refuses_low_order_keys_at_advertise_time_and_the_cohort_survives
     cfg = SecAggConfig(session_id=os.urandom(16), n=5, dim=3, bits=16)
     server = ServerSession(cfg)
     clients = {p: ClientSession(cfg, p, np.full(3, p, dtype=np.uint64)) for p in range(1, 6)}
-    bad = AdvertiseKeys(cfg.session_id, 5, low_order, os.urandom(32), b"").encode()
+    bad = AdvertiseKeys(cfg.session_id, 5, low_order, os.urandom(32)).encode()
     with pytest.raises(DecryptionError, match="unusable"):
         server.receive(5, bad)
     outgoing = {p: c.start() for p, c in clients.items() if p != 5}

@@ -27,7 +27,9 @@ from secagg.messages import (
     ConsistencyRequest,
     ConsistencySignature,
     MaskedInput,
+    MAX_MEMBERS_WANTED,
     MaskedInputProved,
+    MemberEntry,
     Message,
     MsgType,
     PeerEntry,
@@ -46,14 +48,15 @@ KEY_A, KEY_B, KEY_C, KEY_D = (bytes([i]) * 32 for i in (0xA1, 0xB2, 0xC3, 0xD4))
 SIG = bytes(range(64))
 CT = bytes(range(90))
 SHARE = bytes(range(33))
+MEMBER = MemberEntry(9, KEY_D, KEY_A, KEY_C, SIG)
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 SAMPLES: list[Message] = [
-    AdvertiseKeys(SID, 1, KEY_A, KEY_B, b""),
-    AdvertiseKeys(SID, 7, KEY_A, KEY_B, SIG),
-    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D, b""))),
+    AdvertiseKeys(SID, 1, KEY_A, KEY_B),
+    AdvertiseKeys(SID, 7, KEY_C, KEY_D),
+    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B), PeerEntry(2, KEY_C, KEY_D))),
     PeerKeys(SID, 2, ()),
-    ShareKeys(SID, 3, ((1, CT), (2, CT[::-1]))),
+    ShareKeys(SID, 3, ((1, CT), (2, CT[::-1])), SIG, 0),
     RoutedShares(SID, 4, ((5, CT), (6, b""))),
     MaskedInput(SID, 5, 13, 3, bytes(5)),
     ConsistencyRequest(SID, 6, encode_bitmap({1, 3, 9}, 10)),
@@ -63,6 +66,11 @@ SAMPLES: list[Message] = [
     UnmaskShares(SID, 9, ((1, 1, SHARE), (2, 2, SHARE[::-1]))),
     MaskedInputProved(SID, 5, 13, 3, bytes(range(5)), bytes(range(40))),
     MaskedInputProved(SID, 5, 16, 2, bytes(4), b""),
+    ShareKeys(SID, 3, ((1, CT),)),  # unsigned (a session without identities), no members wanted
+    ShareKeys(SID, 3, ((1, CT), (4, CT)), SIG[::-1], MAX_MEMBERS_WANTED),
+    RoutedShares(SID, 4, ((5, CT), (6, CT[::-1])), (SIG, SIG[::-1])),
+    RoutedShares(SID, 4, ((5, CT),), (SIG,), (MEMBER, MemberEntry(12, KEY_B, KEY_C, KEY_D, SIG[::-1]))),
+    RoutedShares(SID, 4, (), (), (MEMBER,)),
 ]
 ENCODED = [m.encode() for m in SAMPLES]
 IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)]
@@ -106,7 +114,8 @@ def test_bad_magic_version_and_type_are_rejected():
     data = ENCODED[0]
     with pytest.raises(MessageFormatError, match="magic"):
         decode(b"SB" + data[2:])
-    for version in (0, 2, 255):
+    assert VERSION == 2  # device protocol 2: unsigned AdvertiseKeys, signatures in ShareKeys / RoutedShares
+    for version in (0, 1, 3, 255):  # 1: a protocol-1 device or server is refused, not misparsed
         with pytest.raises(MessageFormatError, match="version"):
             decode(data[:2] + bytes([version]) + data[3:])
     for mtype in (0, 7, 10, 15, 255):
@@ -124,18 +133,28 @@ def _with_u32(data: bytes, offset: int, value: int) -> bytes:
 H = HEADER.size
 
 
+_SK = H + 4 + 64 + 4
+"""Where a signed ShareKeys' ciphertext count is: after blob(signature) and members_wanted."""
+_RS_SIGS = H + 4 + 2 * (8 + 90)
+"""Where the signature count of a RoutedShares with two 90-byte ciphertexts is."""
+
+
 @pytest.mark.parametrize(
     ("msg", "offset", "field"),
     [
         (SAMPLES[2], H, "peers"),
-        (SAMPLES[4], H, "ciphertexts"),
+        (SAMPLES[4], _SK, "ciphertexts"),
+        (SAMPLES[4], H, "signature"),  # the signature blob's length prefix
         (SAMPLES[5], H, "ciphertexts"),
         (SAMPLES[11], H, "shares"),
         (SAMPLES[7], H, "survivors"),
-        (SAMPLES[1], H + 64, "signature"),
-        (SAMPLES[4], H + 8, "ciphertext"),  # the first ciphertext's length prefix
+        (SAMPLES[4], _SK + 8, "ciphertext"),  # the first ciphertext's length prefix
         (SAMPLES[9], H + 4 + len(SAMPLES[9].survivors), "signatures"),
         (SAMPLES[12], H + 5 + 5, "proof"),
+        (SAMPLES[16], _RS_SIGS, "signatures"),
+        (SAMPLES[16], _RS_SIGS + 4, "signature"),  # the first signature blob's length prefix
+        (SAMPLES[17], H + 4 + 8 + 90 + 4 + 4 + 64, "members"),
+        (SAMPLES[18], H + 4 + 4, "members"),
     ],
 )
 def test_counts_larger_than_the_message_are_rejected_before_use(msg, offset, field):
@@ -147,10 +166,26 @@ def test_counts_larger_than_the_message_are_rejected_before_use(msg, offset, fie
 
 
 def test_malformed_fields_are_rejected():
-    with pytest.raises(MessageFormatError, match="signature"):
-        decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B, SIG[:10]).encode())
-    with pytest.raises(MessageFormatError, match="signature"):
-        decode(PeerKeys(SID, 1, (PeerEntry(1, KEY_A, KEY_B, SIG + b"x"),)).encode())
+    for bad in (SIG[:10], SIG + b"x", SIG[:63]):  # a signature is empty or exactly 64 bytes, wherever it is carried
+        with pytest.raises(MessageFormatError, match="signature"):
+            decode(ShareKeys(SID, 1, ((2, CT),), bad, 0).encode())
+        with pytest.raises(MessageFormatError, match="signature"):
+            decode(RoutedShares(SID, 1, ((2, CT), (3, CT)), (SIG, bad)).encode())
+    # protocol-1 layouts: a signature blob after the keys of AdvertiseKeys / PeerKeys entries is refused
+    with pytest.raises(MessageFormatError):
+        decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B).encode() + struct.pack(">I", 64) + SIG)
+    with pytest.raises(MessageFormatError):
+        decode(PeerKeys(SID, 1, (PeerEntry(1, KEY_A, KEY_B),)).encode() + struct.pack(">I", 0))
+    with pytest.raises(MessageFormatError, match="members_wanted"):
+        decode(ShareKeys(SID, 1, ((2, CT),), SIG, MAX_MEMBERS_WANTED + 1).encode())
+    with pytest.raises(MessageFormatError, match="members_wanted"):
+        decode(ShareKeys(SID, 1, ((2, CT),), SIG, 2**32 - 1).encode())
+    # one signature per ciphertext, or none (sessions without identities)
+    for sigs in ((SIG,), (SIG, SIG, SIG)):
+        with pytest.raises(MessageFormatError, match="signatures: .* for 2 ciphertexts"):
+            decode(RoutedShares(SID, 1, ((2, CT), (3, CT)), sigs).encode())
+    with pytest.raises(MessageFormatError, match="signatures: 1 for 0 ciphertexts"):
+        decode(RoutedShares(SID, 1, (), (SIG,)).encode())
     for kind in (0, 3, 255):
         with pytest.raises(MessageFormatError, match="share kind"):
             decode(UnmaskShares(SID, 1, ((1, kind, SHARE),)).encode())
@@ -221,20 +256,35 @@ def _entry_by_entry(data: bytes) -> Message:
     def u32() -> int:
         return struct.unpack(">I", take(4))[0]
 
-    n = u32()
-    if n * (72 if mtype == MsgType.PEER_KEYS else 8) > len(data) - pos:
-        raise MessageFormatError("count")
+    def count(entry: int) -> int:
+        n = u32()
+        if n * entry > len(data) - pos:
+            raise MessageFormatError("count")
+        return n
+
+    def signature() -> bytes:
+        sig = take(count(1))
+        if len(sig) not in (0, 64):
+            raise MessageFormatError("signature")
+        return sig
+
+    def pairs() -> tuple[tuple[int, bytes], ...]:
+        return tuple((u32(), take(count(1))) for _ in range(count(8)))
+
     if mtype == MsgType.PEER_KEYS:
-        peers = []
-        for _ in range(n):
-            v, c, s, sig = u32(), take(32), take(32), take(u32())
-            if len(sig) not in (0, 64):
-                raise MessageFormatError("signature")
-            peers.append(PeerEntry(v, c, s, sig))
-        out: Message = PeerKeys(sid, party, tuple(peers))
+        out: Message = PeerKeys(sid, party, tuple(PeerEntry(u32(), take(32), take(32)) for _ in range(count(68))))
+    elif mtype == MsgType.SHARE_KEYS:
+        sig, wanted = signature(), u32()
+        if wanted > MAX_MEMBERS_WANTED:
+            raise MessageFormatError("members_wanted")
+        out = ShareKeys(sid, party, pairs(), sig, wanted)
     else:
-        pairs = tuple((u32(), take(u32())) for _ in range(n))
-        out = (ShareKeys if mtype == MsgType.SHARE_KEYS else RoutedShares)(sid, party, pairs)
+        cts = pairs()
+        sigs = tuple(signature() for _ in range(count(4)))
+        if sigs and len(sigs) != len(cts):
+            raise MessageFormatError("signatures")
+        members = tuple(MemberEntry(u32(), take(32), take(32), take(32), take(64)) for _ in range(count(164)))
+        out = RoutedShares(sid, party, cts, sigs, members)
     if pos != len(data):
         raise MessageFormatError("trailing")
     return out
@@ -251,17 +301,22 @@ _LENGTHS = st.sampled_from([0, 1, 64, 90, 90, 90])
     st.lists(st.tuples(st.integers(0, 10**4), st.integers(0, 255)), max_size=3),
     st.integers(0, 12),
     st.binary(max_size=6),
+    st.booleans(),
+    st.integers(0, 3),
 )
-def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, uniform, edits, cut, tail):
+def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, uniform, edits, cut, tail, signed, members):
     """Entry lists of one length (every honest message) take the fast path, mixed or malformed ones the
     entry-by-entry path; either way decode() returns what the reference parse returns, or both refuse."""
     if uniform and entries:
         entries = [(v, entries[0][1]) for v, _ in entries]
     if mtype == MsgType.PEER_KEYS:
-        msg: Message = PeerKeys(SID, 3, tuple(PeerEntry(v, KEY_A, KEY_B, bytes(k)) for v, k in entries))
+        msg: Message = PeerKeys(SID, 3, tuple(PeerEntry(v, KEY_A, bytes([k]) * 32) for v, k in entries))
+    elif mtype == MsgType.SHARE_KEYS:
+        msg = ShareKeys(SID, 3, tuple((v, bytes([k % 251]) * k) for v, k in entries), SIG if signed else b"", members)
     else:
-        cls = ShareKeys if mtype == MsgType.SHARE_KEYS else RoutedShares
-        msg = cls(SID, 3, tuple((v, bytes([k % 251]) * k) for v, k in entries))
+        cts = tuple((v, bytes([k % 251]) * k) for v, k in entries)
+        sigs = tuple(bytes([i]) * 64 for i in range(len(cts))) if signed else ()
+        msg = RoutedShares(SID, 3, cts, sigs, tuple(MemberEntry(i, KEY_A, KEY_B, KEY_C, SIG) for i in range(members)))
     out = bytearray(msg.encode())
     for pos, value in edits:
         out[HEADER.size + pos % max(1, len(out) - HEADER.size)] = value
@@ -280,9 +335,22 @@ def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, unif
 def test_peer_keys_from_pre_encoded_entries_equal_the_message_encoding():
     from secagg.messages import encode_entries
 
-    peers = (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(4, KEY_C, KEY_D, SIG))
+    peers = (PeerEntry(1, KEY_A, KEY_B), PeerEntry(4, KEY_C, KEY_D))
     assert encode_entries(PeerKeys.TYPE, SID, 9, [p.encode() for p in peers]) == PeerKeys(SID, 9, peers).encode()
     assert encode_entries(PeerKeys.TYPE, SID, 9, []) == PeerKeys(SID, 9, ()).encode()
+
+
+def test_routed_shares_from_pre_encoded_parts_equal_the_message_encoding():
+    """The server's fast path (`encode_routed`) writes exactly what `RoutedShares.encode()` writes."""
+    from secagg.messages import encode_blob, encode_pair, encode_routed
+
+    cts, sigs = ((1, CT), (4, CT[::-1])), (SIG, SIG[::-1])
+    members = (MEMBER, MemberEntry(30, KEY_C, KEY_B, KEY_A, SIG))
+    for c, sg, m in ((cts, sigs, members), (cts, sigs, ()), (cts, (), ()), ((), (), members)):
+        fast = encode_routed(SID, 9, [encode_pair(v, ct) for v, ct in c], [encode_blob(x) for x in sg],
+                             [e.encode() for e in m])
+        assert fast == RoutedShares(SID, 9, c, sg, m).encode()
+        assert decode(fast) == RoutedShares(SID, 9, c, sg, m)
 
 
 # ---------------------------------------------------------------------------------------------------

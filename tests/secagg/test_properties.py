@@ -1,6 +1,8 @@
-"""Property tests: for random cohorts, bit widths, graphs, threat models and drop sets in every phase,
-the server's output is exactly the sum of the inputs of the parties that sent their masked input
-(mod 2^bits), or a typed abort exactly when too few parties remain."""
+"""Property tests: for random cohorts, bit widths, graphs, threat models, task digests and drop sets in every
+phase, the server's output is exactly the sum of the inputs of the parties that sent their masked input
+(mod 2^bits), or a typed abort exactly when too few parties remain. Sessions are signed and verified as the
+service runs them (every party signs its keys bound to the task digest and checks its senders'); task binding
+under disagreement: test_task_binding.py."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ def sessions(draw, graphs=("complete", "sparse")):
     threat = draw(st.sampled_from(["semi_honest", "active"]))
     cfg = SecAggConfig(os.urandom(16), n, dim, bits, graph=graph, threat_model=threat)
     seed = draw(st.integers(0, 2**32 - 1))
+    digest = draw(st.binary(min_size=32, max_size=32))
     rng = np.random.default_rng(seed)
     inputs = {p: rng.integers(0, 1 << bits, dim, dtype=np.uint64) for p in range(1, n + 1)}
     remaining = list(range(1, n + 1))
@@ -40,7 +43,7 @@ def sessions(draw, graphs=("complete", "sparse")):
         chosen = set(rng.choice(remaining, size=k, replace=False).tolist()) if k else set()
         drops[phase] = chosen
         remaining = [p for p in remaining if p not in chosen]
-    return cfg, inputs, drops
+    return cfg, inputs, drops, digest
 
 
 def _applicable(cfg: SecAggConfig) -> list[Phase]:
@@ -50,8 +53,8 @@ def _applicable(cfg: SecAggConfig) -> list[Phase]:
 @SETTINGS
 @given(sessions())
 def test_sum_is_exact_or_typed_abort(case):
-    cfg, inputs, drops = case
-    report = run_session(cfg, inputs, drops)
+    cfg, inputs, drops, digest = case
+    report = run_session(cfg, inputs, drops, task_digest=digest)
     if report.abort is not None:
         assert isinstance(report.abort, AbortError)
         assert report.abort.have < report.abort.needed
@@ -71,8 +74,8 @@ def test_sum_is_exact_or_typed_abort(case):
 def test_complete_graph_aborts_exactly_when_below_threshold(case):
     """With the complete graph every neighbourhood is the whole cohort, so the oracle is simple: the
     session succeeds iff at least t parties remain after every phase it runs."""
-    cfg, inputs, drops = case
-    report = run_session(cfg, inputs, drops)
+    cfg, inputs, drops, digest = case
+    report = run_session(cfg, inputs, drops, task_digest=digest, signed=digest[0] % 2 == 0)
     alive = set(inputs)
     enough = True
     for phase in _applicable(cfg):
@@ -126,13 +129,11 @@ def test_close_ready_holds_exactly_when_closing_loses_nothing(case, order):
     answer exactly when closing the phase with the answers so far neither aborts nor prunes a party that
     answered, in every phase, whatever the graph, drops and arrival order; a session closed when ready yields
     the exact sum over the parties that sent their masked input."""
-    cfg, inputs, drops = case
-    identities = public_ids = None
-    if cfg.active:
-        keys = {p: Ed25519PrivateKey.generate() for p in inputs}
-        identities, public_ids = keys, {p: ed25519_public_bytes(k) for p, k in keys.items()}
-    clients = {p: ClientSession(cfg, p, v, identities[p] if identities else None, public_ids) for p, v in inputs.items()}
-    server = ServerSession(cfg, public_ids)
+    cfg, inputs, drops, digest = case
+    identities = {p: Ed25519PrivateKey.generate() for p in inputs}
+    public_ids = {p: ed25519_public_bytes(k) for p, k in identities.items()}
+    clients = {p: ClientSession(cfg, p, v, identities[p], public_ids, task_digest=digest) for p, v in inputs.items()}
+    server = ServerSession(cfg, public_ids, task_digest=digest)
     outgoing = {p: c.start() for p, c in clients.items() if p not in drops[Phase.ADVERTISE_KEYS]}
     while True:
         phase, answers = server.phase, list(outgoing.items())

@@ -35,7 +35,8 @@ from secagg.validity import group
 from secagg.validity.statement import decompose, range_weights
 from tests.bent_device import _unchecked_prove
 
-CTX = ProofContext(bytes(range(16)), "q1", 0, 3)
+TASK = bytes(range(32, 64))
+CTX = ProofContext(bytes(range(16)), "q1", 0, 3, TASK)
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -105,10 +106,14 @@ VALUES, NOISE = [0, 0, 1, 0, 0, 0, -1, 1], [3, -3, 0, 1, 2, -1, 0, 0]
 def test_a_proof_is_bound_to_its_context_and_statement() -> None:
     proof, _ = prove(STATEMENT, CTX, VALUES, NOISE, SeededRandom(b"ctx"))
     verify(STATEMENT, CTX, proof)
-    for other in (ProofContext(bytes(16), "q1", 0, 3), ProofContext(CTX.session_id, "q2", 0, 3),
-                  ProofContext(CTX.session_id, "q1", 1, 3), ProofContext(CTX.session_id, "q1", 0, 4)):
+    for other in (ProofContext(bytes(16), "q1", 0, 3, TASK), ProofContext(CTX.session_id, "q2", 0, 3, TASK),
+                  ProofContext(CTX.session_id, "q1", 1, 3, TASK), ProofContext(CTX.session_id, "q1", 0, 4, TASK),
+                  ProofContext(CTX.session_id, "q1", 0, 3, bytes(32)),
+                  ProofContext(CTX.session_id, "q1", 0, 3, TASK[::-1]), ProofContext(CTX.session_id, "q1", 0, 3)):
         with pytest.raises(InvalidProof, match="challenge"):
-            verify(STATEMENT, other, proof)  # replayed into another session, query, round or party
+            verify(STATEMENT, other, proof)  # replayed into another session, query, round, party or task
+    # The context encodes the digest length-prefixed after the party: no two contexts share an encoding.
+    assert CTX.encode().endswith(len(TASK).to_bytes(2, "big") + TASK)
     for other_statement in (Statement(STATEMENT.segments, 3, 3), Statement((Signs(6), Bits(2, 1)), 2, 3)):
         if proof_size(other_statement) == len(proof):
             with pytest.raises(InvalidProof, match="challenge"):
@@ -195,18 +200,20 @@ def test_a_session_drops_the_party_whose_proof_fails() -> None:
 
     def validator(party: int, proof: bytes) -> None:
         try:
-            commitments[party] = verify(statement, ProofContext(cfg.session_id, "q", 0, party), proof)
+            commitments[party] = verify(statement, ProofContext(cfg.session_id, "q", 0, party, TASK), proof)
         except InvalidProof as exc:
             raise InvalidInputError(str(exc)) from None
 
-    server = ServerSession(cfg, input_validator=validator)
+    server = ServerSession(cfg, input_validator=validator, task_digest=TASK)
     clients, expected = {}, np.zeros(3, dtype=np.int64)
     for p in range(1, 5):
         x = [0, 0, 0]
         x[p % 3] = 1
-        proof, blind = prove(statement, ProofContext(cfg.session_id, "q", 0, 1 if p == 4 else p), x, None, SeededRandom(bytes([p])))
+        ctx = ProofContext(cfg.session_id, "q", 0, 1 if p == 4 else p, TASK)
+        proof, blind = prove(statement, ctx, x, None, SeededRandom(bytes([p])))
         vec = np.array(x + blind_limbs(blind), dtype=np.uint64)
-        clients[p] = ClientSession(cfg, p, vec, randomness=SeededRandom(bytes([p, 1])), input_proof=proof)
+        clients[p] = ClientSession(cfg, p, vec, randomness=SeededRandom(bytes([p, 1])), input_proof=proof,
+                                   task_digest=TASK)
         if p != 4:
             expected += x
     msgs = {p: c.start() for p, c in clients.items()}

@@ -3,15 +3,18 @@
  * assignment is checked against the device's own policy and ledger before any data is read (a refusal is reported to
  * the server), the kind computes the contribution, the noise share is added, the vector is masked by the secagg client
  * (held to the device's survivor floor), phase messages are exchanged, and the ledger and transparency log are
- * settled. `start()` / `stop()` run `runForever` in the background: pace steering (`retry_after`), exponential
- * back-off with full jitter on errors, and an immediate stop even mid long-poll. Every request is signed with the
- * device's Ed25519 key, kept in the store. */
+ * settled. The device hashes the assignment it received (taskDigest.ts) and binds the digest into its secagg keys,
+ * signatures and validity proof; unless its policy says `verifyCohort: false` it verifies its peers' signatures for
+ * that session and task before its masked input leaves, and refuses (`task_mismatch`, `cohort_unverified`, kept in the
+ * transparency log with nothing charged) a cohort it cannot verify. `start()` / `stop()` run `runForever` in the
+ * background: pace steering (`retry_after`), exponential back-off with full jitter on errors, and an immediate stop
+ * even mid long-poll. Every request is signed with the device's Ed25519 key, kept in the store. */
 
 import { b64decode, b64encode } from "./bytes.js";
 import { maskedContent } from "./contribution.js";
 import {
   Assignment, HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, MAX_LONG_POLL_S, PROTOCOL_VERSION,
-  PhaseMessage, deviceIdFor, parseCheckin, signingPayload,
+  PhaseMessage, assignmentUnsafeIntegers, deviceIdFor, parseCheckin, rawAssignment, signingPayload,
 } from "./envelope.js";
 import { getKind } from "./kinds/registry.js";
 import { DeviceKind, QueryKindError } from "./kinds/kind.js";
@@ -21,8 +24,9 @@ import { DeviceRandomness, RandomSource } from "./randomness.js";
 import { ClientSession, KeyPairs, Phase } from "./secagg/client.js";
 import { SecAggConfig } from "./secagg/config.js";
 import { ModVector } from "./secagg/encoding.js";
-import { SecAggError, TooFewSurvivorsError } from "./secagg/errors.js";
+import { CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError } from "./secagg/errors.js";
 import { LocalStore } from "./store.js";
+import { taskDigest } from "./taskDigest.js";
 import { Ed25519Key } from "./webcrypto.js";
 
 const KEY_META = "device_key";
@@ -30,6 +34,9 @@ const ID_META = "device_id";
 const REGISTERED_META = "registered_at";
 const FAILOVER_STATUSES = [502, 503, 504];
 const RETENTION_EVERY_S = 60;
+/** Refusals after the device checked its cohort: kept in its transparency log (evidence of a server that broke the
+ * protocol, or of one it could not verify), unlike refusals under its own policy, which leave no row. */
+export const LOGGED_REFUSALS: ReadonlySet<string> = new Set(["task_mismatch", "cohort_unverified"]);
 
 export type OutcomeStatus = "idle" | "paused" | "refused" | "finished" | "dropped" | "aborted" | "rejected";
 
@@ -190,8 +197,14 @@ class Contribution {
     }
   }
 
-  async end(finished: boolean, contributed: boolean | null, detail: string): Promise<ContributionRecord | null> {
+  /** Settle the ledger row; the transparency-log record when something was sent, or when the device refused the cohort
+   * for a reason its user should see (`refused`, one of LOGGED_REFUSALS: kept, charging nothing). */
+  async end(finished: boolean, contributed: boolean | null, detail: string, refused: string | null = null): Promise<ContributionRecord | null> {
     if (!this.sent) {
+      if (refused !== null && LOGGED_REFUSALS.has(refused)) {
+        await this.ledger.refused(this.rowId, refused, detail);
+        return this.ledger.record(this.rowId);
+      }
       await this.ledger.release(this.rowId);
       return null;
     }
@@ -448,7 +461,8 @@ export class DeviceClient {
     if (ans.status !== 200) throw new ServerError(ans.status, errorText(ans.body), retryAfterOf(ans.headers));
     let resp;
     try {
-      resp = parseCheckin(JSON.parse(new TextDecoder().decode(ans.body)));
+      const text = new TextDecoder().decode(ans.body);
+      resp = parseCheckin(JSON.parse(text), text);
     } catch (exc) {
       throw new ServerError(ans.status, `malformed check-in answer: ${(exc as Error).message}`);
     }
@@ -475,8 +489,9 @@ export class DeviceClient {
       try {
         out = await this.run(a, kind, contribution, signal, ahead);
       } finally {
-        const record = await contribution.end(out?.status === "finished", out?.contributed ?? null, out?.detail ?? "interrupted");
-        if (record) this.emit(this.opts.onContribution, record);
+        const refused = out?.status === "refused" ? out.reason : null;
+        const record = await contribution.end(out?.status === "finished", out?.contributed ?? null, out?.detail ?? "interrupted", refused);
+        if (record && record.status !== "refused") this.emit(this.opts.onContribution, record);
       }
       if (out.status === "refused" && out.reason) await this.reportRefusal(a, refuse(a, out.reason as Refusal["reason"], out.detail), signal);
       return out;
@@ -489,6 +504,13 @@ export class DeviceClient {
   private async run(a: Assignment, kind: DeviceKind, contribution: Contribution, signal?: AbortSignal, ahead: Ahead | null = null): Promise<Outcome> {
     let client: ClientSession;
     let message: Uint8Array | null;
+    let digest: Uint8Array;
+    try {
+      // the assignment as received, never a re-serialised copy
+      digest = await taskDigest(rawAssignment(a), { unsafeIntegers: assignmentUnsafeIntegers(a) });
+    } catch (exc) {
+      return outcome("refused", { cohortId: a.cohort_id, detail: `task digest: ${(exc as Error).message}`, reason: "invalid_assignment" });
+    }
     try {
       const cfg = SecAggConfig.fromDict(a.secagg);
       const draws = this.randomness.forContribution(a.cohort_id);
@@ -501,16 +523,18 @@ export class DeviceClient {
       }
       const over = contribution.checkVector(raw);
       if (over) return outcome("refused", { cohortId: a.cohort_id, detail: over.detail, reason: over.reason });
-      const [content, proof] = await maskedContent(a, kind, raw, draws);
+      const [content, proof] = await maskedContent(a, kind, raw, draws, digest);
       const vec = ModVector.fromSigned(content, cfg.bits);
-      let peers: Map<number, Uint8Array> | null = null;
-      if (cfg.active) {
-        if (!a.peer_identity_keys) return outcome("rejected", { cohortId: a.cohort_id, detail: "active model without peer identity keys" });
-        peers = new Map(Object.entries(a.peer_identity_keys).map(([p, k]) => [Number(p), b64decode(k, "peer_identity_keys", 32)]));
+      // every threat model: the device signs its keys for this session and task with its registration key, and checks
+      // its neighbours' signatures with the keys the server lists
+      if (!a.peer_identity_keys || !Object.keys(a.peer_identity_keys).length) {
+        return outcome("refused", { cohortId: a.cohort_id, detail: "no peer identity keys: the cohort cannot be verified", reason: "invalid_assignment" });
       }
+      const peers = new Map(Object.entries(a.peer_identity_keys).map(([p, k]) => [Number(p), b64decode(k, "peer_identity_keys", 32)]));
       client = new ClientSession(cfg, a.party_id, vec, {
-        randomness: draws.secagg, identityKey: cfg.active ? (await this.identity()).key : null, peerIdentityKeys: peers,
+        randomness: draws.secagg, identityKey: (await this.identity()).key, peerIdentityKeys: peers,
         inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.opts.onPhaseTiming, keys: ahead?.keys,
+        taskDigest: digest, verifyPeers: this.policy.verifyCohort, minVerified: this.policy.minVerified,
       });
       message = await client.start();  // with `ahead`, the bytes the server built from the check-in
     } catch (exc) {
@@ -562,6 +586,9 @@ export class DeviceClient {
         message = await client.receive(ans.body);
       } catch (exc) {
         if (exc instanceof TooFewSurvivorsError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "survivors_below_minimum" });
+        // a peer signed another task (or its keys were swapped), or fewer verified members than minCohort: nothing sent
+        if (exc instanceof TaskMismatchError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "task_mismatch" });
+        if (exc instanceof CohortUnverifiedError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "cohort_unverified" });
         if (exc instanceof SecAggError) return outcome("rejected", { cohortId: a.cohort_id, detail: `refused server message: ${exc.message}` });
         throw exc;
       }

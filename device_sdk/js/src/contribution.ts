@@ -1,6 +1,6 @@
 /** What the device masks, from the kind's vector x (device_sdk/noise.py and validity.py): s·x plus its noise share;
  * when the cohort validates inputs, a noise share truncated at the round's bound B, the content s·x + e followed by
- * the blinding limbs, and the validity proof that goes with the masked input. */
+ * the blinding limbs, and the validity proof that goes with the masked input, bound to the device's own task digest. */
 
 import { unhex } from "./bytes.js";
 import { perDeviceStd, sampleNoise, sampleNoiseBounded } from "./dp/noise.js";
@@ -13,7 +13,7 @@ import { blindLimbs } from "./validity/statement.js";
 /** Smallest noise bound the device accepts, in standard deviations of its own noise share. */
 export const MIN_BOUND_STDS = 6.0;
 
-export async function maskedContent(a: Assignment, kind: DeviceKind, x: number[], draws: ContributionRandomness): Promise<[bigint[], Uint8Array | null]> {
+export async function maskedContent(a: Assignment, kind: DeviceKind, x: number[], draws: ContributionRandomness, taskDigest: Uint8Array = new Uint8Array(32)): Promise<[bigint[], Uint8Array | null]> {
   const noisy = a.noise !== null && a.noise.mechanism !== "none";
   if (a.validation === null) {
     if (!noisy || !a.noise) return [x.map(BigInt), null];
@@ -34,7 +34,7 @@ export async function maskedContent(a: Assignment, kind: DeviceKind, x: number[]
     noise = await sampleNoiseBounded(a.noise.mechanism, a.noise.scale, x.length, draws.noise, bound);
   }
   const statement = base.withNoise(BigInt(scale), BigInt(bound));
-  const context = { sessionId: unhex(String(a.secagg.session_id)), queryId: a.query_id, round: a.round, party: a.party_id };
+  const context = { sessionId: unhex(String(a.secagg.session_id)), queryId: a.query_id, round: a.round, party: a.party_id, taskDigest };
   const xs = x.map(BigInt);
   const es = noise === null ? null : noise.map(BigInt);
   const [proof, blind] = await prove(statement, context, xs, es, draws.validity);

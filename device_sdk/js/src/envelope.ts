@@ -2,9 +2,10 @@
  * validated field by field (unknown fields are refused, as the server's pydantic models do). */
 
 import { b64decode, concat, hex, utf8 } from "./bytes.js";
+import { unsafeIntegerLiterals } from "./taskDigest.js";
 import { sha256 } from "./webcrypto.js";
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 export const SIGNING_DOMAIN = "fa-device-request/v1";
 export const MAX_LONG_POLL_S = 60;
 export const HDR_PROTOCOL = "X-FA-Protocol";
@@ -18,7 +19,7 @@ export const REFUSAL_REASONS = [
   "source_not_allowed", "kind_not_allowed", "opted_out", "noise_required", "proofs_required", "epsilon_per_query",
   "delta_per_query", "epsilon_per_day", "participation_cap", "cohort_too_small", "survivors_below_minimum",
   "noise_below_floor", "privacy_unverifiable", "contribution_exceeds_bound", "unmasked_mode", "not_eligible",
-  "invalid_assignment",
+  "invalid_assignment", "task_mismatch", "cohort_unverified",
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 
@@ -77,8 +78,26 @@ export interface Assignment {
   noise: NoiseBlock | null;
   validation: ValidationBlock | null;
   privacy: AssignmentPrivacy | null;
+  /** Party id → base64 Ed25519 identity key, for the party's closed neighbourhood: the keys its peers sign their
+   * advertised keys (bound to session and task digest) and, in the active model, the survivor set with. */
   peer_identity_keys: Record<string, string> | null;
+  /** The query's spec as stored and shown to analysts: part of the task digest every device computes. */
+  spec?: Record<string, unknown> | null;
   server_url: string | null;
+}
+
+const RAW = new WeakMap<Assignment, { object: Record<string, unknown>; unsafeIntegers: ReadonlySet<number> | null }>();
+
+/** The JSON object an assignment was parsed from, as received (what its task digest is computed from); for an
+ * assignment built by hand rather than by `parseAssignment`, the assignment itself. */
+export function rawAssignment(a: Assignment): Record<string, unknown> {
+  return RAW.get(a)?.object ?? (a as unknown as Record<string, unknown>);
+}
+
+/** The integer literals beyond ±(2^53 − 1) of the JSON text the assignment came in (taskDigest.ts
+ * `unsafeIntegerLiterals`), or null when the text is unknown. */
+export function assignmentUnsafeIntegers(a: Assignment): ReadonlySet<number> | null {
+  return RAW.get(a)?.unsafeIntegers ?? null;
 }
 
 /** A server phase message carried in the check-in's answer: what `GET …/phases/{p}/next` would answer. */
@@ -137,9 +156,10 @@ function mechanism(v: unknown, where: string): Mechanism {
   return v as Mechanism;
 }
 
-export function parseAssignment(v: unknown): Assignment {
+/** `unsafeIntegers`: the integer literals beyond ±(2^53 − 1) of the JSON text `v` was parsed from, when known. */
+export function parseAssignment(v: unknown, unsafeIntegers: ReadonlySet<number> | null = null): Assignment {
   const a = fields(v, "assignment", ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model", "mode",
-    "first_phase", "phase_timeout_s", "noise", "validation", "privacy", "peer_identity_keys", "server_url"],
+    "first_phase", "phase_timeout_s", "noise", "validation", "privacy", "peer_identity_keys", "spec", "server_url"],
   ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model", "phase_timeout_s"]);
   if (!isObj(a.task)) throw new EnvelopeError("assignment.task: expected an object");
   if (!isObj(a.secagg)) throw new EnvelopeError("assignment.secagg: expected an object");
@@ -190,9 +210,10 @@ export function parseAssignment(v: unknown): Assignment {
     peers = {};
     for (const [k, val] of Object.entries(a.peer_identity_keys)) peers[k] = str(val, `peer_identity_keys.${k}`);
   }
+  if (a.spec != null && !isObj(a.spec)) throw new EnvelopeError("assignment.spec: expected an object");
   const serverUrl = a.server_url == null ? null : str(a.server_url, "assignment.server_url");
   if (serverUrl !== null && serverUrl.length > 2048) throw new EnvelopeError("assignment.server_url: too long");
-  return {
+  const parsed: Assignment = {
     query_id: str(a.query_id, "assignment.query_id"),
     round: num(a.round, "assignment.round", { int: true }) as number,
     cohort_id: str(a.cohort_id, "assignment.cohort_id"),
@@ -209,8 +230,11 @@ export function parseAssignment(v: unknown): Assignment {
     validation,
     privacy,
     peer_identity_keys: peers,
+    spec: (a.spec ?? null) as Record<string, unknown> | null,
     server_url: serverUrl,
   };
+  RAW.set(parsed, { object: a, unsafeIntegers });
+  return parsed;
 }
 
 function phaseMessage(v: unknown): PhaseMessage {
@@ -227,9 +251,10 @@ function phaseMessage(v: unknown): PhaseMessage {
   return { phase, body: bytes };
 }
 
-export function parseCheckin(v: unknown): CheckinResponse {
+/** A check-in answer; `text`, the JSON text it was parsed from, lets the task digest tell integers from doubles. */
+export function parseCheckin(v: unknown, text: string | null = null): CheckinResponse {
   const r = fields(v, "check-in answer", ["assignment", "retry_after", "queries_running", "advertised", "next"], []);
-  const assignment = r.assignment == null ? null : parseAssignment(r.assignment);
+  const assignment = r.assignment == null ? null : parseAssignment(r.assignment, text === null ? null : unsafeIntegerLiterals(text));
   const advertised = r.advertised ?? null;
   if (advertised !== null && typeof advertised !== "boolean") throw new EnvelopeError("advertised: expected true or false");
   if (advertised !== null && assignment === null) throw new EnvelopeError("advertised: only with an assignment");

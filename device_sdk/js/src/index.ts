@@ -10,7 +10,10 @@ export { IndexedDBBackend, LocalStore, MemoryBackend, StoreError } from "./store
 export type { StoreBackend, Retention } from "./store.js";
 export type { ContributionRecord } from "./ledger.js";
 export type { Assignment } from "./envelope.js";
-export { PROTOCOL_VERSION } from "./envelope.js";
+export { PROTOCOL_VERSION, REFUSAL_REASONS, parseAssignment } from "./envelope.js";
+export type { RefusalReason } from "./envelope.js";
+export { DIGEST_FIELDS, TaskDigestError, canonicalJson, digestView, taskDigest } from "./taskDigest.js";
+export { CohortUnverifiedError, SecAggError, SignatureError, TaskMismatchError } from "./secagg/errors.js";
 export { OsRandom, SeededRandom, KeyedRandom } from "./randomness.js";
 export type { RandomSource, ByteSource } from "./randomness.js";
 export { registerScoringFunction } from "./kinds/training/blackbox.js";

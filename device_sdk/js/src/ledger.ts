@@ -2,7 +2,11 @@
  * Reserved (pending) when the device accepts an assignment, before it reads any data; `sent` when the masked vector
  * leaves; `finished`/`abandoned` when the cohort ends; deleted when nothing was sent. A query's ε is charged once for
  * the device's first contribution, and once more each time it would contribute to a round more often than to any
- * round before. */
+ * round before.
+ *
+ * The log also keeps the cohorts the device refused because the server could not be checked (`refused`: status
+ * `refused`, nothing sent, nothing charged, "REASON: message" in `detail`): rows that never count toward spending,
+ * participation or a query's history. */
 
 import { ALL, LocalStore, Txn } from "./store.js";
 
@@ -10,7 +14,7 @@ export const DAY_S = 86_400;
 export const LOG_KEEP_S = 400 * DAY_S;
 export const LOG_KEEP_ROWS = 20_000;
 
-export type Status = "pending" | "sent" | "finished" | "abandoned";
+export type Status = "pending" | "sent" | "finished" | "abandoned" | "refused";
 
 /** One contribution as the device's user may see it (the transparency log). */
 export interface ContributionRecord {
@@ -86,7 +90,7 @@ export class ContributionLedger {
   }
 
   async oldestSince(since: number, charging = false): Promise<number | null> {
-    const times = (await this.all()).filter((r) => r.accepted_at >= since && (!charging || (r.epsilon ?? 0) > 0)).map((r) => r.accepted_at);
+    const times = counted(await this.all()).filter((r) => r.accepted_at >= since && (!charging || (r.epsilon ?? 0) > 0)).map((r) => r.accepted_at);
     return times.length ? Math.min(...times) : null;
   }
 
@@ -128,6 +132,14 @@ export class ContributionLedger {
     return this.update(id, (r) => ({ ...r, status, contributed, ended_at: Date.now() / 1000, detail: detail.slice(0, 500) }));
   }
 
+  /** Nothing was sent because the device refused the cohort after checking it: the row stays in the transparency log
+   * with status `refused`, charging nothing. */
+  refused(id: number, reason: string, detail: string, at = Date.now() / 1000): Promise<void> {
+    return this.update(id, (r) => (r.status === "pending"
+      ? { ...r, status: "refused", epsilon: null, delta: null, ended_at: at, detail: `${reason}: ${detail}`.slice(0, 500) }
+      : r));
+  }
+
   release(id: number): Promise<void> {
     return this.update(id, (r) => (r.status === "pending" ? null : r));
   }
@@ -153,8 +165,11 @@ function rowsOf(t: Txn): ContributionRecord[] {
   return Object.values(t.state.contributions as Record<string, ContributionRecord>).sort((a, b) => a.id - b.id).map((r) => ({ ...r }));
 }
 
+/** The rows that count toward spending, participation and query history: all but the refused cohorts. */
+const counted = (all: ContributionRecord[]): ContributionRecord[] => all.filter((r) => r.status !== "refused");
+
 function historyOf(all: ContributionRecord[], queryId: string): QueryHistory {
-  const rows = all.filter((r) => r.query_id === queryId);
+  const rows = counted(all).filter((r) => r.query_id === queryId);
   const perRound = new Map<number, number>();
   const weights = new Map<number, number>();
   for (const r of rows) {
@@ -166,6 +181,6 @@ function historyOf(all: ContributionRecord[], queryId: string): QueryHistory {
 }
 
 function spentOf(all: ContributionRecord[], since: number): [number, number, number] {
-  const rows = all.filter((r) => r.accepted_at >= since);
+  const rows = counted(all).filter((r) => r.accepted_at >= since);
   return [rows.reduce((a, r) => a + (r.epsilon ?? 0), 0), rows.reduce((a, r) => a + (r.delta ?? 0), 0), rows.length];
 }

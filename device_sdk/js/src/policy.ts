@@ -1,7 +1,14 @@
 /** The device's own privacy policy (device_sdk/policy.py): what the app allows, checked on the device before any
  * local data is read, which the server cannot change. The noise floor is recomputed from the query's public
  * (ε, δ, rounds, t_min) and the kind's own sensitivity bound (dp/floor.ts); the device then refuses to unmask for
- * fewer than t_min survivors. Field names mirror the Python SDK's in camelCase. */
+ * fewer than t_min survivors. Field names mirror the Python SDK's in camelCase.
+ *
+ * `verifyCohort` (on by default) checks the cohort, not the server's word: before its masked input leaves, the device
+ * verifies that every peer it exchanges shares with signed its keys for this session and for the task digest the device
+ * computed itself (a peer shown another task, cohort size or model makes it refuse with `task_mismatch`), and counts
+ * toward `minCohort` only distinct members whose signatures verified (`cohort_unverified` below it). Off: the device
+ * signs but verifies nothing, and `minCohort` compares with the cohort size the server announces (docs/secagg.md,
+ * "Devices that check the server"). */
 
 import { perDeviceFloor } from "./dp/floor.js";
 import { Assignment, RefusalReason } from "./envelope.js";
@@ -25,9 +32,11 @@ export interface DevicePolicyOptions {
   maxDeltaPerQuery?: number | null;
   requireProofs?: boolean;
   maxContributionsPerDay?: number | null;
+  /** Verify the cohort's signatures over its keys for this session and task before sending (default true). */
+  verifyCohort?: boolean;
 }
 
-const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay"];
+const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay", "verifyCohort"];
 
 export class DevicePolicy {
   readonly allowedSources: string[] | Record<string, string[] | null> | null;
@@ -39,17 +48,19 @@ export class DevicePolicy {
   readonly maxDeltaPerQuery: number | null;
   readonly requireProofs: boolean;
   readonly maxContributionsPerDay: number | null;
+  readonly verifyCohort: boolean;
   private readonly sources: Map<string, Set<string> | null> | null;
 
   constructor(o: DevicePolicyOptions = {}) {
     for (const k of Object.keys(o)) if (!KNOWN.includes(k)) throw new PolicyError(`${k}: not a DevicePolicy field (known: ${KNOWN.join(", ")})`);
     this.allowedSources = o.allowedSources ?? null;
     this.sources = normaliseSources(this.allowedSources);
-    for (const name of ["requireNoise", "requireProofs"] as const) {
+    for (const name of ["requireNoise", "requireProofs", "verifyCohort"] as const) {
       if (o[name] !== undefined && typeof o[name] !== "boolean") throw new PolicyError(`${name}: must be true or false, got ${JSON.stringify(o[name])}`);
     }
     this.requireNoise = o.requireNoise ?? false;
     this.requireProofs = o.requireProofs ?? false;
+    this.verifyCohort = o.verifyCohort ?? true;
     for (const name of ["maxEpsilonPerQuery", "maxEpsilonPerDay", "maxDeltaPerQuery"] as const) {
       const v = o[name];
       if (v != null && !(typeof v === "number" && Number.isFinite(v) && v > 0)) throw new PolicyError(`${name}: must be a positive finite number or null, got ${JSON.stringify(v)}`);
@@ -73,6 +84,12 @@ export class DevicePolicy {
 
   get deltaCap(): number | null {
     return this.maxDeltaPerQuery ?? (this.capsEpsilon ? DEFAULT_MAX_DELTA : null);
+  }
+
+  /** Distinct members (this device included) whose signatures for the session and task the device must verify before
+   * it sends its masked input: `minCohort` when `verifyCohort` is on. */
+  get minVerified(): number | null {
+    return this.verifyCohort ? this.minCohort : null;
   }
 
   get survivorFloor(): number | null {

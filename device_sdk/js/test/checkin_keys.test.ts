@@ -1,7 +1,9 @@
 /** Keys with the check-in (docs/protocol.md): the device sends fresh secagg public keys with each check-in, drawn from
  * the randomness child "checkin-keys" exactly as the Python SDK draws them; when the server took them (`advertised`)
  * the session uses them, sends nothing for phase 0 and answers `next` (or long-polls phase 0's next message);
- * otherwise it runs phase 0 itself; a server that refuses the field with a 422 gets check-ins without it. */
+ * otherwise it runs phase 0 itself; a server that refuses the field with a 422 gets check-ins without it. The advertise
+ * message is unsigned in every threat model (the device signs its keys, bound to session and task, with its shares), so
+ * keys sent ahead serve an active-model cohort too. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -11,21 +13,27 @@ import { DeviceClient } from "../src/client.js";
 import { EnvelopeError, parseCheckin } from "../src/envelope.js";
 import { DeviceRandomness, SeededRandom } from "../src/randomness.js";
 import { KeyPairs } from "../src/secagg/client.js";
+import { taskDigest } from "../src/taskDigest.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import * as c from "../src/secagg/crypto.js";
 import { MsgType, decode, encode } from "../src/secagg/messages.js";
 import * as shamir from "../src/secagg/shamir.js";
 import { LocalStore } from "../src/store.js";
-import { X25519Key } from "../src/webcrypto.js";
+import { Ed25519Key, X25519Key, ed25519Verify } from "../src/webcrypto.js";
 import { Seen, bodyJson, fakeServer, idle, json, phaseMessage } from "./fakeServer.js";
 
 const COHORT = "c".repeat(32);
 const SECAGG = { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "semi_honest" };
-const ASSIGNMENT = {
+/** The identity keys of parties 2 and 3 (the device's own, party 1's, is listed too, as the server lists the closed
+ * neighbourhood; its value is not used). */
+const PEER_IDS = [await Ed25519Key.fromSeed(new Uint8Array(32).fill(2)), await Ed25519Key.fromSeed(new Uint8Array(32).fill(3))];
+const assignmentFor = (threatModel: string) => ({
   query_id: "q".repeat(32), round: 0, cohort_id: COHORT, party_id: 1, kind: "histogram", source: "colors",
   task: { buckets: ["red", "blue", "green"], other_bucket: null, max_contributions: 1 },
-  secagg: SECAGG, threat_model: "semi_honest", phase_timeout_s: 5,
-};
+  secagg: { ...SECAGG, threat_model: threatModel }, threat_model: threatModel, phase_timeout_s: 5,
+  peer_identity_keys: { "1": b64encode(new Uint8Array(32)), "2": b64encode(PEER_IDS[0].publicBytes), "3": b64encode(PEER_IDS[1].publicBytes) },
+});
+const ASSIGNMENT = assignmentFor("semi_honest");
 const PHASES = `/v1/device/cohorts/${COHORT}/phases`;
 const SEED = utf8("fa-checkin-keys");
 
@@ -61,8 +69,7 @@ async function cohort(checkin: (body: any, cohort: Cohort) => Response | Promise
   let shareKeys: Uint8Array | undefined;
   const peerKeys = (cPk: Uint8Array, sPk: Uint8Array) => encode({
     type: MsgType.PeerKeys, sessionId: sid, party: 1,
-    peers: [{ party: 1, cPk, sPk, signature: new Uint8Array() },
-      ...peers.map((k, i) => ({ party: i + 2, cPk: k.c.publicBytes, sPk: k.s.publicBytes, signature: new Uint8Array() }))],
+    peers: [{ party: 1, cPk, sPk }, ...peers.map((k, i) => ({ party: i + 2, cPk: k.c.publicBytes, sPk: k.s.publicBytes }))],
   });
   const state: Cohort & { peers: KeyPairs[] } = { server: undefined as never, checkins, shareKeys: () => shareKeys, peerKeys, peers };
   state.server = fakeServer(async (req: Seen) => {
@@ -91,7 +98,7 @@ async function cohort(checkin: (body: any, cohort: Cohort) => Response | Promise
   return state;
 }
 
-const assigned = (extra: Record<string, unknown> = {}) => json(200, { assignment: ASSIGNMENT, queries_running: 1, ...extra });
+const assigned = (extra: Record<string, unknown> = {}, assignment: Record<string, unknown> = ASSIGNMENT) => json(200, { assignment, queries_running: 1, ...extra });
 
 async function device(server: ReturnType<typeof fakeServer>, opts: { keysWithCheckin?: boolean; dropout?: () => number | null } = {}) {
   const store = new LocalStore();
@@ -101,20 +108,28 @@ async function device(server: ReturnType<typeof fakeServer>, opts: { keysWithChe
 
 const phaseRequests = (seen: Seen[]) => seen.filter((r) => r.path.startsWith(PHASES)).map((r) => `${r.method} ${r.path.replace(PHASES, "").split("?")[0]}`);
 
-/** The device's shares for parties 2 and 3, opened with their channel keys: its self-mask seed b and mask key s_sk. */
-async function openShares(shareKeys: Uint8Array, deviceCPk: Uint8Array, peers: KeyPairs[]): Promise<{ b: Uint8Array; sSk: Uint8Array }> {
-  const sid = SecAggConfig.fromDict(SECAGG).sessionId;
+/** The device's shares for parties 2 and 3, opened with their channel keys bound to the session and the assignment's
+ * task digest: its self-mask seed b and mask key s_sk; and its signature over its keys, checked with its registration
+ * key (`identity`) when given. */
+async function openShares(shareKeys: Uint8Array, deviceCPk: Uint8Array, peers: KeyPairs[], identity?: Uint8Array, assignment: Record<string, unknown> = ASSIGNMENT): Promise<{ b: Uint8Array; sSk: Uint8Array }> {
+  const bind = c.binding(SecAggConfig.fromDict(SECAGG).sessionId, await taskDigest(assignment));
   const m = decode(shareKeys);
   if (m.type !== MsgType.ShareKeys) throw new assert.AssertionError({ message: `expected ShareKeys, got ${MsgType[m.type]}` });
+  assert.equal(m.membersWanted, 0, "the complete graph: no members beyond the neighbourhood to ask for");
   const bs = new Map<number, bigint>();
   const ss = new Map<number, bigint>();
   for (const [v, ct] of m.ciphertexts) {
-    const key = await c.channelKey(await peers[v - 2].c.agree(deviceCPk), sid, 1, v);
-    const pt = await c.openShare(key, sid, 1, v, ct);  // fails unless the device's channel key is the one it sent
+    const key = await c.channelKey(await peers[v - 2].c.agree(deviceCPk), bind, 1, v);
+    const pt = await c.openShare(key, bind, 1, v, ct);  // fails unless the device's channel key is the one it sent
     bs.set(v, shamir.fromBytes(pt.subarray(8, 41)));
     ss.set(v, shamir.fromBytes(pt.subarray(41, 74)));
   }
-  return { b: bigToBE(shamir.reconstruct(bs), 32), sSk: bigToBE(shamir.reconstruct(ss), 32) };
+  const sSk = bigToBE(shamir.reconstruct(ss), 32);
+  if (identity) {
+    const sPk = (await X25519Key.fromPrivate(sSk)).publicBytes;
+    assert.ok(await ed25519Verify(identity, m.signature, c.advertisePayload(bind, 1, deviceCPk, sPk)), "ShareKeys carries the device's signature over its keys for this session and task");
+  }
+  return { b: bigToBE(shamir.reconstruct(bs), 32), sSk };
 }
 
 test("keys sent with the check-in and taken: no phase-0 request, `next` answered with those keys", async () => {
@@ -132,11 +147,37 @@ test("keys sent with the check-in and taken: no phase-0 request, `next` answered
   const sent = fake.checkins[0].secagg_keys;
   assert.deepEqual(sent, { c_pk: b64encode(expected.c.publicBytes), s_pk: b64encode(expected.s.publicBytes) });
   // the phase-1 reply is computed from the keys sent: shares sealed under the sent channel key, of the sent mask key
-  const { b, sSk } = await openShares(fake.shareKeys() as Uint8Array, expected.c.publicBytes, fake.peers);
+  const { b, sSk } = await openShares(fake.shareKeys() as Uint8Array, expected.c.publicBytes, fake.peers, [...fake.server.identities.values()][0]);
   assert.equal(hex((await X25519Key.fromPrivate(sSk)).publicBytes), hex(expected.s.publicBytes));
   // and start() drew nothing from the contribution's secagg stream: its first 32 bytes are the self-mask seed
   const secagg = new DeviceRandomness(new SeededRandom(SEED)).forContribution(COHORT).secagg;
   assert.equal(hex(b), hex(await secagg.bytes(32)));
+});
+
+test("active model: the keys sent with the check-in serve too (the advertise message is unsigned; ShareKeys carries the signature)", async () => {
+  const active = assignmentFor("active");
+  const fake = await cohort((body, s) => {
+    if (!body.secagg_keys) return idle();
+    const k = body.secagg_keys;
+    const next = s.peerKeys(b64decode(k.c_pk, "c_pk", 32), b64decode(k.s_pk, "s_pk", 32));
+    return assigned({ advertised: true, next: { phase: 1, body: b64encode(next) } }, active);
+  });
+  const out = await (await device(fake.server)).runOnce();
+  assert.equal(out.status, "finished", out.detail);
+  assert.deepEqual(phaseRequests(fake.server.seen), ["POST /1"]);
+  // the ShareKeys signature covers the keys sent with the check-in, bound to the session and the active task's digest
+  const sent = fake.checkins[0].secagg_keys;
+  const m = decode(fake.shareKeys() as Uint8Array);
+  assert.ok(m.type === MsgType.ShareKeys);
+  const bind = c.binding(SecAggConfig.fromDict(SECAGG).sessionId, await taskDigest(active));
+  const payload = c.advertisePayload(bind, 1, b64decode(sent.c_pk, "c_pk", 32), b64decode(sent.s_pk, "s_pk", 32));
+  assert.ok(await ed25519Verify([...fake.server.identities.values()][0], m.signature, payload));
+  assert.ok(!(await ed25519Verify([...fake.server.identities.values()][0], m.signature, c.advertisePayload(c.binding(bind.subarray(0, 16)), 1, b64decode(sent.c_pk, "c_pk", 32), b64decode(sent.s_pk, "s_pk", 32)))), "not over the session alone");
+  // its shares open with channel keys bound to the same task (threshold 3 of 3 here: no reconstruction from two)
+  for (const [v, ct] of m.ciphertexts) {
+    const key = await c.channelKey(await fake.peers[v - 2].c.agree(b64decode(sent.c_pk, "c_pk", 32)), bind, 1, v);
+    assert.equal((await c.openShare(key, bind, 1, v, ct)).length, 74);
+  }
 });
 
 test("keys taken without `next`: the device long-polls phase 0's next message, and sends nothing for phase 0", async () => {

@@ -1,8 +1,20 @@
 /** An in-memory stand-in for the device API, as a `fetch` function: registration answers with the device id the
- * public key implies (as the server does), other routes from the test's handler; every request is recorded. */
+ * public key implies (as the server does) and keeps the key, other routes from the test's handler; every request is
+ * recorded. `FakeCohort` speaks the whole device protocol 2 for a cohort of real DeviceClients, the way the Python
+ * server does (secagg/server.py): it verifies every ShareKeys signature over the party's keys bound to session and
+ * task, forwards the senders' signatures with the routed shares, answers `members_wanted` with signed member entries,
+ * and unmasks the sum — or, told to, lies to one member about its task. */
 
-import { b64decode } from "../src/bytes.js";
-import { deviceIdFor } from "../src/envelope.js";
+import { b64decode, b64encode, bigToBE } from "../src/bytes.js";
+import { HDR_DEVICE, deviceIdFor } from "../src/envelope.js";
+import { SecAggConfig } from "../src/secagg/config.js";
+import * as c from "../src/secagg/crypto.js";
+import { ModVector, unpack } from "../src/secagg/encoding.js";
+import { NeighbourGraph } from "../src/secagg/graph.js";
+import { MemberEntry, Message, MsgType, ShareKind, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
+import * as shamir from "../src/secagg/shamir.js";
+import { taskDigest } from "../src/taskDigest.js";
+import { X25519Key, ed25519Verify } from "../src/webcrypto.js";
 
 export interface Seen {
   method: string;
@@ -16,8 +28,16 @@ export type Handler = (req: Seen) => Response | Promise<Response>;
 export const json = (status: number, payload: unknown, headers: Record<string, string> = {}): Response =>
   new Response(JSON.stringify(payload), { status, headers: { "Content-Type": "application/json", ...headers } });
 
-export function fakeServer(handler: Handler): { fetch: typeof fetch; seen: Seen[] } {
+export interface FakeServer {
+  fetch: typeof fetch;
+  seen: Seen[];
+  /** Device id → the Ed25519 public key it registered. */
+  identities: Map<string, Uint8Array>;
+}
+
+export function fakeServer(handler: Handler): FakeServer {
   const seen: Seen[] = [];
+  const identities = new Map<string, Uint8Array>();
   const fetchFn = async (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
     const url = new URL(String(input));
     const body = init.body ? new Uint8Array(init.body as ArrayBuffer) : new Uint8Array();
@@ -25,12 +45,14 @@ export function fakeServer(handler: Handler): { fetch: typeof fetch; seen: Seen[
     seen.push(req);
     if (init.signal?.aborted) throw new DOMException("aborted", "AbortError");
     if (req.method === "POST" && url.pathname === "/v1/device/register") {
-      const key = JSON.parse(new TextDecoder().decode(body)).public_key as string;
-      return json(201, { device_id: await deviceIdFor(b64decode(key, "public_key", 32)) });
+      const key = b64decode(JSON.parse(new TextDecoder().decode(body)).public_key as string, "public_key", 32);
+      const id = await deviceIdFor(key);
+      identities.set(id, key);
+      return json(201, { device_id: id });
     }
     return handler(req);
   };
-  return { fetch: fetchFn as typeof fetch, seen };
+  return { fetch: fetchFn as typeof fetch, seen, identities };
 }
 
 export const idle = (retryAfter = 7): Response => json(200, { assignment: null, retry_after: retryAfter, queries_running: 0 });
@@ -41,3 +63,301 @@ export const bodyJson = (req: Seen): any => JSON.parse(new TextDecoder().decode(
 /** A server phase message, as `GET …/phases/{p}/next` answers it. */
 export const phaseMessage = (body: Uint8Array, phase: number): Response =>
   new Response(body as BodyInit, { status: 200, headers: { "Content-Type": "application/octet-stream", "X-FA-Phase": String(phase) } });
+
+// -- a whole cohort ---------------------------------------------------------------------------------
+
+type Obj = Record<string, any>;
+
+export interface CohortOptions {
+  /** Devices that check in (parties 1..devices, in check-in order). */
+  devices: number;
+  /** The cohort size the server announces (default: `devices`; more announces members that do not exist). */
+  n?: number;
+  threatModel?: "semi_honest" | "active";
+  /** Extra secagg fields (graph, degree, threshold…). */
+  secagg?: Obj;
+  /** Extra assignment fields (noise, privacy…). */
+  assignment?: Obj;
+  /** What the server shows party p: by default the honest assignment; a lying server changes it for some party (the
+   * server then also verifies that party's signature against the task it showed it, and forwards it). */
+  show?: (party: number, wire: Obj) => Obj;
+  /** Forward each sender's signature with the routed shares (default true). */
+  forwardSignatures?: boolean;
+  /** Answer members_wanted: with honest entries, none, or entries whose signatures are forged (default honest). */
+  members?: "honest" | "none" | "forged";
+  /** Take the keys a check-in carries as the party's advertise-keys message (advertised: true). */
+  takeCheckinKeys?: boolean;
+  /** Milliseconds a phase waits for its last member before closing without it. */
+  phaseTimeoutMs?: number;
+}
+
+interface Party {
+  deviceId: string;
+  identity: Uint8Array;
+  wire: Obj;
+  bind: Uint8Array;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sorted = (xs: Iterable<number>) => [...xs].sort((a, b) => a - b);
+
+export class FakeCohort {
+  readonly cohortId = "c0".repeat(16);
+  readonly sessionId = "7f0c6a1e2b3d4c5e6f708192a3b4c5d6";
+  readonly queryId = "q".repeat(32);
+  readonly server: FakeServer;
+  readonly cfg: SecAggConfig;
+  /** The honest wire assignment (party_id and peer_identity_keys are per device). */
+  readonly base: Obj;
+  /** Refusals reported with POST …/refusal, by party. */
+  readonly refusals = new Map<number, { reason: string; detail: string }>();
+  /** Messages refused by the server's own checks, by party (a ShareKeys signature that does not verify). */
+  readonly refusedByServer = new Map<number, string>();
+  /** The unmasked sum, once the cohort finished. */
+  sum: bigint[] | null = null;
+  /** Members_wanted each party asked for. */
+  readonly wanted = new Map<number, number>();
+  readonly shareKeys = new Map<number, Extract<Message, { type: MsgType.ShareKeys }>>();
+  readonly routed = new Map<number, Extract<Message, { type: MsgType.RoutedShares }>>();
+  readonly masked = new Map<number, ModVector>();
+  private parties = new Map<number, Party>();
+  private byDevice = new Map<string, number>();
+  private checkedIn = new Set<number>();
+  private keys = new Map<number, { cPk: Uint8Array; sPk: Uint8Array }>();
+  private consistency = new Map<number, Uint8Array>();
+  private unmask = new Map<number, [number, ShareKind, Uint8Array][]>();
+  private inbox: Map<number, unknown>[] = [0, 1, 2, 3, 4].map(() => new Map());
+  private out: (Map<number, Uint8Array | "finished"> | null)[] = [null, null, null, null, null];
+  private closing: (Promise<void> | null)[] = [null, null, null, null, null];
+  private opened: number[] = [0, 0, 0, 0, 0];
+  private graph!: NeighbourGraph;
+  private honestBind!: Uint8Array;
+
+  constructor(readonly opts: CohortOptions) {
+    const n = opts.n ?? opts.devices;
+    const tm = opts.threatModel ?? "semi_honest";
+    const buckets = ["red", "blue", "green"];
+    const secagg = { session_id: this.sessionId, n, dim: buckets.length, bits: 16, graph: "auto", threat_model: tm, ...opts.secagg };
+    this.cfg = SecAggConfig.fromDict(secagg);
+    this.base = {
+      query_id: this.queryId, round: 0, cohort_id: this.cohortId, kind: "histogram", source: "colors",
+      task: { buckets, other_bucket: null, max_contributions: 1 }, secagg, threat_model: tm, mode: "secagg",
+      first_phase: 0, phase_timeout_s: 5,
+      spec: { kind: "histogram", source: "colors", params: { buckets }, privacy: { mechanism: "none" }, cohort: { min_clients: n } },
+      ...opts.assignment,
+    };
+    this.server = fakeServer((req) => this.handle(req));
+  }
+
+  get fetch(): typeof fetch {
+    return this.server.fetch;
+  }
+
+  /** Requests by path (without the cohort prefix and query): "POST /phases/2", "GET /phases/1/next", … */
+  requests(party: number): string[] {
+    const id = this.parties.get(party)?.deviceId;
+    const prefix = `/v1/device/cohorts/${this.cohortId}`;
+    return this.server.seen.filter((r) => r.headers.get(HDR_DEVICE) === id && r.path.startsWith(prefix))
+      .map((r) => `${r.method} ${r.path.slice(prefix.length).split("?")[0]}`);
+  }
+
+  private async handle(req: Seen): Promise<Response> {
+    const device = req.headers.get(HDR_DEVICE) ?? "";
+    if (req.method === "POST" && req.path === "/v1/device/checkin") return this.checkin(device, bodyJson(req));
+    const m = /^\/v1\/device\/cohorts\/([0-9a-f]+)\/(refusal|phases\/(\d)(\/next)?)(\?.*)?$/.exec(req.path);
+    const party = this.byDevice.get(device);
+    if (!m || m[1] !== this.cohortId || party === undefined) return json(404, { error: `unexpected ${req.method} ${req.path}` });
+    if (m[2] === "refusal") {
+      const r = bodyJson(req);
+      this.refusals.set(party, { reason: r.reason, detail: r.detail });
+      return json(200, {});
+    }
+    const phase = Number(m[3]);
+    if (req.method === "POST" && !m[4]) return this.submit(party, phase, req.body);
+    if (req.method === "GET" && m[4]) return this.next(party, phase);
+    return json(405, { error: "method" });
+  }
+
+  /** Give the device the next party id (else it gets one at its first check-in, in check-in order). */
+  seat(deviceId: string): number {
+    if (!this.byDevice.has(deviceId)) this.byDevice.set(deviceId, this.byDevice.size + 1);
+    return this.byDevice.get(deviceId) as number;
+  }
+
+  // -- check-in: the cohort forms once every device has checked in ------------------------------
+
+  private async checkin(device: string, body: Obj): Promise<Response> {
+    if (!this.byDevice.has(device) && this.byDevice.size >= this.opts.devices) return idle(1);
+    const party = this.seat(device);
+    this.checkedIn.add(party);
+    for (let i = 0; i < 2000 && this.checkedIn.size < this.opts.devices; i++) await sleep(5);
+    if (this.checkedIn.size < this.opts.devices) return idle(1);
+    if (!this.graph) {
+      this.graph = await this.cfg.neighbourGraph();
+      this.honestBind = c.binding(this.cfg.sessionId, await taskDigest(this.base));
+    }
+    if (!this.parties.has(party)) {
+      const identity = this.server.identities.get(device) as Uint8Array;
+      const peers: Record<string, string> = {};
+      for (const [d, p] of this.byDevice) if (this.graph.closed(party).includes(p)) peers[String(p)] = b64encode(this.server.identities.get(d) as Uint8Array);
+      const honest = { ...this.base, party_id: party, peer_identity_keys: peers };
+      const wire = this.opts.show ? this.opts.show(party, structuredClone(honest)) : honest;
+      // the server binds what it showed this party: a lying server makes each signature verify for its own sender
+      this.parties.set(party, { deviceId: device, identity, wire, bind: c.binding(this.cfg.sessionId, await taskDigest(wire)) });
+    }
+    const wire = (this.parties.get(party) as Party).wire;
+    const extra: Obj = {};
+    if (body.secagg_keys && this.opts.takeCheckinKeys) {
+      this.keys.set(party, { cPk: b64decode(body.secagg_keys.c_pk, "c_pk", 32), sPk: b64decode(body.secagg_keys.s_pk, "s_pk", 32) });
+      this.inbox[0].set(party, true);
+      extra.advertised = true;
+    }
+    return json(200, { assignment: wire, queries_running: 1, ...extra });
+  }
+
+  // -- phases -----------------------------------------------------------------------------------
+
+  /** Parties expected to answer phase `p`: those the previous phase's close sent a message, less the refusals. */
+  private expected(p: number): number[] {
+    const prev = p === 0 ? new Set(this.byDevice.values()) : new Set(this.out[p === 4 && !this.cfg.active ? 2 : p - 1]?.keys() ?? []);
+    return sorted(prev).filter((u) => !this.refusals.has(u) && !this.refusedByServer.has(u));
+  }
+
+  private async submit(party: number, phase: number, body: Uint8Array): Promise<Response> {
+    let msg: Message;
+    try {
+      msg = decode(body);
+    } catch (exc) {
+      return json(400, { error: (exc as Error).message });
+    }
+    const p = this.parties.get(party) as Party;
+    if (phase === 0 && msg.type === MsgType.AdvertiseKeys) this.keys.set(party, { cPk: msg.cPk, sPk: msg.sPk });
+    else if (phase === 1 && msg.type === MsgType.ShareKeys) {
+      const keys = this.keys.get(party) as { cPk: Uint8Array; sPk: Uint8Array };
+      if (!(await ed25519Verify(p.identity, msg.signature, c.advertisePayload(p.bind, party, keys.cPk, keys.sPk)))) {
+        this.refusedByServer.set(party, "share keys must carry its identity key's signature over its keys");
+        return json(400, { error: `party ${party}: share keys must carry its identity key's signature over its keys for this session and task` });
+      }
+      this.shareKeys.set(party, msg);
+      if (msg.membersWanted) this.wanted.set(party, Math.min(msg.membersWanted, this.cfg.n));
+    } else if (phase === 2 && (msg.type === MsgType.MaskedInput || msg.type === MsgType.MaskedInputProved)) {
+      this.masked.set(party, unpack(msg.packed, msg.dim, msg.bits));
+    } else if (phase === 3 && msg.type === MsgType.ConsistencySignature) {
+      const bitmap = encodeBitmap(this.masked.keys(), this.cfg.n);
+      if (!(await ed25519Verify(p.identity, msg.signature, c.consistencyPayload(this.honestBind, bitmap)))) return json(400, { error: "consistency signature" });
+      this.consistency.set(party, msg.signature);
+    } else if (phase === 4 && msg.type === MsgType.UnmaskShares) {
+      this.unmask.set(party, msg.shares);
+    } else {
+      return json(400, { error: `${MsgType[msg.type]} does not belong to phase ${phase}` });
+    }
+    this.inbox[phase].set(party, msg);
+    return json(202, { accepted: true });
+  }
+
+  private async next(party: number, phase: number): Promise<Response> {
+    await this.close(phase);
+    const reply = this.out[phase]?.get(party);
+    if (reply === undefined) return json(410, { error: `party ${party} is no longer in the cohort` });
+    if (reply === "finished") return json(200, { status: "finished", contributed: this.masked.has(party) });
+    const nextPhase = phase === 2 ? (this.cfg.active ? 3 : 4) : phase + 1;
+    return phaseMessage(reply, nextPhase);
+  }
+
+  /** Close phase `p` once every expected party answered (or the phase timed out), once. */
+  private close(p: number): Promise<void> {
+    this.closing[p] ??= (async () => {
+      const limit = this.opts.phaseTimeoutMs ?? 3000;
+      this.opened[p] = Date.now();
+      while (Date.now() - this.opened[p] < limit && !this.expected(p).every((u) => this.inbox[p].has(u))) await sleep(5);
+      this.out[p] = await [() => this.closeAdvertise(), () => this.closeShareKeys(), () => this.closeMasked(), () => this.closeConsistency(), () => this.closeUnmask()][p]();
+    })();
+    return this.closing[p] as Promise<void>;
+  }
+
+  private closeAdvertise(): Map<number, Uint8Array> {
+    const u1 = sorted(this.keys.keys()).filter((u) => !this.refusals.has(u));
+    const out = new Map<number, Uint8Array>();
+    for (const u of u1) {
+      const peers = this.graph.closed(u).filter((v) => u1.includes(v)).map((v) => ({ party: v, ...(this.keys.get(v) as { cPk: Uint8Array; sPk: Uint8Array }) }));
+      out.set(u, encode({ type: MsgType.PeerKeys, sessionId: this.cfg.sessionId, party: u, peers }));
+    }
+    return out;
+  }
+
+  private closeShareKeys(): Map<number, Uint8Array> {
+    const u2 = sorted(this.shareKeys.keys()).filter((u) => !this.refusals.has(u));
+    const out = new Map<number, Uint8Array>();
+    for (const v of u2) {
+      const senders = this.graph.closed(v).filter((u) => u !== v && u2.includes(u));
+      const cts: [number, Uint8Array][] = senders.map((u) => [u, (this.shareKeys.get(u) as { ciphertexts: [number, Uint8Array][] }).ciphertexts.find(([r]) => r === v)![1]]);
+      const signatures = this.opts.forwardSignatures === false ? [] : senders.map((u) => (this.shareKeys.get(u) as { signature: Uint8Array }).signature);
+      const members: MemberEntry[] = [];
+      const wanted = this.opts.members === "none" ? 0 : this.wanted.get(v) ?? 0;
+      for (const w of u2) {
+        if (members.length >= wanted) break;
+        if (this.graph.closed(v).includes(w)) continue;
+        const k = this.keys.get(w) as { cPk: Uint8Array; sPk: Uint8Array };
+        const signature = Uint8Array.from((this.shareKeys.get(w) as { signature: Uint8Array }).signature);
+        if (this.opts.members === "forged") signature[0] ^= 1;
+        members.push({ party: w, identity: (this.parties.get(w) as Party).identity, cPk: k.cPk, sPk: k.sPk, signature });
+      }
+      const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, signatures, members });
+      this.routed.set(v, decode(msg) as Extract<Message, { type: MsgType.RoutedShares }>);
+      out.set(v, msg);
+    }
+    return out;
+  }
+
+  private survivors(): number[] {
+    return sorted(this.masked.keys()).filter((u) => !this.refusals.has(u));
+  }
+
+  private closeMasked(): Map<number, Uint8Array> {
+    const u3 = this.survivors();
+    const bitmap = encodeBitmap(u3, this.cfg.n);
+    const sid = this.cfg.sessionId;
+    return new Map(u3.map((u) => [u, this.cfg.active
+      ? encode({ type: MsgType.ConsistencyRequest, sessionId: sid, party: u, survivors: bitmap })
+      : encode({ type: MsgType.UnmaskRequest, sessionId: sid, party: u, survivors: bitmap, signatures: [] })]));
+  }
+
+  private closeConsistency(): Map<number, Uint8Array> {
+    const bitmap = encodeBitmap(this.survivors(), this.cfg.n);
+    const signatures = sorted(this.consistency.keys()).map((u) => [u, this.consistency.get(u)] as [number, Uint8Array]);
+    return new Map(signatures.map(([u]) => [u, encode({ type: MsgType.UnmaskRequest, sessionId: this.cfg.sessionId, party: u, survivors: bitmap, signatures })]));
+  }
+
+  /** The sum: survivors' masked inputs, less their self masks and the pairwise masks they shared with parties that
+   * dropped after sharing keys (both reconstructed from the revealed shares). */
+  private async closeUnmask(): Promise<Map<number, "finished">> {
+    const u3 = this.survivors();
+    const shares = new Map<string, Map<number, bigint>>();
+    for (const [w, list] of this.unmask) {
+      for (const [v, kind, s] of list) {
+        const key = `${v}/${kind}`;
+        if (!shares.has(key)) shares.set(key, new Map());
+        (shares.get(key) as Map<number, bigint>).set(w, shamir.fromBytes(s));
+      }
+    }
+    const { dim, bits } = this.cfg;
+    const total = new ModVector(dim, bits);
+    for (const u of u3) total.addInto(this.masked.get(u) as ModVector, 1);
+    for (const u of u3) {
+      const b = shamir.reconstruct(shares.get(`${u}/${ShareKind.SelfMaskSeed}`) as Map<number, bigint>);
+      total.addInto(await c.expandMask(await c.selfMaskKey(bigToBE(b, 32), this.honestBind, u), dim, bits), -1);
+    }
+    for (const v of sorted(this.shareKeys.keys()).filter((x) => !u3.includes(x))) {
+      const s = shares.get(`${v}/${ShareKind.MaskKey}`);
+      if (!s) continue;
+      const sk = await X25519Key.fromPrivate(bigToBE(shamir.reconstruct(s), 32));
+      for (const u of this.graph.closed(v).filter((x) => x !== v && u3.includes(x))) {
+        const key = await c.pairMaskKey(await sk.agree((this.keys.get(u) as { sPk: Uint8Array }).sPk), this.honestBind, u, v);
+        total.addInto(await c.expandMask(key, dim, bits), u < v ? -1 : 1);
+      }
+    }
+    total.mask();
+    this.sum = Array.from({ length: dim }, (_, i) => total.get(i));
+    return new Map(u3.map((u) => [u, "finished" as const]));
+  }
+}

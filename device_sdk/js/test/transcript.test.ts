@@ -1,5 +1,6 @@
 /** Whole cohorts (tests/vectors/transcript.json): the client, fed the server's messages, produces every client
- * message byte for byte; and its checks refuse what an honest server never sends. */
+ * message byte for byte — keys, shares, masks and signatures bound to the case's task digest, identities in every
+ * threat model — and its checks refuse what an honest server never sends. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -9,7 +10,7 @@ import { SeededRandom } from "../src/randomness.js";
 import { ClientSession, Phase } from "../src/secagg/client.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import { ModVector } from "../src/secagg/encoding.js";
-import { DoubleRevealError, InconsistentSetsError, TooFewSurvivorsError } from "../src/secagg/errors.js";
+import { DoubleRevealError, InconsistentSetsError, TaskMismatchError, TooFewSurvivorsError } from "../src/secagg/errors.js";
 import { MsgType, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
 import { Ed25519Key } from "../src/webcrypto.js";
 import { vectors } from "./helpers.js";
@@ -21,11 +22,12 @@ async function clients(input: any, output: any, minSurvivors?: number) {
   const ids = new Map<number, Ed25519Key>();
   for (const p of parties) ids.set(p, await Ed25519Key.fromSeed(await root.child(`identity/${p}`).bytes(32)));
   const publics = new Map([...ids].map(([p, k]) => [p, k.publicBytes]));
+  for (const p of parties) assert.equal(hex(publics.get(p) as Uint8Array), output.party_secrets[String(p)].identity_public);
   const out = new Map<number, ClientSession>();
   for (const p of parties) {
     const input_ = ModVector.fromUnsigned(input.inputs[String(p)].map(BigInt), cfg.bits);
     out.set(p, new ClientSession(cfg, p, input_, {
-      randomness: root.child(`party/${p}`), identityKey: cfg.active ? ids.get(p) : null, peerIdentityKeys: cfg.active ? publics : null, minSurvivors,
+      randomness: root.child(`party/${p}`), identityKey: ids.get(p), peerIdentityKeys: publics, minSurvivors, taskDigest: unhex(input.task_digest),
     }));
   }
   return { cfg, out };
@@ -48,7 +50,21 @@ test("transcript: a client port reproduces every client message of whole cohorts
       }
     }
     assert.deepEqual(sent.sort(), expected.sort(), input.name);
+    for (const [p, c] of out) {
+      if (!input.drop_before_masked_input.includes(p)) assert.equal(c.verifiedMembers, 3, "each party verified its two senders' signatures");
+    }
   }
+});
+
+test("transcript: a party shown another task refuses its peers' routed shares (TaskMismatchError) before masking", async () => {
+  const { input, output } = vectors("transcript").cases[0];
+  const { out } = await clients({ ...input, task_digest: "00".repeat(32) }, output);
+  for (const c of out.values()) await c.start();
+  const c1 = out.get(1) as ClientSession;
+  const server = output.messages.filter((m: any) => m.from === "server" && m.party === 1);
+  await c1.receive(unhex(server[0].bytes));  // PeerKeys: nothing signed yet
+  await assert.rejects(c1.receive(unhex(server[1].bytes)), TaskMismatchError);
+  assert.equal(c1.phase, Phase.Aborted);
 });
 
 test("transcript: the client's own survivor floor and the set checks refuse a lying server", async () => {

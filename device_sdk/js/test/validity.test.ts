@@ -7,7 +7,7 @@ import { test } from "node:test";
 import { hex, unhex, utf8 } from "../src/bytes.js";
 import { SeededRandom } from "../src/randomness.js";
 import * as g from "../src/validity/group.js";
-import { InvalidProof, ProofContext, commitmentOf, encodeContext, proofSize, prove, verify } from "../src/validity/proof.js";
+import { InvalidProof, ProofContext, TRANSCRIPT_DOMAIN, commitmentOf, encodeContext, proofSize, prove, verify } from "../src/validity/proof.js";
 import { Bits, Ranged, Segment, Signs, Statement, blindLimbs } from "../src/validity/statement.js";
 import { vectors } from "./helpers.js";
 
@@ -19,11 +19,15 @@ function statement(spec: any): Statement {
 test("validity: generators, transcript bytes, seeded proofs and commitments match the vectors", async () => {
   for (const { input, output } of vectors("validity").cases) {
     const st = statement(input.statement);
-    const ctx: ProofContext = { sessionId: unhex(input.context.session_id), queryId: input.context.query_id, round: input.context.round, party: input.context.party };
+    const ctx: ProofContext = {
+      sessionId: unhex(input.context.session_id), queryId: input.context.query_id, round: input.context.round, party: input.context.party,
+      taskDigest: unhex(input.context.task_digest),
+    };
     assert.deepEqual((await g.generators(st.dim)).map((p) => hex(p.toBytes())), output.generators);
     assert.equal(hex((await g.sumGenerator()).toBytes()), output.sum_generator);
     assert.equal(hex(g.mulBase(1n).toBytes()), output.base_point);
     assert.equal(hex(encodeContext(ctx)), output.context_bytes);
+    assert.equal(new TextDecoder().decode(TRANSCRIPT_DOMAIN), output.transcript_domain);
     assert.equal(hex(st.encode()), output.statement_bytes);
     assert.equal(proofSize(st), output.proof_size);
     const values = input.values.map(BigInt);
@@ -39,6 +43,7 @@ test("validity: generators, transcript bytes, seeded proofs and commitments matc
     bad[bad.length - 1] ^= 1;
     await assert.rejects(verify(st, ctx, bad), InvalidProof);
     await assert.rejects(verify(st, { ...ctx, party: ctx.party + 1 }, unhex(output.proof)), InvalidProof, "bound to its party");
+    await assert.rejects(verify(st, { ...ctx, taskDigest: new Uint8Array(32).fill(7) }, unhex(output.proof)), InvalidProof, "bound to the task");
   }
 });
 

@@ -1,5 +1,6 @@
 /** Known-answer vectors, byte for byte: randomness, key agreement, PRG, neighbour graph, share encryption, Shamir,
- * messages, request signing (tests/vectors, docs/vectors.md). */
+ * messages, request signing, signed payloads (tests/vectors, docs/vectors.md; device protocol 2: every key, associated
+ * data and signature bound to session id ‖ task digest). */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -10,9 +11,9 @@ import { RandomSource, SeededRandom, keyedStream, random, randbelow, sample, uin
 import * as sc from "../src/secagg/crypto.js";
 import { ModVector, pack } from "../src/secagg/encoding.js";
 import { NeighbourGraph, graphSeed, prgUint64 } from "../src/secagg/graph.js";
-import { Message, MsgType, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
+import { Message, MsgType, VERSION, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
 import * as shamir from "../src/secagg/shamir.js";
-import { Ed25519Key, X25519Key } from "../src/webcrypto.js";
+import { Ed25519Key, X25519Key, ed25519Verify } from "../src/webcrypto.js";
 import { vectors } from "./helpers.js";
 
 test("randomness: SeededRandom, children and the helpers' byte consumption", async () => {
@@ -41,6 +42,14 @@ test("randomness: reads split differently give the same stream", async () => {
   assert.equal(hex(parts), hex(whole));
 });
 
+test("the vectors are pinned to device protocol 2: the secagg wire version and the HKDF domain", () => {
+  for (const topic of ["key_agreement", "messages", "transcript", "signed_payloads"]) {
+    const v = vectors(topic).versions as Record<string, unknown>;
+    assert.equal(v.secagg_wire, VERSION, topic);
+    assert.equal(v.secagg_hkdf_domain, new TextDecoder().decode(sc.DOMAIN), topic);
+  }
+});
+
 test("key agreement and key derivation", async () => {
   for (const { input, output } of vectors("key_agreement").cases) {
     const a = await X25519Key.fromPrivate(unhex(input.a_private));
@@ -51,13 +60,18 @@ test("key agreement and key derivation", async () => {
     assert.equal(hex(shared), output.shared_secret);
     assert.equal(hex(await b.agree(a.publicBytes)), output.shared_secret);
     const sid = unhex(input.session_id);
+    const bind = sc.binding(sid, unhex(input.task_digest));
+    assert.equal(hex(bind), output.binding);
     const [u, v] = [input.a_party, input.b_party];
-    assert.equal(hex(await sc.channelKey(shared, sid, u, v)), output.channel_key);
-    assert.equal(hex(await sc.pairMaskKey(shared, sid, u, v)), output.pairmask_key);
-    assert.equal(hex(await sc.pairMaskKey(shared, sid, v, u)), output.pairmask_key);
-    assert.equal(hex(await sc.selfMaskKey(unhex(input.self_mask_seed), sid, u)), output.selfmask_key);
-    assert.equal(hex(await graphSeed(sid)), output.graph_seed);
-    assert.equal(hex(concat(sc.DOMAIN, utf8("selfmask/"), sid, u32be(u))), output.selfmask_info);
+    const [lo, hi] = u < v ? [u, v] : [v, u];
+    assert.equal(hex(concat(sc.DOMAIN, utf8("channel/"), bind, u32be(lo), u32be(hi))), output.channel_info);
+    assert.equal(hex(concat(sc.DOMAIN, utf8("pairmask/"), bind, u32be(lo), u32be(hi))), output.pairmask_info);
+    assert.equal(hex(await sc.channelKey(shared, bind, u, v)), output.channel_key);
+    assert.equal(hex(await sc.pairMaskKey(shared, bind, u, v)), output.pairmask_key);
+    assert.equal(hex(await sc.pairMaskKey(shared, bind, v, u)), output.pairmask_key);
+    assert.equal(hex(await sc.selfMaskKey(unhex(input.self_mask_seed), bind, u)), output.selfmask_key);
+    assert.equal(hex(await graphSeed(sid)), output.graph_seed, "the graph seed depends on the session alone");
+    assert.equal(hex(concat(sc.DOMAIN, utf8("selfmask/"), bind, u32be(u))), output.selfmask_info);
   }
 });
 
@@ -92,14 +106,17 @@ test("neighbour graph: seed, words, ring order and neighbourhoods", async () => 
 test("share encryption: nonce, associated data and AES-GCM ciphertext", async () => {
   for (const { input, output } of vectors("share_encryption").cases) {
     const sid = unhex(input.session_id);
+    const bind = sc.binding(sid, unhex(input.task_digest));
     assert.equal(hex(sc.shareNonce(input.sender)), output.nonce);
-    assert.equal(hex(sc.shareAad(sid, input.sender, input.receiver)), output.associated_data);
-    const ct = await sc.sealShare(unhex(input.key), sid, input.sender, input.receiver, unhex(input.plaintext));
+    assert.equal(hex(sc.shareAad(bind, input.sender, input.receiver)), output.associated_data);
+    const ct = await sc.sealShare(unhex(input.key), bind, input.sender, input.receiver, unhex(input.plaintext));
     assert.equal(hex(ct), output.ciphertext);
-    assert.equal(hex(await sc.openShare(unhex(input.key), sid, input.sender, input.receiver, ct)), input.plaintext);
+    assert.equal(hex(await sc.openShare(unhex(input.key), bind, input.sender, input.receiver, ct)), input.plaintext);
     const bad = Uint8Array.from(ct);
     bad[0] ^= 1;
-    await assert.rejects(sc.openShare(unhex(input.key), sid, input.sender, input.receiver, bad), /failed authentication/);
+    await assert.rejects(sc.openShare(unhex(input.key), bind, input.sender, input.receiver, bad), /failed authentication/);
+    const otherTask = sc.binding(sid, new Uint8Array(32).fill(0xaa));
+    await assert.rejects(sc.openShare(unhex(input.key), otherTask, input.sender, input.receiver, ct), /failed authentication/, "bound to the task");
   }
 });
 
@@ -120,6 +137,8 @@ test("Shamir: coefficients, shares, Lagrange coefficients and reconstruction", a
   }
 });
 
+const cts = (pairs: [number, string][]): [number, Uint8Array][] => pairs.map(([v, ct]) => [v, unhex(ct)]);
+
 function build(input: any): Message {
   const h = { sessionId: unhex(input.session_id), party: input.party };
   const f = input.fields;
@@ -134,12 +153,16 @@ function build(input: any): Message {
   };
   switch (input.type) {
     case "AdvertiseKeys":
-      return { ...h, type: MsgType.AdvertiseKeys, cPk: unhex(f.c_pk), sPk: unhex(f.s_pk), signature: unhex(f.signature) };
+      return { ...h, type: MsgType.AdvertiseKeys, cPk: unhex(f.c_pk), sPk: unhex(f.s_pk) };
     case "PeerKeys":
-      return { ...h, type: MsgType.PeerKeys, peers: f.peers.map((p: any) => ({ party: p.party, cPk: unhex(p.c_pk), sPk: unhex(p.s_pk), signature: unhex(p.signature) })) };
+      return { ...h, type: MsgType.PeerKeys, peers: f.peers.map((p: any) => ({ party: p.party, cPk: unhex(p.c_pk), sPk: unhex(p.s_pk) })) };
     case "ShareKeys":
+      return { ...h, type: MsgType.ShareKeys, ciphertexts: cts(f.ciphertexts), signature: unhex(f.signature), membersWanted: f.members_wanted };
     case "RoutedShares":
-      return { ...h, type: input.type === "ShareKeys" ? MsgType.ShareKeys : MsgType.RoutedShares, ciphertexts: f.ciphertexts.map(([v, ct]: [number, string]) => [v, unhex(ct)]) };
+      return {
+        ...h, type: MsgType.RoutedShares, ciphertexts: cts(f.ciphertexts), signatures: f.signatures.map((x: string) => unhex(x)),
+        members: f.members.map((e: any) => ({ party: e.party, identity: unhex(e.identity), cPk: unhex(e.c_pk), sPk: unhex(e.s_pk), signature: unhex(e.signature) })),
+      };
     case "MaskedInput":
       return { ...h, type: MsgType.MaskedInput, bits: f.bits, dim: f.values.length, packed: vec(f.values, f.bits) };
     case "MaskedInputProved":
@@ -187,5 +210,50 @@ test("request signing: payload, signature, device id and headers", async () => {
       { [HDR_PROTOCOL]: String(PROTOCOL_VERSION), [HDR_TIMESTAMP]: input.timestamp, [HDR_NONCE]: input.nonce, [HDR_SIGNATURE]: b64encode(sig) },
       output.headers,
     );
+  }
+});
+
+test("messages: protocol 2's length checks (signature counts, members_wanted, fixed entries)", () => {
+  const sid = unhex("c0c1c2c3c4c5c6c7c8c9cacbcccdcecf");
+  const ct = new Uint8Array(90);
+  const routed = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [[1, ct], [3, ct]], signatures: [new Uint8Array(64), new Uint8Array(64)], members: [] });
+  // one signature for two ciphertexts
+  const one = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [[1, ct], [3, ct]], signatures: [new Uint8Array(64)], members: [] });
+  assert.throws(() => decode(one), /signatures: 1 for 2 ciphertexts/);
+  assert.equal(decode(routed).type, MsgType.RoutedShares);
+  // a signature blob that is neither empty nor 64 bytes
+  const odd = encode({ type: MsgType.ShareKeys, sessionId: sid, party: 1, ciphertexts: [], signature: new Uint8Array(63), membersWanted: 0 });
+  assert.throws(() => decode(odd), /signature: must be empty or 64 bytes/);
+  const many = encode({ type: MsgType.ShareKeys, sessionId: sid, party: 1, ciphertexts: [], signature: new Uint8Array(), membersWanted: 0 });
+  many.set(u32be((1 << 20) + 1), 24 + 4);
+  assert.throws(() => decode(many), /members_wanted: 1048577 exceeds 1048576/);
+  assert.throws(() => encode({ type: MsgType.AdvertiseKeys, sessionId: sid, party: 1, cPk: new Uint8Array(31), sPk: new Uint8Array(32) }), /c_pk: expected 32 bytes/);
+  // a member count beyond the bytes present
+  const head = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [], signatures: [], members: [] });
+  head.set(u32be(1), head.length - 4);
+  assert.throws(() => decode(head), /members: count 1 exceeds the message length/);
+});
+
+test("signed payloads: the advertise and consistency payloads, their deterministic signatures, refused under another binding", async () => {
+  for (const { input, output } of vectors("signed_payloads").cases) {
+    const key = await Ed25519Key.fromSeed(unhex(input.identity_private));
+    assert.equal(hex(key.publicBytes), output.public_key);
+    const bind = sc.binding(unhex(input.session_id), unhex(input.task_digest));
+    assert.equal(hex(bind), output.binding);
+    const advert = sc.advertisePayload(bind, input.party, unhex(input.c_pk), unhex(input.s_pk));
+    assert.equal(hex(advert), output.advertise_payload);
+    assert.equal(hex(await key.sign(advert)), output.advertise_signature);
+    const bitmap = encodeBitmap(input.survivors.members, input.survivors.n);
+    assert.equal(hex(bitmap), output.survivors_bitmap);
+    const consistency = sc.consistencyPayload(bind, bitmap);
+    assert.equal(hex(consistency), output.consistency_payload);
+    assert.equal(hex(await key.sign(consistency)), output.consistency_signature);
+    assert.ok(await ed25519Verify(key.publicBytes, unhex(output.advertise_signature), advert));
+    assert.ok(await ed25519Verify(key.publicBytes, unhex(output.consistency_signature), consistency));
+    const digest = unhex(input.task_digest);
+    digest[31] ^= 1;
+    const other = sc.binding(unhex(input.session_id), digest);
+    assert.ok(!(await ed25519Verify(key.publicBytes, unhex(output.advertise_signature), sc.advertisePayload(other, input.party, unhex(input.c_pk), unhex(input.s_pk)))), "another task");
+    assert.ok(!(await ed25519Verify(key.publicBytes, unhex(output.consistency_signature), sc.consistencyPayload(other, bitmap))), "another task");
   }
 });

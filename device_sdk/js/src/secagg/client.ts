@@ -2,7 +2,7 @@
  *
  * `start()` returns the AdvertiseKeys message; `receive(serverMessage)` the reply for the next phase. Before answering,
  * the client checks what the server shows it: peers are its graph neighbours, its own keys came back unchanged, no
- * public key appears twice, signatures verify (active model), the survivor sets are nested (U3 ⊆ U2 ⊆ U1), contain
+ * public key appears twice, signatures verify, the survivor sets are nested (U3 ⊆ U2 ⊆ U1), contain
  * it and hold at least the threshold of its neighbourhood (and, with `minSurvivors`, list at least that many parties
  * in the whole cohort), and it never reveals both the self-mask share and the key share of one peer, not even across
  * retried or altered unmask requests. The byte-identical message again returns the same reply.
@@ -10,7 +10,15 @@
  * Random draws, in order, from the injected source: c_u^SK (32 bytes), s_u^SK (32 bytes) in `start()`; on PeerKeys
  * the self-mask seed b_u (32 bytes), the Shamir coefficients for b_u, then those for s_u^SK. A device that sent its
  * public keys with its check-in (docs/protocol.md, "Keys with the check-in") drew them earlier with `KeyPairs.draw`
- * from a source of its own and passes them as `keys`: `start()` then draws nothing. */
+ * from a source of its own and passes them as `keys`: `start()` then draws nothing.
+ *
+ * Task binding (docs/secagg.md, "Devices that check the server"): `taskDigest` — the device's own hash of what it was
+ * asked to compute (taskDigest.ts) — enters every derived key and signed payload. With an `identityKey` the party
+ * signs its advertised keys bound to session and task and sends the signature with its shares; with
+ * `peerIdentityKeys` (and `verifyPeers`, the default) it verifies every share sender's signature, and any member
+ * entries the server adds, before it computes its masked input (`TaskMismatchError` on any failure), and with
+ * `minVerified` it refuses (`CohortUnverifiedError`) unless that many distinct identities (its own included) signed
+ * for this session and task. */
 
 import { bigFromBE, concat, equalBytes, hex, u32be } from "../bytes.js";
 import { ByteSource, RandomSource } from "../randomness.js";
@@ -19,12 +27,14 @@ import { SecAggConfig } from "./config.js";
 import * as c from "./crypto.js";
 import { ModVector, pack } from "./encoding.js";
 import {
+  CohortUnverifiedError,
   ConfigError,
   DecryptionError,
   DoubleRevealError,
   DuplicateKeyError,
   InconsistentSetsError,
   SignatureError,
+  TaskMismatchError,
   TooFewSurvivorsError,
   UnknownPartyError,
   WrongPhaseError,
@@ -66,6 +76,14 @@ export interface ClientOptions {
   minSurvivors?: number | null;
   /** Key pairs drawn ahead (sent with a check-in); without them `start()` draws them from `randomness`. */
   keys?: KeyPairs | null;
+  /** The device's own digest of its task (32 bytes; default: NO_TASK, a session that binds no task). */
+  taskDigest?: Uint8Array | null;
+  /** Verify every share sender's (and requested member's) signature before masking (default true; needs
+   * `peerIdentityKeys`). */
+  verifyPeers?: boolean;
+  /** Distinct identities (this party's included) whose signatures for this session and task must verify before the
+   * masked input is sent; needs `identityKey`, `peerIdentityKeys` and `verifyPeers`. */
+  minVerified?: number | null;
   /** Called with the seconds each phase's computation took (the benchmark's per-phase times). */
   onTiming?: (phase: string, seconds: number) => void;
 }
@@ -78,6 +96,11 @@ export class ClientSession {
   private cKey!: X25519Key;
   private sKey!: X25519Key;
   private peers = new Map<number, { cPk: Uint8Array; sPk: Uint8Array }>();
+  private readonly bind: Uint8Array;
+  private readonly verify: boolean;
+  /** Distinct identities (this party's included) whose signatures for this session and task it verified; null until
+   * the routed shares were checked. */
+  verifiedMembers: number | null = null;
   private channel = new Map<number, Uint8Array>();
   private bSeed!: Uint8Array;
   private ownShares!: [bigint, bigint];
@@ -96,6 +119,15 @@ export class ClientSession {
     }
     const ms = opts.minSurvivors;
     if (ms != null && (!Number.isInteger(ms) || ms < 1)) throw new ConfigError(`min_survivors: must be a positive integer, got ${ms}`);
+    const digest = opts.taskDigest ?? c.NO_TASK;
+    if (!(digest instanceof Uint8Array) || digest.length !== c.TASK_DIGEST_BYTES) throw new ConfigError(`task_digest: must be ${c.TASK_DIGEST_BYTES} bytes`);
+    const mv = opts.minVerified;
+    if (mv != null) {
+      if (!Number.isInteger(mv) || mv < 1) throw new ConfigError(`min_verified: must be a positive integer, got ${mv}`);
+      if (!opts.identityKey || !opts.peerIdentityKeys || opts.verifyPeers === false) throw new ConfigError("min_verified: needs identity_key, peer_identity_keys and verify_peers");
+    }
+    this.bind = c.binding(config.sessionId, digest);
+    this.verify = (opts.verifyPeers ?? true) && opts.peerIdentityKeys != null;
     this.t = config.shareThreshold;
   }
 
@@ -118,9 +150,9 @@ export class ClientSession {
         const keys = this.opts.keys ?? (await KeyPairs.draw(this.opts.randomness));
         this.cKey = keys.c;
         this.sKey = keys.s;
-        let sig: Uint8Array = new Uint8Array(0);
-        if (cfg.active) sig = await (this.opts.identityKey as Ed25519Key).sign(c.advertisePayload(cfg.sessionId, this.party, this.cKey.publicBytes, this.sKey.publicBytes));
-        this.advert = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: this.party, cPk: this.cKey.publicBytes, sPk: this.sKey.publicBytes, signature: sig });
+        // unsigned: the party signs its keys, bound to session and task, with its shares (keys sent ahead with a
+        // check-in need no second message)
+        this.advert = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: this.party, cPk: this.cKey.publicBytes, sPk: this.sKey.publicBytes });
         return this.advert;
       });
     });
@@ -180,14 +212,10 @@ export class ClientSession {
     }
     const keys = new Set(msg.peers.flatMap((p) => [hex(p.cPk), hex(p.sPk)]));
     if (keys.size !== 2 * msg.peers.length) throw new DuplicateKeyError("peer keys: the same public key is advertised twice");
-    if (cfg.active) {
-      for (const p of msg.peers) {
-        const ident = this.opts.peerIdentityKeys?.get(p.party);
-        if (!ident) throw new SignatureError(`no identity key for party ${p.party}`);
-        if (!(await ed25519Verify(ident, p.signature, c.advertisePayload(cfg.sessionId, p.party, p.cPk, p.sPk)))) {
-          throw new SignatureError(`invalid signature on party ${p.party}'s advertised keys`);
-        }
-      }
+    if (this.verify) {
+      const ids = this.opts.peerIdentityKeys as Map<number, Uint8Array>;
+      const unknown = parties.filter((p) => p !== this.party && !ids.has(p)).sort((a, b) => a - b);
+      if (unknown.length) throw new SignatureError(`peer keys: no identity key for parties ${unknown.slice(0, 5)}`);
     }
     for (const p of msg.peers) this.peers.set(p.party, { cPk: p.cPk, sPk: p.sPk });
     const u1 = [...this.peers.keys()].sort((a, b) => a - b);
@@ -199,13 +227,58 @@ export class ClientSession {
     const cts: [number, Uint8Array][] = [];
     for (const v of u1) {
       if (v === this.party) continue;
-      const key = await c.channelKey(await this.agree(this.cKey, (this.peers.get(v) as { cPk: Uint8Array }).cPk), cfg.sessionId, this.party, v);
+      const key = await c.channelKey(await this.agree(this.cKey, (this.peers.get(v) as { cPk: Uint8Array }).cPk), this.bind, this.party, v);
       this.channel.set(v, key);
       const pt = concat(u32be(this.party), u32be(v), shamir.toBytes(bShares.get(v) as bigint), shamir.toBytes(sShares.get(v) as bigint));
-      cts.push([v, await c.sealShare(key, cfg.sessionId, this.party, v, pt)]);
+      cts.push([v, await c.sealShare(key, this.bind, this.party, v, pt)]);
     }
+    let signature: Uint8Array = new Uint8Array(0);
+    if (this.opts.identityKey) signature = await this.opts.identityKey.sign(c.advertisePayload(this.bind, this.party, this.cKey.publicBytes, this.sKey.publicBytes));
     this.phase = Phase.ShareKeys;
-    return encode({ type: MsgType.ShareKeys, sessionId: cfg.sessionId, party: this.party, ciphertexts: cts });
+    return encode({ type: MsgType.ShareKeys, sessionId: cfg.sessionId, party: this.party, ciphertexts: cts, signature, membersWanted: this.membersWanted() });
+  }
+
+  /** Signed members beyond the neighbourhood to ask for: enough to reach `minVerified` even if every neighbour the
+   * protocol may lose (all but t) drops; none on the complete graph (everyone is a neighbour). */
+  private membersWanted(): number {
+    const mv = this.opts.minVerified;
+    if (mv == null || this.config.usesCompleteGraph) return 0;
+    return Math.max(0, Math.min(this.config.n, mv) - this.t);
+  }
+
+  /** Every share sender's and member entry's signature over its keys for this session and task, and the count of
+   * distinct identities that signed, before anything of this party's input is computed. The signatures are checked
+   * concurrently (WebCrypto works off the main thread); the errors are those of checking them in order. */
+  private async verifyCohort(msg: Extract<Message, { type: MsgType.RoutedShares }>): Promise<void> {
+    const cfg = this.config;
+    const ids = this.opts.peerIdentityKeys as Map<number, Uint8Array>;
+    if (msg.signatures.length !== msg.ciphertexts.length) throw new TaskMismatchError(msg.ciphertexts.length ? msg.ciphertexts[0][0] : 0, "signatures missing");
+    const senders = msg.ciphertexts.map(([v], i) => {
+      const keys = this.peers.get(v) as { cPk: Uint8Array; sPk: Uint8Array };
+      return { party: v, identity: ids.get(v) as Uint8Array, signature: msg.signatures[i], cPk: keys.cPk, sPk: keys.sPk };
+    });
+    const check = (e: { party: number; identity: Uint8Array; signature: Uint8Array; cPk: Uint8Array; sPk: Uint8Array }) =>
+      ed25519Verify(e.identity, e.signature, c.advertisePayload(this.bind, e.party, e.cPk, e.sPk));
+    const [senderOk, memberOk] = await Promise.all([Promise.all(senders.map(check)), Promise.all(msg.members.map(check))]);
+    const identities = new Set<string>();
+    if (this.opts.identityKey) identities.add(hex(this.opts.identityKey.publicBytes));
+    senders.forEach((e, i) => {
+      if (!senderOk[i]) throw new TaskMismatchError(e.party);
+      identities.add(hex(e.identity));
+    });
+    const nbrs = this.nbrs as Set<number>;
+    const seen = new Set<number>();
+    msg.members.forEach((m, i) => {
+      if (!(m.party >= 1 && m.party <= cfg.n) || nbrs.has(m.party) || seen.has(m.party)) {
+        throw new InconsistentSetsError(`members: party ${m.party} is a neighbour, repeated or outside the cohort`);
+      }
+      seen.add(m.party);
+      if (!memberOk[i]) throw new TaskMismatchError(m.party, "member list");
+      identities.add(hex(m.identity));
+    });
+    this.verifiedMembers = identities.size;
+    const min = this.opts.minVerified;
+    if (min != null && identities.size < min) throw new CohortUnverifiedError(identities.size, min);
   }
 
   private async agree(key: X25519Key, peer: Uint8Array): Promise<Uint8Array> {
@@ -216,7 +289,7 @@ export class ClientSession {
     }
   }
 
-  private async onRoutedShares(msg: Extract<Message, { ciphertexts: unknown }>): Promise<Uint8Array> {
+  private async onRoutedShares(msg: Extract<Message, { type: MsgType.RoutedShares }>): Promise<Uint8Array> {
     const cfg = this.config;
     const senders = msg.ciphertexts.map(([s]) => s);
     if (new Set(senders).size !== senders.length) throw new InconsistentSetsError("routed shares: a sender is listed twice");
@@ -224,8 +297,9 @@ export class ClientSession {
     if (stray.length) throw new InconsistentSetsError(`routed shares: senders ${stray.slice(0, 5)} were not in the key set`);
     const u2 = new Set([...senders, this.party]);
     if (u2.size < this.t) throw new InconsistentSetsError(`routed shares: ${u2.size} parties, below the threshold ${this.t}`);
+    if (this.verify) await this.verifyCohort(msg);
     for (const [v, ct] of msg.ciphertexts) {
-      const pt = await c.openShare(this.channel.get(v) as Uint8Array, cfg.sessionId, v, this.party, ct);
+      const pt = await c.openShare(this.channel.get(v) as Uint8Array, this.bind, v, this.party, ct);
       if (pt.length !== 8 + 2 * shamir.SHARE_BYTES) throw new DecryptionError(`share from party ${v} has the wrong length`);
       const view = new DataView(pt.buffer, pt.byteOffset, pt.byteLength);
       const b = shamir.fromBytes(pt.subarray(8, 41));
@@ -237,10 +311,10 @@ export class ClientSession {
     }
     this.u2 = u2;
     const acc = this.input.copy();
-    acc.addInto(await c.expandMask(await c.selfMaskKey(this.bSeed, cfg.sessionId, this.party), cfg.dim, cfg.bits), 1);
+    acc.addInto(await c.expandMask(await c.selfMaskKey(this.bSeed, this.bind, this.party), cfg.dim, cfg.bits), 1);
     for (const v of [...u2].filter((x) => x !== this.party).sort((a, b) => a - b)) {
       const shared = await this.agree(this.sKey, (this.peers.get(v) as { sPk: Uint8Array }).sPk);
-      const key = await c.pairMaskKey(shared, cfg.sessionId, this.party, v);
+      const key = await c.pairMaskKey(shared, this.bind, this.party, v);
       acc.addInto(await c.expandMask(key, cfg.dim, cfg.bits), this.party < v ? 1 : -1);
     }
     acc.mask();
@@ -266,7 +340,7 @@ export class ClientSession {
   private async onConsistency(msg: Extract<Message, { type: MsgType.ConsistencyRequest }>): Promise<Uint8Array> {
     this.survivors(msg.survivors);
     this.signedSurvivors = msg.survivors;
-    const sig = await (this.opts.identityKey as Ed25519Key).sign(c.consistencyPayload(this.config.sessionId, msg.survivors));
+    const sig = await (this.opts.identityKey as Ed25519Key).sign(c.consistencyPayload(this.bind, msg.survivors));
     this.phase = Phase.ConsistencyCheck;
     return encode({ type: MsgType.ConsistencySignature, sessionId: this.config.sessionId, party: this.party, signature: sig });
   }
@@ -280,7 +354,7 @@ export class ClientSession {
       if (new Set(signers).size !== signers.length || signers.some((p) => !u3.has(p))) {
         throw new InconsistentSetsError("consistency: signatures from repeated or non-surviving parties");
       }
-      const payload = c.consistencyPayload(cfg.sessionId, msg.survivors);
+      const payload = c.consistencyPayload(this.bind, msg.survivors);
       for (const [signer, sig] of msg.signatures) {
         const key = this.opts.peerIdentityKeys?.get(signer);
         if (!key || !(await ed25519Verify(key, sig, payload))) throw new SignatureError(`invalid signature on party ${signer}'s consistency check`);

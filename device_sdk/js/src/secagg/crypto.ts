@@ -1,4 +1,10 @@
-/** Key derivation, share transport and the mask PRG (secagg/crypto.py) on WebCrypto. */
+/** Key derivation, share transport, signed payloads and the mask PRG (secagg/crypto.py) on WebCrypto.
+ *
+ * The *binding* is the 16-byte session id followed by the 32-byte task digest (taskDigest.ts: what the device was
+ * asked to compute, hashed by the device itself). It replaces the bare session id in every derived key (channel,
+ * pairwise mask, self mask), in the shares' associated data and in every signed payload, so two devices shown
+ * different tasks derive keys that do not match and sign payloads that do not verify for each other. The neighbour
+ * graph's seed stays a function of the session id alone. */
 
 import { concat, u32be, utf8 } from "../bytes.js";
 import { AuthenticationError, aesKey, ctrKeystream, gcmOpen, gcmSeal, hkdf } from "../webcrypto.js";
@@ -8,39 +14,51 @@ import { ModVector } from "./encoding.js";
 
 export { DOMAIN };
 
-function pairInfo(purpose: string, sessionId: Uint8Array, u: number, v: number): Uint8Array {
-  const [lo, hi] = u < v ? [u, v] : [v, u];
-  return concat(DOMAIN, utf8(purpose + "/"), sessionId, u32be(lo), u32be(hi));
+export const TASK_DIGEST_BYTES = 32;
+/** The task digest of a session that binds no task (protocol tests and benchmarks outside the service). */
+export const NO_TASK = new Uint8Array(TASK_DIGEST_BYTES);
+
+/** What every derived key, associated data and signature of a session is bound to: session id ‖ task digest. */
+export function binding(sessionId: Uint8Array, taskDigest: Uint8Array = NO_TASK): Uint8Array {
+  if (taskDigest.length !== TASK_DIGEST_BYTES) throw new RangeError(`task_digest: must be ${TASK_DIGEST_BYTES} bytes, got ${taskDigest.length}`);
+  return concat(sessionId, taskDigest);
 }
 
-export const channelKey = (shared: Uint8Array, sid: Uint8Array, u: number, v: number): Promise<Uint8Array> =>
-  hkdf(shared, pairInfo("channel", sid, u, v));
-export const pairMaskKey = (shared: Uint8Array, sid: Uint8Array, u: number, v: number): Promise<Uint8Array> =>
-  hkdf(shared, pairInfo("pairmask", sid, u, v));
-export const selfMaskKey = (seed: Uint8Array, sid: Uint8Array, u: number): Promise<Uint8Array> =>
-  hkdf(seed, concat(DOMAIN, utf8("selfmask/"), sid, u32be(u)));
+function pairInfo(purpose: string, bind: Uint8Array, u: number, v: number): Uint8Array {
+  const [lo, hi] = u < v ? [u, v] : [v, u];
+  return concat(DOMAIN, utf8(purpose + "/"), bind, u32be(lo), u32be(hi));
+}
 
-export const shareAad = (sid: Uint8Array, sender: number, receiver: number): Uint8Array =>
-  concat(DOMAIN, utf8("share/"), sid, u32be(sender), u32be(receiver));
+export const channelKey = (shared: Uint8Array, bind: Uint8Array, u: number, v: number): Promise<Uint8Array> =>
+  hkdf(shared, pairInfo("channel", bind, u, v));
+export const pairMaskKey = (shared: Uint8Array, bind: Uint8Array, u: number, v: number): Promise<Uint8Array> =>
+  hkdf(shared, pairInfo("pairmask", bind, u, v));
+export const selfMaskKey = (seed: Uint8Array, bind: Uint8Array, u: number): Promise<Uint8Array> =>
+  hkdf(seed, concat(DOMAIN, utf8("selfmask/"), bind, u32be(u)));
+
+export const shareAad = (bind: Uint8Array, sender: number, receiver: number): Uint8Array =>
+  concat(DOMAIN, utf8("share/"), bind, u32be(sender), u32be(receiver));
 
 /** 'shr0' ‖ sender ‖ 4 zero bytes: each channel key carries one message per direction. */
 export const shareNonce = (sender: number): Uint8Array => concat(utf8("shr0"), u32be(sender), new Uint8Array(4));
 
-export const sealShare = (key: Uint8Array, sid: Uint8Array, s: number, r: number, pt: Uint8Array): Promise<Uint8Array> =>
-  gcmSeal(key, shareNonce(s), pt, shareAad(sid, s, r));
+export const sealShare = (key: Uint8Array, bind: Uint8Array, s: number, r: number, pt: Uint8Array): Promise<Uint8Array> =>
+  gcmSeal(key, shareNonce(s), pt, shareAad(bind, s, r));
 
-export async function openShare(key: Uint8Array, sid: Uint8Array, s: number, r: number, ct: Uint8Array): Promise<Uint8Array> {
+export async function openShare(key: Uint8Array, bind: Uint8Array, s: number, r: number, ct: Uint8Array): Promise<Uint8Array> {
   try {
-    return await gcmOpen(key, shareNonce(s), ct, shareAad(sid, s, r));
+    return await gcmOpen(key, shareNonce(s), ct, shareAad(bind, s, r));
   } catch (exc) {
     if (exc instanceof AuthenticationError) throw new DecryptionError(`share ciphertext from party ${s} failed authentication`);
     throw exc;
   }
 }
 
-export const advertisePayload = (sid: Uint8Array, party: number, cPk: Uint8Array, sPk: Uint8Array): Uint8Array =>
-  concat(DOMAIN, utf8("advertise/"), sid, u32be(party), cPk, sPk);
-export const consistencyPayload = (sid: Uint8Array, bitmap: Uint8Array): Uint8Array => concat(DOMAIN, utf8("consistency/"), sid, bitmap);
+/** What a party signs with its identity key: (session, task digest, party, its two public keys). */
+export const advertisePayload = (bind: Uint8Array, party: number, cPk: Uint8Array, sPk: Uint8Array): Uint8Array =>
+  concat(DOMAIN, utf8("advertise/"), bind, u32be(party), cPk, sPk);
+/** What a party signs in the active model's consistency check: (session, task digest, the survivor bitmap). */
+export const consistencyPayload = (bind: Uint8Array, bitmap: Uint8Array): Uint8Array => concat(DOMAIN, utf8("consistency/"), bind, bitmap);
 
 /** The mask for `key`: AES-256-CTR keystream (zero IV) as little-endian uint32 (bits ≤ 32) or uint64 words. */
 export async function expandMask(key: Uint8Array, dim: number, bits: number): Promise<ModVector> {

@@ -12,7 +12,19 @@ export class MessageFormatError extends ProtocolError {}
 export class WrongSessionError extends ProtocolError {}
 export class WrongPhaseError extends ProtocolError {}
 export class UnknownPartyError extends ProtocolError {}
+/** A missing or invalid Ed25519 signature. */
 export class SignatureError extends ProtocolError {}
+
+/** A peer's signature over its keys, bound to the session and this party's task digest, does not verify: the server
+ * showed that peer another task (or another cohort size, model, privacy block…), or altered its keys. */
+export class TaskMismatchError extends SignatureError {
+  constructor(readonly party: number, detail = "") {
+    super(
+      `party ${party}'s signature over its keys for this session and task does not verify: it was shown another task ` +
+        `or its keys were altered` + (detail ? ` (${detail})` : ""),
+    );
+  }
+}
 export class DuplicateKeyError extends ProtocolError {}
 export class DecryptionError extends ProtocolError {}
 export class InconsistentSetsError extends ProtocolError {}
@@ -22,5 +34,13 @@ export class DoubleRevealError extends ProtocolError {}
 export class TooFewSurvivorsError extends InconsistentSetsError {
   constructor(readonly survivors: number, readonly minimum: number) {
     super(`survivors: ${survivors} parties, below this party's minimum of ${minimum}`);
+  }
+}
+
+/** Fewer distinct members than this client's minimum signed their keys for this session and task
+ * (`ClientSession` option `minVerified`): the cohort the server announced is not one the client can verify. */
+export class CohortUnverifiedError extends InconsistentSetsError {
+  constructor(readonly verified: number, readonly minimum: number) {
+    super(`cohort: ${verified} distinct members (this one included) signed their keys for this session and task, below this party's minimum of ${minimum}`);
   }
 }

@@ -4,7 +4,7 @@
 import { concat, utf8 } from "../bytes.js";
 import { aesKey, ctrKeystream, hkdf } from "../webcrypto.js";
 
-export const DOMAIN = utf8("fa-secagg/v1/");
+export const DOMAIN = utf8("fa-secagg/v2/");
 export const COMPLETE_MAX = 100;
 const DEGREE_FACTOR = 3;
 

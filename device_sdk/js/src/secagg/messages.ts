@@ -5,11 +5,17 @@ import { concat, u32be } from "../bytes.js";
 import { MessageFormatError } from "./errors.js";
 import { SHARE_BYTES } from "./shamir.js";
 
-export const VERSION = 1;
+export const VERSION = 2;
 export const HEADER_SIZE = 24;
 const KEY = 32;
 const SIG = 64;
 export const MAX_PROOF_BYTES = 1 << 26;
+/** The most signed members beyond its neighbourhood a party may ask for (ShareKeys). */
+export const MAX_MEMBERS_WANTED = 1 << 20;
+/** One PeerKeys entry: u32 party, c_pk, s_pk. */
+export const PEER_ENTRY_BYTES = 4 + 2 * KEY;
+/** One member entry of RoutedShares: u32 party, identity key, c_pk, s_pk, signature. */
+export const MEMBER_ENTRY_BYTES = 4 + 3 * KEY + SIG;
 
 export enum MsgType {
   AdvertiseKeys = 1,
@@ -29,23 +35,39 @@ export enum ShareKind {
   MaskKey = 2,
 }
 
+/** A peer's advertised keys, as PeerKeys lists them (unsigned: each party signs its keys, bound to session and task,
+ * with its ShareKeys). */
 export interface PeerEntry {
   party: number;
+  cPk: Uint8Array;
+  sPk: Uint8Array;
+}
+
+/** A cohort member outside the recipient's neighbourhood, as it signed its keys for this session and task: lets a
+ * device count verified members beyond the neighbours it exchanges shares with (SecAgg+). */
+export interface MemberEntry {
+  party: number;
+  identity: Uint8Array;
   cPk: Uint8Array;
   sPk: Uint8Array;
   signature: Uint8Array;
 }
 
-interface Head {
+export interface Head {
   sessionId: Uint8Array;
   party: number;
 }
 
 export type Message = Head &
   (
-    | { type: MsgType.AdvertiseKeys; cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array }
+    | { type: MsgType.AdvertiseKeys; cPk: Uint8Array; sPk: Uint8Array }
     | { type: MsgType.PeerKeys; peers: PeerEntry[] }
-    | { type: MsgType.ShareKeys | MsgType.RoutedShares; ciphertexts: [number, Uint8Array][] }
+    /** `signature`: the party's identity-key signature over its advertised keys bound to session and task (empty only
+     * in sessions without identities); `membersWanted`: signed members beyond its neighbourhood it asks to see. */
+    | { type: MsgType.ShareKeys; ciphertexts: [number, Uint8Array][]; signature: Uint8Array; membersWanted: number }
+    /** `signatures`: each sender's signature over its advertised keys, in the ciphertexts' order (empty in sessions
+     * without identities); `members`: the signed member entries the recipient asked for. */
+    | { type: MsgType.RoutedShares; ciphertexts: [number, Uint8Array][]; signatures: Uint8Array[]; members: MemberEntry[] }
     | { type: MsgType.MaskedInput; bits: number; dim: number; packed: Uint8Array }
     | { type: MsgType.MaskedInputProved; bits: number; dim: number; packed: Uint8Array; proof: Uint8Array }
     | { type: MsgType.ConsistencyRequest; survivors: Uint8Array }
@@ -55,6 +77,12 @@ export type Message = Head &
   );
 
 const blob = (b: Uint8Array): Uint8Array => concat(u32be(b.length), b);
+const pairs = (cts: [number, Uint8Array][]): Uint8Array => concat(u32be(cts.length), ...cts.flatMap(([v, ct]) => [u32be(v), blob(ct)]));
+
+function fixed(b: Uint8Array, n: number, what: string): Uint8Array {
+  if (b.length !== n) throw new MessageFormatError(`${what}: expected ${n} bytes, got ${b.length}`);
+  return b;
+}
 
 export function encode(m: Message): Uint8Array {
   const head = new Uint8Array(HEADER_SIZE);
@@ -65,14 +93,22 @@ export function encode(m: Message): Uint8Array {
   let body: Uint8Array;
   switch (m.type) {
     case MsgType.AdvertiseKeys:
-      body = concat(m.cPk, m.sPk, blob(m.signature));
+      body = concat(fixed(m.cPk, KEY, "c_pk"), fixed(m.sPk, KEY, "s_pk"));
       break;
     case MsgType.PeerKeys:
-      body = concat(u32be(m.peers.length), ...m.peers.flatMap((p) => [u32be(p.party), p.cPk, p.sPk, blob(p.signature)]));
+      body = concat(u32be(m.peers.length), ...m.peers.flatMap((p) => [u32be(p.party), fixed(p.cPk, KEY, "c_pk"), fixed(p.sPk, KEY, "s_pk")]));
       break;
     case MsgType.ShareKeys:
+      if (m.membersWanted > MAX_MEMBERS_WANTED) throw new MessageFormatError(`members_wanted: ${m.membersWanted} exceeds ${MAX_MEMBERS_WANTED}`);
+      body = concat(blob(m.signature), u32be(m.membersWanted), pairs(m.ciphertexts));
+      break;
     case MsgType.RoutedShares:
-      body = concat(u32be(m.ciphertexts.length), ...m.ciphertexts.flatMap(([v, ct]) => [u32be(v), blob(ct)]));
+      body = concat(
+        pairs(m.ciphertexts),
+        u32be(m.signatures.length), ...m.signatures.map(blob),
+        u32be(m.members.length),
+        ...m.members.flatMap((e) => [u32be(e.party), fixed(e.identity, KEY, "identity"), fixed(e.cPk, KEY, "c_pk"), fixed(e.sPk, KEY, "s_pk"), fixed(e.signature, SIG, "signature")]),
+      );
       break;
     case MsgType.MaskedInput:
       body = concat(Uint8Array.of(m.bits), u32be(m.dim), m.packed);
@@ -138,6 +174,13 @@ function signature(r: Reader): Uint8Array {
   return s;
 }
 
+function parsePairs(r: Reader, who: string): [number, Uint8Array][] {
+  const n = r.count(8, "ciphertexts");
+  const cts: [number, Uint8Array][] = [];
+  for (let i = 0; i < n; i++) cts.push([r.u32(who), r.blob("ciphertext")]);
+  return cts;
+}
+
 /** Parse any protocol message; MessageFormatError on anything malformed. */
 export function decode(data: Uint8Array): Message {
   if (!(data instanceof Uint8Array)) throw new MessageFormatError("message: expected bytes");
@@ -152,21 +195,34 @@ export function decode(data: Uint8Array): Message {
   let m: Message;
   switch (type) {
     case MsgType.AdvertiseKeys:
-      m = { ...h, type, cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) };
+      m = { ...h, type, cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk") };
       break;
     case MsgType.PeerKeys: {
-      const n = r.count(4 + 2 * KEY + 4, "peers");
+      const n = r.count(PEER_ENTRY_BYTES, "peers");
       const peers: PeerEntry[] = [];
-      for (let i = 0; i < n; i++) peers.push({ party: r.u32("peer"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) });
+      for (let i = 0; i < n; i++) peers.push({ party: r.u32("peer"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk") });
       m = { ...h, type, peers };
       break;
     }
-    case MsgType.ShareKeys:
+    case MsgType.ShareKeys: {
+      const sig = signature(r);
+      const wanted = r.u32("members_wanted");
+      if (wanted > MAX_MEMBERS_WANTED) throw new MessageFormatError(`members_wanted: ${wanted} exceeds ${MAX_MEMBERS_WANTED}`);
+      m = { ...h, type, ciphertexts: parsePairs(r, "receiver"), signature: sig, membersWanted: wanted };
+      break;
+    }
     case MsgType.RoutedShares: {
-      const n = r.count(8, "ciphertexts");
-      const cts: [number, Uint8Array][] = [];
-      for (let i = 0; i < n; i++) cts.push([r.u32(type === MsgType.ShareKeys ? "receiver" : "sender"), r.blob("ciphertext")]);
-      m = { ...h, type, ciphertexts: cts };
+      const cts = parsePairs(r, "sender");
+      const ns = r.count(4, "signatures");
+      const sigs: Uint8Array[] = [];
+      for (let i = 0; i < ns; i++) sigs.push(signature(r));
+      if (sigs.length && sigs.length !== cts.length) throw new MessageFormatError(`signatures: ${sigs.length} for ${cts.length} ciphertexts`);
+      const nm = r.count(MEMBER_ENTRY_BYTES, "members");
+      const members: MemberEntry[] = [];
+      for (let i = 0; i < nm; i++) {
+        members.push({ party: r.u32("member"), identity: r.take(KEY, "identity"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: r.take(SIG, "signature") });
+      }
+      m = { ...h, type, ciphertexts: cts, signatures: sigs, members };
       break;
     }
     case MsgType.MaskedInput: {

@@ -12,20 +12,28 @@ import * as g from "./group.js";
 import { Point } from "./group.js";
 import { Segment, Statement, decompose, rangeWeights } from "./statement.js";
 
-export const TRANSCRIPT_DOMAIN = utf8("fa-validity/v1/transcript");
+export const TRANSCRIPT_DOMAIN = utf8("fa-validity/v2/transcript");
 
 export class InvalidProof extends Error {}
 
+/** What a proof is bound to: the query, round, cohort session id, party and the device's own task digest (a proof
+ * made for another task does not verify). */
 export interface ProofContext {
   sessionId: Uint8Array;
   queryId: string;
   round: number;
   party: number;
+  /** The device's digest of its task (taskDigest.ts); 32 zero bytes when absent. */
+  taskDigest?: Uint8Array;
 }
 
+const NO_TASK = new Uint8Array(32);
+
+/** u16 len ‖ session id ‖ u16 len ‖ query id ‖ u64 round ‖ u32 party ‖ u16 len ‖ task digest (big-endian). */
 export function encodeContext(c: ProofContext): Uint8Array {
   const q = utf8(c.queryId);
-  return concat(u16be(c.sessionId.length), c.sessionId, u16be(q.length), q, u64be(BigInt(c.round)), u32be(c.party));
+  const digest = c.taskDigest ?? NO_TASK;
+  return concat(u16be(c.sessionId.length), c.sessionId, u16be(q.length), q, u64be(BigInt(c.round)), u32be(c.party), u16be(digest.length), digest);
 }
 
 class Transcript {

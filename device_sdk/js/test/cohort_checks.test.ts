@@ -1,0 +1,167 @@
+/** Devices that check the server (device protocol 2, docs/secagg.md "Devices that check the server"): whole cohorts of
+ * JS devices against a fake server that speaks the protocol like secagg/server.py. Each device hashes the assignment
+ * it received into its task digest and binds it into its keys and signatures; it verifies its peers' signatures
+ * before its masked input leaves and refuses — `task_mismatch` when a peer was shown another task, `cohort_unverified`
+ * below its `minCohort` of verified members — reporting the refusal and keeping it in its transparency log, with
+ * nothing charged. `verifyCohort: false` signs but verifies nothing. */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { Outcome, DeviceClient } from "../src/client.js";
+import { perDeviceFloor } from "../src/dp/floor.js";
+import { ContributionRecord } from "../src/ledger.js";
+import { DevicePolicy, DevicePolicyOptions } from "../src/policy.js";
+import { LocalStore } from "../src/store.js";
+import { CohortOptions, FakeCohort } from "./fakeServer.js";
+
+const COLORS = ["red", "blue", "green"];
+
+/** A noised round whose ε the device would charge (the noise at the floor the device recomputes, plus 1 %). */
+const NOISED = {
+  noise: { mechanism: "discrete_gaussian", scale: 1.01 * perDeviceFloor("discrete_gaussian", 1, 1e-6, 1, 3, 1), encoding_scale: 1 },
+  privacy: { mechanism: "discrete_gaussian", epsilon: 1, delta: 1e-6, rounds: 1, t_min: 3, l1_sensitivity: 1, l2_sensitivity: 1, weight: 1, validation: "none" },
+};
+
+interface Run {
+  cohort: FakeCohort;
+  devices: DeviceClient[];
+  outs: Outcome[];
+  contributions: ContributionRecord[][];
+}
+
+/** A cohort of `opts.devices` JS devices (device i holds the colour COLORS[i mod 3]) run to its end. */
+async function run(opts: CohortOptions, policy: (party: number) => DevicePolicyOptions = () => ({})): Promise<Run> {
+  const cohort = new FakeCohort(opts);
+  const contributions: ContributionRecord[][] = [];
+  const devices: DeviceClient[] = [];
+  for (let i = 0; i < opts.devices; i++) {
+    const store = new LocalStore();
+    await store.add("colors", COLORS[i % 3]);
+    const seen: ContributionRecord[] = [];
+    contributions.push(seen);
+    devices.push(new DeviceClient("http://fa.test", store, {
+      fetch: cohort.fetch, policy: new DevicePolicy(policy(i + 1)), log: () => {}, checkinWaitS: 1, onContribution: (r) => seen.push(r),
+    }));
+  }
+  for (const d of devices) cohort.seat((await d.identity()).deviceId);  // device i is party i + 1
+  const outs = devices.map((d) => d.runOnce());
+  return { cohort, devices, outs: await Promise.all(outs), contributions };
+}
+
+/** The histogram the devices hold: one vote per device for its colour. */
+const votes = (parties: number[]): bigint[] => COLORS.map((_, j) => BigInt(parties.filter((p) => (p - 1) % 3 === j).length));
+
+const phase2 = (cohort: FakeCohort, party: number) => cohort.requests(party).filter((r) => r === "POST /phases/2");
+
+test("an honest cohort: each device signs its keys for the session and task, verifies its peers' and the sum unmasks", async () => {
+  for (const threatModel of ["semi_honest", "active"] as const) {
+    for (const takeCheckinKeys of [false, true]) {
+      const { cohort, outs, contributions } = await run({ devices: 3, threatModel, takeCheckinKeys });
+      assert.deepEqual(outs.map((o) => [o.status, o.contributed]), [["finished", true], ["finished", true], ["finished", true]], JSON.stringify(outs));
+      assert.deepEqual(cohort.sum, votes([1, 2, 3]));
+      for (const p of [1, 2, 3]) {
+        assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "ShareKeys carries the party's signature");
+        assert.equal(cohort.shareKeys.get(p)?.membersWanted, 0);
+        assert.equal(cohort.routed.get(p)?.signatures.length, 2, "the routed shares carry both senders' signatures");
+        assert.equal(cohort.requests(p).includes("POST /phases/0"), !takeCheckinKeys, "phase 0 ran by the check-in when the keys were taken");
+        assert.equal(contributions[p - 1][0]?.status, "finished");
+      }
+      assert.equal(cohort.refusals.size, 0);
+      assert.equal(cohort.refusedByServer.size, 0);
+    }
+  }
+});
+
+test("a server that shows one member another task (buckets, cohort size, privacy block): every member refuses with task_mismatch before any masked input", async () => {
+  const lies: [string, (w: any) => void][] = [
+    ["task buckets", (w) => (w.task.buckets = ["red", "blue", "yellow"])],
+    ["secagg n", (w) => (w.secagg.n = 4)],
+    ["privacy epsilon", (w) => (w.privacy.epsilon = 2)],
+    ["spec", (w) => (w.spec.params.buckets = ["red", "blue", "yellow"])],
+  ];
+  for (const [what, lie] of lies) {
+    const { cohort, devices, outs, contributions } = await run({
+      devices: 3, assignment: NOISED, show: (p, w) => { if (p === 3) lie(w); return w; },
+    });
+    assert.deepEqual(outs.map((o) => [o.status, o.reason]), [["refused", "task_mismatch"], ["refused", "task_mismatch"], ["refused", "task_mismatch"]], `${what}: ${JSON.stringify(outs)}`);
+    assert.match(outs[0].detail, /^party 3's signature over its keys for this session and task does not verify: it was shown another task/);
+    assert.match(outs[2].detail, /^party 1's signature/, "the member shown another task refuses as well: its peers signed the honest task");
+    assert.equal(cohort.refusedByServer.size, 0, "the lying server accepted every signature (each against the task it showed)");
+    for (const p of [1, 2, 3]) {
+      assert.deepEqual(phase2(cohort, p), [], `${what}: party ${p} sent no masked input`);
+      assert.equal(cohort.refusals.get(p)?.reason, "task_mismatch", "the refusal is reported to the server");
+      const log = await devices[p - 1].transparencyLog();
+      assert.equal(log.length, 1);
+      assert.deepEqual([log[0].status, log[0].epsilon, log[0].delta, log[0].sent_at], ["refused", null, null, null]);
+      assert.match(log[0].detail, /^task_mismatch: party \d's signature over its keys/);
+      assert.equal(log[0].cohort_id, cohort.cohortId);
+      assert.deepEqual(await devices[p - 1].ledger.spentSince(0), [0, 0, 0], "a refused cohort charges nothing and counts for no participation");
+      assert.equal((await devices[p - 1].ledger.history(cohort.queryId)).perRound.size, 0, "nor toward the query's history");
+      assert.deepEqual(contributions[p - 1], [], "no contribution callback for a refusal");
+    }
+    assert.equal(cohort.sum, null);
+  }
+});
+
+test("minCohort above the members a device can verify: cohort_unverified before any masked input; verifyCohort false takes the server's word", async () => {
+  // the server announces 5 members, 3 exist: every device's policy asks for 5
+  const checked = await run({ devices: 3, n: 5 }, () => ({ minCohort: 5 }));
+  assert.deepEqual(checked.outs.map((o) => o.reason), ["cohort_unverified", "cohort_unverified", "cohort_unverified"]);
+  assert.match(checked.outs[0].detail, /^cohort: 3 distinct members \(this one included\) signed their keys for this session and task, below this party's minimum of 5/);
+  for (const p of [1, 2, 3]) {
+    assert.deepEqual(phase2(checked.cohort, p), []);
+    assert.equal(checked.cohort.refusals.get(p)?.reason, "cohort_unverified");
+    const [record] = await checked.devices[p - 1].transparencyLog();
+    assert.equal(record.status, "refused");
+    assert.match(record.detail, /^cohort_unverified: cohort: 3 distinct members/);
+  }
+  const trusting = await run({ devices: 3, n: 5 }, () => ({ minCohort: 5, minSurvivors: 3, verifyCohort: false }));
+  assert.deepEqual(trusting.outs.map((o) => o.status), ["finished", "finished", "finished"], JSON.stringify(trusting.outs));
+  assert.deepEqual(trusting.cohort.sum, votes([1, 2, 3]));
+});
+
+test("SecAgg+ (sparse graph): a device asks for signed members beyond its neighbourhood and counts them toward minCohort", async () => {
+  const sparse = { graph: "sparse", degree: 2 };  // neighbourhood 3, threshold 2
+  const ok = await run({ devices: 6, secagg: sparse }, () => ({ minCohort: 5 }));
+  assert.deepEqual(ok.outs.map((o) => o.status), Array(6).fill("finished"), JSON.stringify(ok.outs));
+  assert.deepEqual(ok.cohort.sum, votes([1, 2, 3, 4, 5, 6]));
+  for (let p = 1; p <= 6; p++) {
+    assert.equal(ok.cohort.shareKeys.get(p)?.membersWanted, 3, "min(n, minCohort) − t = 5 − 2");
+    const routed = ok.cohort.routed.get(p);
+    assert.equal(routed?.members.length, 3);
+    assert.equal(routed?.ciphertexts.length, 2);
+  }
+  const withheld = await run({ devices: 6, secagg: sparse, members: "none" }, () => ({ minCohort: 5 }));
+  assert.deepEqual(withheld.outs.map((o) => o.reason), Array(6).fill("cohort_unverified"));
+  assert.match(withheld.outs[0].detail, /^cohort: 3 distinct members/);
+  const forged = await run({ devices: 6, secagg: sparse, members: "forged" }, () => ({ minCohort: 5 }));
+  assert.deepEqual(forged.outs.map((o) => o.reason), Array(6).fill("task_mismatch"));
+  assert.match(forged.outs[0].detail, /\(member list\)$/);
+  for (let p = 1; p <= 6; p++) assert.deepEqual(phase2(forged.cohort, p), []);
+});
+
+test("verifyCohort false skips verification: a server that forwards no signatures is refused by checking devices only", async () => {
+  const { cohort, outs, devices } = await run({ devices: 3, forwardSignatures: false }, (p) => ({ verifyCohort: p === 1 }));
+  assert.deepEqual(outs.map((o) => [o.status, o.reason]), [["refused", "task_mismatch"], ["finished", null], ["finished", null]], JSON.stringify(outs));
+  assert.match(outs[0].detail, /\(signatures missing\)$/);
+  assert.deepEqual(phase2(cohort, 1), []);
+  for (const p of [2, 3]) assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "a device that verifies nothing still signs its keys");
+  // party 1 left after sharing keys: the server removed its pairwise masks from the survivors' inputs
+  assert.deepEqual(cohort.sum, votes([2, 3]));
+  assert.equal((await devices[0].transparencyLog())[0].status, "refused");
+  assert.equal((await devices[1].transparencyLog())[0].status, "finished");
+});
+
+test("a lying server is caught by checking devices, not by trusting ones: mixed policies in one cohort", async () => {
+  const { cohort, outs } = await run(
+    { devices: 3, show: (p, w) => { if (p === 3) w.task.buckets = ["red", "blue", "yellow"]; return w; } },
+    (p) => ({ verifyCohort: p === 1 }),
+  );
+  assert.equal(outs[0].reason, "task_mismatch");
+  assert.deepEqual(phase2(cohort, 1), []);
+  // the trusting devices' keys do not match across the two tasks: party 2 cannot open party 3's share (nor 3 party 2's)
+  for (const o of outs.slice(1)) assert.equal(o.status, "rejected", JSON.stringify(o));
+  for (const o of outs.slice(1)) assert.match(o.detail, /failed authentication/);
+  for (const p of [2, 3]) assert.deepEqual(phase2(cohort, p), [], "no masked input leaves without its shares");
+});
