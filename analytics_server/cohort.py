@@ -223,17 +223,18 @@ class CohortRuntime:
             if not self._awaited():  # the driver wakes for the last answer; the others only move the stall clock
                 self._wake.set()
 
-    async def advertise_from_checkin(self, device_id: str, c_pk: bytes, s_pk: bytes) -> bool:
+    async def advertise_from_checkin(self, device_id: str, c_pk: bytes, s_pk: bytes, signature: bytes = b"") -> bool:
         """Take the public keys a member sent with its check-in as its advertise-keys message (docs/protocol.md,
         "Keys with the check-in"): the server builds the message a device would have POSTed for phase 0, so the
-        device saves that round trip. The message is unsigned (the device signs its keys, bound to the session and
-        its task digest, with its share keys), so this works in both threat models, while phase 0 is open. False
-        when the keys were not taken (the device then runs the phase itself and learns why there)."""
+        device saves that round trip. The keys carry the device's session-free signature over them (bound to the
+        session and its task digest it signs them again with its share keys), so this works in both threat models,
+        while phase 0 is open. False when the keys were not taken (the device then runs the phase itself and learns
+        why there): no signature, a bad one, a repeated or low-order key, phase 0 closed."""
         session = self.session
         if not isinstance(session, ServerSession) or self.phase != Phase.ADVERTISE_KEYS:
             return False
         party = self._party(device_id)
-        message = AdvertiseKeys(session.config.session_id, party, c_pk, s_pk).encode()
+        message = AdvertiseKeys(session.config.session_id, party, c_pk, s_pk, signature).encode()
         try:
             await self.submit(device_id, Phase.ADVERTISE_KEYS, message)
         except HttpError:

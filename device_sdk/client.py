@@ -69,6 +69,7 @@ from queries.task_digest import TaskDigestError, task_digest
 from secagg import encoding
 from secagg.client import ClientSession, KeyPairs
 from secagg.config import SecAggConfig
+from secagg.crypto import keys_payload
 from secagg.errors import CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError
 from secagg.phases import Phase
 from secagg.plain import PlainClientSession, bench_unmasked
@@ -424,7 +425,8 @@ class DeviceClient:
             payload: dict[str, Any] = {"wait_s": self.checkin_wait_s, "sources": sources}
             keys = KeyPairs.draw(self.randomness.checkin_keys()) if self.keys_with_checkin else None
             if keys is not None:  # phase 0 sent ahead (docs/protocol.md, "Keys with the check-in")
-                payload["secagg_keys"] = {"c_pk": b64e(keys.c_pk), "s_pk": b64e(keys.s_pk)}
+                payload["secagg_keys"] = {"c_pk": b64e(keys.c_pk), "s_pk": b64e(keys.s_pk),
+                                          "signature": b64e(self.key.sign(keys_payload(keys.c_pk, keys.s_pk)))}
             status, headers, raw = await self.request(
                 "POST", "/v1/device/checkin", json.dumps(payload).encode(), "application/json"
             )

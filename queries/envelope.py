@@ -114,6 +114,11 @@ class SecAggKeys(_Model):
 
     c_pk: str = Field(pattern=_B64_KEY, description="base64 of the 32-byte channel public key")
     s_pk: str = Field(pattern=_B64_KEY, description="base64 of the 32-byte mask public key")
+    signature: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9+/]{86}==$",
+        description="base64 of the device's Ed25519 signature over the keys (`secagg.crypto.keys_payload`): without it "
+        "the server cannot take them as the advertise-keys message (peers check it before encrypting shares to them)",
+    )
 
 
 class CheckinRequest(_Model):

@@ -423,9 +423,10 @@ def build_message(case: Json) -> messages.Message:
     f, sid, p = case["fields"], unh(case["session_id"]), case["party"]
     t = case["type"]
     if t == "AdvertiseKeys":
-        return messages.AdvertiseKeys(sid, p, unh(f["c_pk"]), unh(f["s_pk"]))
+        return messages.AdvertiseKeys(sid, p, unh(f["c_pk"]), unh(f["s_pk"]), unh(f.get("signature", "")))
     if t == "PeerKeys":
-        peers = tuple(messages.PeerEntry(e["party"], unh(e["c_pk"]), unh(e["s_pk"])) for e in f["peers"])
+        peers = tuple(messages.PeerEntry(e["party"], unh(e["c_pk"]), unh(e["s_pk"]), unh(e.get("signature", "")))
+                      for e in f["peers"])
         return messages.PeerKeys(sid, p, peers)
     cts = tuple((v, unh(ct)) for v, ct in f.get("ciphertexts", ()))
     if t == "ShareKeys":
@@ -468,9 +469,15 @@ SID = h(bytes(range(0xC0, 0xD0)))
     "signatures (same order as the ciphertexts) and member entries. MaskedInput packs values at `bits` bits.",
     [
         {"type": "AdvertiseKeys", "session_id": SID, "party": 3, "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk")}},
+        {"type": "AdvertiseKeys", "session_id": SID, "party": 3,
+         "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk"), "signature": _k("keysig", 64)}},
         {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": [
             {"party": 1, "c_pk": _k("c1"), "s_pk": _k("s1")},
             {"party": 2, "c_pk": _k("c2"), "s_pk": _k("s2")},
+        ]}},
+        {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": [
+            {"party": 1, "c_pk": _k("c1"), "s_pk": _k("s1"), "signature": _k("ks1", 64)},
+            {"party": 2, "c_pk": _k("c2"), "s_pk": _k("s2"), "signature": _k("ks2", 64)},
         ]}},
         {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": []}},
         {"type": "ShareKeys", "session_id": SID, "party": 1,
@@ -887,7 +894,8 @@ def _signed_case(label: str, party: int, members: list[int], n: int, digest: byt
 
 @topic(
     "signed_payloads",
-    "What a party signs with its Ed25519 identity key (`identity_private` is its RFC 8032 32-byte seed): the advertise payload "
+    "What a party signs with its Ed25519 identity key (`identity_private` is its RFC 8032 32-byte seed): the keys payload "
+    "DOMAIN ‖ 'keys/' ‖ c_pk ‖ s_pk (sent with AdvertiseKeys or the check-in, relayed in PeerKeys), the advertise payload "
     "DOMAIN ‖ 'advertise/' ‖ session ‖ task digest ‖ party (u32 BE) ‖ c_pk ‖ s_pk (sent in ShareKeys, relayed in "
     "RoutedShares and member entries) and the consistency payload DOMAIN ‖ 'consistency/' ‖ session ‖ task digest ‖ "
     "survivor bitmap (active model), with their deterministic signatures.",
@@ -904,8 +912,11 @@ def signed_payloads_vectors(case: Json) -> Json:
     advertise = crypto.advertise_payload(bind, case["party"], unh(case["c_pk"]), unh(case["s_pk"]))
     bitmap = _bitmap(case["survivors"])
     consistency = crypto.consistency_payload(bind, bitmap)
+    keys = crypto.keys_payload(unh(case["c_pk"]), unh(case["s_pk"]))
     out = {
         "public_key": h(public),
+        "keys_payload": h(keys),
+        "keys_signature": h(crypto.sign(key, keys)),
         "binding": h(bind),
         "advertise_payload": h(advertise),
         "advertise_signature": h(crypto.sign(key, advertise)),
@@ -913,6 +924,7 @@ def signed_payloads_vectors(case: Json) -> Json:
         "consistency_payload": h(consistency),
         "consistency_signature": h(crypto.sign(key, consistency)),
     }
+    crypto.verify(public, unh(out["keys_signature"]), keys, "keys")
     crypto.verify(public, unh(out["advertise_signature"]), advertise, "advertise")
     crypto.verify(public, unh(out["consistency_signature"]), consistency, "consistency")
     return out

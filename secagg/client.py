@@ -17,7 +17,8 @@ public keys ahead of its assignment (with its check-in, docs/protocol.md) draws 
 Task binding (docs/secagg.md, "Devices that check the server"): `task_digest` — the device's own hash of what it
 was asked to compute — enters every derived key and signed payload. With an `identity_key` the party signs its
 advertised keys bound to session and task and sends the signature with its shares; with `peer_identity_keys` (and
-`verify_peers`) it verifies every share sender's signature, and any member entries the server adds, before it
+`verify_peers`) it verifies each peer's signature over its advertised keys before encrypting any share to them, and
+every share sender's signature, and any member entries the server adds, before it
 computes its masked input (`TaskMismatchError` on any failure), and with `min_verified` it refuses
 (`CohortUnverifiedError`) unless that many distinct identities (its own included) signed for this session and task.
 """
@@ -159,7 +160,11 @@ class ClientSession:
         if self._advert is None:
             keys = self._keys or KeyPairs.draw(self._rng)
             self._c_sk, self._c_pk, self._s_sk, self._s_pk = keys.c_sk, keys.c_pk, keys.s_sk, keys.s_pk
-            self._advert = AdvertiseKeys(self.config.session_id, self.party, self._c_pk, self._s_pk).encode()
+            sig = b""
+            if self._identity is not None:
+                with self._meter.measure("signatures"):
+                    sig = crypto.sign(self._identity, crypto.keys_payload(self._c_pk, self._s_pk))
+            self._advert = AdvertiseKeys(self.config.session_id, self.party, self._c_pk, self._s_pk, sig).encode()
         return self._advert
 
     def receive(self, data: bytes) -> bytes | None:
@@ -219,10 +224,18 @@ class ClientSession:
         keys = [p.c_pk for p in msg.peers] + [p.s_pk for p in msg.peers]
         if len(set(keys)) != len(keys):
             raise DuplicateKeyError("peer keys: the same public key is advertised twice")
-        if self._verify:
+        if self._verify:  # before any share is encrypted to them: every peer's keys must be its own
             unknown = sorted(p for p in parties if p not in self._peer_ids and p != self.party)
             if unknown:
                 raise SignatureError(f"peer keys: no identity key for parties {unknown[:5]}")
+            with self._meter.measure("signatures"):
+                for p in msg.peers:
+                    if p.party == self.party:
+                        continue
+                    try:
+                        crypto.verify(self._peer_ids[p.party], p.signature, crypto.keys_payload(p.c_pk, p.s_pk), "")
+                    except SignatureError:
+                        raise TaskMismatchError(p.party, "its advertised keys are not signed by its identity key") from None
         self._peers = {p.party: p for p in msg.peers}
         u1 = sorted(self._peers)
 

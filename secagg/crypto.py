@@ -134,6 +134,13 @@ def verify(public_raw: bytes, signature: bytes, payload: bytes, what: str) -> No
         raise SignatureError(f"invalid signature on {what}") from None
 
 
+def keys_payload(c_pk: bytes, s_pk: bytes) -> bytes:
+    """What a party signs when it advertises its fresh keys (with its check-in or in phase 0): that they are its own.
+    Session-free, so it can be made before the party is seated; a peer checks it before encrypting any share to the
+    keys (the server cannot slip keys of its own into a neighbourhood, not even for a peer it then reports dropped)."""
+    return DOMAIN + b"keys/" + c_pk + s_pk
+
+
 def advertise_payload(bind: bytes, party: int, c_pk: bytes, s_pk: bytes) -> bytes:
     """What a party signs with its identity key: (session, task digest, party, its two public keys)."""
     return DOMAIN + b"advertise/" + bind + struct.pack(">I", party) + c_pk + s_pk

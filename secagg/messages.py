@@ -158,23 +158,25 @@ class Message:
 
 @dataclass(frozen=True)
 class AdvertiseKeys(Message):
-    """A party's two fresh X25519 public keys. Unsigned: the party signs them, bound to the task, with its share
-    keys (`ShareKeys.signature`), so keys sent ahead with a check-in need no second message."""
+    """A party's two fresh X25519 public keys and its identity key's signature over them (`crypto.keys_payload`:
+    session-free, so keys sent ahead with a check-in carry it too; empty only in sessions without identities). The
+    party signs its keys again bound to session and task with its share keys (`ShareKeys.signature`)."""
 
     TYPE = MsgType.ADVERTISE_KEYS
     c_pk: bytes
     s_pk: bytes
+    signature: bytes = b""
 
     def body(self) -> bytes:
-        return self.c_pk + self.s_pk
+        return self.c_pk + self.s_pk + _blob(self.signature)
 
     @classmethod
     def parse(cls, sid, party, r):
-        return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"))
+        return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r))
 
 
-_PEER = struct.Struct(f">I{KEY}s{KEY}s")
-"""One PeerKeys entry: party, c_pk, s_pk."""
+_PEER_HEAD = struct.Struct(f">I{KEY}s{KEY}sI")
+"""Fixed part of one PeerKeys entry: party, c_pk, s_pk, the key signature's length (then the signature)."""
 
 
 @dataclass(frozen=True)
@@ -182,9 +184,10 @@ class PeerEntry:
     party: int
     c_pk: bytes
     s_pk: bytes
+    signature: bytes = b""
 
     def encode(self) -> bytes:
-        return _PEER.pack(self.party, self.c_pk, self.s_pk)
+        return _PEER_HEAD.pack(self.party, self.c_pk, self.s_pk, len(self.signature)) + self.signature
 
 
 def encode_entries(msg_type: MsgType, session_id: bytes, party: int, entries: Sequence[bytes]) -> bytes:
@@ -203,9 +206,17 @@ class PeerKeys(Message):
 
     @classmethod
     def parse(cls, sid, party, r):
-        n = r.count(_PEER.size, "peers")
-        raw = r.take(n * _PEER.size, "peers")
-        return cls(sid, party, tuple(PeerEntry(v, c, s) for v, c, s in _PEER.iter_unpack(raw)))
+        n = r.count(_PEER_HEAD.size, "peers")
+        fast = _uniform_records(r, n, lambda size: struct.Struct(f">I{KEY}s{KEY}sI{size}s"), _PEER_HEAD, 3,
+                                _PEER_HEAD.size)
+        if fast is not None and fast[0][3] in (0, SIG):
+            return cls(sid, party, tuple(PeerEntry(v, c, s, sig) for v, c, s, _, sig in fast))
+        if fast is not None:  # a signature of a wrong length: the entry-by-entry parse names the error
+            r.pos -= n * (_PEER_HEAD.size + fast[0][3])
+        peers = tuple(
+            PeerEntry(r.u32("peer"), r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r)) for _ in range(n)
+        )
+        return cls(sid, party, peers)
 
 
 _MEMBER = struct.Struct(f">I{KEY}s{KEY}s{KEY}s{SIG}s")
@@ -485,4 +496,4 @@ def max_client_message_size(dim: int, bits: int, degree: int, proof_bytes: int =
     `degree` neighbours (n − 1 for the complete graph) and validity proofs of `proof_bytes`: lets a server
     refuse a larger body before reading it."""
     vector = (dim * bits + 7) // 8 + (4 + proof_bytes if proof_bytes else 0)
-    return HEADER.size + 8 + max(vector, 2 * KEY + SHARE_KEYS_FIXED) + PEER_ENTRY_MAX * (degree + 1)
+    return HEADER.size + 8 + max(vector, 2 * KEY + 4 + SIG, SHARE_KEYS_FIXED) + PEER_ENTRY_MAX * (degree + 1)

@@ -213,6 +213,12 @@ class ServerSession:
     # -- message validation -----------------------------------------------------------------------
 
     def _accept_advertise_keys(self, party: int, msg: AdvertiseKeys) -> None:
+        if self._signed:
+            if len(msg.signature) != 64 or party not in self._ids:
+                raise SignatureError(f"party {party}: advertised keys must be signed by its identity key")
+            with self._meter.measure("signatures"):
+                crypto.verify(self._ids[party], msg.signature, crypto.keys_payload(msg.c_pk, msg.s_pk),
+                              f"party {party}'s advertised keys")
         for key in (msg.c_pk, msg.s_pk):
             crypto.agree(_PROBE_KEY, key)  # low-order keys would break every peer's key agreement
         for key in (msg.c_pk, msg.s_pk):
@@ -331,7 +337,7 @@ class ServerSession:
     def _close_advertise_keys(self) -> dict[int, bytes]:
         u1 = self._prune(frozenset(self._digests))
         self._finish_phase(Phase.ADVERTISE_KEYS, u1)
-        entry = {v: PeerEntry(v, k.c_pk, k.s_pk).encode() for v, k in self._keys.items() if v in u1}
+        entry = {v: PeerEntry(v, k.c_pk, k.s_pk, k.signature).encode() for v, k in self._keys.items() if v in u1}
         sid = self.config.session_id
         out = {}
         for u in sorted(u1):  # each party's entry is encoded once and joined into its neighbours' messages

@@ -134,9 +134,10 @@ async def _advertise_from_checkin(st: AppState, device_id: str, keys: SecAggKeys
         return
     try:
         c_pk, s_pk = b64d(keys.c_pk, "secagg_keys.c_pk", 32), b64d(keys.s_pk, "secagg_keys.s_pk", 32)
+        sig = b64d(keys.signature, "secagg_keys.signature", 64) if keys.signature is not None else b""
     except ValueError as exc:
         raise HttpError(422, str(exc)) from None
-    resp.advertised = await cohort.advertise_from_checkin(device_id, c_pk, s_pk)
+    resp.advertised = await cohort.advertise_from_checkin(device_id, c_pk, s_pk, sig)
     if not resp.advertised:
         return
     try:

@@ -15,6 +15,7 @@ from analytics_server.state import STATE
 from device_sdk import DeviceClient, LocalStore
 from queries.envelope import b64d, b64e
 from secagg.client import KeyPairs
+from secagg.crypto import keys_payload
 from secagg.messages import PeerKeys, decode
 from tests.signed_device import SignedDevice
 
@@ -44,12 +45,14 @@ async def test_keys_sent_with_the_checkin(start_app_server) -> None:  # type: ig
     hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
     good, low_order = SignedDevice(), SignedDevice()
     pairs = KeyPairs.draw()
-    keys = {"c_pk": b64e(pairs.c_pk), "s_pk": b64e(pairs.s_pk)}
+    keys = {"c_pk": b64e(pairs.c_pk), "s_pk": b64e(pairs.s_pk),
+            "signature": b64e(good.key.sign(keys_payload(pairs.c_pk, pairs.s_pk)))}
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         for d in (good, low_order):
             assert (await _post(http, url, d, "/v1/device/register", {"public_key": b64e(d.public)}))[0] == 201
-        for bad in ({"c_pk": "AAAA", "s_pk": keys["s_pk"]}, {"c_pk": keys["c_pk"]}, {**keys, "t_pk": keys["c_pk"]}):
+        for bad in ({"c_pk": "AAAA", "s_pk": keys["s_pk"]}, {"c_pk": keys["c_pk"]}, {**keys, "t_pk": keys["c_pk"]},
+                    {**keys, "signature": "AAAA"}):
             status, body = await _post(http, url, good, CHECKIN, {"wait_s": 0, "secagg_keys": bad})
             assert status == 422 and "secagg_keys" in body["error"], body
         others = []
@@ -60,9 +63,10 @@ async def test_keys_sent_with_the_checkin(start_app_server) -> None:  # type: ig
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in others]
         r = await http.post(url + "/v1/queries", json=SPEC, headers=hdr)
         qid = (await r.json())["id"]
-        zero = b64e(bytes(32))  # a low-order point: its key agreement is all zeros, the session refuses it
-        answers = await asyncio.gather(_seated(http, url, good, keys),
-                                       _seated(http, url, low_order, {"c_pk": zero, "s_pk": keys["s_pk"]}))
+        zero = bytes(32)  # a low-order point: its key agreement is all zeros, the session refuses it
+        low = {"c_pk": b64e(zero), "s_pk": keys["s_pk"],
+               "signature": b64e(low_order.key.sign(keys_payload(zero, pairs.s_pk)))}
+        answers = await asyncio.gather(_seated(http, url, good, keys), _seated(http, url, low_order, low))
         (ok, refused) = answers
         assert ok["advertised"] is True and ok["next"]["phase"] == 1, ok
         peer_keys = decode(b64d(ok["next"]["body"], "next.body"))
