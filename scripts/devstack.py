@@ -93,10 +93,14 @@ def cli(*args: str, env: dict[str, str] | None = None) -> str:
 
 class Server:
     """One `fa-server serve` process. With `name` it is a member of a cluster (processes sharing one
-    PostgreSQL database): it advertises its own URL to devices and carries `name` as its process label."""
+    PostgreSQL database): it advertises its own URL to devices and carries `name` as its process label. With
+    `command` (an argv prefix taking `fa-server`'s arguments, e.g. `[sys.executable, "-m", "some.module"]`) another
+    entry point is started in its place (tests/e2e/malicious_server.py)."""
 
-    def __init__(self, db_url: str, log_path: Path, env: dict[str, str] | None = None, name: str | None = None) -> None:
+    def __init__(self, db_url: str, log_path: Path, env: dict[str, str] | None = None, name: str | None = None,
+                 command: list[str] | None = None) -> None:
         self.db_url = db_url
+        self.command = list(command) if command else [str(BIN / "fa-server")]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -107,7 +111,7 @@ class Server:
     def start(self) -> Server:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(BIN / "fa-server"), "serve", "--db", self.db_url, "--port", str(self.port)],
+            [*self.command, "serve", "--db", self.db_url, "--port", str(self.port)],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )
         deadline = time.monotonic() + 30

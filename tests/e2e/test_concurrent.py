@@ -15,13 +15,13 @@ WORDS = {
     "kind": "histogram",
     "source": "words",
     "params": {"buckets": ["moon", "sun", "star"]},
-    "cohort": {"min_clients": 30, "max_clients": 60, "phase_timeout_s": 3},
+    "cohort": {"min_clients": 30, "max_clients": 60, "phase_timeout_s": 5},
 }
 SETTINGS = {
     "kind": "histogram",
     "source": "settings",
     "params": {"buckets": ["dark", "light"], "other_bucket": "other"},
-    "cohort": {"min_clients": 30, "max_clients": 60, "phase_timeout_s": 3},
+    "cohort": {"min_clients": 30, "max_clients": 60, "phase_timeout_s": 5},
 }
 
 

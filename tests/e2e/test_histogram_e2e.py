@@ -19,7 +19,7 @@ SPEC = {
     "params": {"buckets": ["moon", "sun", "star", "cloud", "rain", "snow", "river"], "other_bucket": "other",
                "max_contributions_per_device": 2},
     "privacy": {"mechanism": "none"},
-    "cohort": {"min_clients": 150, "max_clients": 1000, "phase_timeout_s": 4},
+    "cohort": {"min_clients": 150, "max_clients": 1000, "phase_timeout_s": 8},
 }
 
 

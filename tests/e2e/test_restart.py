@@ -17,7 +17,7 @@ SPEC = {
     "kind": "histogram",
     "source": "settings",
     "params": {"buckets": ["dark", "light", "system"]},
-    "cohort": {"min_clients": 60, "max_clients": 500, "phase_timeout_s": 3},
+    "cohort": {"min_clients": 60, "max_clients": 500, "phase_timeout_s": 5},
 }
 MID_ROUND = ("share_keys", "masked_input", "unmasking")
 

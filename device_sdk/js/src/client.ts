@@ -23,6 +23,7 @@ import { Decision, DevicePolicy, Refusal, checkinPause, decide, isRefusal, refus
 import { DeviceRandomness, RandomSource } from "./randomness.js";
 import { ClientSession, KeyPairs, Phase } from "./secagg/client.js";
 import { SecAggConfig } from "./secagg/config.js";
+import { keysPayload } from "./secagg/crypto.js";
 import { ModVector } from "./secagg/encoding.js";
 import { CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError } from "./secagg/errors.js";
 import { LocalStore } from "./store.js";
@@ -438,7 +439,11 @@ export class DeviceClient {
       const payload: Record<string, unknown> = { wait_s: this.o.checkinWaitS, sources };
       if (this.keysWithCheckin) {  // phase 0 sent ahead (docs/protocol.md, "Keys with the check-in")
         keys = await KeyPairs.draw(this.randomness.checkinKeys());
-        payload.secagg_keys = { c_pk: b64encode(keys.c.publicBytes), s_pk: b64encode(keys.s.publicBytes) };
+        const { key } = await this.identity();  // signed session-free: the server takes them as phase 0 only with it
+        payload.secagg_keys = {
+          c_pk: b64encode(keys.c.publicBytes), s_pk: b64encode(keys.s.publicBytes),
+          signature: b64encode(await key.sign(keysPayload(keys.c.publicBytes, keys.s.publicBytes))),
+        };
       }
       ans = await this.request("POST", "/v1/device/checkin", { body: this.json(payload), contentType: "application/json", signal });
     } catch (exc) {

@@ -1,9 +1,10 @@
 /** Keys with the check-in (docs/protocol.md): the device sends fresh secagg public keys with each check-in, drawn from
  * the randomness child "checkin-keys" exactly as the Python SDK draws them; when the server took them (`advertised`)
  * the session uses them, sends nothing for phase 0 and answers `next` (or long-polls phase 0's next message);
- * otherwise it runs phase 0 itself; a server that refuses the field with a 422 gets check-ins without it. The advertise
- * message is unsigned in every threat model (the device signs its keys, bound to session and task, with its shares), so
- * keys sent ahead serve an active-model cohort too. */
+ * otherwise it runs phase 0 itself; a server that refuses the field with a 422 gets check-ins without it. The keys
+ * carry the device's session-free signature over them (`keysPayload`), the same one its AdvertiseKeys carries, so the
+ * server builds the very bytes the device would have sent, in every threat model (bound to session and task the device
+ * signs its keys again with its shares). */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -12,7 +13,8 @@ import { b64decode, b64encode, bigToBE, hex, unhex, utf8 } from "../src/bytes.js
 import { DeviceClient } from "../src/client.js";
 import { EnvelopeError, parseCheckin } from "../src/envelope.js";
 import { DeviceRandomness, SeededRandom } from "../src/randomness.js";
-import { KeyPairs } from "../src/secagg/client.js";
+import { ClientSession, KeyPairs } from "../src/secagg/client.js";
+import { ModVector } from "../src/secagg/encoding.js";
 import { taskDigest } from "../src/taskDigest.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import * as c from "../src/secagg/crypto.js";
@@ -65,24 +67,32 @@ async function cohort(checkin: (body: any, cohort: Cohort) => Response | Promise
   const peers = [await KeyPairs.draw(new SeededRandom(utf8("party 2"))), await KeyPairs.draw(new SeededRandom(utf8("party 3")))];
   const sid = SecAggConfig.fromDict(SECAGG).sessionId;
   const checkins: any[] = [];
-  let advertised: { cPk: Uint8Array; sPk: Uint8Array } | null = null;
+  let advertised: { cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array } | null = null;
   let shareKeys: Uint8Array | undefined;
+  const peerSigs = await Promise.all(peers.map((k, i) => PEER_IDS[i].sign(c.keysPayload(k.c.publicBytes, k.s.publicBytes))));
+  const identity = () => [...state.server.identities.values()][0];
+  /** The device's keys must carry its registration key's signature over them (as the server requires). */
+  const signed = async (k: { cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array }) => {
+    assert.ok(await ed25519Verify(identity(), k.signature, c.keysPayload(k.cPk, k.sPk)), "the device's keys are signed by its identity key");
+    return k;
+  };
   const peerKeys = (cPk: Uint8Array, sPk: Uint8Array) => encode({
     type: MsgType.PeerKeys, sessionId: sid, party: 1,
-    peers: [{ party: 1, cPk, sPk }, ...peers.map((k, i) => ({ party: i + 2, cPk: k.c.publicBytes, sPk: k.s.publicBytes }))],
+    peers: [{ party: 1, cPk, sPk, signature: advertised?.signature }, ...peers.map((k, i) => ({ party: i + 2, cPk: k.c.publicBytes, sPk: k.s.publicBytes, signature: peerSigs[i] }))],
   });
   const state: Cohort & { peers: KeyPairs[] } = { server: undefined as never, checkins, shareKeys: () => shareKeys, peerKeys, peers };
   state.server = fakeServer(async (req: Seen) => {
     if (req.path === "/v1/device/checkin") {
       const body = bodyJson(req);
       checkins.push(body);
-      if (body.secagg_keys) advertised = { cPk: b64decode(body.secagg_keys.c_pk, "c_pk", 32), sPk: b64decode(body.secagg_keys.s_pk, "s_pk", 32) };
+      const k = body.secagg_keys;
+      if (k) advertised = await signed({ cPk: b64decode(k.c_pk, "c_pk", 32), sPk: b64decode(k.s_pk, "s_pk", 32), signature: b64decode(k.signature, "signature", 64) });
       return checkin(body, state);
     }
     if (req.method === "POST" && req.path.startsWith(`${PHASES}/0?`)) {
       const m = decode(req.body);
       assert.equal(m.type, MsgType.AdvertiseKeys);
-      if (m.type === MsgType.AdvertiseKeys) advertised = { cPk: m.cPk, sPk: m.sPk };
+      if (m.type === MsgType.AdvertiseKeys) advertised = await signed({ cPk: m.cPk, sPk: m.sPk, signature: m.signature as Uint8Array });
       return json(202, { accepted: true });
     }
     if (req.method === "GET" && req.path.startsWith(`${PHASES}/0/next?`)) {
@@ -145,7 +155,14 @@ test("keys sent with the check-in and taken: no phase-0 request, `next` answered
   assert.deepEqual(phaseRequests(fake.server.seen), ["POST /1"], "nothing for phase 0, no long-poll: `next` was answered");
   const expected = await KeyPairs.draw(new DeviceRandomness(new SeededRandom(SEED)).checkinKeys());
   const sent = fake.checkins[0].secagg_keys;
-  assert.deepEqual(sent, { c_pk: b64encode(expected.c.publicBytes), s_pk: b64encode(expected.s.publicBytes) });
+  const identity = await Ed25519Key.fromSeed(await new DeviceRandomness(new SeededRandom(SEED)).identityKey());
+  const keySig = await identity.sign(c.keysPayload(expected.c.publicBytes, expected.s.publicBytes));
+  assert.deepEqual(sent, { c_pk: b64encode(expected.c.publicBytes), s_pk: b64encode(expected.s.publicBytes), signature: b64encode(keySig) });
+  // the AdvertiseKeys the server builds from the check-in is the one a session with those keys sends, byte for byte
+  const cfg = SecAggConfig.fromDict(SECAGG);
+  const built = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: 1, cPk: b64decode(sent.c_pk, "c_pk", 32), sPk: b64decode(sent.s_pk, "s_pk", 32), signature: b64decode(sent.signature, "signature", 64) });
+  const session = new ClientSession(cfg, 1, ModVector.fromUnsigned([0n, 0n, 0n], 16), { randomness: new SeededRandom(utf8("unused")), keys: expected, identityKey: identity, taskDigest: await taskDigest(ASSIGNMENT) });
+  assert.equal(hex(await session.start()), hex(built));
   // the phase-1 reply is computed from the keys sent: shares sealed under the sent channel key, of the sent mask key
   const { b, sSk } = await openShares(fake.shareKeys() as Uint8Array, expected.c.publicBytes, fake.peers, [...fake.server.identities.values()][0]);
   assert.equal(hex((await X25519Key.fromPrivate(sSk)).publicBytes), hex(expected.s.publicBytes));
@@ -154,7 +171,7 @@ test("keys sent with the check-in and taken: no phase-0 request, `next` answered
   assert.equal(hex(b), hex(await secagg.bytes(32)));
 });
 
-test("active model: the keys sent with the check-in serve too (the advertise message is unsigned; ShareKeys carries the signature)", async () => {
+test("active model: the keys sent with the check-in serve too (signed session-free; ShareKeys signs them for the session and task)", async () => {
   const active = assignmentFor("active");
   const fake = await cohort((body, s) => {
     if (!body.secagg_keys) return idle();

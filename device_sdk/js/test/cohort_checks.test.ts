@@ -165,3 +165,20 @@ test("a lying server is caught by checking devices, not by trusting ones: mixed 
   for (const o of outs.slice(1)) assert.match(o.detail, /failed authentication/);
   for (const p of [2, 3]) assert.deepEqual(phase2(cohort, p), [], "no masked input leaves without its shares");
 });
+
+test("a server that substitutes keys of its own for one peer's in PeerKeys: the device refuses with task_mismatch before sending any ShareKeys", async () => {
+  for (const takeCheckinKeys of [false, true]) {
+    const { cohort, outs, devices } = await run({ devices: 3, takeCheckinKeys, substitutePeerKeys: { to: 1, peer: 2 }, phaseTimeoutMs: 1000 });
+    assert.deepEqual([outs[0].status, outs[0].reason], ["refused", "task_mismatch"], JSON.stringify(outs));
+    assert.match(outs[0].detail, /^party 2's signature over its keys .*\(its advertised keys are not signed by its identity key\)$/);
+    assert.equal(cohort.refusedByServer.size, 0, "every advertised key signature verified at the server");
+    assert.ok(!cohort.requests(1).includes("POST /phases/1"), "no ShareKeys: nothing was encrypted to the substituted keys");
+    assert.equal(cohort.shareKeys.has(1), false);
+    assert.equal(cohort.refusals.get(1)?.reason, "task_mismatch", "the refusal is reported to the server");
+    const [record] = await devices[0].transparencyLog();
+    assert.equal(record.status, "refused");
+    assert.match(record.detail, /^task_mismatch: party 2's signature/);
+    assert.deepEqual(await devices[0].ledger.spentSince(0), [0, 0, 0]);
+    for (const p of [2, 3]) assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "the peers shown honest keys go on");
+  }
+});

@@ -1,11 +1,12 @@
 /** An in-memory stand-in for the device API, as a `fetch` function: registration answers with the device id the
  * public key implies (as the server does) and keeps the key, other routes from the test's handler; every request is
  * recorded. `FakeCohort` speaks the whole device protocol 2 for a cohort of real DeviceClients, the way the Python
- * server does (secagg/server.py): it verifies every ShareKeys signature over the party's keys bound to session and
+ * server does (secagg/server.py): it verifies every AdvertiseKeys signature over the party's fresh keys (and relays
+ * it in PeerKeys), every ShareKeys signature over the party's keys bound to session and
  * task, forwards the senders' signatures with the routed shares, answers `members_wanted` with signed member entries,
- * and unmasks the sum — or, told to, lies to one member about its task. */
+ * and unmasks the sum — or, told to, lies to one member about its task or substitutes keys of its own for a peer's. */
 
-import { b64decode, b64encode, bigToBE } from "../src/bytes.js";
+import { b64decode, b64encode, bigToBE, hex } from "../src/bytes.js";
 import { HDR_DEVICE, deviceIdFor } from "../src/envelope.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import * as c from "../src/secagg/crypto.js";
@@ -87,6 +88,9 @@ export interface CohortOptions {
   members?: "honest" | "none" | "forged";
   /** Take the keys a check-in carries as the party's advertise-keys message (advertised: true). */
   takeCheckinKeys?: boolean;
+  /** Show party `to` keys the server made itself in place of party `peer`'s in its PeerKeys (keeping `peer`'s
+   * signature over its real keys): a server that would read the shares `to` encrypts to `peer`. */
+  substitutePeerKeys?: { to: number; peer: number };
   /** Milliseconds a phase waits for its last member before closing without it. */
   phaseTimeoutMs?: number;
 }
@@ -123,7 +127,7 @@ export class FakeCohort {
   private parties = new Map<number, Party>();
   private byDevice = new Map<string, number>();
   private checkedIn = new Set<number>();
-  private keys = new Map<number, { cPk: Uint8Array; sPk: Uint8Array }>();
+  private keys = new Map<number, { cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array }>();
   private consistency = new Map<number, Uint8Array>();
   private unmask = new Map<number, [number, ShareKind, Uint8Array][]>();
   private inbox: Map<number, unknown>[] = [0, 1, 2, 3, 4].map(() => new Map());
@@ -208,9 +212,17 @@ export class FakeCohort {
     const wire = (this.parties.get(party) as Party).wire;
     const extra: Obj = {};
     if (body.secagg_keys && this.opts.takeCheckinKeys) {
-      this.keys.set(party, { cPk: b64decode(body.secagg_keys.c_pk, "c_pk", 32), sPk: b64decode(body.secagg_keys.s_pk, "s_pk", 32) });
-      this.inbox[0].set(party, true);
-      extra.advertised = true;
+      // as analytics_server's advertise_from_checkin: the keys become the party's AdvertiseKeys only with a valid
+      // signature (else the device runs phase 0 itself)
+      const k = body.secagg_keys;
+      const keys = { cPk: b64decode(k.c_pk, "c_pk", 32), sPk: b64decode(k.s_pk, "s_pk", 32), signature: k.signature == null ? new Uint8Array(0) : b64decode(k.signature, "signature", 64) };
+      if ((await this.acceptAdvertise(party, keys)) === null) {
+        this.keys.set(party, keys);
+        this.inbox[0].set(party, true);
+        extra.advertised = true;
+      } else {
+        extra.advertised = false;
+      }
     }
     return json(200, { assignment: wire, queries_running: 1, ...extra });
   }
@@ -231,8 +243,15 @@ export class FakeCohort {
       return json(400, { error: (exc as Error).message });
     }
     const p = this.parties.get(party) as Party;
-    if (phase === 0 && msg.type === MsgType.AdvertiseKeys) this.keys.set(party, { cPk: msg.cPk, sPk: msg.sPk });
-    else if (phase === 1 && msg.type === MsgType.ShareKeys) {
+    if (phase === 0 && msg.type === MsgType.AdvertiseKeys) {
+      const keys = { cPk: msg.cPk, sPk: msg.sPk, signature: msg.signature ?? new Uint8Array(0) };
+      const error = await this.acceptAdvertise(party, keys);
+      if (error) {
+        this.refusedByServer.set(party, error);
+        return json(400, { error });
+      }
+      this.keys.set(party, keys);
+    } else if (phase === 1 && msg.type === MsgType.ShareKeys) {
       const keys = this.keys.get(party) as { cPk: Uint8Array; sPk: Uint8Array };
       if (!(await ed25519Verify(p.identity, msg.signature, c.advertisePayload(p.bind, party, keys.cPk, keys.sPk)))) {
         this.refusedByServer.set(party, "share keys must carry its identity key's signature over its keys");
@@ -255,6 +274,16 @@ export class FakeCohort {
     return json(202, { accepted: true });
   }
 
+  /** secagg/server.py `_accept_advertise_keys` (identities are always known here): the keys must carry the party's
+   * identity key's signature over them and be new. An error, or null when taken. */
+  private async acceptAdvertise(party: number, keys: { cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array }): Promise<string | null> {
+    const identity = (this.parties.get(party) as Party).identity;
+    if (keys.signature.length !== 64 || !(await ed25519Verify(identity, keys.signature, c.keysPayload(keys.cPk, keys.sPk)))) return `party ${party}: advertised keys must be signed by its identity key`;
+    const seen = new Set([...this.keys].filter(([v]) => v !== party).flatMap(([, k]) => [hex(k.cPk), hex(k.sPk)]));
+    if (seen.has(hex(keys.cPk)) || seen.has(hex(keys.sPk)) || hex(keys.cPk) === hex(keys.sPk)) return `party ${party}: a public key is advertised twice`;
+    return null;
+  }
+
   private async next(party: number, phase: number): Promise<Response> {
     await this.close(phase);
     const reply = this.out[phase]?.get(party);
@@ -275,11 +304,17 @@ export class FakeCohort {
     return this.closing[p] as Promise<void>;
   }
 
-  private closeAdvertise(): Map<number, Uint8Array> {
+  private async closeAdvertise(): Promise<Map<number, Uint8Array>> {
     const u1 = sorted(this.keys.keys()).filter((u) => !this.refusals.has(u));
     const out = new Map<number, Uint8Array>();
     for (const u of u1) {
-      const peers = this.graph.closed(u).filter((v) => u1.includes(v)).map((v) => ({ party: v, ...(this.keys.get(v) as { cPk: Uint8Array; sPk: Uint8Array }) }));
+      const peers = this.graph.closed(u).filter((v) => u1.includes(v)).map((v) => ({ party: v, ...(this.keys.get(v) as { cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array }) }));
+      const sub = this.opts.substitutePeerKeys;
+      if (sub && sub.to === u) {
+        const i = peers.findIndex((e) => e.party === sub.peer);
+        // the server's own keys (its two fresh public keys: any distinct valid points do), under the peer's signature
+        if (i >= 0) peers[i] = { ...peers[i], cPk: (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x51))).publicBytes, sPk: (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x52))).publicBytes };
+      }
       out.set(u, encode({ type: MsgType.PeerKeys, sessionId: this.cfg.sessionId, party: u, peers }));
     }
     return out;

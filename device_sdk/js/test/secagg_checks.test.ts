@@ -24,7 +24,7 @@ interface Setup {
   cfg: SecAggConfig;
   ids: Map<number, Ed25519Key>;
   sessions: Map<number, ClientSession>;
-  keys: Map<number, { cPk: Uint8Array; sPk: Uint8Array }>;
+  keys: Map<number, { cPk: Uint8Array; sPk: Uint8Array; signature?: Uint8Array }>;
   shares: Map<number, ShareKeys>;
   closed: (p: number) => number[];
   bind: Uint8Array;
@@ -42,7 +42,7 @@ async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVe
   for (let p = 1; p <= n; p++) ids.set(p, await Ed25519Key.fromSeed(new Uint8Array(32).fill(p)));
   const publics = new Map([...ids].map(([p, k]) => [p, k.publicBytes]));
   const sessions = new Map<number, ClientSession>();
-  const keys = new Map<number, { cPk: Uint8Array; sPk: Uint8Array }>();
+  const keys = new Map<number, { cPk: Uint8Array; sPk: Uint8Array; signature?: Uint8Array }>();
   for (let p = 1; p <= n; p++) {
     const s = new ClientSession(cfg, p, ModVector.fromUnsigned([BigInt(p), 1n], 16), {
       randomness: new SeededRandom(utf8(`party ${p}`)), identityKey: ids.get(p), peerIdentityKeys: publics,
@@ -51,7 +51,8 @@ async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVe
     sessions.set(p, s);
     const ad = decode(await s.start());
     assert.ok(ad.type === MsgType.AdvertiseKeys);
-    keys.set(p, { cPk: ad.cPk, sPk: ad.sPk });
+    assert.ok(await ed25519Verify((ids.get(p) as Ed25519Key).publicBytes, ad.signature as Uint8Array, c.keysPayload(ad.cPk, ad.sPk)), "AdvertiseKeys carries the signature over the keys");
+    keys.set(p, { cPk: ad.cPk, sPk: ad.sPk, signature: ad.signature });
   }
   const shares = new Map<number, ShareKeys>();
   for (let p = 1; p <= n; p++) {
@@ -59,7 +60,10 @@ async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVe
     shares.set(p, decode((await (sessions.get(p) as ClientSession).receive(encode({ type: MsgType.PeerKeys, sessionId: cfg.sessionId, party: p, peers }))) as Uint8Array) as ShareKeys);
   }
   const bind = c.binding(cfg.sessionId, DIGEST);
-  const member = (w: number): MemberEntry => ({ party: w, identity: (ids.get(w) as Ed25519Key).publicBytes, ...(keys.get(w) as { cPk: Uint8Array; sPk: Uint8Array }), signature: (shares.get(w) as ShareKeys).signature });
+  const member = (w: number): MemberEntry => {
+    const k = keys.get(w) as { cPk: Uint8Array; sPk: Uint8Array };
+    return { party: w, identity: (ids.get(w) as Ed25519Key).publicBytes, cPk: k.cPk, sPk: k.sPk, signature: (shares.get(w) as ShareKeys).signature };
+  };
   const routed = (v: number, r: { signatures?: Uint8Array[]; members?: MemberEntry[] } = {}) => {
     const senders = graph.closed(v).filter((u) => u !== v);
     const cts = senders.map((u) => [u, (shares.get(u) as ShareKeys).ciphertexts.find(([x]) => x === v)![1]] as [number, Uint8Array]);
@@ -169,4 +173,40 @@ test("PeerKeys: a verifying party needs every peer's identity key; configuration
   assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, minVerified: 2 }), /min_verified: needs identity_key, peer_identity_keys and verify_peers/);
   assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, identityKey: me, peerIdentityKeys: partial, verifyPeers: false, minVerified: 2 }), /min_verified: needs/);
   assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, identityKey: me, peerIdentityKeys: partial, minVerified: 0 }), /min_verified: must be a positive integer/);
+});
+
+test("PeerKeys: every peer's keys must carry its identity key's signature over them, checked before any share is encrypted", async () => {
+  const cfg = SecAggConfig.fromDict({ session_id: SID, n: 3, dim: 2, bits: 16 });
+  const ids = new Map<number, Ed25519Key>();
+  for (let p = 1; p <= 3; p++) ids.set(p, await Ed25519Key.fromSeed(new Uint8Array(32).fill(p)));
+  const publics = new Map([...ids].map(([p, k]) => [p, k.publicBytes]));
+  const adverts = new Map<number, Extract<Message, { type: MsgType.AdvertiseKeys }>>();
+  const sessions = new Map<number, ClientSession>();
+  for (let p = 1; p <= 3; p++) {
+    const session = new ClientSession(cfg, p, ModVector.fromUnsigned([1n, 2n], 16), { randomness: new SeededRandom(utf8(`k${p}`)), identityKey: ids.get(p), peerIdentityKeys: publics, taskDigest: DIGEST });
+    sessions.set(p, session);
+    adverts.set(p, decode(await session.start()) as Extract<Message, { type: MsgType.AdvertiseKeys }>);
+  }
+  const entry = (p: number) => ({ party: p, cPk: adverts.get(p)!.cPk, sPk: adverts.get(p)!.sPk, signature: adverts.get(p)!.signature });
+  const peerKeys = (peers: ReturnType<typeof entry>[]) => encode({ type: MsgType.PeerKeys, sessionId: cfg.sessionId, party: 1, peers });
+  const c1 = sessions.get(1) as ClientSession;
+  // the server's own keys in place of party 3's, under party 3's signature; then unsigned keys; then a signature by another identity
+  const forged = new Uint8Array(32).fill(0x77);
+  const cases = [
+    [entry(1), entry(2), { ...entry(3), sPk: forged }],
+    [entry(1), entry(2), { ...entry(3), signature: new Uint8Array(0) }],
+    [entry(1), entry(2), { ...entry(3), signature: adverts.get(2)!.signature }],
+  ];
+  for (const peers of cases) {
+    const fresh = new ClientSession(cfg, 1, ModVector.fromUnsigned([1n, 2n], 16), { randomness: new SeededRandom(utf8("k1")), identityKey: ids.get(1), peerIdentityKeys: publics, taskDigest: DIGEST });
+    await fresh.start();
+    await assert.rejects(fresh.receive(peerKeys(peers)), (e: Error) => e instanceof TaskMismatchError && (e as TaskMismatchError).party === 3 && /its advertised keys are not signed by its identity key/.test(e.message));
+    assert.equal(fresh.phase, Phase.Aborted);
+  }
+  // this party's own entry is not checked (its keys are compared); the honest list is answered
+  assert.equal(decode((await c1.receive(peerKeys([{ ...entry(1), signature: new Uint8Array(0) }, entry(2), entry(3)]))) as Uint8Array).type, MsgType.ShareKeys);
+  // without identities: no signature in AdvertiseKeys, none checked
+  const plain = new ClientSession(cfg, 1, ModVector.fromUnsigned([1n, 2n], 16), { randomness: new SeededRandom(utf8("k1")) });
+  const ad = decode(await plain.start());
+  assert.ok(ad.type === MsgType.AdvertiseKeys && ad.signature?.length === 0);
 });

@@ -88,3 +88,16 @@ test("transcript: the client's own survivor floor and the set checks refuse a ly
   assert.equal(decode(first).type, MsgType.UnmaskShares);
   await assert.rejects(c1.receive(unmask([1, 2])), DoubleRevealError, "never both shares of one peer");
 });
+
+test("transcript: a peer's keys the server substituted in PeerKeys are refused (TaskMismatchError) before any share is encrypted", async () => {
+  const { input, output } = vectors("transcript").cases[0];
+  const { out } = await clients(input, output);
+  for (const c of out.values()) await c.start();
+  const c1 = out.get(1) as ClientSession;
+  const peerKeys = decode(unhex(output.messages.find((m: any) => m.from === "server" && m.party === 1).bytes));
+  assert.ok(peerKeys.type === MsgType.PeerKeys);
+  assert.ok(peerKeys.peers.every((p) => p.signature?.length === 64), "the server relays every party's key signature");
+  const swapped = peerKeys.peers.map((p) => (p.party === 2 ? { ...p, sPk: peerKeys.peers.find((q) => q.party === 3)!.cPk.map((b) => b ^ 0x5a) } : p));
+  await assert.rejects(c1.receive(encode({ ...peerKeys, peers: swapped })), (exc: unknown) => exc instanceof TaskMismatchError && exc.party === 2 && /not signed by its identity key/.test(exc.message));
+  assert.equal(c1.phase, Phase.Aborted);
+});

@@ -153,9 +153,9 @@ function build(input: any): Message {
   };
   switch (input.type) {
     case "AdvertiseKeys":
-      return { ...h, type: MsgType.AdvertiseKeys, cPk: unhex(f.c_pk), sPk: unhex(f.s_pk) };
+      return { ...h, type: MsgType.AdvertiseKeys, cPk: unhex(f.c_pk), sPk: unhex(f.s_pk), signature: unhex(f.signature ?? "") };
     case "PeerKeys":
-      return { ...h, type: MsgType.PeerKeys, peers: f.peers.map((p: any) => ({ party: p.party, cPk: unhex(p.c_pk), sPk: unhex(p.s_pk) })) };
+      return { ...h, type: MsgType.PeerKeys, peers: f.peers.map((p: any) => ({ party: p.party, cPk: unhex(p.c_pk), sPk: unhex(p.s_pk), signature: unhex(p.signature ?? "") })) };
     case "ShareKeys":
       return { ...h, type: MsgType.ShareKeys, ciphertexts: cts(f.ciphertexts), signature: unhex(f.signature), membersWanted: f.members_wanted };
     case "RoutedShares":
@@ -228,18 +228,38 @@ test("messages: protocol 2's length checks (signature counts, members_wanted, fi
   many.set(u32be((1 << 20) + 1), 24 + 4);
   assert.throws(() => decode(many), /members_wanted: 1048577 exceeds 1048576/);
   assert.throws(() => encode({ type: MsgType.AdvertiseKeys, sessionId: sid, party: 1, cPk: new Uint8Array(31), sPk: new Uint8Array(32) }), /c_pk: expected 32 bytes/);
+  // key signatures (AdvertiseKeys, PeerKeys entries): empty or 64 bytes, anything else a format error
+  const k = (b: number) => new Uint8Array(32).fill(b);
+  const advert = encode({ type: MsgType.AdvertiseKeys, sessionId: sid, party: 1, cPk: k(1), sPk: k(2), signature: new Uint8Array(64) });
+  assert.equal(advert.length, 24 + 64 + 4 + 64);
+  const oddAdvert = concat(advert.subarray(0, 24 + 64), u32be(63), new Uint8Array(63));
+  assert.throws(() => decode(oddAdvert), /signature: must be empty or 64 bytes/);
+  const peerHead = encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [] }).subarray(0, 24);
+  const peerKeys = (sigs: number[]) => concat(peerHead, u32be(sigs.length), ...sigs.flatMap((n, i) => [u32be(i + 1), k(2 * i + 1), k(2 * i + 2), u32be(n), new Uint8Array(n)]));
+  const mixed = decode(peerKeys([64, 0]));
+  assert.ok(mixed.type === MsgType.PeerKeys && mixed.peers[0].signature?.length === 64 && mixed.peers[1].signature?.length === 0);
+  assert.throws(() => decode(peerKeys([64, 32])), /signature: must be empty or 64 bytes/);
+  assert.throws(() => decode(peerKeys([65])), /signature: must be empty or 64 bytes/);
+  assert.throws(() => encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [{ party: 1, cPk: k(1), sPk: k(2), signature: new Uint8Array(10) }] }), /signature: must be empty or 64 bytes/);
   // a member count beyond the bytes present
   const head = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [], signatures: [], members: [] });
   head.set(u32be(1), head.length - 4);
   assert.throws(() => decode(head), /members: count 1 exceeds the message length/);
 });
 
-test("signed payloads: the advertise and consistency payloads, their deterministic signatures, refused under another binding", async () => {
+test("signed payloads: the keys, advertise and consistency payloads, their deterministic signatures, refused under another binding", async () => {
   for (const { input, output } of vectors("signed_payloads").cases) {
     const key = await Ed25519Key.fromSeed(unhex(input.identity_private));
     assert.equal(hex(key.publicBytes), output.public_key);
     const bind = sc.binding(unhex(input.session_id), unhex(input.task_digest));
     assert.equal(hex(bind), output.binding);
+    const keys = sc.keysPayload(unhex(input.c_pk), unhex(input.s_pk));
+    assert.equal(hex(keys), output.keys_payload);
+    assert.equal(hex(await key.sign(keys)), output.keys_signature);
+    assert.ok(await ed25519Verify(key.publicBytes, unhex(output.keys_signature), keys));
+    const otherKeys = unhex(input.s_pk);
+    otherKeys[0] ^= 1;
+    assert.ok(!(await ed25519Verify(key.publicBytes, unhex(output.keys_signature), sc.keysPayload(unhex(input.c_pk), otherKeys))), "other keys");
     const advert = sc.advertisePayload(bind, input.party, unhex(input.c_pk), unhex(input.s_pk));
     assert.equal(hex(advert), output.advertise_payload);
     assert.equal(hex(await key.sign(advert)), output.advertise_signature);

@@ -15,7 +15,8 @@
  * Task binding (docs/secagg.md, "Devices that check the server"): `taskDigest` — the device's own hash of what it was
  * asked to compute (taskDigest.ts) — enters every derived key and signed payload. With an `identityKey` the party
  * signs its advertised keys bound to session and task and sends the signature with its shares; with
- * `peerIdentityKeys` (and `verifyPeers`, the default) it verifies every share sender's signature, and any member
+ * `peerIdentityKeys` (and `verifyPeers`, the default) it verifies each peer's signature over its advertised keys before
+ * encrypting any share to them, and every share sender's signature, and any member
  * entries the server adds, before it computes its masked input (`TaskMismatchError` on any failure), and with
  * `minVerified` it refuses (`CohortUnverifiedError`) unless that many distinct identities (its own included) signed
  * for this session and task. */
@@ -150,9 +151,11 @@ export class ClientSession {
         const keys = this.opts.keys ?? (await KeyPairs.draw(this.opts.randomness));
         this.cKey = keys.c;
         this.sKey = keys.s;
-        // unsigned: the party signs its keys, bound to session and task, with its shares (keys sent ahead with a
-        // check-in need no second message)
-        this.advert = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: this.party, cPk: this.cKey.publicBytes, sPk: this.sKey.publicBytes });
+        // signed session-free (keys sent ahead with a check-in carry the same signature); bound to session and task
+        // the party signs them again with its shares
+        let signature: Uint8Array = new Uint8Array(0);
+        if (this.opts.identityKey) signature = await this.opts.identityKey.sign(c.keysPayload(this.cKey.publicBytes, this.sKey.publicBytes));
+        this.advert = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: this.party, cPk: this.cKey.publicBytes, sPk: this.sKey.publicBytes, signature });
         return this.advert;
       });
     });
@@ -216,6 +219,12 @@ export class ClientSession {
       const ids = this.opts.peerIdentityKeys as Map<number, Uint8Array>;
       const unknown = parties.filter((p) => p !== this.party && !ids.has(p)).sort((a, b) => a - b);
       if (unknown.length) throw new SignatureError(`peer keys: no identity key for parties ${unknown.slice(0, 5)}`);
+      // before any share is encrypted to them: every peer's keys must be its own (checked concurrently, errors in order)
+      const others = msg.peers.filter((p) => p.party !== this.party);
+      const ok = await Promise.all(others.map((p) => ed25519Verify(ids.get(p.party) as Uint8Array, p.signature ?? new Uint8Array(0), c.keysPayload(p.cPk, p.sPk))));
+      others.forEach((p, i) => {
+        if (!ok[i]) throw new TaskMismatchError(p.party, "its advertised keys are not signed by its identity key");
+      });
     }
     for (const p of msg.peers) this.peers.set(p.party, { cPk: p.cPk, sPk: p.sPk });
     const u1 = [...this.peers.keys()].sort((a, b) => a - b);

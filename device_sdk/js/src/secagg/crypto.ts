@@ -54,6 +54,11 @@ export async function openShare(key: Uint8Array, bind: Uint8Array, s: number, r:
   }
 }
 
+/** What a party signs when it advertises its fresh keys (with its check-in or in phase 0): that they are its own.
+ * Session-free, so it can be made before the party is seated; a peer checks it before encrypting any share to the
+ * keys (the server cannot slip keys of its own into a neighbourhood). */
+export const keysPayload = (cPk: Uint8Array, sPk: Uint8Array): Uint8Array => concat(DOMAIN, utf8("keys/"), cPk, sPk);
+
 /** What a party signs with its identity key: (session, task digest, party, its two public keys). */
 export const advertisePayload = (bind: Uint8Array, party: number, cPk: Uint8Array, sPk: Uint8Array): Uint8Array =>
   concat(DOMAIN, utf8("advertise/"), bind, u32be(party), cPk, sPk);

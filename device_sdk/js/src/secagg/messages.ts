@@ -12,8 +12,9 @@ const SIG = 64;
 export const MAX_PROOF_BYTES = 1 << 26;
 /** The most signed members beyond its neighbourhood a party may ask for (ShareKeys). */
 export const MAX_MEMBERS_WANTED = 1 << 20;
-/** One PeerKeys entry: u32 party, c_pk, s_pk. */
-export const PEER_ENTRY_BYTES = 4 + 2 * KEY;
+/** The fixed part of one PeerKeys entry: u32 party, c_pk, s_pk, the key signature's u32 length (then the signature,
+ * 0 or 64 bytes). */
+export const PEER_ENTRY_BYTES = 4 + 2 * KEY + 4;
 /** One member entry of RoutedShares: u32 party, identity key, c_pk, s_pk, signature. */
 export const MEMBER_ENTRY_BYTES = 4 + 3 * KEY + SIG;
 
@@ -35,12 +36,15 @@ export enum ShareKind {
   MaskKey = 2,
 }
 
-/** A peer's advertised keys, as PeerKeys lists them (unsigned: each party signs its keys, bound to session and task,
- * with its ShareKeys). */
+/** A peer's advertised keys, as PeerKeys lists them, with its identity key's signature over them (`keysPayload`;
+ * empty only in sessions without identities). Each party signs its keys again, bound to session and task, with its
+ * ShareKeys. */
 export interface PeerEntry {
   party: number;
   cPk: Uint8Array;
   sPk: Uint8Array;
+  /** Absent: empty (as Python's default). */
+  signature?: Uint8Array;
 }
 
 /** A cohort member outside the recipient's neighbourhood, as it signed its keys for this session and task: lets a
@@ -60,7 +64,9 @@ export interface Head {
 
 export type Message = Head &
   (
-    | { type: MsgType.AdvertiseKeys; cPk: Uint8Array; sPk: Uint8Array }
+    /** `signature`: the party's identity-key signature over its keys (`keysPayload`, session-free; empty only in
+     * sessions without identities). */
+    | { type: MsgType.AdvertiseKeys; cPk: Uint8Array; sPk: Uint8Array; signature?: Uint8Array }
     | { type: MsgType.PeerKeys; peers: PeerEntry[] }
     /** `signature`: the party's identity-key signature over its advertised keys bound to session and task (empty only
      * in sessions without identities); `membersWanted`: signed members beyond its neighbourhood it asks to see. */
@@ -84,6 +90,12 @@ function fixed(b: Uint8Array, n: number, what: string): Uint8Array {
   return b;
 }
 
+function sig(s: Uint8Array | undefined): Uint8Array {
+  const out = s ?? new Uint8Array(0);
+  if (out.length !== 0 && out.length !== SIG) throw new MessageFormatError("signature: must be empty or 64 bytes");
+  return out;
+}
+
 export function encode(m: Message): Uint8Array {
   const head = new Uint8Array(HEADER_SIZE);
   head.set([0x53, 0x41, VERSION, m.type]);
@@ -93,10 +105,10 @@ export function encode(m: Message): Uint8Array {
   let body: Uint8Array;
   switch (m.type) {
     case MsgType.AdvertiseKeys:
-      body = concat(fixed(m.cPk, KEY, "c_pk"), fixed(m.sPk, KEY, "s_pk"));
+      body = concat(fixed(m.cPk, KEY, "c_pk"), fixed(m.sPk, KEY, "s_pk"), blob(sig(m.signature)));
       break;
     case MsgType.PeerKeys:
-      body = concat(u32be(m.peers.length), ...m.peers.flatMap((p) => [u32be(p.party), fixed(p.cPk, KEY, "c_pk"), fixed(p.sPk, KEY, "s_pk")]));
+      body = concat(u32be(m.peers.length), ...m.peers.flatMap((p) => [u32be(p.party), fixed(p.cPk, KEY, "c_pk"), fixed(p.sPk, KEY, "s_pk"), blob(sig(p.signature))]));
       break;
     case MsgType.ShareKeys:
       if (m.membersWanted > MAX_MEMBERS_WANTED) throw new MessageFormatError(`members_wanted: ${m.membersWanted} exceeds ${MAX_MEMBERS_WANTED}`);
@@ -195,12 +207,12 @@ export function decode(data: Uint8Array): Message {
   let m: Message;
   switch (type) {
     case MsgType.AdvertiseKeys:
-      m = { ...h, type, cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk") };
+      m = { ...h, type, cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) };
       break;
     case MsgType.PeerKeys: {
       const n = r.count(PEER_ENTRY_BYTES, "peers");
       const peers: PeerEntry[] = [];
-      for (let i = 0; i < n; i++) peers.push({ party: r.u32("peer"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk") });
+      for (let i = 0; i < n; i++) peers.push({ party: r.u32("peer"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) });
       m = { ...h, type, peers };
       break;
     }
