@@ -465,7 +465,7 @@ SID = h(bytes(range(0xC0, 0xD0)))
     "messages",
     "Every secagg wire message (secagg/messages.py) from fixed fields: the 24-byte header (magic 'SA', "
     "version, type, session id, party as u32 BE) and the body. Protocol 2: AdvertiseKeys and PeerKeys entries carry "
-    "no signature; ShareKeys carries the sender's signature and members_wanted; RoutedShares carries the senders' "
+    "the session-free key signature (a blob: empty or 64 bytes); ShareKeys carries the sender's signature and members_wanted; RoutedShares carries the senders' "
     "signatures (same order as the ciphertexts) and member entries. MaskedInput packs values at `bits` bits.",
     [
         {"type": "AdvertiseKeys", "session_id": SID, "party": 3, "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk")}},

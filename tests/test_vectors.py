@@ -109,6 +109,14 @@ def test_signed_payload_vectors_verify_with_libsodium_and_only_under_their_bindi
             other = payload.replace(bind, bind[:16] + bytes(a ^ 1 for a in bind[16:]), 1)
             with pytest.raises(nacl.exceptions.BadSignatureError):
                 public.verify(other, bytes.fromhex(sig))  # another task: refused
+        # the session-free signature over the bare keys (AdvertiseKeys, PeerKeys entries)
+        keys = b"fa-secagg/v2/keys/" + bytes.fromhex(i["c_pk"]) + bytes.fromhex(i["s_pk"])
+        assert o["keys_payload"] == keys.hex() and bind.hex() not in o["keys_payload"]
+        assert key.sign(keys).signature.hex() == o["keys_signature"]
+        public.verify(keys, bytes.fromhex(o["keys_signature"]))
+        for other in (b"fa-secagg/v2/keys/" + bytes.fromhex(i["s_pk"]) + bytes.fromhex(i["c_pk"]), advertise):
+            with pytest.raises(nacl.exceptions.BadSignatureError):
+                public.verify(other, bytes.fromhex(o["keys_signature"]))  # swapped keys, or the bound payload
 
 
 def test_key_agreement_and_share_vectors_bind_the_task_digest():
@@ -131,8 +139,9 @@ def test_key_agreement_and_share_vectors_bind_the_task_digest():
 
 
 def test_transcripts_sign_and_relay_every_party_s_keys_in_every_threat_model():
-    """Each ShareKeys carries the sender's signature over its advertised keys bound to session ‖ task digest, and
-    each RoutedShares carries its senders' signatures in order — parsed from the bytes by hand."""
+    """Each AdvertiseKeys carries the sender's signature over its bare keys, relayed unchanged with those keys in
+    every PeerKeys entry; each ShareKeys carries the sender's signature over its advertised keys bound to session ‖
+    task digest, and each RoutedShares carries its senders' signatures in order — parsed from the bytes by hand."""
     models = set()
     for case in _cases("transcript"):
         i, o = case["input"], case["output"]
@@ -141,7 +150,7 @@ def test_transcripts_sign_and_relay_every_party_s_keys_in_every_threat_model():
         bind = bytes.fromhex(i["session_id"]) + bytes.fromhex(i["task_digest"])
         ids = {int(p): nacl.signing.VerifyKey(bytes.fromhex(s["identity_public"]))
                for p, s in o["party_secrets"].items()}
-        keys, sigs = {}, {}
+        keys, key_sigs, sigs = {}, {}, {}
         kinds = set()
         for m in o["messages"]:
             data = bytes.fromhex(m["bytes"])
@@ -149,6 +158,19 @@ def test_transcripts_sign_and_relay_every_party_s_keys_in_every_threat_model():
             body, party = data[24:], m["party"]
             if m["type"] == "AdvertiseKeys":
                 keys[party] = body[:64]
+                assert len(body) == 64 + 4 + 64 and struct.unpack(">I", body[64:68]) == (64,)
+                key_sigs[party] = body[68:]
+                ids[party].verify(b"fa-secagg/v2/keys/" + keys[party], key_sigs[party])  # session-free
+            elif m["type"] == "PeerKeys":
+                (count,) = struct.unpack(">I", body[:4])
+                pos, relayed = 4, []
+                for _ in range(count):
+                    (peer,) = struct.unpack(">I", body[pos : pos + 4])
+                    assert body[pos + 4 : pos + 68] == keys[peer] and body[pos + 68 : pos + 72] == struct.pack(">I", 64)
+                    assert body[pos + 72 : pos + 136] == key_sigs[peer]
+                    relayed.append(peer)
+                    pos += 136
+                assert pos == len(body) and party in relayed
             elif m["type"] == "ShareKeys":
                 (length,) = struct.unpack(">I", body[:4])
                 assert length == 64
@@ -170,16 +192,58 @@ def test_transcripts_sign_and_relay_every_party_s_keys_in_every_threat_model():
                     pos += 68
                 assert body[pos:] == struct.pack(">I", 0)  # no member entries
             kinds.add(m["type"])
-        assert {"AdvertiseKeys", "ShareKeys", "RoutedShares"} <= kinds
+        assert {"AdvertiseKeys", "PeerKeys", "ShareKeys", "RoutedShares"} <= kinds
     assert models == {"semi_honest", "active"}
+
+
+def _blob(sig_hex: str) -> str:
+    return struct.pack(">I", len(sig_hex) // 2).hex() + sig_hex
 
 
 def test_message_vectors_cover_the_protocol_2_layouts():
     cases = [c["input"] for c in _cases("messages")]
-    assert all(set(c["fields"]) == {"c_pk", "s_pk"} for c in cases if c["type"] == "AdvertiseKeys")
+    adverts = [c["fields"] for c in cases if c["type"] == "AdvertiseKeys"]
+    assert all(set(f) <= {"c_pk", "s_pk", "signature"} for f in adverts)
+    assert any(not f.get("signature") for f in adverts) and any(len(f.get("signature", "")) == 128 for f in adverts)
+    entries = [e for c in cases if c["type"] == "PeerKeys" for e in c["fields"]["peers"]]
+    assert all(set(e) <= {"party", "c_pk", "s_pk", "signature"} for e in entries)
+    assert any(not e.get("signature") for e in entries) and any(len(e.get("signature", "")) == 128 for e in entries)
+    for case in _cases("messages"):  # the key signature's layout, from the bytes: a u32 length, then 0 or 64 bytes
+        i, body = case["input"], case["output"]["bytes"][48:]
+        if i["type"] == "AdvertiseKeys":
+            f = i["fields"]
+            assert body == f["c_pk"] + f["s_pk"] + _blob(f.get("signature", ""))
+        elif i["type"] == "PeerKeys":
+            peers = i["fields"]["peers"]
+            assert body == struct.pack(">I", len(peers)).hex() + "".join(
+                struct.pack(">I", e["party"]).hex() + e["c_pk"] + e["s_pk"] + _blob(e.get("signature", ""))
+                for e in peers)
     share_keys = [c["fields"] for c in cases if c["type"] == "ShareKeys"]
     assert any(f["signature"] == "" for f in share_keys) and any(len(f["signature"]) == 128 for f in share_keys)
     assert any(f["members_wanted"] > 0 for f in share_keys)
     routed = [c["fields"] for c in cases if c["type"] == "RoutedShares"]
     assert any(f["signatures"] for f in routed) and any(f["members"] for f in routed)
     assert any(not f["signatures"] for f in routed)
+
+
+def test_key_signatures_of_a_wrong_length_in_the_message_vectors_are_refused():
+    """The signed AdvertiseKeys / PeerKeys vectors decode; with one key signature cut to 63 bytes (its length prefix
+    adjusted, so the message is otherwise well formed) or grown to 65, the codec refuses with MessageFormatError."""
+    from secagg.errors import MessageFormatError
+    from secagg.messages import decode
+
+    checked = 0
+    for case in _cases("messages"):
+        i, data = case["input"], bytes.fromhex(case["output"]["bytes"])
+        sigs = [i["fields"].get("signature", "")] if i["type"] == "AdvertiseKeys" else [
+            e.get("signature", "") for e in i["fields"].get("peers", [])]
+        for sig in filter(None, sigs):
+            blob = _blob(sig)
+            assert data.hex().count(blob) == 1
+            decode(data)
+            for wrong in (sig[:-2], sig + "00"):
+                bad = data.hex().replace(blob, _blob(wrong))
+                with pytest.raises(MessageFormatError, match="signature"):
+                    decode(bytes.fromhex(bad))
+            checked += 1
+    assert checked >= 3  # one signed AdvertiseKeys, two signed PeerKeys entries

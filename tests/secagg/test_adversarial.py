@@ -8,10 +8,12 @@ server recovers one party's input, or reads a share meant for another party), so
 to be what stops it.
 
 Cohorts: n=5 semi-honest on the complete graph (threshold t=3), n=7 active (t=5), and n=30 on a
-sparse graph of degree 6 (t=4). As the service runs them (device protocol 2), every party has an identity key
-and signs its advertised keys, bound to the session and the task digest, in its ShareKeys; the server verifies
-those signatures and relays them in RoutedShares, and every party verifies its senders' before it masks
-(`make_cohort(signed=False)`: a session without identities). Task binding itself: test_task_binding.py.
+sparse graph of degree 6 (t=4). As the service runs them (device protocol 2), every party has an identity key,
+signs its fresh keys in AdvertiseKeys (the server verifies that signature and relays it in each PeerKeys entry;
+every party checks each peer's before it encrypts a share to it), and signs its advertised keys again, bound to the
+session and the task digest, in its ShareKeys; the server verifies those signatures and relays them in
+RoutedShares, and every party verifies its senders' before it masks (`make_cohort(signed=False)`: a session
+without identities). Task binding itself: test_task_binding.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,6 +112,10 @@ class Cohort:
 
     def sign_survivors(self, signer: int, bitmap: bytes) -> bytes:
         return crypto.sign(self.identities[signer], crypto.consistency_payload(self.bind, bitmap))
+
+    def sign_advert(self, signer: int, c_pk: bytes, s_pk: bytes) -> bytes:
+        """`signer`'s identity signature over bare keys, as AdvertiseKeys and PeerKeys entries carry it."""
+        return crypto.sign(self.identities[signer], crypto.keys_payload(c_pk, s_pk))
 
     def sign_keys(self, signer: int, party: int, c_pk: bytes, s_pk: bytes, bind: bytes | None = None) -> bytes:
         """`signer`'s identity signature over `party`'s advertised keys (bound to this session and task)."""
@@ -404,17 +411,59 @@ def test_without_double_reveal_tracking_the_server_recovers_a_single_input(monke
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_server_rejects_a_public_key_already_advertised():
-    c = make_cohort()
+@pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
+def test_server_rejects_a_public_key_already_advertised(signed):
+    """A key already advertised (by another party, or as the party's other key) is refused — even when the party
+    properly signed it (a device may sign whatever keys it likes; the duplicate check does not rest on signatures)."""
+    c = make_cohort(signed=signed)
     a1 = decode(c.clients[1].start())
     c.server.receive(1, a1.encode())
     a2 = decode(c.clients[2].start())
-    for copied in (dataclasses.replace(a2, c_pk=a1.c_pk), dataclasses.replace(a2, s_pk=a1.s_pk),
-                   dataclasses.replace(a2, s_pk=a1.c_pk), dataclasses.replace(a2, s_pk=a2.c_pk)):  # fmt: skip
+    for c_pk, s_pk in ((a1.c_pk, a2.s_pk), (a2.c_pk, a1.s_pk), (a2.c_pk, a1.c_pk), (a2.c_pk, a2.c_pk)):
+        sig = c.sign_advert(2, c_pk, s_pk) if signed else b""
         with pytest.raises(DuplicateKeyError):
-            c.server.receive(2, copied.encode())
+            c.server.receive(2, dataclasses.replace(a2, c_pk=c_pk, s_pk=s_pk, signature=sig).encode())
     c.server.receive(2, a2.encode())  # the party's genuine keys are still accepted
     assert c.server.received() == {1, 2}
+
+
+@pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
+def test_server_refuses_advertise_keys_without_a_valid_key_signature(active):
+    """With identities, the server verifies each AdvertiseKeys signature over the party's bare keys before it
+    records them (and so before relaying them in any PeerKeys): a missing or bad one is SignatureError naming the
+    party, nothing is recorded, and the party's genuine message is still accepted."""
+    c = make_cohort(7, active=active)
+    a1 = decode(c.clients[1].start())
+    assert len(a1.signature) == 64
+    crypto.verify(c.public_ids[1], a1.signature, crypto.keys_payload(a1.c_pk, a1.s_pk), "party 1's keys")
+    _, fake = crypto.x25519_keypair()
+    for bad in (
+        b"",  # missing
+        flip(a1.signature, 5),
+        c.sign_advert(1, fake, a1.s_pk),  # its identity, over other keys
+        c.sign_advert(1, a1.s_pk, a1.c_pk),  # its keys swapped
+        c.sign_advert(2, a1.c_pk, a1.s_pk),  # another party's identity
+        c.sign_keys(1, 1, a1.c_pk, a1.s_pk),  # its session-bound ShareKeys signature: another payload
+    ):
+        with pytest.raises(SignatureError, match="party 1"):
+            c.server.receive(1, dataclasses.replace(a1, signature=bad).encode())
+        assert c.server.received() == set()
+    with pytest.raises(SignatureError, match="party 1"):  # another party's genuine advert, sent as party 1's
+        c.server.receive(1, dataclasses.replace(decode(c.clients[2].start()), party=1).encode())
+    c.server.receive(1, a1.encode())
+    assert c.server.received() == {1}
+
+
+def test_server_relays_each_party_s_key_signature_in_peer_keys():
+    """Every PeerKeys entry carries its party's signature over exactly those keys, as the server received it."""
+    c = make_cohort(7)
+    adverts = {p: decode(cl.start()) for p, cl in c.clients.items()}
+    peer_keys = c.advance({p: a.encode() for p, a in adverts.items()})
+    for msg in peer_keys.values():
+        for e in decode(msg).peers:
+            assert (e.c_pk, e.s_pk, e.signature) == (adverts[e.party].c_pk, adverts[e.party].s_pk,
+                                                     adverts[e.party].signature)
+            crypto.verify(c.public_ids[e.party], e.signature, crypto.keys_payload(e.c_pk, e.s_pk), "keys")
 
 
 def test_client_rejects_peer_keys_with_a_repeated_key():
@@ -463,6 +512,8 @@ def test_server_without_identity_keys_accepts_unsigned_share_keys():
     """A session without identities (protocol tests, benchmarks): nothing to sign or verify, the sum is exact."""
     c = make_cohort(5, signed=False)
     tr = run_to_unmasking(c)
+    assert all(decode(m).signature == b"" for m in tr.adverts.values())
+    assert all(e.signature == b"" for m in tr.peer_keys.values() for e in decode(m).peers)
     assert all(decode(m).signature == b"" for m in tr.share_keys.values())
     assert all(decode(m).signatures == () and decode(m).members == () for m in tr.routed.values())
     c.advance(c.reply(tr.unmask_requests))
@@ -480,12 +531,27 @@ def _swap_keys_of(msg: PeerKeys, party: int, c_pk: bytes, s_pk: bytes | None = N
     return dataclasses.replace(msg, peers=peers).encode()
 
 
+@contextmanager
+def seal_spy():
+    """Records (sender, receiver) of every share ciphertext a client seals."""
+    sealed: list[tuple[int, int]] = []
+    seal = crypto.seal_share
+
+    def spy(key: bytes, bind: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
+        sealed.append((sender, receiver))
+        return seal(key, bind, sender, receiver, plaintext)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(crypto, "seal_share", spy)
+        yield sealed
+
+
 @pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
 @pytest.mark.parametrize("which", ["c_pk", "s_pk", "both"])
-def test_client_rejects_routed_shares_after_a_substituted_peer_key(active, which):
-    """The server shows party 1 its own key in place of party 3's. Party 1 cannot tell at PeerKeys (signatures travel
-    with the shares), but at RoutedShares party 3's signature over its genuine keys does not verify against the keys
-    party 1 was shown: TaskMismatchError naming party 3, and no masked input is ever produced."""
+def test_client_rejects_peer_keys_with_a_substituted_peer_key(active, which):
+    """The server shows party 1 its own key in place of party 3's, relaying party 3's genuine key signature. Party 1
+    checks every peer's signature over the keys it was shown at PeerKeys, before it encrypts any share: party 3's
+    does not verify, so TaskMismatchError naming party 3, no ShareKeys and not one share sealed."""
     c = make_cohort(7, active=active)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
     msg = decode(peer_keys[1])
@@ -494,16 +560,33 @@ def test_client_rejects_routed_shares_after_a_substituted_peer_key(active, which
     genuine = next(p for p in msg.peers if p.party == 3)
     c_pk = genuine.c_pk if which == "s_pk" else server_c
     s_pk = genuine.s_pk if which == "c_pk" else server_s
-    share_keys = c.reply({p: m for p, m in peer_keys.items() if p != 1})
-    share_keys[1] = c.clients[1].receive(_swap_keys_of(msg, 3, c_pk, s_pk))
-    routed = c.advance(share_keys)  # party 1's own signature is over its own keys: the server accepts it
-    assert 3 in dict(decode(routed[1]).ciphertexts)
-    with pytest.raises(TaskMismatchError, match="party 3") as err:
-        c.clients[1].receive(routed[1])
-    assert err.value.party == 3
+    shown = _swap_keys_of(msg, 3, c_pk, s_pk)
+    with seal_spy() as sealed:
+        with pytest.raises(TaskMismatchError, match="party 3") as err:
+            c.clients[1].receive(shown)
+        assert err.value.party == 3 and "not signed by its identity key" in str(err.value)
+        expect_abandoned(c.clients[1])
+        with pytest.raises(WrongPhaseError):
+            c.clients[1].receive(shown)  # no retry yields a ShareKeys either
+    assert sealed == []
+
+
+@pytest.mark.parametrize("signature", ["another-identity", "genuine-for-the-genuine-keys", "empty"])
+def test_a_server_cannot_make_a_substituted_key_pass_with_a_signature_of_its_own(signature):
+    """The server cannot sign for party 3: a signature over the substituted keys by another identity (party 2's, as
+    if colluding), party 3's genuine signature over its genuine keys, or none — each fails against party 3's identity
+    key, before party 1 seals a share."""
+    c, msg = _active_peer_keys()
+    _, server_c = crypto.x25519_keypair()
+    genuine = next(p for p in msg.peers if p.party == 3)
+    sig = {"another-identity": c.sign_advert(2, server_c, genuine.s_pk),
+           "genuine-for-the-genuine-keys": genuine.signature, "empty": b""}[signature]
+    peers = tuple(dataclasses.replace(p, c_pk=server_c, signature=sig) if p.party == 3 else p for p in msg.peers)
+    with seal_spy() as sealed:
+        with pytest.raises(TaskMismatchError, match="party 3"):
+            c.clients[1].receive(dataclasses.replace(msg, peers=peers).encode())
+    assert sealed == []
     expect_abandoned(c.clients[1])
-    with pytest.raises(WrongPhaseError):
-        c.clients[1].receive(routed[1])  # no retry yields a masked input either
 
 
 def test_client_refuses_peer_keys_naming_a_party_without_an_identity_key():
@@ -520,7 +603,8 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
     """Counterpart: with the checks off (verify_peers=False), a server that shows party 1 its own keys for every peer
     decrypts all of party 1's shares (so learns b_1), answers with RoutedShares it made itself, and — knowing every
     pairwise mask key of party 1 — strips party 1's masks from its masked input: the individual input is exposed.
-    The same attack against a checking client ends in TaskMismatchError before any masked input."""
+    The same attack against a checking client ends at PeerKeys (TaskMismatchError: the substituted keys carry no
+    valid key signature), before it seals a single share, so the server has nothing to decrypt."""
     for verify in (False, True):
         c = make_cohort(5)
         c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], c.public_ids, task_digest=c.digest,
@@ -533,6 +617,13 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
             dataclasses.replace(p, c_pk=fakes[p.party][0][1], s_pk=fakes[p.party][1][1])
             for p in msg.peers if p.party != 1
         )))
+        if verify:
+            with seal_spy() as sealed:
+                with pytest.raises(TaskMismatchError, match="not signed by its identity key") as err:
+                    c.clients[1].receive(shown.encode())
+            assert err.value.party == 2 and sealed == []  # the first substituted peer; no share left party 1
+            expect_abandoned(c.clients[1])
+            continue
         share_1 = decode(c.clients[1].receive(shown.encode()))
         # The server decrypts every share party 1 sent (each under a channel key it agreed as the "peer").
         b_shares, cts_back, sigs_back = {}, [], []
@@ -545,11 +636,6 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
             cts_back.append((v, crypto.seal_share(key, c.bind, v, 1, fake_pt)))
             sigs_back.append(crypto.sign(Ed25519PrivateKey.generate(), b"not party v's signature"))
         forged = RoutedShares(c.sid, 1, tuple(cts_back), tuple(sigs_back))
-        if verify:
-            with pytest.raises(TaskMismatchError):
-                c.clients[1].receive(forged.encode())
-            expect_abandoned(c.clients[1])
-            continue
         masked = decode(c.clients[1].receive(forged.encode()))
         b_1 = shamir.secret_from_int(shamir.BatchReconstructor(c.t).reconstruct(
             {v: b_shares[v] for v in (2, 3, 4)}, "b", "attack"))
@@ -562,25 +648,30 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
         assert np.array_equal(y.astype(np.uint64) & np.uint64(c.cfg.modulus_mask), c.inputs[1])
 
 
-def test_a_substituted_channel_key_exposes_one_share_but_no_masked_input():
-    """What the key signatures do not prevent, and why they are checked before masking: a server that substitutes its
-    own channel key for party 3's reads the shares party 1 encrypted for party 3 (one share of b_1 and of s_1 per
-    substituted peer), but when it routes party 3's shares party 1 finds party 3's signature does not match the keys
-    it was shown and stops before its masked input is computed. (A substituted peer the server reports as dropped is
-    never checked: test_task_binding.py, the two xfail tests.)"""
+def test_a_substituted_channel_key_exposes_no_share_to_a_checking_client():
+    """What the key signatures in PeerKeys prevent: a server that substitutes its own channel key for party 3's
+    would read the shares party 1 encrypts for party 3 (one share of b_1 and of s_1 per substituted peer) — even if it
+    then reported party 3 dropped, so that no RoutedShares signature from party 3 is ever checked (the regression in
+    test_task_binding.py, section 7). A checking party 1 verifies party 3's key signature at PeerKeys and stops
+    before sealing any share. Counterpart (verify_peers=False): the share for party 3 is readable by the server."""
     c, msg = _active_peer_keys()
     server_sk, server_pk = crypto.x25519_keypair()
-    peer_keys = {p: m for p, m in c.server_messages.items() if p != 1}
-    share_keys = c.reply(peer_keys)
-    share_keys[1] = c.clients[1].receive(_swap_keys_of(msg, 3, server_pk))
+    with seal_spy() as sealed:
+        with pytest.raises(TaskMismatchError, match="party 3"):
+            c.clients[1].receive(_swap_keys_of(msg, 3, server_pk))
+    assert sealed == []
+    expect_abandoned(c.clients[1])
+
+    c = make_cohort(7, active=True)
+    c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], c.public_ids, task_digest=c.digest,
+                                 verify_peers=False)
+    c.server_messages = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    msg = decode(c.server_messages[1])
+    share_keys_1 = decode(c.clients[1].receive(_swap_keys_of(msg, 3, server_pk)))
     c_pk_1 = next(p.c_pk for p in msg.peers if p.party == 1)
     key = crypto.channel_key(crypto.agree(server_sk, c_pk_1), c.bind, 1, 3)
-    plaintext = crypto.open_share(key, c.bind, 1, 3, dict(decode(share_keys[1]).ciphertexts)[3])
+    plaintext = crypto.open_share(key, c.bind, 1, 3, dict(share_keys_1.ciphertexts)[3])
     assert plaintext[:8] == (1).to_bytes(4, "big") + (3).to_bytes(4, "big")
-    routed = c.advance(share_keys)
-    with pytest.raises(TaskMismatchError, match="party 3"):
-        c.clients[1].receive(routed[1])
-    expect_abandoned(c.clients[1])
 
 
 def _active_unmask_stage() -> tuple[Cohort, Transcript]:

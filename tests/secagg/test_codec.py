@@ -71,6 +71,9 @@ SAMPLES: list[Message] = [
     RoutedShares(SID, 4, ((5, CT), (6, CT[::-1])), (SIG, SIG[::-1])),
     RoutedShares(SID, 4, ((5, CT),), (SIG,), (MEMBER, MemberEntry(12, KEY_B, KEY_C, KEY_D, SIG[::-1]))),
     RoutedShares(SID, 4, (), (), (MEMBER,)),
+    AdvertiseKeys(SID, 2, KEY_A, KEY_B, SIG),  # signed over its bare keys (a session with identities)
+    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D, SIG[::-1]))),
+    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D))),  # mixed: the entry-by-entry path
 ]
 ENCODED = [m.encode() for m in SAMPLES]
 IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)]
@@ -114,7 +117,7 @@ def test_bad_magic_version_and_type_are_rejected():
     data = ENCODED[0]
     with pytest.raises(MessageFormatError, match="magic"):
         decode(b"SB" + data[2:])
-    assert VERSION == 2  # device protocol 2: unsigned AdvertiseKeys, signatures in ShareKeys / RoutedShares
+    assert VERSION == 2  # device protocol 2: key signatures in AdvertiseKeys / PeerKeys, bound ones in ShareKeys / …
     for version in (0, 1, 3, 255):  # 1: a protocol-1 device or server is refused, not misparsed
         with pytest.raises(MessageFormatError, match="version"):
             decode(data[:2] + bytes([version]) + data[3:])
@@ -155,6 +158,10 @@ _RS_SIGS = H + 4 + 2 * (8 + 90)
         (SAMPLES[16], _RS_SIGS + 4, "signature"),  # the first signature blob's length prefix
         (SAMPLES[17], H + 4 + 8 + 90 + 4 + 4 + 64, "members"),
         (SAMPLES[18], H + 4 + 4, "members"),
+        (SAMPLES[19], H + 64, "signature"),  # the key signature's length prefix
+        (SAMPLES[20], H, "peers"),
+        (SAMPLES[20], H + 4 + 68, "signature"),  # the first entry's key signature length prefix
+        (SAMPLES[21], H + 4 + 72 + 64 + 68, "signature"),  # the second entry's (mixed lengths)
     ],
 )
 def test_counts_larger_than_the_message_are_rejected_before_use(msg, offset, field):
@@ -171,11 +178,23 @@ def test_malformed_fields_are_rejected():
             decode(ShareKeys(SID, 1, ((2, CT),), bad, 0).encode())
         with pytest.raises(MessageFormatError, match="signature"):
             decode(RoutedShares(SID, 1, ((2, CT), (3, CT)), (SIG, bad)).encode())
-    # protocol-1 layouts: a signature blob after the keys of AdvertiseKeys / PeerKeys entries is refused
+        # the key signature of AdvertiseKeys and of every PeerKeys entry (one length for all, or mixed)
+        with pytest.raises(MessageFormatError, match="signature"):
+            decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B, bad).encode())
+        for peers in ((PeerEntry(1, KEY_A, KEY_B, bad),),
+                      (PeerEntry(1, KEY_A, KEY_B, bad), PeerEntry(2, KEY_C, KEY_D, bad)),  # uniform: the fast path
+                      (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D, bad)),
+                      (PeerEntry(1, KEY_A, KEY_B, bad), PeerEntry(2, KEY_C, KEY_D, SIG)),
+                      (PeerEntry(1, KEY_A, KEY_B), PeerEntry(2, KEY_C, KEY_D, bad))):
+            with pytest.raises(MessageFormatError, match="signature"):
+                decode(PeerKeys(SID, 1, peers).encode())
+    # protocol-2-before-key-signatures layouts (keys without the signature blob) are refused, not misparsed
     with pytest.raises(MessageFormatError):
-        decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B).encode() + struct.pack(">I", 64) + SIG)
-    with pytest.raises(MessageFormatError):
-        decode(PeerKeys(SID, 1, (PeerEntry(1, KEY_A, KEY_B),)).encode() + struct.pack(">I", 0))
+        decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B).encode()[:-4])
+    unsigned_entries = struct.pack(">II", 2, 1) + KEY_A + KEY_B + struct.pack(">I", 2) + KEY_C + KEY_D
+    with pytest.raises(MessageFormatError, match="peers"):
+        decode(HEADER.pack(MAGIC, VERSION, MsgType.PEER_KEYS, SID, 1) + unsigned_entries)
+    assert AdvertiseKeys(SID, 1, KEY_A, KEY_B).encode().endswith(KEY_B + struct.pack(">I", 0))
     with pytest.raises(MessageFormatError, match="members_wanted"):
         decode(ShareKeys(SID, 1, ((2, CT),), SIG, MAX_MEMBERS_WANTED + 1).encode())
     with pytest.raises(MessageFormatError, match="members_wanted"):
@@ -272,7 +291,8 @@ def _entry_by_entry(data: bytes) -> Message:
         return tuple((u32(), take(count(1))) for _ in range(count(8)))
 
     if mtype == MsgType.PEER_KEYS:
-        out: Message = PeerKeys(sid, party, tuple(PeerEntry(u32(), take(32), take(32)) for _ in range(count(68))))
+        out: Message = PeerKeys(sid, party, tuple(PeerEntry(u32(), take(32), take(32), signature())
+                                                  for _ in range(count(72))))
     elif mtype == MsgType.SHARE_KEYS:
         sig, wanted = signature(), u32()
         if wanted > MAX_MEMBERS_WANTED:
@@ -310,7 +330,8 @@ def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, unif
     if uniform and entries:
         entries = [(v, entries[0][1]) for v, _ in entries]
     if mtype == MsgType.PEER_KEYS:
-        msg: Message = PeerKeys(SID, 3, tuple(PeerEntry(v, KEY_A, bytes([k]) * 32) for v, k in entries))
+        msg: Message = PeerKeys(SID, 3, tuple(PeerEntry(v, KEY_A, bytes([k]) * 32, bytes([k % 251]) * k)
+                                              for v, k in entries))  # key signatures of 0, 1, 64 or 90 bytes
     elif mtype == MsgType.SHARE_KEYS:
         msg = ShareKeys(SID, 3, tuple((v, bytes([k % 251]) * k) for v, k in entries), SIG if signed else b"", members)
     else:
@@ -335,8 +356,10 @@ def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, unif
 def test_peer_keys_from_pre_encoded_entries_equal_the_message_encoding():
     from secagg.messages import encode_entries
 
-    peers = (PeerEntry(1, KEY_A, KEY_B), PeerEntry(4, KEY_C, KEY_D))
-    assert encode_entries(PeerKeys.TYPE, SID, 9, [p.encode() for p in peers]) == PeerKeys(SID, 9, peers).encode()
+    for peers in ((PeerEntry(1, KEY_A, KEY_B), PeerEntry(4, KEY_C, KEY_D)),
+                  (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(4, KEY_C, KEY_D, SIG[::-1]))):
+        fast = encode_entries(PeerKeys.TYPE, SID, 9, [p.encode() for p in peers])
+        assert fast == PeerKeys(SID, 9, peers).encode() and decode(fast) == PeerKeys(SID, 9, peers)
     assert encode_entries(PeerKeys.TYPE, SID, 9, []) == PeerKeys(SID, 9, ()).encode()
 
 

@@ -3,11 +3,13 @@
 Every party binds its own task digest (queries/task_digest.py: what it was asked to compute) into every derived
 key, the share AAD and its signature over its advertised keys (`crypto.binding`), signs those keys in ShareKeys,
 and verifies each share sender's signature — and any member entries it asked for — at RoutedShares, *before* it
-derives a single mask. These tests play a server that shows members of one cohort different tasks (another
-digest, another cohort size n), substitutes a peer's keys, withholds or forges member entries, and a device that
-signs for another task; each checks the typed refusal (TaskMismatchError, CohortUnverifiedError,
-InconsistentSetsError, SignatureError) and, where it matters, that no mask was derived and no masked input left the
-device. Counterparts show what happens with the checks off.
+derives a single mask. Every party also signs its fresh keys themselves (`crypto.keys_payload`, in AdvertiseKeys,
+relayed in each PeerEntry), and each peer's is checked at PeerKeys, *before* a single share is encrypted to it.
+These tests play a server that shows members of one cohort different tasks (another digest, another cohort size
+n), substitutes a peer's keys, withholds or forges member entries, and a device that signs for another task; each
+checks the typed refusal (TaskMismatchError, CohortUnverifiedError, InconsistentSetsError, SignatureError) and,
+where it matters, that no share was sealed, no mask was derived and no masked input left the device. Counterparts
+show what happens with the checks off.
 
 "A server that relays faithfully" is `RelayingServer`: the real ServerSession, except that it does not check the
 ShareKeys signatures against its own digest (an honest server would refuse the odd one out, see
@@ -89,6 +91,37 @@ def mask_spy() -> Iterator[list[int]]:
         mp.setattr(crypto, "self_mask_key", spy_self)
         mp.setattr(crypto, "pair_mask_key", spy_pair)
         yield derived
+
+
+@contextmanager
+def seal_spy() -> Iterator[list[tuple[int, int]]]:
+    """Records (sender, receiver) of every share ciphertext sealed (a client seals its shares only once it accepted
+    the keys it was shown for its peers)."""
+    sealed: list[tuple[int, int]] = []
+    seal = crypto.seal_share
+
+    def spy(key: bytes, bind: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
+        sealed.append((sender, receiver))
+        return seal(key, bind, sender, receiver, plaintext)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(crypto, "seal_share", spy)
+        yield sealed
+
+
+@contextmanager
+def without_peer_key_check() -> Iterator[None]:
+    """The clients as they were before the PeerKeys check: any signature over a party's bare keys
+    (`crypto.keys_payload`) is taken as valid — every other signature is still verified."""
+    verify, prefix = crypto.verify, crypto.keys_payload(b"", b"")
+
+    def lenient(public_raw: bytes, signature: bytes, payload: bytes, what: str) -> None:
+        if not payload.startswith(prefix):
+            verify(public_raw, signature, payload, what)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(crypto, "verify", lenient)
+        yield
 
 
 @dataclass
@@ -277,16 +310,17 @@ def test_without_verification_a_split_task_never_yields_the_true_sum():
 
 
 # ---------------------------------------------------------------------------------------------------
-# 2. A server that substitutes a peer's public keys.
+# 2. A server that substitutes a peer's public keys (refused at PeerKeys, by the peer's key signature).
 # ---------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
 @pytest.mark.parametrize("which", ["c_pk", "s_pk", "both"])
-def test_substituted_peer_keys_are_refused_at_routed_shares_before_masking(active, which):
-    """An honest-looking server (it checks every signature) shows party 1 its own key for party 4. Party 1 cannot tell
-    at PeerKeys — the signatures arrive with the shares — but at RoutedShares party 4's genuine signature does not
-    verify over the keys party 1 was shown: TaskMismatchError naming party 4, and no mask derived."""
+def test_substituted_peer_keys_are_refused_at_peer_keys_before_any_share(active, which):
+    """An honest-looking server (it checks every signature) shows party 1 its own key for party 4, relaying party 4's
+    genuine key signature with it. Party 1 checks every peer's key signature at PeerKeys: party 4's does not verify
+    over the keys party 1 was shown, so it refuses (TaskMismatchError naming party 4) before it encrypts a single
+    share — to party 4 or anyone — and never derives a mask. The others, shown the genuine keys, go on without it."""
     c = make_cohort(5, TASK_A, active=active, relaying=False)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
     shown = decode(peer_keys[1])
@@ -296,18 +330,41 @@ def test_substituted_peer_keys_are_refused_at_routed_shares_before_masking(activ
         dataclasses.replace(e, c_pk=fake_c if which != "s_pk" else e.c_pk, s_pk=fake_s if which != "c_pk" else e.s_pk)
         if e.party == 4 else e for e in shown.peers
     )
-    peer_keys[1] = dataclasses.replace(shown, peers=peers).encode()
-    share_keys = c.reply(peer_keys)
-    routed = c.advance(share_keys)  # party 1's signature covers its own, genuine keys: the server accepts it
-    with mask_spy() as derived:
-        assert_refuses(c.clients[1], routed[1], TaskMismatchError, party=4)
-        for p in (2, 3, 5):  # the others, shown the genuine keys, go on
+    assert next(e for e in peers if e.party == 4).signature  # party 4's genuine key signature, relayed unchanged
+    with seal_spy() as sealed, mask_spy() as derived:
+        err = assert_refuses(c.clients[1], dataclasses.replace(shown, peers=peers).encode(), TaskMismatchError,
+                             party=4)
+        assert "not signed by its identity key" in str(err)
+        share_keys = c.reply(peer_keys, skip={1})
+        routed = c.advance(share_keys)
+        assert set(routed) == {2, 3, 4, 5} and all(1 not in dict(decode(m).ciphertexts) for m in routed.values())
+        for p in (2, 3, 4, 5):  # the others go on, with party 1 dropped
             assert c.clients[p].receive(routed[p]) is not None
-        if which == "s_pk":
-            assert c.clients[4].receive(routed[4]) is not None
-        else:  # party 1 encrypted its shares for 4 to the server's key: party 4 cannot open them
-            assert_refuses(c.clients[4], routed[4], DecryptionError)
-    assert 1 not in derived and {2, 3, 5} <= set(derived)
+    assert not any(sender == 1 for sender, _ in sealed) and {s for s, _ in sealed} == {2, 3, 4, 5}
+    assert 1 not in derived and {2, 3, 4, 5} <= set(derived)
+
+
+@pytest.mark.parametrize("signature", ["empty", "flipped", "another-identity", "bound-advertise"])
+def test_a_peer_entry_whose_key_signature_does_not_verify_is_refused_at_peer_keys(signature):
+    """The keys are genuine but the signature relayed with them is not party 4's over exactly those keys: missing,
+    altered, made by another party's identity key, or party 4's *session-bound* signature (another payload) —
+    TaskMismatchError naming party 4, and no share sealed."""
+    c = make_cohort(5, TASK_A, relaying=False)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    shown = decode(peer_keys[1])
+    e4 = next(e for e in shown.peers if e.party == 4)
+    crypto.verify(c.public_ids[4], e4.signature, crypto.keys_payload(e4.c_pk, e4.s_pk), "party 4's keys")
+    bad = {
+        "empty": b"",
+        "flipped": bytes([e4.signature[0] ^ 1]) + e4.signature[1:],
+        "another-identity": crypto.sign(c.identities[2], crypto.keys_payload(e4.c_pk, e4.s_pk)),
+        "bound-advertise": crypto.sign(c.identities[4], crypto.advertise_payload(
+            crypto.binding(c.cfg.session_id, TASK_A), 4, e4.c_pk, e4.s_pk)),
+    }[signature]
+    peers = tuple(dataclasses.replace(e, signature=bad) if e.party == 4 else e for e in shown.peers)
+    with seal_spy() as sealed:
+        assert_refuses(c.clients[1], dataclasses.replace(shown, peers=peers).encode(), TaskMismatchError, party=4)
+    assert sealed == []
 
 
 def test_substituted_keys_of_a_member_entry_are_refused():
@@ -661,51 +718,89 @@ def test_a_session_sums_exactly_iff_every_party_has_the_same_task(n, active, dat
 
 
 # ---------------------------------------------------------------------------------------------------
-# 7. Known gap (see the report in the xfail reason): keys of peers reported as dropped are never verified.
+# 7. Regression (found in review): keys of peers the server then reports dropped were never verified.
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "secagg bug: a party verifies the signatures of its RoutedShares senders only; peers that the server reports as "
-    "dropped after PeerKeys are never verified, yet the party already encrypted shares of b_u and s_u^SK to the keys "
-    "it was shown for them. A server substituting its own keys for up to m − t such peers reads m − t shares of "
-    "both secrets; with split survivor views (semi-honest: no consistency round) it then needs only t honest answers "
-    "in all and unmasks one device's input whenever 3t ≤ 2m (the semi-honest default t = ⌊m/2⌋ + 1)."
-))
-def test_a_server_cannot_unmask_one_input_by_substituting_keys_of_peers_it_reports_dropped():
-    """n = 5, complete graph, semi-honest (t = 3), every check on. The server shows party 1 its own keys for parties
-    4 and 5, reports them dropped to party 1 (RoutedShares from 2 and 3 only, genuine signatures: party 1 verifies
-    them and masks), decrypts party 1's shares for 4 and 5, then asks party 2 for party 1's self-mask share (1
-    survived) and party 3 for its key share (1 dropped). With t shares of each it strips party 1's masks."""
-    c = make_cohort(5, TASK_A, relaying=False)
-    bind = crypto.binding(c.cfg.session_id, TASK_A)
-    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+def _show_party1_server_keys_for(peer_keys: dict[int, bytes], parties: tuple[int, ...]) -> dict[int, tuple]:
+    """The server's move: in party 1's PeerKeys, the channel keys of `parties` become key pairs of its own (each
+    entry keeps the genuine key signature it relays). Returns those pairs."""
     shown = decode(peer_keys[1])
-    fake = {v: crypto.x25519_keypair() for v in (4, 5)}
-    own_c = next(e.c_pk for e in shown.peers if e.party == 1)
-    own_s = next(e.s_pk for e in shown.peers if e.party == 1)
+    fake = {v: crypto.x25519_keypair() for v in parties}
     peer_keys[1] = dataclasses.replace(shown, peers=tuple(
         dataclasses.replace(e, c_pk=fake[e.party][1]) if e.party in fake else e for e in shown.peers)).encode()
-    share_keys = c.reply(peer_keys)
-    routed = c.advance(share_keys)  # every signature genuine: the server accepts all
-    b_shares: dict[int, int] = {}
-    s_shares: dict[int, int] = {}
-    for v in (4, 5):  # the server reads party 1's shares meant for 4 and 5
-        key = crypto.channel_key(crypto.agree(fake[v][0], own_c), bind, 1, v)
-        pt = crypto.open_share(key, bind, 1, v, dict(decode(share_keys[1]).ciphertexts)[v])
-        b_shares[v], s_shares[v] = shamir.from_bytes(pt[8:41]), shamir.from_bytes(pt[41:74])
-    r1 = decode(routed[1])
-    keep = [i for i, (u, _) in enumerate(r1.ciphertexts) if u in (2, 3)]
-    routed[1] = dataclasses.replace(r1, ciphertexts=tuple(r1.ciphertexts[i] for i in keep),
-                                    signatures=tuple(r1.signatures[i] for i in keep)).encode()
-    masked = c.reply(routed, skip={4, 5})  # party 1 verifies its two senders and masks with them alone
-    y1 = encoding.unpack(decode(masked[1]).packed, DIM, BITS, c.cfg.work_dtype).copy()
-    # split survivor views: party 2 is told party 1 survived, party 3 that it dropped
-    for w, survivors, kind, into in ((2, {1, 2, 3}, ShareKind.SELF_MASK_SEED, b_shares),
-                                     (3, {2, 3, 4}, ShareKind.MASK_KEY, s_shares)):
-        request = UnmaskRequest(c.cfg.session_id, w, encode_bitmap(survivors, 5), ())
-        reply = decode(c.clients[w].receive(request.encode()))
-        into[w] = next(shamir.from_bytes(s) for v, k, s in reply.shares if v == 1 and k == kind)
+    return fake
+
+
+def _own_keys(peer_keys: Mapping[int, bytes], party: int) -> tuple[bytes, bytes]:
+    e = next(e for e in decode(peer_keys[party]).peers if e.party == party)
+    return e.c_pk, e.s_pk
+
+
+def _refused_and_nothing_of_party1_leaves(c: Cohort, peer_keys: dict[int, bytes], rest: set[int]) -> dict[int, bytes]:
+    """Party 1 refuses its PeerKeys naming the first substituted peer and seals no share; the server, routing the
+    others' shares, holds no ciphertext from party 1 and no peer ever holds a share of party 1's secrets."""
+    with seal_spy() as sealed, mask_spy() as derived:
+        err = assert_refuses(c.clients[1], peer_keys[1], TaskMismatchError)
+        share_keys = c.reply(peer_keys, skip={1})
+        routed = c.advance(share_keys)
+    assert "not signed by its identity key" in str(err)
+    assert sealed and all(sender != 1 for sender, _ in sealed)  # the others sealed theirs; party 1 none
+    assert 1 not in derived
+    assert 1 not in share_keys and set(routed) == rest
+    assert all(1 not in dict(decode(m).ciphertexts) for m in routed.values())
+    return routed
+
+
+def test_a_server_cannot_unmask_one_input_by_substituting_keys_of_peers_it_reports_dropped():
+    """Regression guard. The gap it closes: a party verified the signatures of its RoutedShares senders only, so
+    peers that the server reports as dropped after PeerKeys were never verified, yet the party had already encrypted
+    shares of b_u and s_u^SK to the keys it was shown for them. A server substituting its own keys for up to m − t
+    such peers read m − t shares of both secrets; with split survivor views (semi-honest: no consistency round) it
+    then needed only t honest answers in all and unmasked one device's input whenever 3t ≤ 2m (the semi-honest
+    default t = ⌊m/2⌋ + 1).
+
+    n = 5, complete graph, semi-honest (t = 3), every check on. The server shows party 1 its own keys for parties 4
+    and 5, meaning to report them dropped to party 1 (RoutedShares from 2 and 3 only), decrypt party 1's shares for
+    4 and 5, then ask party 2 for party 1's self-mask share (1 survived) and party 3 for its key share (1 dropped).
+    Now party 1 checks every peer's key signature at PeerKeys and refuses (TaskMismatchError naming party 4) before
+    sealing any share: the server gets no share of b_1 or s_1 for 4 and 5 — none at all — and the others complete
+    without party 1. Counterpart: with that check removed the same attack recovers party 1's input exactly."""
+    c = make_cohort(5, TASK_A, relaying=False)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    _show_party1_server_keys_for(peer_keys, (4, 5))
+    routed = _refused_and_nothing_of_party1_leaves(c, peer_keys, {2, 3, 4, 5})
+    total = c.finish(routed)
+    assert c.server.result.contributors == frozenset({2, 3, 4, 5})
+    assert np.array_equal(total, expected_sum(c.inputs, [2, 3, 4, 5], BITS))
+    assert all(1 not in c.clients[w]._held for w in (2, 3, 4, 5))  # no share of party 1's secrets anywhere
+
+    with without_peer_key_check():  # the client as it was: the attack goes through
+        c = make_cohort(5, TASK_A, relaying=False)
+        bind = crypto.binding(c.cfg.session_id, TASK_A)
+        peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+        own_c, own_s = _own_keys(peer_keys, 1)
+        fake = _show_party1_server_keys_for(peer_keys, (4, 5))
+        share_keys = c.reply(peer_keys)
+        routed = c.advance(share_keys)  # every signature genuine: the server accepts all
+        b_shares: dict[int, int] = {}
+        s_shares: dict[int, int] = {}
+        for v in (4, 5):  # the server reads party 1's shares meant for 4 and 5
+            key = crypto.channel_key(crypto.agree(fake[v][0], own_c), bind, 1, v)
+            pt = crypto.open_share(key, bind, 1, v, dict(decode(share_keys[1]).ciphertexts)[v])
+            b_shares[v], s_shares[v] = shamir.from_bytes(pt[8:41]), shamir.from_bytes(pt[41:74])
+        r1 = decode(routed[1])
+        keep = [i for i, (u, _) in enumerate(r1.ciphertexts) if u in (2, 3)]
+        routed[1] = dataclasses.replace(r1, ciphertexts=tuple(r1.ciphertexts[i] for i in keep),
+                                        signatures=tuple(r1.signatures[i] for i in keep)).encode()
+        masked = c.reply(routed, skip={4, 5})  # party 1 verifies its two senders and masks with them alone
+        y1 = encoding.unpack(decode(masked[1]).packed, DIM, BITS, c.cfg.work_dtype).copy()
+        # split survivor views: party 2 is told party 1 survived, party 3 that it dropped
+        for w, survivors, kind, into in ((2, {1, 2, 3}, ShareKind.SELF_MASK_SEED, b_shares),
+                                         (3, {2, 3, 4}, ShareKind.MASK_KEY, s_shares)):
+            request = UnmaskRequest(c.cfg.session_id, w, encode_bitmap(survivors, 5), ())
+            reply = decode(c.clients[w].receive(request.encode()))
+            into[w] = next(shamir.from_bytes(s) for v, k, s in reply.shares if v == 1 and k == kind)
     rec = shamir.BatchReconstructor(c.cfg.share_threshold)
     b1 = shamir.secret_from_int(rec.reconstruct(b_shares, "b", "attack"))
     s1 = X25519PrivateKey.from_private_bytes(shamir.secret_from_int(rec.reconstruct(s_shares, "s", "attack")))
@@ -713,49 +808,58 @@ def test_a_server_cannot_unmask_one_input_by_substituting_keys_of_peers_it_repor
     stream = crypto.MaskStream(DIM, c.cfg.work_dtype)
     stream.add_into(y1, crypto.self_mask_key(b1, bind, 1), -1)
     for v in (2, 3):
-        s_pk_v = next(e.s_pk for e in decode(peer_keys[2]).peers if e.party == v)
-        shared = s1.exchange(X25519PublicKey.from_public_bytes(s_pk_v))
+        shared = s1.exchange(X25519PublicKey.from_public_bytes(_own_keys(peer_keys, v)[1]))
         stream.add_into(y1, crypto.pair_mask_key(shared, bind, 1, v), -1)
     recovered = y1.astype(np.uint64) & np.uint64(c.cfg.modulus_mask)
-    assert not np.array_equal(recovered, c.inputs[1]), "the server recovered party 1's individual input"
+    assert np.array_equal(recovered, c.inputs[1]), "without the PeerKeys check the attack recovers party 1's input"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "secagg bug (active model): the same unverified substitution of m − t peers the server reports dropped gives it "
-    "m − t shares of s_u^SK for free, so a server colluding with 2t − m members of a neighbourhood (3 of 7 here) "
-    "unmasks one device's input — docs/secagg.md puts the residual risk at ≥ t colluding members (5 of 7)."
-))
 def test_active_model_a_server_needs_t_colluding_members_to_unmask_one_input():
-    """n = 7, complete graph, active model (t = 5), every check on, consistency round included. The server shows
-    party 1 its own keys for parties 6 and 7 and reports them dropped to party 1; everyone signs and receives the one
-    survivor set {1..5}, so honest parties reveal only party 1's self-mask shares. Corrupted members 2, 3 and 4 —
-    fewer than t — hand the server their shares of party 1's mask key; with the two it decrypted, that is t."""
+    """Regression guard (active model). The gap it closes: the same unverified substitution of m − t peers the
+    server reports dropped gave it m − t shares of s_u^SK for free, so a server colluding with 2t − m members of a
+    neighbourhood (3 of 7 here) unmasked one device's input — docs/secagg.md puts the residual risk at ≥ t colluding
+    members (5 of 7).
+
+    n = 7, complete graph, active model (t = 5), every check on, consistency round included. The server shows
+    party 1 its own keys for parties 6 and 7, meaning to report them dropped to party 1 and, with corrupted members
+    2, 3 and 4 — fewer than t — handing over their shares of party 1's mask key, reach t shares. Now party 1 refuses
+    at PeerKeys (TaskMismatchError naming party 6) before sealing any share: the server gets no share of s_1 for 6
+    and 7, and the three colluders hold none either (party 1 never shared). Counterpart: with the PeerKeys check
+    removed, the three colluders and the server recover party 1's input exactly."""
     c = make_cohort(7, TASK_A, active=True, relaying=False)
-    bind = crypto.binding(c.cfg.session_id, TASK_A)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
-    shown = decode(peer_keys[1])
-    fake = {v: crypto.x25519_keypair() for v in (6, 7)}
-    own_c = next(e.c_pk for e in shown.peers if e.party == 1)
-    peer_keys[1] = dataclasses.replace(shown, peers=tuple(
-        dataclasses.replace(e, c_pk=fake[e.party][1]) if e.party in fake else e for e in shown.peers)).encode()
-    share_keys = c.reply(peer_keys)
-    for p in (6, 7):  # the server drops 6 and 7 (they never see party 1's unreadable shares)
-        share_keys.pop(p)
-    routed = c.advance(share_keys)
-    s_shares: dict[int, int] = {}
-    for v in (6, 7):
-        key = crypto.channel_key(crypto.agree(fake[v][0], own_c), bind, 1, v)
-        pt = crypto.open_share(key, bind, 1, v, dict(decode(share_keys[1]).ciphertexts)[v])
-        s_shares[v] = shamir.from_bytes(pt[41:74])
-    masked = c.reply(routed)
-    y1 = encoding.unpack(decode(masked[1]).packed, DIM, BITS, c.cfg.work_dtype).copy()
-    unmask = c.advance(c.reply(c.advance(masked)))  # one consistent survivor set, signed by all five
-    b_shares = {}
-    for w in (1, 2, 3, 4, 5):
-        reply = decode(c.clients[w].receive(unmask[w]))
-        b_shares[w] = next(shamir.from_bytes(s) for v, k, s in reply.shares if v == 1 and k == ShareKind.SELF_MASK_SEED)
-    for w in (2, 3, 4):  # corrupted members hand over what they hold of party 1's mask key
-        s_shares[w] = c.clients[w]._held[1][1]
+    _show_party1_server_keys_for(peer_keys, (6, 7))
+    routed = _refused_and_nothing_of_party1_leaves(c, peer_keys, {2, 3, 4, 5, 6, 7})
+    total = c.finish(routed)
+    assert c.server.result.contributors == frozenset(range(2, 8))
+    assert np.array_equal(total, expected_sum(c.inputs, range(2, 8), BITS))
+    assert all(1 not in c.clients[w]._held for w in range(2, 8))
+
+    with without_peer_key_check():  # the client as it was: the attack goes through
+        c = make_cohort(7, TASK_A, active=True, relaying=False)
+        bind = crypto.binding(c.cfg.session_id, TASK_A)
+        peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+        own_c, _ = _own_keys(peer_keys, 1)
+        fake = _show_party1_server_keys_for(peer_keys, (6, 7))
+        share_keys = c.reply(peer_keys)
+        for p in (6, 7):  # the server drops 6 and 7 (they never see party 1's unreadable shares)
+            share_keys.pop(p)
+        routed = c.advance(share_keys)
+        s_shares: dict[int, int] = {}
+        for v in (6, 7):
+            key = crypto.channel_key(crypto.agree(fake[v][0], own_c), bind, 1, v)
+            pt = crypto.open_share(key, bind, 1, v, dict(decode(share_keys[1]).ciphertexts)[v])
+            s_shares[v] = shamir.from_bytes(pt[41:74])
+        masked = c.reply(routed)
+        y1 = encoding.unpack(decode(masked[1]).packed, DIM, BITS, c.cfg.work_dtype).copy()
+        unmask = c.advance(c.reply(c.advance(masked)))  # one consistent survivor set, signed by all five
+        b_shares = {}
+        for w in (1, 2, 3, 4, 5):
+            reply = decode(c.clients[w].receive(unmask[w]))
+            b_shares[w] = next(shamir.from_bytes(s) for v, k, s in reply.shares
+                               if v == 1 and k == ShareKind.SELF_MASK_SEED)
+        for w in (2, 3, 4):  # corrupted members hand over what they hold of party 1's mask key
+            s_shares[w] = c.clients[w]._held[1][1]
     rec = shamir.BatchReconstructor(c.cfg.share_threshold)
     assert len(s_shares) == c.cfg.share_threshold == 5
     b1 = shamir.secret_from_int(rec.reconstruct(b_shares, "b", "attack"))
@@ -763,8 +867,7 @@ def test_active_model_a_server_needs_t_colluding_members_to_unmask_one_input():
     stream = crypto.MaskStream(DIM, c.cfg.work_dtype)
     stream.add_into(y1, crypto.self_mask_key(b1, bind, 1), -1)
     for v in (2, 3, 4, 5):
-        s_pk_v = next(e.s_pk for e in decode(peer_keys[2]).peers if e.party == v)
-        shared = s1.exchange(X25519PublicKey.from_public_bytes(s_pk_v))
+        shared = s1.exchange(X25519PublicKey.from_public_bytes(_own_keys(peer_keys, v)[1]))
         stream.add_into(y1, crypto.pair_mask_key(shared, bind, 1, v), -1)
     recovered = y1.astype(np.uint64) & np.uint64(c.cfg.modulus_mask)
-    assert not np.array_equal(recovered, c.inputs[1]), "3 colluding members and the server recovered party 1's input"
+    assert np.array_equal(recovered, c.inputs[1]), "without the PeerKeys check 3 colluders and the server unmask"
