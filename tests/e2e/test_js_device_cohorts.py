@@ -146,9 +146,9 @@ def test_frecency_rprop_with_node_and_python_devices(tmp_path: Path) -> None:
             try:
                 spec = {"kind": "training", "name": "frecency js + python", "source": "urlbar",
                         "params": frecency.example_params(rounds=rounds, eval_every=2),
-                        "cohort": {"min_clients": 170, "max_clients": n_node + n_py, "phase_timeout_s": 10}}
+                        "cohort": {"min_clients": 150, "max_clients": n_node + n_py, "phase_timeout_s": 20}}
                 qid = admin.submit(spec)["id"]
-                final = admin.wait(qid, timeout_s=150)  # ~35 s here
+                final = admin.wait(qid, timeout_s=300)  # ~35-60 s here; a loaded machine may need a re-formed cohort
                 assert final["status"] == "succeeded", final
                 res = admin.result(qid)["result"]
                 contributors = admin.call("GET", f"/v1/admin/queries/{qid}/contributors")["rounds"]
