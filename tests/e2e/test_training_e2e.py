@@ -223,7 +223,7 @@ def test_frecency_300_devices(server: Server, admin: AnalystClient, bc_fleet: Fl
     try:
         spec = {"kind": "training", "name": "frecency", "source": "urlbar",
                 "params": frecency.example_params(rounds=rounds, eval_every=2),
-                "cohort": {"min_clients": 250, "max_clients": n, "phase_timeout_s": 10}}
+                "cohort": {"min_clients": 220, "max_clients": n, "phase_timeout_s": 20}}
         out = _run(admin, spec, timeout_s=420)
     finally:
         fleet.stop()
