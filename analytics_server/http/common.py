@@ -162,6 +162,11 @@ def make_error_middleware(metrics: Any) -> Any:
             }.get(exc.status, exc.reason)
             allow = exc.headers.get("Allow")
             resp = error_json(exc.status, msg, headers={"Allow": allow} if allow is not None else None)
+        except ConnectionResetError:  # the client went away while its answer was being written (aiohttp's
+            # ClientConnectionResetError is one): not a server error; writing this answer fails too, and aiohttp drops
+            # such a connection quietly ("premature client disconnection")
+            log.debug("client disconnected during %s %s", request.method, request.path)
+            resp = error_json(400, "client disconnected")
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
             resp = error_json(500, "internal server error")
