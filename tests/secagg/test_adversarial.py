@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +61,7 @@ from secagg.messages import (
     encode_bitmap,
 )
 from secagg.phases import Phase
+from tests.secagg.test_task_binding import seal_spy
 
 DIM, BITS = 4, 16
 DIGEST = hashlib.sha256(b"test_adversarial/task").digest()
@@ -531,19 +531,6 @@ def _swap_keys_of(msg: PeerKeys, party: int, c_pk: bytes, s_pk: bytes | None = N
     return dataclasses.replace(msg, peers=peers).encode()
 
 
-@contextmanager
-def seal_spy():
-    """Records (sender, receiver) of every share ciphertext a client seals."""
-    sealed: list[tuple[int, int]] = []
-    seal = crypto.seal_share
-
-    def spy(key: bytes, bind: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
-        sealed.append((sender, receiver))
-        return seal(key, bind, sender, receiver, plaintext)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(crypto, "seal_share", spy)
-        yield sealed
 
 
 @pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
