@@ -69,17 +69,17 @@ js-test: js
 
 # Screenshots of the console for the README (docs/img/), with the browser-test machinery.
 screenshots: $(STAMP) chromium
-	$(PY) scripts/console_screenshots.py
+	$(PY) -m scripts.console_screenshots
 
 # Everything but the end-to-end tier (real server processes and fleets): under a minute.
 test-fast: js-test in-process
 
 demo: $(STAMP)
-	$(PY) scripts/demo.py
+	$(PY) -m scripts.demo
 
 bench: $(STAMP) chromium js
 	bash scripts/install_postgres.sh
-	$(PY) scripts/bench.py
+	$(PY) -m scripts.bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,7 +1,8 @@
 """Device SDK: `LocalStore` (named collections in an SQLite file, with retention and opt-out),
 `DeviceClient` (check-in, secure aggregation over HTTP; `start()`/`stop()` in a background thread or the async
-`run_once()`/`run_forever()`), `DevicePolicy` (the device's own privacy limits, checked on the device), the
-fleet simulator (`fa-sim`) and the analyst CLI (`fa`). See docs/device_sdk.md.
+`run_once()`/`run_forever()`), `DevicePolicy` (the device's own privacy limits, checked on the device). What an
+app ships, nothing else: the analyst client and CLI (`fa`) are the `analyst_client` package and the fleet simulator
+(`fa-sim`) is `fleet_sim`. See docs/device_sdk.md.
 
 `register_scoring_function` registers an app's ranking function by name so the server can tune its
 parameters (black-box training by finite differences, see docs/frecency.md)."""

@@ -67,7 +67,7 @@ def main() -> int:
                          ("cluster", "scripts/bench_cluster.py"), ("device", "scripts/bench_device.py"),
                          ("validity", "scripts/bench_validity.py"), ("js_device", "scripts/bench_js.py")):
         if (ROOT / script).exists():
-            report[name] = run_json([script], name)
+            report[name] = run_json(["-m", script.removesuffix(".py").replace("/", ".")], name)
     print(json.dumps(report, indent=2))
     return 0
 

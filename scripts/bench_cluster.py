@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from device_sdk.analyst_cli import AnalystClient  # noqa: E402
-from scripts.bench_http import AVAILABILITY_LAPSE_S, cpu_seconds, metric  # noqa: E402
-from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
-from scripts.pg_local import local_postgres, postgres_cpu_seconds  # noqa: E402
+from analyst_client.cli import AnalystClient
+from scripts.bench_http import AVAILABILITY_LAPSE_S, cpu_seconds, metric
+from tests.support.devstack import Fleet, Server, fresh_database
+from tests.support.pg_local import local_postgres, postgres_cpu_seconds
 
 BUCKETS = ["moon", "sun", "star", "cloud"]
 

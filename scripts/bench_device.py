@@ -13,21 +13,18 @@ import json
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from analytics_server import privacy  # noqa: E402
-from device_sdk import DeviceClient, DevicePolicy, LocalStore  # noqa: E402
-from queries import dp  # noqa: E402
-from queries.dp import floor  # noqa: E402
-from queries.envelope import Assignment  # noqa: E402
-from queries.kind import RoundPlan  # noqa: E402
-from queries.task_digest import task_digest  # noqa: E402
-from secagg.config import SecAggConfig  # noqa: E402
+from analytics_server import privacy
+from device_sdk import DeviceClient, DevicePolicy, LocalStore
+from queries import dp
+from queries.dp import floor
+from queries.envelope import Assignment
+from queries.kind import RoundPlan
+from queries.task_digest import task_digest
+from secagg.config import SecAggConfig
 
 
 def slack() -> dict[str, object]:

@@ -45,11 +45,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from device_sdk.analyst_cli import AnalystClient  # noqa: E402
-from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
-from secagg.plain import BENCH_UNMASKED_ENV  # noqa: E402
+from analyst_client.cli import AnalystClient
+from tests.support.devstack import Fleet, Server, fresh_database
+from secagg.plain import BENCH_UNMASKED_ENV
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 AVAILABILITY_LAPSE_S = 6.0

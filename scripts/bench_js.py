@@ -29,12 +29,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from device_sdk.analyst_cli import AnalystClient  # noqa: E402
-from device_sdk.scenarios import generate  # noqa: E402
-from scripts.devstack import Fleet, Server, free_port, fresh_database  # noqa: E402
-from scripts.js_fleet import JS, JsFleet, js_missing, scenario_data  # noqa: E402
+from analyst_client.cli import AnalystClient
+from fleet_sim.scenarios import generate
+from tests.support.devstack import Fleet, Server, free_port, fresh_database
+from tests.support.js_fleet import JS, JsFleet, js_missing, scenario_data
 
 BUNDLE = JS / "dist" / "fa-device-sdk.min.js"
 PHASES = ("advertise_keys", "share_keys", "masked_input", "consistency_check", "unmasking")

@@ -29,13 +29,11 @@ from typing import Any
 import numpy as np
 from dp_accounting.gaussian_mechanism import get_sigma_gaussian
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from device_sdk.scenarios import generate  # noqa: E402
-from queries.local_run import run_query  # noqa: E402
-from queries.registry import get_kind  # noqa: E402
-from queries.uncertainty import describe, value_at  # noqa: E402
-from secagg.randomness import SeededRandom  # noqa: E402
+from fleet_sim.scenarios import generate
+from queries.local_run import run_query
+from queries.registry import get_kind
+from queries.uncertainty import describe, value_at
+from secagg.randomness import SeededRandom
 
 EPSILON, DELTA, DEVICES = 1.0, 1e-6, 1000
 FEATURES = [{"name": "age", "lower": 18.0, "upper": 90.0},

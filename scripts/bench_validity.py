@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from analytics_server import privacy, validation  # noqa: E402
-from queries.registry import get_kind  # noqa: E402
-from queries.spec import QuerySpec  # noqa: E402
-from secagg.randomness import OsRandom  # noqa: E402
-from secagg.validity import Bits, ProofContext, Signs, Statement, proof_size, prove, verify  # noqa: E402
+from analytics_server import privacy, validation
+from queries.registry import get_kind
+from queries.spec import QuerySpec
+from secagg.randomness import OsRandom
+from secagg.validity import Bits, ProofContext, Signs, Statement, proof_size, prove, verify
 
 CTX = ProofContext(bytes(range(16)), "bench", 0, 1)
 

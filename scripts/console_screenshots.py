@@ -1,6 +1,6 @@
 """Screenshots of the console for the README (docs/img/): the histogram result, the training result and the budget
-page, made with the browser-test machinery (scripts/browser.py: Playwright driving the system's Chromium) against
-a live server and simulated fleets (scripts/devstack.py).
+page, made with the browser-test machinery (tests/support/browser.py: Playwright driving the system's Chromium) against
+a live server and simulated fleets (tests/support/devstack.py).
 
     .venv/bin/python scripts/console_screenshots.py [--out docs/img]
 
@@ -19,12 +19,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from device_sdk.analyst import AnalystClient  # noqa: E402
-from device_sdk.analyst_cli import apply_set  # noqa: E402
-from scripts.browser import chromium_available, console_page  # noqa: E402
-from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
+from analyst_client.client import AnalystClient
+from analyst_client.cli import apply_set
+from tests.support.browser import chromium_available, console_page
+from tests.support.devstack import Fleet, Server, fresh_database
 
 WIDTH = 1100
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     steps = [[sys.executable, "-m", "secagg.demo"]]
     if (ROOT / "scripts" / "demo_server.py").exists():
-        steps.append([sys.executable, str(ROOT / "scripts" / "demo_server.py")])
+        steps.append([sys.executable, "-m", "scripts.demo_server"])
     for cmd in steps:
         print(f"\n$ {' '.join(Path(c).name if i == 0 else c for i, c in enumerate(cmd))}\n", flush=True)
         code = subprocess.call(cmd, cwd=ROOT)

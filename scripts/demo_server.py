@@ -16,17 +16,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from rich.console import Console
+from rich.table import Table
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from device_sdk import analyst_cli  # noqa: E402
-from device_sdk.analyst_cli import AnalystClient, _flatten  # noqa: E402
-from queries.local_run import run_locally  # noqa: E402
-from queries.registry import get_kind  # noqa: E402
-from scripts import demo_training  # noqa: E402
-from scripts.devstack import Fleet, Server, fresh_database  # noqa: E402
+from analyst_client import cli as analyst_cli
+from analyst_client.cli import AnalystClient, _flatten
+from queries.local_run import run_locally
+from queries.registry import get_kind
+from scripts import demo_training
+from tests.support.devstack import Fleet, Server, fresh_database
 
 DEVICES = 1000
 SCENARIO = "mixed"

@@ -20,11 +20,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from device_sdk import analyst_cli
-from device_sdk.analyst_cli import AnalystClient
-from device_sdk.scenarios import generate
-from device_sdk.scenarios.datasets import breast_cancer_split
-from scripts.devstack import Fleet, Server
+from analyst_client import cli as analyst_cli
+from analyst_client.cli import AnalystClient
+from fleet_sim.scenarios import generate
+from fleet_sim.scenarios.datasets import breast_cancer_split
+from tests.support.devstack import Fleet, Server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BC_DEVICES = 50
@@ -102,7 +102,8 @@ def breast_cancer_demo(console: Console, server: Server, token: str, admin: Anal
 
 
 def frecency_demo(console: Console, server: Server, token: str, admin: AnalystClient, tmp: Path) -> bool:
-    from queries.training import frecency, urlbar_sim
+    from fleet_sim import urlbar_sim
+    from queries.training import frecency
 
     console.rule(f"Training: frecency (Rprop on secure sign votes) over {FRECENCY_DEVICES} simulated browsers")
     spec = {"kind": "training", "name": "demo frecency", "source": "urlbar",

@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 
 from queries.registry import KINDS, get_kind
 from queries.training.frecency import example_params
-from queries.training.urlbar_sim import make_device_rows
+from fleet_sim.urlbar_sim import make_device_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "fed-analytics"
@@ -46,8 +46,8 @@ FORBIDDEN = (
     "pydantic_settings",
     "analytics_server",
 )
-NOT_ON_DEVICE = ("device_sdk.simulator", "device_sdk.sim_cli", "device_sdk.scenarios", "device_sdk.analyst_cli",
-                 "device_sdk.analyst", "device_sdk.analyst_view")
+NOT_ON_DEVICE = ("fleet_sim.simulator", "fleet_sim.cli", "fleet_sim.scenarios", "analyst_client.cli",
+                 "analyst_client.client", "analyst_client.view")
 """Modules of device_sdk that are simulation or analyst tooling, not part of an app's device."""
 
 # (kind, raw params, local rows of one device); every registered kind needs at least one case.
@@ -180,7 +180,7 @@ def test_every_registered_kind_has_a_case() -> None:
 def test_device_modules_are_found() -> None:
     mods = device_modules()
     assert {"device_sdk", "device_sdk.client", "device_sdk.store", "device_sdk.noise"} <= set(mods)
-    assert not any(m.startswith(("device_sdk.scenarios", "device_sdk.simulator")) for m in mods)
+    assert not any(m.startswith(("fleet_sim.scenarios", "fleet_sim.simulator")) for m in mods)
 
 
 def test_device_path_loads_no_server_or_accountant_module(probe: dict[str, Any]) -> None:

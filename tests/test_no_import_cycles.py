@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("secagg", "queries", "analytics_server", "device_sdk")
+PACKAGES = ("secagg", "queries", "analytics_server", "device_sdk", "analyst_client", "fleet_sim")
 
 Edge = tuple[str, str, int]
 """(importing module, imported module, line)."""
@@ -170,14 +170,14 @@ def test_cycle_finder_on_a_known_graph(tmp_path: Path) -> None:
     assert cycles(edges) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
 
 
-SCENARIO_MODULES = sorted(m for m in modules_under(ROOT, ("device_sdk",)) if m.startswith("device_sdk.scenarios."))
+SCENARIO_MODULES = sorted(m for m in modules_under(ROOT, ("device_sdk",)) if m.startswith("fleet_sim.scenarios."))
 
 
 @pytest.mark.parametrize("module", SCENARIO_MODULES)
 def test_scenario_module_imports_first(module: str) -> None:
     """Each scenario module can be the first one a fresh interpreter imports, and then every scenario is known."""
     code = (f"import {module}\n"
-            "from device_sdk.scenarios import SCENARIOS\n"
+            "from fleet_sim.scenarios import SCENARIOS\n"
             "print(' '.join(sorted(SCENARIOS)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]

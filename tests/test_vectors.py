@@ -1,6 +1,6 @@
 """The frozen known-answer vectors in tests/vectors/ (format: docs/vectors.md).
 
-Each file must be byte-identical to what `scripts/make_vectors.py` computes from the code now, and each
+Each file must be byte-identical to what `tests/support/vectors.py` computes from the code now, and each
 case's output must follow from its recorded input alone — the way a port in another language uses them.
 A failure here means the protocol changed: fix the code, or bump the version and regenerate.
 """
@@ -8,7 +8,7 @@ A failure here means the protocol changed: fix the code, or bump the version and
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+
 import json
 import struct
 import sys
@@ -18,13 +18,10 @@ import nacl.exceptions
 import nacl.signing
 import pytest
 
+from tests.support import vectors as make_vectors
+
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors"
-_spec = importlib.util.spec_from_file_location("make_vectors", ROOT / "scripts" / "make_vectors.py")
-assert _spec is not None and _spec.loader is not None
-make_vectors = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("make_vectors", make_vectors)
-_spec.loader.exec_module(make_vectors)
 TOPICS = sorted(make_vectors.TOPICS)
 
 

@@ -1,8 +1,8 @@
 """Heavy hitters over open sets: TrieHH and hardened TrieHH as the `heavy_hitters` query kind.
 
 `kind.py` holds the query kind (params, device-side votes, server-side decode), `calibration.py` the
-TrieHH privacy formulas, `encoding.py` the string rules and vector layout, `population.py` synthetic
-populations, and `evaluate.py` the in-process evaluation tool (`python -m queries.heavy_hitters.evaluate`).
+TrieHH privacy formulas and `encoding.py` the string rules and vector layout. Synthetic populations and the
+in-process evaluation tool live with the simulator (`fleet_sim.populations`, `python -m fleet_sim.evaluate_heavy_hitters`).
 `queries.registry` lists the kind.
 """
 

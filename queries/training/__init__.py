@@ -3,8 +3,8 @@
 Modules: `params` (analyst spec), `models` (hand-differentiated numpy models + `register_model`),
 `blackbox` (loss/scoring functions trained by finite differences + `register_scoring_function`),
 `finite_diff`, `optimizers` (fedavg, FedAdam, Rprop, safeguards), `encoding` (vector layouts and true
-bounds), `client` (device side), `kind` (server side), `trained` (applying a result), `frecency` and
-`urlbar_sim` (the Firefox URL-bar worked example). Importing the package registers the `frecency`
+bounds), `client` (device side), `kind` (server side), `trained` (applying a result), `frecency` (the Firefox
+URL-bar ranking function; its simulated browsers are `fleet_sim.urlbar_sim`). Importing the package registers the `frecency`
 scoring function; `queries.registry` lists the kind. See docs/training.md and docs/frecency.md.
 """
 

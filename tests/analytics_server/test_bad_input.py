@@ -19,7 +19,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk.analyst_cli import AnalystClient, ApiError
+from analyst_client.cli import AnalystClient, ApiError
 from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
 from tests.signed_device import SignedDevice
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
-from scripts.devstack import BIN
+from tests.support.devstack import BIN
 
 
 def fa_server(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server import privacy
 from analytics_server.state import STATE
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from queries import dp
 from queries.registry import get_kind
 from queries.spec import QuerySpec

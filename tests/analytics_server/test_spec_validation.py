@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk.analyst_cli import AnalystClient, ApiError
+from analyst_client.cli import AnalystClient, ApiError
 
 
 async def _analyst(srv: TestServer, role: str = "analyst") -> AnalystClient:

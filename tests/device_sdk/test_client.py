@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk.analyst_cli import format_result
+from analyst_client.cli import format_result
 from device_sdk.client import REGISTERED_META, DeviceClient, ProtocolVersionError
 from device_sdk.store import LocalStore
 from queries.envelope import PROTOCOL_VERSION
@@ -188,7 +188,7 @@ async def test_active_threat_model_and_sse(start_app_server) -> None:  # type: i
 
 
 async def test_fleet_until_idle_exits_and_truth_matches_keys(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from device_sdk.simulator import make_devices, run_fleet, write_truth
+    from fleet_sim.simulator import make_devices, run_fleet, write_truth
 
     devices = make_devices(4, "words", seed=3)
     write_truth(tmp_path / "truth.json", "words", 3, devices)

@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from device_sdk.client import DeviceClient
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore

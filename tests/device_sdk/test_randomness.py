@@ -7,7 +7,7 @@ import numpy as np
 from analytics_server.auth import NONCE_RE
 from device_sdk.client import DeviceClient
 from device_sdk.randomness import DeviceRandomness
-from device_sdk.simulator import device_randomness, make_devices
+from fleet_sim.simulator import device_randomness, make_devices
 from device_sdk.store import LocalStore
 from secagg.randomness import OsRandom, SeededRandom
 from tests.device_sdk.test_client import wait_ended

@@ -1,4 +1,4 @@
-"""End-to-end helpers: the process stack (scripts/devstack.py) plus truth checks and a hand-driven device."""
+"""End-to-end helpers: the process stack (tests/support/devstack.py) plus truth checks and a hand-driven device."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from scripts.devstack import SERVER_ENV, Fleet, Server, cli, free_port, free_port_run, fresh_database  # noqa: F401
+from tests.support.devstack import SERVER_ENV, Fleet, Server, cli, free_port, free_port_run, fresh_database  # noqa: F401
 from tests.signed_device import SignedDevice
 
 RESTART_ENV = {"FA_LEASE_TTL_S": "8", "FA_HEARTBEAT_S": "1"}

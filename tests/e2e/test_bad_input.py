@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from secagg import encoding
 from secagg.messages import MaskedInputProved, decode
 from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact, client_session, server_on_fresh_sqlite

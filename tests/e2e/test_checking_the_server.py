@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from device_sdk.analyst import ApiError
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.client import ApiError
+from analyst_client.cli import AnalystClient
 from tests.e2e.harness import Fleet, Server, check_exact, fresh_database
 
 pytestmark = pytest.mark.e2e

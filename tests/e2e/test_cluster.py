@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient, ApiError
+from analyst_client.cli import AnalystClient, ApiError
 from queries.envelope import b64e
 from tests.e2e.cluster import Cluster, HAProxy, sse_events
 from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, check_exact, cli, free_port, free_port_run, fresh_database
-from scripts.devstack import BIN
+from tests.support.devstack import BIN
 from tests.e2e.test_training_e2e import training_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -55,7 +55,7 @@ def cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def _scaling() -> dict[str, Any]:
-    from device_sdk.scenarios.datasets import breast_cancer_split
+    from fleet_sim.scenarios.datasets import breast_cancer_split
 
     sp = breast_cancer_split()
     mean, std = sp.X_train.mean(axis=0), sp.X_train.std(axis=0)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from tests.e2e.harness import Fleet, Server, check_exact
 
 pytestmark = pytest.mark.e2e

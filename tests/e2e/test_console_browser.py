@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from device_sdk.analyst import AnalystClient, pointer, uncertainty_of
+from analyst_client.client import AnalystClient, pointer, uncertainty_of
 from queries.templates import TEMPLATES
-from scripts.browser import chromium_available, console_page
+from tests.support.browser import chromium_available, console_page
 from tests.e2e.harness import Fleet, server_on_fresh_sqlite
 from tests.readme_blocks import ROOT
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from analytics_server import privacy
-from device_sdk.analyst_cli import AnalystClient, ApiError
+from analyst_client.cli import AnalystClient, ApiError
 from queries.registry import get_kind
 from queries.release import release_threshold
 from queries.spec import QuerySpec

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from sklearn.preprocessing import StandardScaler
 
-from device_sdk.analyst_cli import AnalystClient
-from device_sdk.scenarios.datasets import (
+from analyst_client.cli import AnalystClient
+from fleet_sim.scenarios.datasets import (
     BREAST_CANCER_SHARDS,
     breast_cancer_feature_bounds,
     breast_cancer_feature_names,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
 from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact, client_session
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient
-from device_sdk.scenarios.words import PLANTED, WORD_ALPHABET, WORD_MAX_LENGTH
+from analyst_client.cli import AnalystClient
+from fleet_sim.scenarios.words import PLANTED, WORD_ALPHABET, WORD_MAX_LENGTH
 from queries.heavy_hitters.encoding import choose_words
 from tests.e2e.harness import Fleet, Server, server_on_fresh_sqlite
 

@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 
 from analytics_server import privacy
-from device_sdk.analyst_cli import AnalystClient
-from device_sdk.scenarios import generate
+from analyst_client.cli import AnalystClient
+from fleet_sim.scenarios import generate
 from queries.registry import get_kind
 from queries.spec import QuerySpec
-from queries.training import frecency, urlbar_sim
+from fleet_sim import urlbar_sim
+from queries.training import frecency
 from tests.e2e.harness import Fleet, expected_result, free_port, server_on_fresh_sqlite
-from scripts.js_fleet import JsFleet, js_missing, scenario_data
+from tests.support.js_fleet import JsFleet, js_missing, scenario_data
 
 pytestmark = pytest.mark.e2e
 N_BROWSER, N_PY = 50, 100

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from tests.e2e.harness import RESTART_ENV, Fleet, Server, check_exact
 
 pytestmark = pytest.mark.e2e

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.devstack import BIN
-from device_sdk.analyst_cli import AnalystClient
+from tests.support.devstack import BIN
+from analyst_client.cli import AnalystClient
 from queries.registry import KINDS
 from tests.e2e.harness import Server, fresh_database
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient, ApiError
+from analyst_client.cli import AnalystClient, ApiError
 from tests.e2e.harness import Server, SyncDevice, client_session
 
 pytestmark = pytest.mark.e2e

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient, format_result
-from device_sdk.scenarios import generate
-from device_sdk.scenarios.datasets import breast_cancer_split
-from queries.training import TrainedModel, frecency, urlbar_sim
+from analyst_client.cli import AnalystClient, format_result
+from fleet_sim.scenarios import generate
+from fleet_sim.scenarios.datasets import breast_cancer_split
+from fleet_sim import urlbar_sim
+from queries.training import TrainedModel, frecency
 from tests.e2e.harness import RESTART_ENV, Fleet, Server, fresh_database
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
 from tests.e2e.harness import Fleet, Server, SyncDevice, chunked_upload, fresh_database, rss_bytes
 

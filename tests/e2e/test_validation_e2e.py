@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from device_sdk.analyst_cli import AnalystClient
+from analyst_client.cli import AnalystClient
 from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from tests.bent_device import BENT, bend

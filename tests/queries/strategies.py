@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from queries.training import frecency, urlbar_sim
+from fleet_sim import urlbar_sim
+from queries.training import frecency
 
 Rows = st.SearchStrategy[list[Any]]
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from queries.heavy_hitters import calibration as cal
-from queries.heavy_hitters import evaluate
+from fleet_sim import evaluate_heavy_hitters as evaluate
 from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words
 from queries.heavy_hitters.kind import HeavyHittersKind
 from queries.kind import AggregateNoise, QueryKindError

@@ -1,5 +1,5 @@
 // Numbers as an analyst should read them: rounded to what their noise allows, with 95 % intervals; times and
-// durations in words. The Python client does the same in device_sdk/analyst_view.py.
+// durations in words. The Python client does the same in analyst_client/view.py.
 
 const Z95 = 1.959963984540054;
 

@@ -11,7 +11,8 @@ from sklearn.model_selection import train_test_split
 from queries.feature_stats import FeatureStatsKind
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from queries.training import TrainedModel, frecency, urlbar_sim
+from fleet_sim import urlbar_sim
+from queries.training import TrainedModel, frecency
 from queries.training.client import WhiteBoxObjective, local_update
 from queries.training.models import build_model
 
@@ -96,7 +97,7 @@ def test_frecency_rprop_improves_on_handcrafted_weights():
 def test_digits_fedavg_with_the_default_server_optimiser_is_within_two_points_of_central():
     """FedAvg (2 local epochs, B = 10) on 100 label-skewed devices suffers client drift under plain server SGD
     (0.924 against 0.967); FedAdam at its default lr closes the gap (docs/training.md)."""
-    from queries.training.evaluate import digits
+    from fleet_sim.evaluate_training import digits
 
     out = digits(30, 2, 10, 0.1, {"name": "adam"})
     assert out["accuracy_federated"] >= out["accuracy_central_same_epochs"] - 0.02, out

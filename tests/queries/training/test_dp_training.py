@@ -168,8 +168,8 @@ def test_readme_dp_example_reaches_central_auc() -> None:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    from device_sdk.scenarios import generate
-    from device_sdk.scenarios.datasets import breast_cancer_split
+    from fleet_sim.scenarios import generate
+    from fleet_sim.scenarios.datasets import breast_cancer_split
 
     readme = (ROOT / "README.md").read_text()
     assert "examples/breast_cancer_stats.json" in readme and "examples/breast_cancer_train_dp.json" in readme

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from queries.training import urlbar_sim
+from fleet_sim import urlbar_sim
 from queries.training.frecency import HANDCRAFTED, PARAM_NAMES, example_params
 from secagg.encoding import bits_for
 

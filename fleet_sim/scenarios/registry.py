@@ -1,7 +1,7 @@
 """The scenario registry: named generators of synthetic local data for simulated devices.
 
 A scenario maps (numpy Generator, device index) → {collection: rows}. Add one with `@scenario("name")` in
-the module of its data family (device_sdk/scenarios/) and import that module in the package's
+the module of its data family (fleet_sim/scenarios/) and import that module in the package's
 `__init__`. Simulation data only: `generate` seeds the generator from (seed, device index) so runs are
 reproducible.
 """

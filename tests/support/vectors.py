@@ -1,7 +1,7 @@
 """Writes the frozen known-answer vectors under tests/vectors/ (one JSON file per topic; docs/vectors.md).
 
-    python scripts/make_vectors.py           # rewrite every file
-    python scripts/make_vectors.py --check   # exit 1 if any file differs from what the code computes now
+    python -m tests.support.vectors           # rewrite every file
+    python -m tests.support.vectors --check   # exit 1 if any file differs from what the code computes now
 
 A topic is one function registered with `@topic(name, description, cases)`: it maps one case's JSON
 input to its JSON output, using only that input (so a port in another language can do the same). Output
@@ -25,15 +25,12 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from queries.dp import noise  # noqa: E402
-from queries.kind import contribution_generator  # noqa: E402
-from queries.registry import get_kind  # noqa: E402
-from queries import task_digest as td  # noqa: E402
-from queries.envelope import (  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+from queries.dp import noise
+from queries.kind import contribution_generator
+from queries.registry import get_kind
+from queries import task_digest as td
+from queries.envelope import (
     Assignment,
     AssignmentPrivacy,
     HDR_NONCE,
@@ -46,17 +43,17 @@ from queries.envelope import (  # noqa: E402
     device_id_for,
     signing_payload,
 )
-from secagg import crypto, encoding, messages, randomness, shamir  # noqa: E402
-from secagg.client import ClientSession  # noqa: E402
-from secagg.config import SecAggConfig  # noqa: E402
-from secagg.graph import NeighbourGraph  # noqa: E402
-from secagg.phases import Phase  # noqa: E402
-from secagg.randomness import SeededRandom  # noqa: E402
-from secagg.server import ServerSession  # noqa: E402
-from queries.spec import QuerySpec  # noqa: E402
-from secagg import validity  # noqa: E402
-from secagg.validity import group as vgroup  # noqa: E402
-from secagg.validity import transcript as vtranscript  # noqa: E402
+from secagg import crypto, encoding, messages, randomness, shamir
+from secagg.client import ClientSession
+from secagg.config import SecAggConfig
+from secagg.graph import NeighbourGraph
+from secagg.phases import Phase
+from secagg.randomness import SeededRandom
+from secagg.server import ServerSession
+from queries.spec import QuerySpec
+from secagg import validity
+from secagg.validity import group as vgroup
+from secagg.validity import transcript as vtranscript
 
 VECTORS = ROOT / "tests" / "vectors"
 Json = dict[str, Any]
@@ -634,7 +631,7 @@ def frecency_params(eval_every: int) -> Json:
 def frecency_rows() -> list[Any]:
     """Ten simulated URL-bar interactions whose numbers are all non-integral floats or ints (a port in a language that
     reads "12.0" as the integer 12 prints the same canonical JSON for them, so the hold-out split agrees)."""
-    from device_sdk.scenarios import generate
+    from fleet_sim.scenarios import generate
 
     def plain(v: Any) -> bool:
         if isinstance(v, float):
@@ -931,7 +928,7 @@ def signed_payloads_vectors(case: Json) -> Json:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python scripts/make_vectors.py", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tests.support.vectors", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on any difference")
     args = ap.parse_args(argv)
     VECTORS.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import math
 import time
 from typing import Any
 
-from device_sdk.analyst import Uncertainty, pointer, rows, uncertainty_of
+from analyst_client.client import Uncertainty, pointer, rows, uncertainty_of
 
 PHASES = ("advertise_keys", "share_keys", "masked_input", "consistency_check", "unmasking")
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -143,7 +143,7 @@ def _table(title: str | None, columns: list[tuple[str, str]], data: list[list[st
 
 def format_result(view: dict[str, Any], fmt: str = "table", spec: dict[str, Any] | None = None, plot: bool = False,
                   width: int = 120) -> str:
-    """A result view as `json` (the API's answer), `csv` (the rows of `device_sdk.analyst.rows`) or `table`
+    """A result view as `json` (the API's answer), `csv` (the rows of `analyst_client.client.rows`) or `table`
     (per kind, with the privacy block in words; `plot` adds terminal bars and sparklines)."""
     if fmt == "json":
         return json.dumps(view, indent=2, sort_keys=True)

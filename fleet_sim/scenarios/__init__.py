@@ -11,7 +11,7 @@ Family modules import only `registry` (and each other, acyclically), so any of t
 first; importing the package registers every family.
 """
 
-from device_sdk.scenarios import datasets, synthetic, urlbar, words  # noqa: F401  (register the scenarios)
-from device_sdk.scenarios.registry import SCENARIOS, Rows, ScenarioFn, generate, scenario
+from fleet_sim.scenarios import datasets, synthetic, urlbar, words  # noqa: F401  (register the scenarios)
+from fleet_sim.scenarios.registry import SCENARIOS, Rows, ScenarioFn, generate, scenario
 
 __all__ = ["SCENARIOS", "Rows", "ScenarioFn", "generate", "scenario"]

@@ -1,6 +1,6 @@
 """Evaluation tool: runs heavy-hitter discovery in process against the ground truth and prints JSON.
 
-    python -m queries.heavy_hitters.evaluate --mode triehh|secagg --n N --population zipf \
+    python -m fleet_sim.evaluate_heavy_hitters --mode triehh|secagg --n N --population zipf \
         --epsilon E --k K --seed S [--delta D] [--population-file PATH] [--mechanism skellam]
 
 It drives the same code the service runs: `plan_round` → every (sampled) device's `contribute` → the
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from queries import dp
-from queries.heavy_hitters import population as pop
+from fleet_sim import populations as pop
 from queries.heavy_hitters.encoding import normalize
 from queries.heavy_hitters.kind import HeavyHittersKind
 from queries.kind import AggregateNoise
@@ -197,7 +197,7 @@ def score(strings: list[str], found_ranked: list[str], k: int, casefold: bool = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m queries.heavy_hitters.evaluate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m fleet_sim.evaluate_heavy_hitters", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=["triehh", "secagg"], required=True)
     ap.add_argument("--n", type=int, default=100_000, help="devices (synthetic population)")
     ap.add_argument("--population", choices=["zipf"], default="zipf")

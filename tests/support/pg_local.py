@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from scripts.devstack import free_port
+from tests.support.devstack import free_port
 
 
 def pg_bin() -> Path | None:

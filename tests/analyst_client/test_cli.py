@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics_server.state import STATE
-from device_sdk import analyst_cli
-from device_sdk.analyst import AnalystClient, frame, pointer, rows, uncertainty_of
-from device_sdk.analyst_view import format_result, round_to_noise, sparkline
+from analyst_client import cli as analyst_cli
+from analyst_client.client import AnalystClient, frame, pointer, rows, uncertainty_of
+from analyst_client.view import format_result, round_to_noise, sparkline
 from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from queries import jsonc

@@ -1,6 +1,6 @@
 """A fleet of simulated devices in one asyncio loop (or several processes), for tests, demo and bench.
 
-Each device has an in-memory `LocalStore` filled by a scenario (device_sdk.scenarios) and a real
+Each device has an in-memory `LocalStore` filled by a scenario (fleet_sim.scenarios) and a real
 `DeviceClient`. Dropout: with probability `dropout` per cohort, a device stops answering before a
 uniformly chosen phase, then stays offline for a while. `truth` maps device id → its local data, so the
 caller can recompute the exact answer over the devices the server reports as contributors.
@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from device_sdk.client import KEY_META, DeviceClient, Outcome, new_connector
 from device_sdk.policy import DevicePolicy
-from device_sdk.scenarios import generate
+from fleet_sim.scenarios import generate
 from device_sdk.store import LocalStore
 from queries.envelope import Assignment, b64e
 from secagg.randomness import OsRandom, RandomSource, SeededRandom

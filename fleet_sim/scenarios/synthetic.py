@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from device_sdk.scenarios.registry import Rows, scenario
+from fleet_sim.scenarios.registry import Rows, scenario
 
 WORDS = ["moon", "sun", "star", "cloud", "rain", "snow", "wind", "storm", "river", "ocean", "forest", "desert",
          "mountain", "valley", "island", "bridge", "castle", "garden", "meadow", "canyon"]

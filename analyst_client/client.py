@@ -2,7 +2,7 @@
 result into released values with their 95 % intervals; `frame` gives them as a pandas DataFrame.
 
 ```python
-from device_sdk.analyst import AnalystClient, frame
+from analyst_client.client import AnalystClient, frame
 
 client = AnalystClient("http://127.0.0.1:8000", token)
 qid = client.submit(spec)["id"]
@@ -13,7 +13,7 @@ df = frame(view)                       # pandas (optional: pip install '.[pandas
 
 It lives in `device_sdk` because that is where the installed client code is, but it is analyst tooling: a device
 never imports it (tests/test_import_set.py). It needs only the standard library; pandas is imported when
-`frame` is called. `device_sdk.analyst_cli` (the `fa` command) is built on it and re-exports `AnalystClient`.
+`frame` is called. `analyst_client.cli` (the `fa` command) is built on it and re-exports `AnalystClient`.
 """
 
 from __future__ import annotations

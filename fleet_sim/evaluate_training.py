@@ -1,4 +1,4 @@
-"""In-process evaluation of the training kind (`python -m queries.training.evaluate [--quick]`, prints JSON).
+"""In-process evaluation of the training kind (`python -m fleet_sim.evaluate_training [--quick]`, prints JSON).
 
 Runs three scenarios with exact sums (`queries.local_run.run_locally`): logistic regression
 on breast cancer over 50 label-skewed devices vs scikit-learn; softmax regression on digits over 100
@@ -19,7 +19,8 @@ import numpy as np
 
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from queries.training import TrainedModel, frecency, urlbar_sim
+from fleet_sim import urlbar_sim
+from queries.training import TrainedModel, frecency
 from queries.training.client import WhiteBoxObjective, local_update
 from queries.training.models import build_model
 

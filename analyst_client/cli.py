@@ -7,8 +7,8 @@ processes sharing one database, tried in turn when one cannot be reached. Exit c
 error, an unreachable server or a query that did not succeed; 2 bad usage or an unreadable/invalid spec file;
 3 `fa validate` checked the spec locally but the server offers no preview.
 
-The HTTP client is `device_sdk.analyst.AnalystClient` (re-exported here), the text views are in
-`device_sdk.analyst_view`.
+The HTTP client is `analyst_client.client.AnalystClient` (re-exported here), the text views are in
+`analyst_client.view`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from device_sdk.analyst import TERMINAL, AnalystClient, ApiError, PreviewUnavailable, flatten
-from device_sdk.analyst_view import (
+from analyst_client.client import TERMINAL, AnalystClient, ApiError, PreviewUnavailable, flatten
+from analyst_client.view import (
     format_budgets,
     format_charges,
     format_preview,

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from device_sdk.scenarios.registry import Rows, scenario
+from fleet_sim.scenarios.registry import Rows, scenario
 
 VOCABULARY_SEED = 0
 WORD_MAX_LENGTH = 6
@@ -24,7 +24,7 @@ PLANTED = {"hello": 0.14, "world": 0.11, "fed": 0.08, "query": 0.06}
 
 @functools.lru_cache(maxsize=1)
 def _vocabulary() -> tuple[list[str], np.ndarray]:
-    from queries.heavy_hitters.population import pseudo_words
+    from fleet_sim.populations import pseudo_words
 
     vocab = [w for w in pseudo_words(600, np.random.default_rng(VOCABULARY_SEED), WORD_MAX_LENGTH) if w not in PLANTED]
     weights = np.arange(1, len(vocab) + 1, dtype=np.float64) ** -1.1

@@ -1,4 +1,4 @@
-"""`fa-sim`: run N simulated devices against a server (see device_sdk.simulator)."""
+"""`fa-sim`: run N simulated devices against a server (see fleet_sim.simulator)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 
 from device_sdk.policy import DevicePolicy
 from device_sdk.servers import parse_server_urls
-from device_sdk.scenarios import SCENARIOS
-from device_sdk.simulator import make_devices, run_fleet, run_fleet_processes, write_truth
+from fleet_sim.scenarios import SCENARIOS
+from fleet_sim.simulator import make_devices, run_fleet, run_fleet_processes, write_truth
 
 
 def main(argv: list[str] | None = None) -> int:

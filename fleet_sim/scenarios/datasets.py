@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from device_sdk.scenarios.registry import Rows, generate, scenario
+from fleet_sim.scenarios.registry import Rows, generate, scenario
 
 BREAST_CANCER_SHARDS = 50
 DIGITS_SHARDS = 100
