@@ -44,11 +44,12 @@ def test_histogram_rows_are_released_then_suppressed_buckets_with_bars() -> None
 def test_heavy_hitters_most_frequent_first_with_an_empty_message() -> None:
     result = {"heavy_hitters": [{"value": "a/b", "count": 3}, {"value": "c", "count": 9}], "trie": {"a": 3},
               "rounds": 4, "mode": "secagg"}
-    [t] = get_kind("heavy_hitters").tabulate(result)
-    _cells_point_at_their_values(result, [t])
+    t, trie = get_kind("heavy_hitters").tabulate(result)
+    _cells_point_at_their_values(result, [t, trie])
+    assert [(r["prefix"].value, r["count"].path) for r in trie.rows] == [("a", "/trie/a")]
     assert [(r["rank"].value, r["value"].value, r["count"].path) for r in t.rows] == [
         (1, "c", "/heavy_hitters/1/count"), (2, "a/b", "/heavy_hitters/0/count")]
-    [empty] = get_kind("heavy_hitters").tabulate({"heavy_hitters": [], "rounds": 2})
+    empty, _ = get_kind("heavy_hitters").tabulate({"heavy_hitters": [], "rounds": 2})
     assert empty.rows == () and empty.empty is not None and "2 rounds" in empty.empty
 
 
