@@ -57,7 +57,8 @@ function section(view, t, index) {
   const rows = t.rows || [];
   const columns = t.columns || [];
   const noisy = noisyColumns(t);
-  const key = columns.find((c) => c.role === "key");
+  // the row's key: the column its chart is drawn over, else the first key column
+  const key = columns.find((c) => t.chart && c.name === t.chart.x) || columns.find((c) => c.role === "key");
   const flag = columns.find((c) => c.role === "text" && rows.some((r) => typeof cellOf(r, c.name).value === "boolean"));
   const main = noisy[0] || columns.find((c) => c.role === "value");
   const cols = [];
