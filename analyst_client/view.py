@@ -181,14 +181,15 @@ def _cell_text(view: dict[str, Any], column: dict[str, Any], cell: dict[str, Any
 
 def render_table(view: dict[str, Any], table: dict[str, Any], plot: bool = False, width: int = 120) -> str:
     """One result table as text: values rounded to their noise ("value ± h"), a 95 % interval column when the table
-    has a single noisy value column, and under `plot` its chart hint — a bar per row after a "bar" chart's value,
+    has a single noisy value column (one whose values have an uncertainty in the view), and under `plot` its chart hint — a bar per row after a "bar" chart's value,
     a sparkline per value column after a "line" chart's table."""
     columns = table.get("columns") or []
     data = table.get("rows") or []
     if not data and table.get("empty"):
         return str(table["empty"])
+    known = view.get("uncertainty") or {}
     noisy = [c["name"] for c in columns if c.get("role") == "value"
-             and any((r.get(c["name"]) or {}).get("path") for r in data)]
+             and any((r.get(c["name"]) or {}).get("path") in known for r in data)]
     chart = table.get("chart") or {}
     bar_of = (chart.get("y") or [None])[0] if plot and chart.get("type") == "bar" else None
     heads: list[tuple[str, str]] = []

@@ -497,6 +497,9 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             (Column("round", "round", "key"), *(Column(k, k) for k in metrics), Column("clients", "clients")),
             rows, Chart("line", "round", numeric) if numeric else None, head)
         names = result.get("weight_names") or []
+        if len(names) != len(weights):  # a linear model: one weight per feature, then the bias
+            features = result.get("features") if isinstance(result.get("features"), list) else []
+            names = features if len(features) == len(weights) else [*features, "bias"] if len(features) + 1 == len(weights) else []
         weight_rows = tuple({"index": Cell(i), "name": Cell(names[i] if i < len(names) else None),
                              "weight": num_cell(w, "weights", i)} for i, w in enumerate(weights))
         weights_table = ResultTable("weights", "weights", (Column("index", "index", "key"), Column("name", "name", "text"),

@@ -62,6 +62,8 @@ def test_training_history_is_one_row_per_round_with_a_sparkline_and_the_weights_
     text = format_result(view, "table", plot=True)
     assert "history, one row per evaluation round" in text and "0.625 ± 0.020" in text and "▁" in text
     assert "weights: 31 rows" in text and "history[" not in text
+    exact = format_result({**view, "uncertainty": {}}, "table")
+    assert "95 % interval" not in exact and "0.625" in exact  # no noisy value: no interval column
     with pytest.raises(KeyError, match="sections: history, weights"):
         table_of(view, "nope")
 

@@ -80,6 +80,9 @@ def test_training_history_with_a_line_chart_then_the_weights() -> None:
     assert hist.rows[1]["note"].path is None  # text: no uncertainty
     assert hist.chart is not None and (hist.chart.type, hist.chart.y) == ("line", ("loss", "accuracy"))
     assert [r["weight"].path for r in weights.rows] == ["/weights/0", "/weights/1"]
+    assert [r["name"].value for r in weights.rows] == [None, None]
+    _, named = get_kind("training").tabulate({**result, "features": ["age"]})  # a linear model: features, then bias
+    assert [r["name"].value for r in named.rows] == ["age", "bias"]
 
 
 def test_the_default_flattens_any_result_with_pointers() -> None:

@@ -1,11 +1,11 @@
 // A query's result page, the same for every kind: the tables its kind builds on the server (`view.table`,
 // queries/table.py) — each drawn as a chart when it carries a chart hint and always as an accessible table —
-// then the whole result as JSON. Every value is shown rounded to its noise with its 95 % interval (the
+// then the whole result as JSON (the page offers its download). Every value is shown rounded to its noise with its 95 % interval (the
 // server's `uncertainty` of the cell's JSON Pointer), and its row carries the raw released number and interval
 // as data attributes (data-key, data-value, data-lo, data-hi), so the numbers can be read, copied and checked.
 
 import { barsWithIntervals, linesWithBands } from "./charts.js";
-import { button, download, h, table } from "./dom.js";
+import { h, table } from "./dom.js";
 import * as fmt from "./format.js";
 
 export function renderResult(view) {
@@ -19,9 +19,6 @@ export function renderResult(view) {
       : list,
     tables.map((t, i) => section(view, t, i)),
     noIntervalNote(view, tables),
-    h("div", { class: "downloads" },
-      button("Download result (JSON)", () => download(`result-${view.id}.json`, JSON.stringify(view.result, null, 2)),
-        { "data-testid": "download-result" })),
     h("details", { "data-testid": "result-json" }, h("summary", {}, "The whole result (JSON)"),
       h("pre", { class: "json" }, JSON.stringify(view.result, null, 2))));
 }
@@ -29,9 +26,10 @@ export function renderResult(view) {
 const cellOf = (row, name) => row[name] || {};
 const isNum = (x) => typeof x === "number" && Number.isFinite(x);
 
-/** The value columns with at least one released number (a cell with a path). */
-function noisyColumns(t) {
-  return (t.columns || []).filter((c) => c.role === "value" && (t.rows || []).some((r) => cellOf(r, c.name).path));
+/** The value columns with at least one noisy number (a cell whose path has an uncertainty in the view). */
+function noisyColumns(view, t) {
+  const noisy = (cell) => cell.path && view.uncertainty && view.uncertainty[cell.path];
+  return (t.columns || []).filter((c) => c.role === "value" && (t.rows || []).some((r) => noisy(cellOf(r, c.name))));
 }
 
 function uncOf(view, cell) {
@@ -56,7 +54,7 @@ function cellText(view, column, cell) {
 function section(view, t, index) {
   const rows = t.rows || [];
   const columns = t.columns || [];
-  const noisy = noisyColumns(t);
+  const noisy = noisyColumns(view, t);
   // the row's key: the column its chart is drawn over, else the first key column
   const key = columns.find((c) => t.chart && c.name === t.chart.x) || columns.find((c) => c.role === "key");
   const flag = columns.find((c) => c.role === "text" && rows.some((r) => typeof cellOf(r, c.name).value === "boolean"));
@@ -96,8 +94,9 @@ function chartOf(view, t) {
     const items = rows.map((r) => {
       const cell = cellOf(r, y);
       const unc = uncOf(view, cell);
-      const suppressed = !isNum(cell.value);
-      return { label: String(cellOf(r, hint.x).value), value: cell.value, lo: unc ? unc.lo : NaN, hi: unc ? unc.hi : NaN, suppressed };
+      // a value not released (a suppressed bucket) has no bar; the table beside the chart marks it
+      return { label: String(cellOf(r, hint.x).value), value: isNum(cell.value) ? cell.value : null,
+        lo: unc ? unc.lo : NaN, hi: unc ? unc.hi : NaN, suppressed: false };
     });
     const horizontal = items.length > 12;
     queueMicrotask(() => barsWithIntervals(canvas, items, { horizontal, valueLabel: labelOf(t, y) }));
