@@ -498,7 +498,8 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             rows, Chart("line", "round", numeric) if numeric else None, head)
         names = result.get("weight_names") or []
         if len(names) != len(weights):  # a linear model: one weight per feature, then the bias
-            features = result.get("features") if isinstance(result.get("features"), list) else []
+            raw = result.get("features")
+            features: list[Any] = raw if isinstance(raw, list) else []
             names = features if len(features) == len(weights) else [*features, "bias"] if len(features) + 1 == len(weights) else []
         weight_rows = tuple({"index": Cell(i), "name": Cell(names[i] if i < len(names) else None),
                              "weight": num_cell(w, "weights", i)} for i, w in enumerate(weights))
