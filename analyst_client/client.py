@@ -1,5 +1,6 @@
-"""The Python analyst client: `AnalystClient` speaks the analyst HTTP API (docs/analyst.md); `values`/`rows` turn a
-result into released values with their 95 % intervals; `frame` gives them as a pandas DataFrame.
+"""The Python analyst client: `AnalystClient` speaks the analyst HTTP API (docs/analyst.md); `rows` turns a
+result's display tables (`view["table"]`, built by the query kind on the server: docs/analyst.md) into plain
+rows with the 95 % interval of every released value; `frame` gives them as a pandas DataFrame.
 
 ```python
 from analyst_client.client import AnalystClient, frame
@@ -7,13 +8,13 @@ from analyst_client.client import AnalystClient, frame
 client = AnalystClient("http://127.0.0.1:8000", token)
 qid = client.submit(spec)["id"]
 client.wait(qid)                       # polls until the query ends
-view = client.result(qid)              # {"kind", "result", "privacy", "uncertainty"?, "warnings"?}
+view = client.result(qid)              # {"kind", "result", "privacy", "uncertainty", "warnings", "table"}
 df = frame(view)                       # pandas (optional: pip install '.[pandas]')
 ```
 
-It lives in `device_sdk` because that is where the installed client code is, but it is analyst tooling: a device
-never imports it (tests/test_import_set.py). It needs only the standard library; pandas is imported when
-`frame` is called. `analyst_client.cli` (the `fa` command) is built on it and re-exports `AnalystClient`.
+It is analyst tooling: a device never imports it (tests/test_import_set.py). It needs only the standard library
+(and the pure `queries.table` for results from a server without tables); pandas is imported when `frame` is
+called. `analyst_client.cli` (the `fa` command) is built on it and re-exports `AnalystClient`.
 """
 
 from __future__ import annotations
@@ -194,124 +195,97 @@ class Uncertainty:
     std: float
     lo: float
     hi: float
-    source: str
-    """"server": the result's own `uncertainty` entry; "noise": ± 1.96 σ of the round's released noise."""
 
     @property
     def half(self) -> float:
         return (self.hi - self.lo) / 2
 
 
-def uncertainty_of(view: dict[str, Any], ptr: str, value: float | None) -> Uncertainty | None:
-    """The 95 % interval of the released value at `ptr`: the server's (`view["uncertainty"][ptr]`) when given; for
-    counts whose noise the privacy block states (histogram and heavy-hitter counts), value ± 1.96 σ; else None."""
-    entry = (view.get("uncertainty") or {}).get(ptr)
-    if isinstance(entry, dict) and isinstance(entry.get("std"), (int, float)):
-        std = float(entry["std"])
-        ci = entry.get("ci95")
-        if isinstance(ci, list) and len(ci) == 2:
-            return Uncertainty(std, float(ci[0]), float(ci[1]), "server")
-        if value is not None:
-            return Uncertainty(std, value - Z95 * std, value + Z95 * std, "server")
-    if value is None:
+def uncertainty_of(view: dict[str, Any], ptr: str | None, value: Any = None) -> Uncertainty | None:
+    """The 95 % interval of the released value at `ptr`, as the server gives it (`view["uncertainty"][ptr]`: every
+    noisy value has one); None for exact values."""
+    entry = (view.get("uncertainty") or {}).get(ptr) if ptr is not None else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("std"), (int, float)):
         return None
-    std = _noise_std(view, ptr)
-    return None if std is None else Uncertainty(std, value - Z95 * std, value + Z95 * std, "noise")
-
-
-def _noise_std(view: dict[str, Any], ptr: str) -> float | None:
-    noise = [n for n in (view.get("privacy") or {}).get("noise") or [] if isinstance(n, dict)
-             and isinstance(n.get("noise_std_released"), (int, float))]
-    if not noise:
-        return None
-    kind = view.get("kind")
-    if kind == "histogram" and ptr.startswith("/counts/"):
-        return float(noise[0]["noise_std_released"])
-    parts = ptr.split("/")
-    if kind == "heavy_hitters" and len(parts) == 4 and parts[1] == "heavy_hitters" and parts[3] == "count":
-        return max(float(n["noise_std_released"]) for n in noise)  # the noisiest round: conservative
+    std = float(entry["std"])
+    ci = entry.get("ci95")
+    if isinstance(ci, list) and len(ci) == 2:
+        return Uncertainty(std, float(ci[0]), float(ci[1]))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Uncertainty(std, value - Z95 * std, value + Z95 * std)
     return None
 
 
-def rows(view: dict[str, Any], spec: dict[str, Any] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
-    """A result as a table (columns, rows): histogram buckets, heavy hitters, one row per feature, one row per
-    training evaluation round; other kinds as (key, value) pairs. Interval columns (`std`, `ci95_lo`, `ci95_hi`)
-    where the value's uncertainty is known, None elsewhere."""
-    kind, res = view.get("kind"), view.get("result") or {}
-    if kind == "histogram":
-        suppressed = list(res.get("suppressed") or [])
-        order = list(res.get("counts") or {}) + [b for b in suppressed if b not in (res.get("counts") or {})]
-        if spec:
-            p = spec.get("params") or {}
-            wanted = list(p.get("buckets") or []) + ([p["other_bucket"]] if p.get("other_bucket") else [])
-            order = [b for b in wanted if b in order] + [b for b in order if b not in wanted]
-        out = []
-        for b in order:
-            value = None if b in suppressed else res["counts"].get(b)
-            u = uncertainty_of(view, pointer("counts", b), value)
-            out.append({"bucket": b, "count": value, **_interval(u), "suppressed": b in suppressed})
-        return ["bucket", "count", "std", "ci95_lo", "ci95_hi", "suppressed"], out
-    if kind == "heavy_hitters":
-        out = []
-        for i, hh in enumerate(res.get("heavy_hitters") or []):
-            u = uncertainty_of(view, pointer("heavy_hitters", i, "count"), hh.get("count"))
-            out.append({"value": hh.get("value"), "count": hh.get("count"), **_interval(u)})
-        out.sort(key=lambda r: -(r["count"] or 0))
-        return ["value", "count", "std", "ci95_lo", "ci95_hi"], out
-    if kind == "feature_stats":
-        out = []
-        for name, f in (res.get("features") or {}).items():
-            u = uncertainty_of(view, pointer("features", name, "mean"), f.get("mean"))
-            row = {"feature": name, **{k: f.get(k) for k in ("count", "mean", "var", "std", "lower", "upper")}}
-            row |= {"mean_" + k: v for k, v in _interval(u).items()}
-            out.append(row)
-        return ["feature", "count", "mean", "mean_std", "mean_ci95_lo", "mean_ci95_hi", "var", "std", "lower", "upper"], out
-    if kind == "training":
-        history = res.get("history") or []
-        keys = [k for k in dict.fromkeys(k for e in history for k in e) if k not in ("round", "clients")]
-        out = []
-        for i, e in enumerate(history):
-            row = {"round": e.get("round")}
-            for k in keys:
-                row[k] = e.get(k)
-                u = uncertainty_of(view, pointer("history", i, k), e.get(k)) if isinstance(e.get(k), (int, float)) else None
-                if u is not None:
-                    row[f"{k}_ci95_lo"], row[f"{k}_ci95_hi"] = u.lo, u.hi
-            row["clients"] = e.get("clients")
-            out.append(row)
-        cols = ["round", *keys, "clients"]
-        extra = [c for r in out for c in r if c not in cols]
-        return cols + list(dict.fromkeys(extra)), out
-    return ["key", "value"], [{"key": k, "value": v} for k, v in flatten(res)]
+def tables(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """The result's display tables (`view["table"]`, queries.table); from a server without them, the generic
+    key/value flattening of the result."""
+    given = view.get("table")
+    if isinstance(given, list) and given:
+        return given
+    from queries.table import flatten
+
+    return [flatten(view.get("result") or {}).to_json()]
 
 
-def _interval(u: Uncertainty | None) -> dict[str, float | None]:
-    return {"std": u.std if u else None, "ci95_lo": u.lo if u else None, "ci95_hi": u.hi if u else None}
+def table_of(view: dict[str, Any], section: str | None = None) -> dict[str, Any]:
+    """One table of the result: the first (the main one) or the one called `section`; KeyError naming the sections."""
+    all_tables = tables(view)
+    if section is None:
+        return all_tables[0]
+    for t in all_tables:
+        if t.get("name") == section:
+            return t
+    raise KeyError(f"section: no table {section!r} in this result (sections: {', '.join(str(t.get('name')) for t in all_tables)})")
 
 
-def flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested JSON as (dotted key, scalar or comma-joined list) pairs."""
-    if isinstance(obj, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out += flatten(v, f"{prefix}.{k}" if prefix else str(k))
-        return out
-    if isinstance(obj, list) and obj and all(isinstance(x, (dict, list)) for x in obj):
-        out = []
-        for i, v in enumerate(obj):
-            out += flatten(v, f"{prefix}[{i}]")
-        return out
-    if isinstance(obj, list):
-        return [(prefix, ", ".join(str(x) for x in obj))]
-    return [(prefix, obj)]
+def _noisy_columns(table: dict[str, Any]) -> list[str]:
+    """The value columns with at least one released number (a cell with a path): they get interval columns."""
+    return [c["name"] for c in table.get("columns") or [] if c.get("role") == "value"
+            and any((r.get(c["name"]) or {}).get("path") for r in table.get("rows") or [])]
 
 
-def frame(view: dict[str, Any], spec: dict[str, Any] | None = None) -> Any:
-    """The result as a pandas DataFrame (the columns of `rows`). Needs pandas: `pip install '.[pandas]'`."""
+def rows(view: dict[str, Any], spec: dict[str, Any] | None = None,
+         section: str | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """A result table as (columns, rows) of plain values: every column of the table (`table_of`), and after each value
+    column holding released numbers its uncertainty — `std`, `ci95_lo`, `ci95_hi` when the table has one such column
+    (histogram counts, heavy-hitter counts), else prefixed with the column's name (`mean_std`, `loss_ci95_lo`) —
+    None where a value is exact or not released. `spec` is accepted for compatibility and not needed."""
+    t = table_of(view, section)
+    noisy = _noisy_columns(t)
+    names: list[str] = []
+    for c in t.get("columns") or []:
+        names.append(c["name"])
+        if c["name"] in noisy:
+            prefix = "" if len(noisy) == 1 else c["name"] + "_"
+            names += [prefix + "std", prefix + "ci95_lo", prefix + "ci95_hi"]
+    out = []
+    for r in t.get("rows") or []:
+        row: dict[str, Any] = {}
+        for c in t.get("columns") or []:
+            cell = r.get(c["name"]) or {}
+            row[c["name"]] = cell.get("value")
+            if c["name"] in noisy:
+                prefix = "" if len(noisy) == 1 else c["name"] + "_"
+                u = uncertainty_of(view, cell.get("path"), cell.get("value"))
+                row |= {prefix + "std": u.std if u else None, prefix + "ci95_lo": u.lo if u else None,
+                        prefix + "ci95_hi": u.hi if u else None}
+        out.append(row)
+    return names, out
+
+
+def flatten(obj: Any) -> list[tuple[str, Any]]:
+    """Nested JSON as (dotted key, scalar or comma-joined list) pairs (the generic table, queries.table.flatten)."""
+    from queries.table import flatten as flatten_table
+
+    return [(r["key"].value, r["value"].value) for r in flatten_table(obj).rows]
+
+
+def frame(view: dict[str, Any], spec: dict[str, Any] | None = None, section: str | None = None) -> Any:
+    """A result table as a pandas DataFrame (the columns of `rows`). Needs pandas: `pip install '.[pandas]'`."""
     try:
         import pandas as pd
     except ImportError:
         raise ImportError("frame() needs pandas, which is not installed: pip install 'fed-analytics[pandas]' "
                           "(or pip install pandas)") from None
-    columns, data = rows(view, spec)
+    columns, data = rows(view, spec, section)
     return pd.DataFrame(data, columns=columns)

@@ -1,4 +1,4 @@
-"""Text views of the analyst API for `fa`: results per kind (numbers rounded to what their noise allows, with
+"""Text views of the analyst API for `fa`: results as the tables their kind builds (numbers rounded to what their noise allows, with
 95 % intervals), terminal bars and sparklines (`--plot`), a readable status, query lists, budgets and the
 utility preview. Tables are drawn with rich; every function returns the text, the CLI decides where it goes.
 
@@ -16,7 +16,7 @@ import math
 import time
 from typing import Any
 
-from analyst_client.client import Uncertainty, pointer, rows, uncertainty_of
+from analyst_client.client import Uncertainty, rows, tables, uncertainty_of
 
 PHASES = ("advertise_keys", "share_keys", "masked_input", "consistency_check", "unmasking")
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -143,8 +143,9 @@ def _table(title: str | None, columns: list[tuple[str, str]], data: list[list[st
 
 def format_result(view: dict[str, Any], fmt: str = "table", spec: dict[str, Any] | None = None, plot: bool = False,
                   width: int = 120) -> str:
-    """A result view as `json` (the API's answer), `csv` (the rows of `analyst_client.client.rows`) or `table`
-    (per kind, with the privacy block in words; `plot` adds terminal bars and sparklines)."""
+    """A result view as `json` (the API's answer), `csv` (the rows of `analyst_client.client.rows`: the main table) or
+    `table` (the result's tables, `render_table`, with the warnings and the privacy block in words; `plot` adds the
+    bars and sparklines of each table's chart hint and the charted sections after the main one)."""
     if fmt == "json":
         return json.dumps(view, indent=2, sort_keys=True)
     if fmt == "csv":
@@ -155,104 +156,76 @@ def format_result(view: dict[str, Any], fmt: str = "table", spec: dict[str, Any]
         w.writerows(data)
         return buf.getvalue()
     kind = view.get("kind")
-    body = {"histogram": _histogram, "heavy_hitters": _heavy_hitters, "feature_stats": _feature_stats,
-            "training": _training}.get(str(kind), _generic)(view, spec, plot, width)
+    main, *more = tables(view)
+    parts = [render_table(view, main, plot, width)]
+    for t in more:
+        if plot and t.get("chart"):
+            parts.append("\n" + render_table(view, t, plot, width))
+        else:
+            parts.append(f"{t.get('title') or t.get('name')}: {len(t.get('rows') or [])} rows (--format json)")
     warnings = [f"warning: {w.get('path') or ''} {w.get('message')}".replace("  ", " ") for w in view.get("warnings") or []]
-    return "\n".join([f"{kind} result (query {view.get('id', '?')})", body, *warnings, "", privacy_words(view)])
+    return "\n".join([f"{kind} result (query {view.get('id', '?')})", *parts, *warnings, "", privacy_words(view)])
 
 
-def _histogram(view: dict[str, Any], spec: dict[str, Any] | None, plot: bool, width: int) -> str:
-    res = view["result"]
-    _, data = rows(view, spec)
-    top = max([(r["ci95_hi"] or r["count"] or 0) for r in data] + [1])
+def _cell_text(view: dict[str, Any], column: dict[str, Any], cell: dict[str, Any]) -> str:
+    value = cell.get("value")
+    role = column.get("role")
+    if role == "value":
+        return with_interval(value, uncertainty_of(view, cell.get("path"), value)) if value is not None else "–"
+    if role == "interval" and isinstance(value, list) and len(value) == 2:
+        return f"[{num(value[0])}, {num(value[1])}]"
+    if isinstance(value, bool):
+        return str(column.get("label") or column["name"]) if value else ""
+    return "" if value is None else num(value) if isinstance(value, (int, float)) else str(value)
+
+
+def render_table(view: dict[str, Any], table: dict[str, Any], plot: bool = False, width: int = 120) -> str:
+    """One result table as text: values rounded to their noise ("value ± h"), a 95 % interval column when the table
+    has a single noisy value column (one whose values have an uncertainty in the view), and under `plot` its chart hint — a bar per row after a "bar" chart's value,
+    a sparkline per value column after a "line" chart's table."""
+    columns = table.get("columns") or []
+    data = table.get("rows") or []
+    if not data and table.get("empty"):
+        return str(table["empty"])
+    known = view.get("uncertainty") or {}
+    noisy = [c["name"] for c in columns if c.get("role") == "value"
+             and any((r.get(c["name"]) or {}).get("path") in known for r in data)]
+    chart = table.get("chart") or {}
+    bar_of = (chart.get("y") or [None])[0] if plot and chart.get("type") == "bar" else None
+    heads: list[tuple[str, str]] = []
+    for c in columns:
+        heads.append((str(c.get("label") or c["name"]), "right" if c.get("role") in ("value", "interval") else "left"))
+        if len(noisy) == 1 and c["name"] == noisy[0]:
+            heads.append(("95 % interval", "right"))
+    if bar_of:
+        heads.append(("", "left"))
+        tops = [1.0]
+        for r in data:
+            cell = r.get(bar_of) or {}
+            u = uncertainty_of(view, cell.get("path"), cell.get("value"))
+            v = cell.get("value")
+            tops.append(u.hi if u else float(v) if isinstance(v, (int, float)) else 0.0)
+        top = max(tops)
     lines = []
     for r in data:
-        u = uncertainty_of(view, pointer("counts", r["bucket"]), r["count"])
-        cells = [r["bucket"], "–" if r["suppressed"] else with_interval(r["count"], u),
-                 "–" if r["suppressed"] else interval(u), "suppressed" if r["suppressed"] else ""]
-        if plot:
-            cells.append("(below threshold)" if r["suppressed"] else bar(r["count"] or 0, top, 30))
+        cells = []
+        for c in columns:
+            cell = r.get(c["name"]) or {}
+            cells.append(_cell_text(view, c, cell))
+            if len(noisy) == 1 and c["name"] == noisy[0]:
+                cells.append(interval(uncertainty_of(view, cell.get("path"), cell.get("value"))))
+        if bar_of:
+            v = (r.get(bar_of) or {}).get("value")
+            cells.append(bar(max(0.0, float(v)), top, 30) if isinstance(v, (int, float)) else "–")
         lines.append(cells)
-    cols = [("bucket", "left"), ("count", "right"), ("95 % interval", "right"), ("", "left")] + ([("", "left")] if plot else [])
-    caption = f"{num(res.get('clients'))} contributors"
-    if res.get("threshold") is not None:
-        caption += f"; counts below the release threshold {num(res['threshold'])} are suppressed"
-    return _table(None, cols, lines, caption, width)
-
-
-def _heavy_hitters(view: dict[str, Any], spec: dict[str, Any] | None, plot: bool, width: int) -> str:
-    res = view["result"]
-    _, data = rows(view, spec)
-    if not data:
-        return f"no string reached the release threshold ({res.get('rounds')} rounds)"
-    top = max([(r["ci95_hi"] or r["count"] or 0) for r in data] + [1])
-    index = {hh["value"]: i for i, hh in enumerate(res.get("heavy_hitters") or [])}
-    lines = []
-    for rank, r in enumerate(data, 1):
-        u = uncertainty_of(view, pointer("heavy_hitters", index[r["value"]], "count"), r["count"])
-        cells = [str(rank), str(r["value"]), with_interval(r["count"], u), interval(u)]
-        if plot:
-            cells.append(bar(r["count"] or 0, top, 30))
-        lines.append(cells)
-    cols = [("rank", "right"), ("value", "left"), ("count", "right"), ("95 % interval", "right")] + ([("", "left")] if plot else [])
-    caption = f"{res.get('rounds')} rounds, mode {res.get('mode')}; the trie of prefixes: --format json"
-    return _table(None, cols, lines, caption, width)
-
-
-def _feature_stats(view: dict[str, Any], spec: dict[str, Any] | None, plot: bool, width: int) -> str:
-    res = view["result"]
-    lines = []
-    for name, f in (res.get("features") or {}).items():
-        def u(key: str) -> Uncertainty | None:
-            return uncertainty_of(view, pointer("features", name, key), f.get(key))
-        lines.append([name, with_interval(f.get("count"), u("count")), with_interval(f.get("mean"), u("mean")),
-                      interval(u("mean")), with_interval(f.get("std"), u("std")), f"[{num(f.get('lower'))}, {num(f.get('upper'))}]"])
-    out = [_table(None, [("feature", "left"), ("count", "right"), ("mean", "right"), ("mean 95 %", "right"),
-                         ("std", "right"), ("bounds", "right")], lines,
-                  f"{num(res.get('clients'))} contributors; the scaler (sklearn StandardScaler attributes): --format json", width)]
-    if plot:
-        for name, f in (res.get("features") or {}).items():
-            hist = f.get("histogram") or {}
-            edges, counts = hist.get("edges") or [], hist.get("counts") or []
-            if not counts:
-                continue
-            top = max([max(0.0, c) for c in counts] + [1.0])
-            out.append(f"\n{name}  (mean {with_interval(f.get('mean'), uncertainty_of(view, pointer('features', name, 'mean'), f.get('mean')))})")
-            for i, c in enumerate(counts):
-                out.append(f"  [{num(edges[i]):>9}, {num(edges[i + 1]):>9})  {bar(max(0.0, c), top, 30):<30}  {num(c)}")
-    return "\n".join(out)
-
-
-def _training(view: dict[str, Any], spec: dict[str, Any] | None, plot: bool, width: int) -> str:
-    res = view["result"]
-    columns, data = rows(view, spec)
-    metrics = [c for c in columns if c not in ("round", "clients") and not c.endswith(("_ci95_lo", "_ci95_hi"))]
-    lines = []
-    for i, r in enumerate(data):
-        cells = [str(r["round"])]
-        for k in metrics:
-            v = r.get(k)
-            cells.append(with_interval(v, uncertainty_of(view, pointer("history", i, k), v)) if isinstance(v, (int, float)) else "–")
-        cells.append(num(r.get("clients")))
-        lines.append(cells)
-    model = res.get("model") or {}
-    head = (f"model {model.get('name')} · {num(res.get('rounds'))} updates in {num(res.get('server_rounds'))} server rounds · "
-            f"stopped: {res.get('stop_reason')} · best evaluated round {res.get('best_round')} · "
-            f"{len(res.get('weights') or [])} weights (--format json)")
-    out = [head, _table("history, one row per evaluation round", [("round", "right")] + [(k, "right") for k in metrics]
-                        + [("clients", "right")], lines, None, width)]
-    if plot and data:
-        for k in metrics:
-            values = [r.get(k) for r in data]
-            finite = [v for v in values if isinstance(v, (int, float))]
+    out = [_table(table.get("title"), heads, lines, table.get("caption"), width)]
+    if plot and chart.get("type") == "line":
+        for k in chart.get("y") or []:
+            values = [(r.get(k) or {}).get("value") for r in data]
+            finite = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
             if finite:
                 out.append(f"{k:>14}  {sparkline(values)}  {num(finite[0])} → {num(finite[-1])}")
     return "\n".join(out)
-
-
-def _generic(view: dict[str, Any], spec: dict[str, Any] | None, plot: bool, width: int) -> str:
-    _, data = rows(view, spec)
-    return _table(None, [("key", "left"), ("value", "right")], [[str(r["key"]), num(r["value"])] for r in data], None, width)
 
 
 def privacy_words(view: dict[str, Any]) -> str:

@@ -96,6 +96,12 @@ class ResultView(BaseModel):
     uncertainty: dict[str, ValueUncertainty] = Field(
         default_factory=dict, description="per released noisy value, keyed by its JSON Pointer into result")
     warnings: list[ResultWarning] = Field(default_factory=list)
+    table: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the result as tables for display (the kind's `tabulate`, queries.table): per section a title, "
+                    "columns (name, label, role key·value·interval·text, unit), rows of cells {value, path?} whose "
+                    "path is the value's JSON Pointer into result (its key in uncertainty), an optional chart hint "
+                    "{type bar·line, x, y} and a caption")
 
 
 class PreviewPrivacy(_OmitNone):

@@ -52,6 +52,7 @@ from queries.kind import (
 from queries.layout import Layout
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
+from queries.table import Cell, Chart, Column, ResultTable, num_cell
 from queries.uncertainty import Z95, fmt, interval
 from secagg.validity.statement import Bits, Ranged, Statement
 
@@ -642,6 +643,32 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 f"devices), so the largest bound ({state.bound}, params.max_examples_limit) was used: set "
                 "max_examples_per_device yourself, raise privacy.epsilon or bound_budget_share, or include more devices"))
         return block
+
+    def tabulate(self, result: dict[str, Any]) -> list[ResultTable]:
+        """One row per released feature (count, mean, variance, std, declared bounds), then one table per feature
+        histogram (bars of the bin counts)."""
+        features = result.get("features") or {}
+        rows = tuple({"feature": Cell(name), **{k: num_cell(f.get(k), "features", name, k)
+                                                for k in ("count", "mean", "var", "std")},
+                      "lower": Cell(f.get("lower")), "upper": Cell(f.get("upper"))} for name, f in features.items())
+        cols = (Column("feature", "feature", "key"), Column("count", "count"), Column("mean", "mean"),
+                Column("var", "variance"), Column("std", "std"), Column("lower", "lower"), Column("upper", "upper"))
+        suppressed = result.get("suppressed") or []
+        caption = (f"{result.get('clients')} contributors; the scaler (sklearn StandardScaler attributes): --format json"
+                   + (f"; suppressed: {', '.join(map(str, suppressed))}" if suppressed else ""))
+        tables = [ResultTable("features", None, cols, rows, None, caption)]
+        for name, f in features.items():
+            hist = f.get("histogram") or {}
+            edges, counts = hist.get("edges") or [], hist.get("counts") or []
+            if not counts or len(edges) != len(counts) + 1:
+                continue
+            bins = tuple({"bin": Cell(f"[{edges[i]:.4g}, {edges[i + 1]:.4g})"), "lower": Cell(edges[i]),
+                          "upper": Cell(edges[i + 1]), "count": num_cell(c, "features", name, "histogram", "counts", i)}
+                         for i, c in enumerate(counts))
+            tables.append(ResultTable(f"histogram:{name}", f"{name} histogram",
+                                      (Column("bin", "bin", "key"), Column("lower", "from"), Column("upper", "to"),
+                                       Column("count", "count")), bins, Chart("bar", "bin", ("count",))))
+        return tables
 
 
 def _feature_entry(

@@ -36,6 +36,7 @@ from queries.kind import (
     value_path,
 )
 from queries.release import count_threshold, release_threshold
+from queries.table import Cell, Chart, Column, ResultTable, num_cell
 from queries.uncertainty import interval
 from secagg.validity.statement import Bits, Statement
 
@@ -241,3 +242,16 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
         advice = ("raise privacy.epsilon, lower max_contributions_per_device, or include more devices "
                   "(cohort.min_clients)")
         return Release(result, {"release_threshold": state.threshold}, noise_std, intervals=intervals, advice=advice)
+
+    def tabulate(self, result: dict[str, Any]) -> list[ResultTable]:
+        """One row per bucket: released counts, then the suppressed buckets (count None); bars of the counts."""
+        counts = result.get("counts") or {}
+        suppressed = [b for b in result.get("suppressed") or [] if b not in counts]
+        rows = [{"bucket": Cell(b), "count": num_cell(v, "counts", b), "suppressed": Cell(False)} for b, v in counts.items()]
+        rows += [{"bucket": Cell(b), "count": Cell(None), "suppressed": Cell(True)} for b in suppressed]
+        caption = f"{result.get('clients')} contributors"
+        if result.get("threshold") is not None:
+            caption += f"; counts below the release threshold {result['threshold']:g} are suppressed"
+        return [ResultTable("counts", None, (Column("bucket", "bucket", "key"), Column("count", "count", "value"),
+                                             Column("suppressed", "suppressed", "text")),
+                            tuple(rows), Chart("bar", "bucket", ("count",)), caption)]

@@ -42,6 +42,7 @@ from secagg.validity.statement import Statement
 
 if TYPE_CHECKING:  # the device imports kinds; it must not load the accountant behind queries.dp
     from queries.dp import RoundNoise
+    from queries.table import ResultTable
 
 
 class QueryKindError(ValueError):
@@ -283,3 +284,12 @@ class QueryKind(ABC, Generic[P, S]):
         """The release of a finished query, from any state a query can reach (including the initial one).
         `stop_reason` is set when the server ended the query before the kind finished (e.g. "privacy
         budget exhausted")."""
+
+    def tabulate(self, result: dict[str, Any]) -> list[ResultTable]:
+        """The released `result` as tables for every client to render (`queries.table`: the console, `fa`, the
+        Python client's rows/frame), each numeric cell carrying its value's JSON Pointer so that its noise comes
+        from the result's uncertainty. Called by the server on a stored result, so it must accept any result
+        `finalize` ever returned. Default: one key/value table of the result's leaves (`queries.table.flatten`)."""
+        from queries.table import flatten
+
+        return [flatten(result)]

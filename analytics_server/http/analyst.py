@@ -45,6 +45,9 @@ from analytics_server.logs import FIELDS, fields
 from analytics_server.spec_check import check_spec_off_loop
 from analytics_server.state import AppState
 from queries import dp
+from queries.kind import QueryKindError
+from queries.registry import get_kind
+from queries.table import flatten, tables_to_json
 from queries.templates import TEMPLATES
 from secagg.phases import Phase
 
@@ -260,7 +263,17 @@ async def get_result(request: web.Request) -> web.Response:
     return json_model(ResultView(
         id=q.id, kind=q.kind, status=q.status, error=q.error, result=q.result,  # type: ignore[arg-type]
         privacy=q.privacy or {}, uncertainty=q.uncertainty or {}, warnings=q.warnings or [],
+        table=_table(q.kind, q.result),
     ))
+
+
+def _table(kind: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The result as its kind's display tables (JSON); a kind the server no longer knows: the generic flattening."""
+    try:
+        tables = get_kind(kind).tabulate(result)
+    except QueryKindError:
+        tables = [flatten(result)]
+    return tables_to_json(tables)
 
 
 @routes.post("/v1/queries/{id}/cancel")

@@ -43,6 +43,7 @@ from queries.kind import (
 )
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
+from queries.table import Cell, Chart, Column, ResultTable, num_cell
 from queries.uncertainty import interval, value_at
 from secagg.validity.statement import Bits, Statement
 
@@ -422,3 +423,20 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
         else:
             block |= {"epsilon": explicit[0], "delta": explicit[1]}
         return block
+
+    def tabulate(self, result: dict[str, Any]) -> list[ResultTable]:
+        """One row per heavy hitter, most frequent first, with bars of the counts (the trie stays in the JSON)."""
+        hitters = list(enumerate(result.get("heavy_hitters") or []))
+        hitters.sort(key=lambda ih: -(ih[1].get("count") or 0))
+        rows = tuple({"rank": Cell(rank), "value": Cell(hh.get("value")), "count": num_cell(hh.get("count"), "heavy_hitters", i, "count")}
+                     for rank, (i, hh) in enumerate(hitters, 1))
+        trie = result.get("trie") or {}
+        prefixes = tuple({"prefix": Cell(p), "length": Cell(len(p)), "count": num_cell(c, "trie", p)} for p, c in sorted(trie.items()))
+        return [ResultTable("heavy_hitters", None, (Column("rank", "rank", "key"), Column("value", "value", "key"),
+                                                    Column("count", "count", "value")),
+                            rows, Chart("bar", "value", ("count",)),
+                            f"{result.get('rounds')} rounds, mode {result.get('mode')}; the trie of prefixes: --format json",
+                            empty=f"no string reached the release threshold ({result.get('rounds')} rounds)"),
+                ResultTable("trie", "trie of popular prefixes (devices that voted for each; \"$\" ends a string)",
+                            (Column("prefix", "prefix", "key"), Column("length", "length", "text"),
+                             Column("count", "count", "value")), prefixes)]

@@ -40,6 +40,7 @@ from queries.kind import (
     value_path,
 )
 from queries.spec import PrivacySpec
+from queries.table import Cell, Chart, Column, ResultTable, num_cell
 from queries.training import client, encoding
 from queries.training.blackbox import BlackBoxModel
 from queries.training.optimizers import adam_step, apply_safeguards, fedavg_step, initial_optimizer_state, rprop_step
@@ -479,6 +480,32 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         if params.weighting == "examples" and any(r.std > 0 for r in rounds) and not _uses_votes(params):
             warnings.append(ReleaseWarning(value_path("weights"), _EXAMPLES_UNDER_DP))
         return values, warnings
+
+    def tabulate(self, result: dict[str, Any]) -> list[ResultTable]:
+        """The metrics of every evaluation round (lines over the rounds), then the released weights."""
+        history = [e for e in result.get("history") or [] if isinstance(e, dict)]
+        metrics = [k for k in dict.fromkeys(k for e in history for k in e) if k not in ("round", "clients")]
+        rows = tuple({"round": Cell(e.get("round")), **{k: num_cell(e.get(k), "history", i, k) for k in metrics if k in e},
+                      "clients": Cell(e.get("clients"))} for i, e in enumerate(history))
+        numeric = tuple(k for k in metrics if any(isinstance(e.get(k), (int, float)) for e in history))
+        model = result.get("model") or {}
+        weights = result.get("weights") or []
+        head = (f"model {model.get('name')} · {result.get('rounds')} updates in {result.get('server_rounds')} server "
+                f"rounds · stopped: {result.get('stop_reason')} · best evaluated round {result.get('best_round')}")
+        history_table = ResultTable(
+            "history", "history, one row per evaluation round",
+            (Column("round", "round", "key"), *(Column(k, k) for k in metrics), Column("clients", "clients")),
+            rows, Chart("line", "round", numeric) if numeric else None, head)
+        names = result.get("weight_names") or []
+        if len(names) != len(weights):  # a linear model: one weight per feature, then the bias
+            raw = result.get("features")
+            features: list[Any] = raw if isinstance(raw, list) else []
+            names = features if len(features) == len(weights) else [*features, "bias"] if len(features) + 1 == len(weights) else []
+        weight_rows = tuple({"index": Cell(i), "name": Cell(names[i] if i < len(names) else None),
+                             "weight": num_cell(w, "weights", i)} for i, w in enumerate(weights))
+        weights_table = ResultTable("weights", "weights", (Column("index", "index", "key"), Column("name", "name", "text"),
+                                                           Column("weight", "weight")), weight_rows)
+        return [history_table, weights_table]
 
 
 _EXAMPLES_UNDER_DP = ("weighting 'examples' under DP: a device's weight is its rows / client.max_examples, so devices "

@@ -1,6 +1,6 @@
 """`fa` and the Python analyst client against the in-process server: the result alone on stdout (valid JSON), progress
 on stderr, the readable status, lists and budgets, `init`, `validate` with and without a server preview, `--set`,
-and the client's rows, rounding and pandas frames."""
+and rounding (the result tables: test_results.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -20,7 +19,7 @@ from hypothesis import strategies as st
 
 from analytics_server.state import STATE
 from analyst_client import cli as analyst_cli
-from analyst_client.client import AnalystClient, frame, pointer, rows, uncertainty_of
+from analyst_client.client import AnalystClient
 from analyst_client.view import format_result, round_to_noise, sparkline
 from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
@@ -216,48 +215,3 @@ def test_rounding_to_noise_and_sparklines() -> None:
     assert sparkline([1, 2, 3, None, 8]) == "▁▂▃ █"
 
 
-def _noisy_view() -> dict[str, Any]:
-    return {"id": "q", "kind": "histogram", "result": {"counts": {"moon": 100, "other": 74}, "suppressed": ["sun"],
-                                                       "clients": 150, "threshold": 25.0},
-            "privacy": {"mechanism": "skellam", "epsilon": 1, "delta": 1e-6, "t_min": 100,
-                        "noise": [{"noise_std_released": 7.88}]},
-            "uncertainty": {"/counts/other": {"std": 5.0, "ci95": [60.0, 88.0]}}}
-
-
-def test_values_use_the_servers_intervals_else_the_released_noise() -> None:
-    view = _noisy_view()
-    server = uncertainty_of(view, pointer("counts", "other"), 74)
-    assert server is not None and (server.lo, server.hi, server.source) == (60.0, 88.0, "server")
-    noise = uncertainty_of(view, pointer("counts", "moon"), 100)
-    assert noise is not None and noise.source == "noise" and noise.half == pytest.approx(1.96 * 7.88, rel=1e-3)
-    assert uncertainty_of({"kind": "feature_stats", "privacy": view["privacy"]}, "/features/a/mean", 1.0) is None
-    assert pointer("counts", "a/b~c") == "/counts/a~1b~0c"
-    columns, data = rows(view, {"params": {"buckets": ["moon", "sun"], "other_bucket": "other"}})
-    assert [r["bucket"] for r in data] == ["moon", "sun", "other"]
-    assert data[1] == {"bucket": "sun", "count": None, "std": None, "ci95_lo": None, "ci95_hi": None, "suppressed": True}
-    table = format_result(view, "table", plot=True)
-    assert "100 ± 15" in table and "74 ± 14" in table and "[60, 88]" in table and "suppressed" in table
-
-
-def test_training_history_is_one_row_per_round() -> None:
-    history = [{"round": r, "loss": 1.0 / (r + 1), "eval_loss": 1.1 / (r + 1), "accuracy": 0.5 + r / 40, "clients": 50}
-               for r in (0, 5, 10)]
-    view = {"id": "q", "kind": "training", "privacy": {"mechanism": "none"},
-            "result": {"history": history, "weights": [0.1] * 31, "model": {"name": "logistic"}, "rounds": 10},
-            "uncertainty": {"/history/1/accuracy": {"std": 0.01, "ci95": [0.6, 0.64]}}}
-    columns, data = rows(view)
-    assert columns[:5] == ["round", "loss", "eval_loss", "accuracy", "clients"] and len(data) == 3
-    assert data[1]["accuracy_ci95_lo"] == 0.6
-    text = format_result(view, "table", plot=True)
-    assert "history, one row per evaluation round" in text and "0.625 ± 0.020" in text and "▁" in text
-    assert "history[" not in text
-
-
-def test_frame_needs_pandas_only_when_called(monkeypatch: pytest.MonkeyPatch) -> None:
-    pd = pytest.importorskip("pandas")
-    df = frame(_noisy_view())
-    assert isinstance(df, pd.DataFrame) and list(df["bucket"]) == ["moon", "other", "sun"]
-    assert df.loc[df.bucket == "other", "ci95_hi"].item() == 88.0 and np.isnan(df.loc[df.bucket == "sun", "count"].item())
-    monkeypatch.setitem(sys.modules, "pandas", None)
-    with pytest.raises(ImportError, match=r"pip install 'fed-analytics\[pandas\]'"):
-        frame(_noisy_view())

@@ -132,3 +132,23 @@ def test_vendored_chart_library_matches_its_manifest() -> None:
     assert f"VERSION={manifest['version']}\n" in script and f"INTEGRITY={manifest['integrity']}\n" in script
     assert "MIT License" in (vendor / "chart.js.LICENSE.md").read_text()
     assert f"Chart.js v{manifest['version']}" in (vendor / "chart.umd.min.js").read_text()[:300]
+
+
+def test_results_are_rendered_without_per_kind_code() -> None:
+    """The result page draws the kind's tables (`view.table`): no kind name, no per-kind noise fallback, and every
+    chart hint a kind gives is one results.js draws."""
+    from queries.registry import KINDS
+
+    for name in ("results.js", "format.js", "charts.js"):
+        code = (CONSOLE_DIR / "js" / name).read_text()
+        for kind in KINDS:
+            assert f'"{kind.name}"' not in code and f"{kind.name}:" not in code, f"{name} knows the kind {kind.name}"
+        assert "fallbackStd" not in code and "noise_std_released" not in code
+    results = (CONSOLE_DIR / "js" / "results.js").read_text()
+    drawn = set(re.findall(r'hint\.type === "(\w+)"', results))
+    assert drawn == {"bar", "line"}
+    from typing import get_args
+
+    from queries.table import ChartType
+
+    assert set(get_args(ChartType)) == drawn

@@ -182,17 +182,21 @@ def _run(url: str, token: str, api: AnalystClient, tmp_path: Path) -> None:
         page.wait_for_selector("[data-testid=values]")
         feats = page.eval_on_selector_all("[data-testid=values] tbody tr", "rows => rows.map(r => r.dataset.key)")
         assert feats == list(res["features"])
-        assert page.locator(".feature canvas").count() == len(res["features"])
+        # one histogram section per feature, each with its chart
+        assert page.locator("[data-section^='histogram:'] canvas").count() == len(res["features"])
         s.goto(f"#/q/{others['heavy_hitters']}")
-        page.wait_for_selector("[data-testid=trie]")  # exact counts (no noise): the common words are found
-        found = [hh["value"] for hh in api.result(others["heavy_hitters"])["result"]["heavy_hitters"]]
+        page.wait_for_selector("[data-testid=table-trie]")  # exact counts (no noise): the common words are found
+        hh = api.result(others["heavy_hitters"])
+        found = [x["value"] for x in sorted(hh["result"]["heavy_hitters"], key=lambda x: -x["count"])]
         assert found and page.eval_on_selector_all("[data-testid=values] tbody tr", "rows => rows.map(r => r.dataset.key)") == found
-        page.click("[data-testid=trie] > li > details > summary")  # opening a prefix shows how it grew
-        page.wait_for_selector("[data-testid=trie] > li > details[open] li", timeout=5_000)
+        prefixes = page.eval_on_selector_all("[data-testid=table-trie] tbody tr", "rows => rows.map(r => r.dataset.key)")
+        assert prefixes == sorted(hh["result"]["trie"])
         s.goto(f"#/q/{others['training']}")
-        page.wait_for_selector("[data-testid=history]")
+        page.wait_for_selector("[data-section=history] [data-testid=values]")
         hist = api.result(others["training"])["result"]["history"]
-        assert page.locator("[data-testid=history] tbody tr").count() == len(hist)
+        assert page.locator("[data-testid=values] tbody tr").count() == len(hist)
+        assert page.locator("[data-section=history] canvas").count() == 1  # the loss curve
+        assert page.locator("[data-testid=table-weights] tbody tr").count() == len(api.result(others["training"])["result"]["weights"])
 
         # -- queries (live, with cancel), budgets, fleet --------------------------------------------------
         stuck = api.submit(_spec("histogram", min_clients=900, max_clients=1000))["id"]  # cannot form: cancel it

@@ -84,49 +84,6 @@ export function barsWithIntervals(canvas, items, { horizontal = false, valueLabe
   });
 }
 
-/**
- * One feature: its histogram over [lower, upper] (bars at bin centres on a linear axis), the mean as a vertical
- * line and the mean's 95 % interval as a shaded band.
- */
-export function featureChart(canvas, { edges, counts, mean, meanLo, meanHi, name }) {
-  const bars = counts.map((c, i) => ({ x: (edges[i] + edges[i + 1]) / 2, y: Math.max(0, c) }));
-  const top = Math.max(1, ...bars.map((b) => b.y)) * 1.05;
-  const datasets = [
-    {
-      type: "bar", label: "rows per bin", data: bars, backgroundColor: COLORS.value, barPercentage: 1,
-      categoryPercentage: 1, order: 3,
-    },
-  ];
-  if (Number.isFinite(mean)) {
-    datasets.push({
-      type: "line", label: "mean", data: [{ x: mean, y: 0 }, { x: mean, y: top }], borderColor: COLORS.mean,
-      borderWidth: 2, pointRadius: 0, order: 1,
-    });
-  }
-  if (Number.isFinite(meanLo) && Number.isFinite(meanHi)) {
-    datasets.push({
-      type: "line", label: "mean, 95 % interval", data: [{ x: meanLo, y: top }, { x: meanHi, y: top }],
-      borderWidth: 0, pointRadius: 0, fill: "origin", backgroundColor: COLORS.meanBand, order: 2,
-    });
-  }
-  return make(canvas, {
-    type: "bar",
-    data: { datasets },
-    options: {
-      parsing: true,
-      scales: {
-        x: {
-          type: "linear", min: edges[0], max: edges[edges.length - 1], title: { display: true, text: name },
-          // ticks at the bin edges: Chart.js sizes bars by the closest ticks, so the bars fill their bins
-          afterBuildTicks: (scale) => { scale.ticks = edges.map((value) => ({ value })); },
-        },
-        y: { beginAtZero: true, title: { display: true, text: "rows" } },
-      },
-      plugins: { legend: { display: true, labels: { boxWidth: 12 } } },
-    },
-  });
-}
-
 /** Line series over x with optional 95 % bands. series: [{label, values, lo?, hi?}]. */
 export function linesWithBands(canvas, x, series, { yLabel = "", xLabel = "round" } = {}) {
   const datasets = [];

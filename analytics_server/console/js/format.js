@@ -9,29 +9,15 @@ export function pointer(...parts) {
 }
 
 /**
- * The uncertainty of the released value at `ptr` of a result view: the server's own (`uncertainty[ptr]`, with
- * std and ci95) when it sent one; else, for counts whose noise is known from the privacy block (histogram counts,
- * heavy-hitter counts), ± 1.96 σ of the round's released noise. null when unknown.
+ * The uncertainty of the released value at `ptr` of a result view, as the server gives it (`uncertainty[ptr]`,
+ * with std and ci95: every noisy value has one). null for exact values.
  */
 export function uncertaintyOf(view, ptr, value) {
-  const u = view.uncertainty && view.uncertainty[ptr];
-  if (u && Number.isFinite(u.std)) {
-    const ci = Array.isArray(u.ci95) ? u.ci95 : [value - Z95 * u.std, value + Z95 * u.std];
-    return { std: u.std, lo: ci[0], hi: ci[1], source: "server" };
-  }
-  const std = fallbackStd(view, ptr);
-  if (std === null || !Number.isFinite(value)) return null;
-  return { std, lo: value - Z95 * std, hi: value + Z95 * std, source: "noise" };
-}
-
-function fallbackStd(view, ptr) {
-  const noise = ((view.privacy || {}).noise || []).filter((n) => n && Number.isFinite(n.noise_std_released));
-  if (!noise.length) return null;
-  if (view.kind === "histogram" && ptr.startsWith("/counts/")) return noise[0].noise_std_released;
-  if (view.kind === "heavy_hitters" && /^\/heavy_hitters\/\d+\/count$/.test(ptr)) {
-    return Math.max(...noise.map((n) => n.noise_std_released));  // the noisiest round: conservative
-  }
-  return null;
+  const u = view.uncertainty && ptr ? view.uncertainty[ptr] : null;
+  if (!u || !Number.isFinite(u.std)) return null;
+  if (Array.isArray(u.ci95)) return { std: u.std, lo: u.ci95[0], hi: u.ci95[1] };
+  if (!Number.isFinite(value)) return null;
+  return { std: u.std, lo: value - Z95 * u.std, hi: value + Z95 * u.std };
 }
 
 /** The decimal step a value with 95 % half-width `half` deserves: two significant digits of the half-width. */

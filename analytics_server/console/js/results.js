@@ -1,242 +1,130 @@
-// A result page per query kind. Every plotted value is also in an accessible table beside its chart, with the
-// raw released number and its 95 % interval as data attributes (data-key, data-value, data-lo, data-hi), so
-// the numbers can be read, copied and checked.
+// A query's result page, the same for every kind: the tables its kind builds on the server (`view.table`,
+// queries/table.py) — each drawn as a chart when it carries a chart hint and always as an accessible table —
+// then the whole result as JSON (the page offers its download). Every value is shown rounded to its noise with its 95 % interval (the
+// server's `uncertainty` of the cell's JSON Pointer), and its row carries the raw released number and interval
+// as data attributes (data-key, data-value, data-lo, data-hi), so the numbers can be read, copied and checked.
 
-import { barsWithIntervals, featureChart, linesWithBands } from "./charts.js";
-import { button, download, facts, h, table } from "./dom.js";
+import { barsWithIntervals, linesWithBands } from "./charts.js";
+import { h, table } from "./dom.js";
 import * as fmt from "./format.js";
 
-export function renderResult(view, spec) {
+export function renderResult(view) {
   const warnings = (view.warnings || []).map((w) =>
     h("li", {}, w.path ? h("code", {}, w.path) : null, w.path ? " " : null, w.message));
-  const body = { histogram, heavy_hitters: heavyHitters, feature_stats: featureStats, training }[view.kind];
   const list = warnings.length ? h("ul", { class: "warnings", "data-testid": "warnings" }, warnings) : null;
+  const tables = Array.isArray(view.table) ? view.table : [];
   return h("div", { class: "result", dataset: { kind: view.kind } },
     warnings.length > 3  // many (a noisy training run warns per evaluation): folded, with the count
       ? h("details", { class: "warnings-fold" }, h("summary", {}, `${warnings.length} warnings from the server about these values`), list)
       : list,
-    body ? body(view, spec) : h("pre", { class: "json" }, JSON.stringify(view.result, null, 2)));
+    tables.map((t, i) => section(view, t, i)),
+    noIntervalNote(view, tables),
+    h("details", { "data-testid": "result-json" }, h("summary", {}, "The whole result (JSON)"),
+      h("pre", { class: "json" }, JSON.stringify(view.result, null, 2))));
 }
 
-function chartBox(cls = "chartbox") {
-  const canvas = h("canvas", { role: "img" });
-  return [h("div", { class: cls }, canvas), canvas];
+const cellOf = (row, name) => row[name] || {};
+const isNum = (x) => typeof x === "number" && Number.isFinite(x);
+
+/** The value columns with at least one noisy number (a cell whose path has an uncertainty in the view). */
+function noisyColumns(view, t) {
+  const noisy = (cell) => cell.path && view.uncertainty && view.uncertainty[cell.path];
+  return (t.columns || []).filter((c) => c.role === "value" && (t.rows || []).some((r) => noisy(cellOf(r, c.name))));
 }
 
-function intervalCells(unc) {
-  return unc ? `[${fmt.roundToNoise(unc.lo, (unc.hi - unc.lo) / 2).value}, ${fmt.roundToNoise(unc.hi, (unc.hi - unc.lo) / 2).value}]` : "–";
+function uncOf(view, cell) {
+  return cell.path && isNum(cell.value) ? fmt.uncertaintyOf(view, cell.path, cell.value) : null;
 }
 
-function valueData(key, value, unc, extra = {}) {
-  return { dataset: { key, value: value ?? "", lo: unc ? unc.lo : "", hi: unc ? unc.hi : "", ...extra } };
+function intervalText(unc) {
+  if (!unc) return "–";
+  const half = (unc.hi - unc.lo) / 2;
+  return `[${fmt.roundToNoise(unc.lo, half).value}, ${fmt.roundToNoise(unc.hi, half).value}]`;
 }
 
-function noIntervalNote(items, view) {
-  if (items.some((i) => i.unc)) return null;
+function cellText(view, column, cell) {
+  const v = cell.value;
+  if (column.role === "value") return v === null || v === undefined ? "–" : fmt.withInterval(v, uncOf(view, cell));
+  if (column.role === "interval" && Array.isArray(v) && v.length === 2) return `[${fmt.num(v[0])}, ${fmt.num(v[1])}]`;
+  if (typeof v === "boolean") return v ? h("span", { class: `badge ${column.name}` }, column.label || column.name) : "";
+  if (v === null || v === undefined) return "";
+  return column.role === "key" && typeof v === "string" ? h("code", {}, v) : fmt.num(v);
+}
+
+function section(view, t, index) {
+  const rows = t.rows || [];
+  const columns = t.columns || [];
+  const noisy = noisyColumns(view, t);
+  // the row's key: the column its chart is drawn over, else the first key column
+  const key = columns.find((c) => t.chart && c.name === t.chart.x) || columns.find((c) => c.role === "key");
+  const flag = columns.find((c) => c.role === "text" && rows.some((r) => typeof cellOf(r, c.name).value === "boolean"));
+  const main = noisy[0] || columns.find((c) => c.role === "value");
+  const cols = [];
+  for (const c of columns) {
+    cols.push({ label: c.label || c.name, class: c.role === "value" || c.role === "interval" ? "num" : null,
+      cell: (r) => cellText(view, c, cellOf(r, c.name)) });
+    if (noisy.length === 1 && c === noisy[0]) {
+      cols.push({ label: "95 % interval", class: "num", cell: (r) => intervalText(uncOf(view, cellOf(r, c.name))) });
+    }
+  }
+  const rowData = (r) => {
+    const cell = main ? cellOf(r, main.name) : {};
+    const unc = uncOf(view, cell);
+    return { dataset: {
+      key: key ? cellOf(r, key.name).value ?? "" : "", value: cell.value ?? "", lo: unc ? unc.lo : "", hi: unc ? unc.hi : "",
+      ...(flag ? { [flag.name]: cellOf(r, flag.name).value ? "1" : "0" } : {}),
+    } };
+  };
+  const tbl = table(cols, rows, { "data-testid": index === 0 ? "values" : `table-${t.name}`, "aria-label": t.title || t.name }, rowData);
+  const chart = rows.length ? chartOf(view, t) : null;
+  return h("section", { class: "result-section", dataset: { section: t.name } },
+    t.title ? h("h3", {}, t.title) : null,
+    rows.length ? (chart ? h("div", { class: "split" }, chart, h("div", { class: "tablebox" }, tbl)) : h("div", { class: "tablebox" }, tbl))
+      : h("p", { class: "empty" }, t.empty || "Nothing released."),
+    t.caption ? h("p", { class: "muted small" }, t.caption) : null);
+}
+
+function chartOf(view, t) {
+  const hint = t.chart;
+  if (!hint || !Array.isArray(hint.y) || !hint.y.length) return null;
+  const rows = t.rows || [];
+  const canvas = h("canvas", { role: "img", "aria-label": `${t.title || t.name}: chart` });
+  if (hint.type === "bar") {
+    const y = hint.y[0];
+    const items = rows.map((r) => {
+      const cell = cellOf(r, y);
+      const unc = uncOf(view, cell);
+      // a value not released (a suppressed bucket) has no bar; the table beside the chart marks it
+      return { label: String(cellOf(r, hint.x).value), value: isNum(cell.value) ? cell.value : null,
+        lo: unc ? unc.lo : NaN, hi: unc ? unc.hi : NaN, suppressed: false };
+    });
+    const horizontal = items.length > 12;
+    queueMicrotask(() => barsWithIntervals(canvas, items, { horizontal, valueLabel: labelOf(t, y) }));
+    return h("div", { class: horizontal ? "chartbox tall" : "chartbox" }, canvas);
+  }
+  if (hint.type === "line") {
+    const xs = rows.map((r) => cellOf(r, hint.x).value);
+    const series = hint.y.map((k) => {
+      const cells = rows.map((r) => cellOf(r, k));
+      const unc = cells.map((c) => uncOf(view, c));
+      return { label: labelOf(t, k), values: cells.map((c) => (isNum(c.value) ? c.value : null)),
+        lo: unc.map((u) => (u ? u.lo : null)), hi: unc.map((u) => (u ? u.hi : null)) };
+    });
+    queueMicrotask(() => linesWithBands(canvas, xs, series, { xLabel: labelOf(t, hint.x) }));
+    return h("div", { class: "chartbox" }, canvas);
+  }
+  return null;
+}
+
+function labelOf(t, name) {
+  const c = (t.columns || []).find((col) => col.name === name);
+  return c ? c.label || c.name : name;
+}
+
+function noIntervalNote(view, tables) {
+  const any = tables.some((t) => (t.rows || []).some((r) => Object.values(r).some((c) => c && c.path && view.uncertainty && view.uncertainty[c.path])));
+  if (any) return null;
   const exact = ((view.privacy || {}).mechanism || "none") === "none";
   return h("p", { class: "muted small" }, exact ? "Exact values: no noise was added (privacy mechanism none)."
     : "No 95 % intervals: this server reported no uncertainty for these values.");
-}
-
-// -- histogram ------------------------------------------------------------------------------------
-
-function histogram(view, spec) {
-  const r = view.result;
-  const suppressed = new Set(r.suppressed || []);
-  const params = (spec && spec.params) || {};
-  let order = [...(params.buckets || []), ...(params.other_bucket ? [params.other_bucket] : [])];
-  const known = new Set([...Object.keys(r.counts || {}), ...suppressed]);
-  order = order.filter((b) => known.has(b));
-  for (const b of known) if (!order.includes(b)) order.push(b);
-  const items = order.map((b) => {
-    const value = suppressed.has(b) ? null : r.counts[b];
-    const unc = value === null ? null : fmt.uncertaintyOf(view, fmt.pointer("counts", b), value);
-    return { label: b, value, unc, lo: unc ? unc.lo : NaN, hi: unc ? unc.hi : NaN, suppressed: suppressed.has(b) };
-  });
-  const [box, canvas] = chartBox();
-  const tbl = table([
-    { label: "bucket", cell: (i) => i.label },
-    { label: "count", class: "num", cell: (i) => (i.suppressed ? "–" : fmt.withInterval(i.value, i.unc)) },
-    { label: "95 % interval", class: "num", cell: (i) => (i.suppressed ? "–" : intervalCells(i.unc)) },
-    { label: "", cell: (i) => (i.suppressed ? h("span", { class: "badge suppressed" }, "suppressed") : "released") },
-  ], items, { "data-testid": "values", "aria-label": "released counts" },
-  (i) => valueData(i.label, i.value, i.unc, { suppressed: i.suppressed ? "1" : "0" }));
-  queueMicrotask(() => barsWithIntervals(canvas, items, { threshold: r.threshold }));
-  return h("div", {},
-    facts([
-      ["contributors", fmt.num(r.clients)],
-      ["release threshold", r.threshold !== undefined && r.threshold !== null ? `${fmt.num(r.threshold)} (noisy counts below it are suppressed)` : null],
-      ["suppressed buckets", suppressed.size ? [...suppressed].join(", ") : "none"],
-    ]),
-    h("div", { class: "split" }, box, h("div", { class: "tablebox" }, tbl)),
-    noIntervalNote(items, view));
-}
-
-// -- heavy hitters --------------------------------------------------------------------------------
-
-function heavyHitters(view) {
-  const r = view.result;
-  const items = (r.heavy_hitters || []).map((hh, i) => {
-    const unc = fmt.uncertaintyOf(view, fmt.pointer("heavy_hitters", i, "count"), hh.count);
-    return { label: hh.value, value: hh.count, unc, lo: unc ? unc.lo : NaN, hi: unc ? unc.hi : NaN, index: i };
-  }).sort((a, b) => b.value - a.value);
-  const [box, canvas] = chartBox(items.length > 12 ? "chartbox tall" : "chartbox");
-  const tbl = table([
-    { label: "rank", class: "num", cell: (_, k) => String(k + 1) },
-    { label: "value", cell: (i) => h("code", {}, i.label) },
-    { label: "count", class: "num", cell: (i) => fmt.withInterval(i.value, i.unc) },
-    { label: "95 % interval", class: "num", cell: (i) => intervalCells(i.unc) },
-  ], items, { "data-testid": "values", "aria-label": "heavy hitters" }, (i) => valueData(i.label, i.value, i.unc));
-  if (items.length) queueMicrotask(() => barsWithIntervals(canvas, items, { horizontal: true }));
-  return h("div", {},
-    facts([
-      ["mode", r.mode],
-      ["rounds", fmt.num(r.rounds)],
-      ["contributors per round", (r.contributors || []).join(", ") || null],
-      ["release thresholds per round", (r.thresholds || []).map((t) => fmt.num(t)).join(", ") || null],
-      ["prefixes dropped (frontier full)", r.frontier_truncated ? fmt.num(r.frontier_truncated) : null],
-    ]),
-    items.length ? h("div", { class: "split" }, box, h("div", { class: "tablebox" }, tbl))
-      : h("p", { class: "empty" }, "No string reached the release threshold."),
-    noIntervalNote(items, view),
-    h("h3", {}, "Trie of popular prefixes"),
-    h("p", { class: "muted small" }, "Each prefix with the number of devices that voted for it; open one to see how it grew. “·end” marks a complete string."),
-    trieExplorer(r.trie || {}));
-}
-
-function trieExplorer(trie) {
-  const keys = Object.keys(trie);
-  const children = (prefix) => keys.filter((k) => k.length === prefix.length + 1 && k.startsWith(prefix))
-    .sort((a, b) => trie[b] - trie[a]);
-  const label = (k) => (k.endsWith("$") ? `${k.slice(0, -1)}·end` : k);
-  const node = (k) => {
-    const kids = k.endsWith("$") ? [] : children(k);
-    const text = [h("code", {}, label(k)), " ", h("span", { class: "muted" }, fmt.num(trie[k]))];
-    if (!kids.length) return h("li", { dataset: { prefix: k } }, text);
-    const list = h("ul", {});
-    const det = h("details", { ontoggle: () => {
-      if (det.open && !list.childElementCount) list.append(...kids.map(node));
-    } }, h("summary", {}, text), list);
-    return h("li", { dataset: { prefix: k } }, det);
-  };
-  const roots = children("");
-  if (!roots.length) return h("p", { class: "empty" }, "The trie is empty.");
-  return h("ul", { class: "trie", "data-testid": "trie" }, roots.map(node));
-}
-
-// -- feature statistics ---------------------------------------------------------------------------
-
-function featureStats(view) {
-  const r = view.result;
-  const names = Object.keys(r.features || {});
-  const stat = (name, key) => {
-    const f = r.features[name];
-    const value = f[key];
-    return { value, unc: Number.isFinite(value) ? fmt.uncertaintyOf(view, fmt.pointer("features", name, key), value) : null };
-  };
-  const rows = names.map((name) => ({ name, f: r.features[name], count: stat(name, "count"), mean: stat(name, "mean"), std: stat(name, "std") }));
-  const tbl = table([
-    { label: "feature", cell: (x) => x.name },
-    { label: "count", class: "num", cell: (x) => fmt.withInterval(x.count.value, x.count.unc) },
-    { label: "mean", class: "num", cell: (x) => fmt.withInterval(x.mean.value, x.mean.unc) },
-    { label: "mean, 95 % interval", class: "num", cell: (x) => intervalCells(x.mean.unc) },
-    { label: "std", class: "num", cell: (x) => fmt.withInterval(x.std.value, x.std.unc) },
-    { label: "bounds", class: "num", cell: (x) => `[${fmt.num(x.f.lower)}, ${fmt.num(x.f.upper)}]` },
-  ], rows, { "data-testid": "values", "aria-label": "feature statistics" },
-  (x) => valueData(x.name, x.mean.value, x.mean.unc, { count: x.count.value ?? "", std: x.std.value ?? "" }));
-  const cards = rows.map((x) => {
-    const hist = x.f.histogram;
-    let chart = null;
-    if (hist && hist.edges && hist.counts) {
-      const [box, canvas] = chartBox("chartbox small");
-      queueMicrotask(() => featureChart(canvas, {
-        name: x.name, edges: hist.edges, counts: hist.counts, mean: x.mean.value,
-        meanLo: x.mean.unc ? x.mean.unc.lo : NaN, meanHi: x.mean.unc ? x.mean.unc.hi : NaN,
-      }));
-      chart = box;
-    }
-    return h("div", { class: "card feature", dataset: { feature: x.name } },
-      h("h3", {}, x.name),
-      h("p", { class: "muted small" }, `mean ${fmt.withInterval(x.mean.value, x.mean.unc)} · std ${fmt.withInterval(x.std.value, x.std.unc)} · ` +
-        `${fmt.withInterval(x.count.value, x.count.unc)} rows`),
-      chart || h("p", { class: "muted small" }, "No histogram (params.bins not set)."));
-  });
-  const scaler = r.scaler;
-  return h("div", {},
-    facts([
-      ["contributors", fmt.num(r.clients)],
-      ["suppressed features", (r.suppressed || []).length ? r.suppressed.join(", ") : "none"],
-    ]),
-    h("div", { class: "tablebox" }, tbl),
-    noIntervalNote(rows.map((x) => x.mean), view),
-    scaler ? h("div", { class: "downloads" },
-      button("Download scaler (JSON)", () => download(`scaler-${view.id}.json`, JSON.stringify(scaler, null, 2)), { "data-testid": "download-scaler" }),
-      h("span", { class: "muted small" }, "scikit-learn: ", h("code", {},
-        "s = StandardScaler(); [setattr(s, k, np.asarray(v) if isinstance(v, list) else v) for k, v in json.load(open(f)).items()]"),
-        " · on a device: ", h("code", {}, "queries.feature_stats.StandardScaling(result)"))) : null,
-    h("div", { class: "features" }, cards));
-}
-
-// -- training -------------------------------------------------------------------------------------
-
-const NOT_METRICS = new Set(["round", "clients"]);
-
-function training(view) {
-  const r = view.result;
-  const history = r.history || [];
-  const keys = [...new Set(history.flatMap((e) => Object.keys(e)))].filter((k) => !NOT_METRICS.has(k) && history.some((e) => Number.isFinite(e[k])));
-  const rounds = history.map((e) => e.round);
-  const series = (key) => {
-    const values = history.map((e) => (Number.isFinite(e[key]) ? e[key] : null));
-    const unc = history.map((e, i) => (Number.isFinite(e[key]) ? fmt.uncertaintyOf(view, fmt.pointer("history", i, key), e[key]) : null));
-    return { label: key, values, lo: unc.map((u) => (u ? u.lo : null)), hi: unc.map((u) => (u ? u.hi : null)), unc };
-  };
-  const groups = [];
-  const losses = keys.filter((k) => k.includes("loss"));
-  if (losses.length) groups.push(["loss", losses]);
-  for (const k of keys.filter((k) => !k.includes("loss"))) groups.push([k, [k]]);
-  const charts = groups.map(([title, ks]) => {
-    const [box, canvas] = chartBox("chartbox small");
-    queueMicrotask(() => linesWithBands(canvas, rounds, ks.map(series), { yLabel: title }));
-    return h("div", { class: "card" }, h("h3", {}, title), box);
-  });
-  const all = Object.fromEntries(keys.map((k) => [k, series(k)]));
-  const hist = table([
-    { label: "round", class: "num", cell: (e) => String(e.round) },
-    ...keys.map((k) => ({ label: k, class: "num", cell: (e, i) => (Number.isFinite(e[k]) ? fmt.withInterval(e[k], all[k].unc[i]) : "–") })),
-    { label: "clients", class: "num", cell: (e) => fmt.num(e.clients) },
-  ], history, { "data-testid": "history", "aria-label": "training history" },
-  (e) => ({ dataset: { round: e.round, ...Object.fromEntries(keys.map((k) => [k.replace(/[^a-z0-9]/gi, ""), e[k] ?? ""])) } }));
-  const weights = r.weights || [];
-  const names = weightNames(r, weights.length);
-  const wtable = table([
-    { label: "parameter", cell: (w) => w.name },
-    { label: "weight", class: "num", cell: (w) => fmt.num(w.value) },
-  ], weights.map((value, i) => ({ name: names[i], value })), { "data-testid": "weights", "aria-label": "model weights" },
-  (w) => ({ dataset: { key: w.name, value: w.value } }));
-  const model = { weights: r.weights, weight_names: r.weight_names, model: r.model, features: r.features, scaling: r.scaling,
-    class_weights: r.class_weights, best_round: r.best_round, rounds: r.rounds, stop_reason: r.stop_reason };
-  return h("div", {},
-    facts([
-      ["model", r.model ? `${r.model.name}${r.model.n_features ? ` over ${r.model.n_features} features` : ""}` : null],
-      ["rounds", `${fmt.num(r.rounds)} updates in ${fmt.num(r.server_rounds)} server rounds`],
-      ["stopped", r.stop_reason],
-      ["best evaluated round", r.best_round === null || r.best_round === undefined ? "–" : String(r.best_round)],
-      ["contributors per round", fmt.num(r.clients)],
-    ]),
-    history.length ? h("div", { class: "charts" }, charts) : h("p", { class: "empty" }, "No evaluation rounds (params.eval_every is 0)."),
-    h("h3", {}, "History (one row per evaluation round)"),
-    h("div", { class: "tablebox" }, hist),
-    h("div", { class: "downloads" },
-      button("Download model (JSON)", () => download(`model-${view.id}.json`, JSON.stringify(model, null, 2)), { "data-testid": "download-model" }),
-      h("span", { class: "muted small" }, "Python: ", h("code", {}, "TrainedModel(json.load(open(f))).scores(X)"), " (queries.training)")),
-    h("details", {}, h("summary", {}, `Weights (${weights.length})`), h("div", { class: "tablebox" }, wtable)));
-}
-
-function weightNames(r, n) {
-  if (Array.isArray(r.weight_names) && r.weight_names.length === n) return r.weight_names;
-  const f = Array.isArray(r.features) ? r.features : [];
-  if (f.length === n) return f;
-  if (f.length + 1 === n) return [...f, "bias"];
-  return Array.from({ length: n }, (_, i) => `w${i}`);
 }
