@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from analytics_server.delta_split import DeltaSplit, total_delta
 from queries import dp
 from queries.kind import AggregateNoise, QueryKind, RoundPlan
 from queries.spec import QuerySpec
@@ -77,9 +78,7 @@ def check_and_calibrate(
         raise PrivacyPolicyError(str(exc)) from None
     if mech == "none":
         return None
-    from analytics_server.validation import calibration_delta
-
-    delta = calibration_delta(spec)  # less the share that pays for truncating the noise at B (proofs)
+    delta = DeltaSplit.of(spec).calibration  # less the share that pays for truncating the noise at B (proofs)
     try:
         if spec.privacy.noise_multiplier is not None:  # analyst's z: run until the budget is spent
             cal = dp.fixed_calibration(
@@ -143,13 +142,6 @@ def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
 @functools.lru_cache(maxsize=256)
 def _affordable(calibration: tuple[tuple[str, Any], ...]) -> int:
     return dp.rounds_affordable(dp.QueryCalibration.from_dict(dict(calibration)))
-
-
-def total_delta(spec: QuerySpec, calibrated: float) -> float:
-    """The δ a query's guarantee carries: the calibrated δ plus, with validity proofs, the truncation share."""
-    from analytics_server.validation import TRUNCATION_DELTA_SHARE, uses_proofs
-
-    return calibrated / (1.0 - TRUNCATION_DELTA_SHARE) if uses_proofs(spec) else calibrated
 
 
 def assignment_privacy(

@@ -3,8 +3,8 @@
 - Submit (`resolve`): a spec's validation mode — "proofs" by default when the kind can prove its rounds'
   contributions, refused when asked of a kind that cannot, and required by the production profile
   (`FA_REQUIRE_VALIDATION`).
-- Calibration (`calibration_delta`): with proofs and noise, a share `TRUNCATION_DELTA_SHARE` of δ pays for
-  the devices' noise being truncated at the tail bound B; the noise is calibrated for the rest.
+- Calibration: with proofs and noise, a share of δ pays for the devices' noise being truncated at the tail
+  bound B; the noise is calibrated for the rest (`analytics_server.delta_split` owns that split).
 - Rounds (`round_statement`, `round_bits`): the statement every contribution proves, with the encoding scale
   and B (`noise_bound`); the ring is widened so the blinding limbs and the worst valid sum cannot wrap.
 - Cohorts (`CohortValidation`): verifies each masked input's proof as it arrives (a party whose proof fails is
@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from analytics_server import privacy
+from analytics_server.delta_split import DeltaSplit, uses_proofs
 from queries import dp
 from queries.kind import QueryKind, RoundPlan
 from queries.spec import QuerySpec
@@ -41,8 +43,6 @@ from secagg.validity import (
     verify,
 )
 
-TRUNCATION_DELTA_SHARE = 0.01
-"""Share of a query's δ spent on truncating the devices' noise at the tail bound B (proofs with noise)."""
 VERIFY_S_PER_BRANCH = 150e-6
 """Server time to verify one OR branch (about two libsodium scalar multiplications on a shared core)."""
 DEFAULT_PHASE_SHARE = 0.25
@@ -66,8 +66,6 @@ def proof_cost(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundP
                calibration: dict[str, Any] | None) -> int:
     """OR branches to verify one cohort's proofs in the query's most expensive round (the rounds planned at submit
     with their noise bounds, and the kind's largest statement with the widest of those bounds)."""
-    from analytics_server import privacy
-
     statements = [round_statement(spec, kind, p, privacy.round_noise(calibration, p), calibration) for p in plans]
     noise_bits = max((len(range_weights(2 * st.noise_bound)) for st in statements if st is not None), default=0)
     costs = [st.branches() for st in statements if st is not None]
@@ -111,22 +109,6 @@ def resolve(spec: QuerySpec, kind: QueryKind, plans: list[RoundPlan], require: b
     return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": mode})})
 
 
-def uses_proofs(spec: QuerySpec) -> bool:
-    return getattr(spec.privacy, "validation", None) == "proofs"
-
-
-def calibration_delta(spec: QuerySpec) -> float:
-    """δ the noise is calibrated for: the spec's δ less the truncation share when proofs bound the noise."""
-    delta = float(spec.privacy.delta or 0.0)
-    if uses_proofs(spec) and spec.privacy.mechanism != "none":
-        return delta * (1.0 - TRUNCATION_DELTA_SHARE)
-    return delta
-
-
-def truncation_delta(spec: QuerySpec) -> float:
-    return float(spec.privacy.delta or 0.0) - calibration_delta(spec)
-
-
 def noise_bound(spec: QuerySpec, calibration: dict[str, Any], noise: dict[str, Any], dim: int) -> int:
     """B: a device redraws a noise entry beyond ±B. Each entry lands beyond B with probability at most
     p = δ_trunc / ((1 + e^ε)·R·n_max·dim) (R rounds calibrated, n_max = cohort.max_clients), so the devices'
@@ -134,7 +116,7 @@ def noise_bound(spec: QuerySpec, calibration: dict[str, Any], noise: dict[str, A
     (1 + e^ε) times that, i.e. δ_trunc, in δ (docs/validation.md)."""
     cal = dp.QueryCalibration.from_dict(calibration)
     eps = min(float(spec.privacy.epsilon or cal.epsilon), 700.0)
-    p = truncation_delta(spec) / ((1.0 + math.exp(eps)) * cal.rounds * spec.cohort.max_clients * max(dim, 1))
+    p = DeltaSplit.of(spec).truncation / ((1.0 + math.exp(eps)) * cal.rounds * spec.cohort.max_clients * max(dim, 1))
     from queries.dp.tails import noise_quantile
 
     return max(1, int(noise_quantile(dp.RoundNoise.from_dict(noise), 1, math.log(p / 2))))
@@ -282,6 +264,7 @@ def privacy_fields(spec: QuerySpec, statements: list[Statement | None]) -> dict[
             for st in statements
         ]
         if spec.privacy.mechanism != "none":
-            out["truncation_delta"] = truncation_delta(spec)
-            out["delta_calibrated"] = calibration_delta(spec)
+            split = DeltaSplit.of(spec)
+            out["truncation_delta"] = split.truncation
+            out["delta_calibrated"] = split.calibration
     return out
