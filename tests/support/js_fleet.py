@@ -17,7 +17,7 @@ from typing import Any
 from fleet_sim.scenarios import generate
 from tests.support.browser import CHROMIUM
 
-JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[1] / "device_sdk" / "js")
+JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[2] / "device_sdk" / "js")
 """The built JS SDK (FA_JS_SDK_DIR: another build of it, e.g. a deliberately broken one to see these tests fail)."""
 
 
