@@ -692,6 +692,68 @@ def kind_encodings_vectors(case: Json) -> Json:
     return {"vector": big(vec), "dim": int(vec.shape[0]), "uses_rng": bool(not np.array_equal(vec, other))}
 
 
+def _typed_kinds() -> list[str]:
+    """The kinds that declare their own round task model (the others take any JSON object)."""
+    from queries.kind import UntypedTask
+    from queries.registry import KINDS
+
+    return [k.name for k in KINDS if k.Task is not UntypedTask]
+
+
+@topic(
+    "task_schemas",
+    "The JSON Schema (draft 2020-12, as pydantic writes it) of each query kind's round task (`Kind.Task`, "
+    "queries/kind.py): the one set of task parsing rules, which the TypeScript SDK applies too.",
+    [{"kind": name} for name in _typed_kinds()],
+)
+def task_schemas_vectors(case: Json) -> Json:
+    return {"schema": get_kind(case["kind"]).task_schema()}
+
+
+def _task_cases() -> list[Json]:
+    """Per typed kind: its first planned task (accepted) and that task spoiled one way each (refused)."""
+    out: list[Json] = []
+    for name in _typed_kinds():
+        good = _round0_plan(name, _EXAMPLE_PARAMS[name]).task
+        out.append({"kind": name, "task": good})
+        for spoil in _spoilers(good):
+            out.append({"kind": name, "task": spoil})
+    return out
+
+
+_EXAMPLE_PARAMS: dict[str, Json] = {
+    "histogram": {"buckets": ["moon", "sun", "star"], "max_contributions_per_device": 2},
+}
+
+
+def _spoilers(task: Json) -> list[Json]:
+    """The task with an unknown key, each integer field as True, 3.7 and "3", each list of strings empty, with an
+    empty string or with a number (sizes above the limits: the schema's maxItems/maxLength, kept out of the file)."""
+    out: list[Json] = [task | {"unexpected": 1}]
+    for key, value in task.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            out += [task | {key: True}, task | {key: 3.7}, task | {key: "3"}]
+        if isinstance(value, list) and value and isinstance(value[0], str):
+            out += [task | {key: []}, task | {key: value + [""]}, task | {key: value + [1]}]
+    return out
+
+
+@topic(
+    "task_parsing",
+    "Round tasks each kind must accept or refuse (`parse_task`): `accepted`, and for a refused task the field "
+    "named (`task.<key>`, the first key of the error). A port must agree on `accepted` for every case.",
+    _task_cases(),
+)
+def task_parsing_vectors(case: Json) -> Json:
+    from queries.kind import QueryKindError
+
+    try:
+        get_kind(case["kind"]).parse_task(case["task"])
+    except QueryKindError as exc:
+        return {"accepted": False, "field": str(exc).split(":", 1)[0].split(".")[1]}
+    return {"accepted": True, "field": None}
+
+
 @topic(
     "request_signing",
     "Device request signing (queries/envelope.py): the signed payload, its Ed25519 signature under a fixed "
