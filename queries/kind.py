@@ -174,6 +174,8 @@ class ExpectedValue:
 def task_error(exc: ValidationError) -> QueryKindError:
     """The QueryKindError of a task that its `Task` model refused, naming the first bad field (`task.buckets.3`)."""
     first = exc.errors()[0]
+    if not first["loc"]:  # a check across fields: its message starts with the field ("depth: …")
+        return QueryKindError("task." + str(first["msg"]).removeprefix("Value error, "))
     where = ".".join(str(p) for p in ("task", *first["loc"]))
     return QueryKindError(f"{where}: {first['msg']}")
 

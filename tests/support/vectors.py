@@ -723,6 +723,7 @@ def _task_cases() -> list[Json]:
 
 _EXAMPLE_PARAMS: dict[str, Json] = {
     "histogram": {"buckets": ["moon", "sun", "star"], "max_contributions_per_device": 2},
+    "heavy_hitters": {"mode": "secagg", "max_length": 4, "alphabet": "abc", "max_words_per_device": 2},
 }
 
 

@@ -46,6 +46,9 @@ export const histogram: DeviceKind = {
     [...counts.entries()].sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, k).forEach(([slot]) => (vec[slot] = 1));
     return vec;
   },
+  parseTask(task) {
+    parse(task);
+  },
   taskSensitivity(task) {
     const { k } = parse(task);
     return [k, Math.sqrt(k)];

@@ -44,5 +44,67 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
     ],
     "title": "HistogramTask",
     "type": "object"
+  },
+  "heavy_hitters": {
+    "additionalProperties": false,
+    "description": "A heavy_hitters round's task: the frontier of prefixes of length `depth` that devices vote to extend.",
+    "properties": {
+      "mode": {
+        "enum": [
+          "triehh",
+          "secagg"
+        ],
+        "title": "Mode",
+        "type": "string"
+      },
+      "depth": {
+        "exclusiveMaximum": 64,
+        "minimum": 0,
+        "title": "Depth",
+        "type": "integer"
+      },
+      "frontier": {
+        "items": {
+          "maxLength": 64,
+          "type": "string"
+        },
+        "maxItems": 4096,
+        "title": "Frontier",
+        "type": "array"
+      },
+      "alphabet": {
+        "maxLength": 128,
+        "minLength": 1,
+        "title": "Alphabet",
+        "type": "string"
+      },
+      "max_length": {
+        "maximum": 64,
+        "minimum": 1,
+        "title": "Max Length",
+        "type": "integer"
+      },
+      "max_words": {
+        "maximum": 16,
+        "minimum": 1,
+        "title": "Max Words",
+        "type": "integer"
+      },
+      "casefold": {
+        "default": true,
+        "title": "Casefold",
+        "type": "boolean"
+      }
+    },
+    "required": [
+      "mode",
+      "depth",
+      "frontier",
+      "alphabet",
+      "max_length",
+      "max_words"
+    ],
+    "title": "HeavyHittersTask",
+    "type": "object"
   }
 };
