@@ -39,6 +39,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from queries.kind import (
+    KindExample,
+    KindTemplate,
     AggregateNoise,
     ExpectedValue,
     QueryKind,
@@ -301,12 +303,37 @@ def _second_scale(spec: FeatureSpec, mean: float) -> float:
     r = spec.upper - spec.lower
     return max(mean - spec.lower, spec.upper - mean) ** 2 / (r * r)
 
+FEATURE_STATS_TEMPLATE = KindTemplate(
+    "feature_stats: count, mean, variance and a histogram per numeric feature, and a scaler",
+    {
+        "kind": "feature_stats",
+        "name": "scaling of age, income, sessions",
+        "source": "features",
+        "params": {"features": [{"name": "age", "lower": 18, "upper": 90},
+                                {"name": "income", "lower": 0, "upper": 200000},
+                                {"name": "sessions", "lower": 0, "upper": 20}],
+                   "max_examples_per_device": 3, "bins": 4},
+        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+    },
+    {
+        "params.features": "each feature's name in the device rows and public clipping bounds: values "
+                           "outside [lower, upper] are clipped, so the bounds set the noise",
+        "params.max_examples_per_device": "rows one device contributes at most (more are sampled)",
+        "params.bins": "equal-width histogram bins per feature between lower and upper (optional)",
+    },
+)
+"""Starter spec of `fa init feature_stats` (queries.templates)."""
+
 
 class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     name = "feature_stats"
     supports_proofs = True
     Params = FeatureStatsParams
     State = FeatureStatsState
+    examples = (KindExample({"features": [{"name": "age", "lower": 18, "upper": 90}, {"name": "income", "lower": 0, "upper": 2e5}]},
+                            [{"age": 31.0, "income": 52000.0}, {"age": 64.0}]),)
+    template = FEATURE_STATS_TEMPLATE
 
     def rounds_upper_bound(self, params: FeatureStatsParams) -> int:
         return 3 if params.bound_from_data else 2

@@ -26,6 +26,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from queries.kind import (
+    KindExample,
+    KindTemplate,
     AggregateNoise,
     ExpectedValue,
     QueryKind,
@@ -139,12 +141,35 @@ class HistogramState:
     noise_std: float = 0.0
     """Standard deviation of each count's noise."""
 
+HISTOGRAM_TEMPLATE = KindTemplate(
+    "histogram: how many devices hold each value (each device votes for up to "
+    "max_contributions_per_device of its values)",
+    {
+        "kind": "histogram",
+        "name": "words typed",
+        "source": "words",
+        "params": {"buckets": ["moon", "sun", "star", "cloud", "rain"], "other_bucket": "other",
+                   "max_contributions_per_device": 2},
+        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+    },
+    {
+        "params.buckets": "the values to count (up to 100,000)",
+        "params.other_bucket": "counts every value not in buckets (optional)",
+        "params.max_contributions_per_device": "distinct buckets one device may vote for: bounds "
+                                               "its influence, and the noise grows with it",
+    },
+)
+"""Starter spec of `fa init histogram` (queries.templates)."""
+
 
 class HistogramKind(QueryKind[HistogramParams, HistogramState]):
     name = "histogram"
     supports_proofs = True
     Params = HistogramParams
     State = HistogramState
+    examples = (KindExample({"buckets": ["moon", "sun", "star"]}, ["moon", "sun", "moon", "comet"]),)
+    template = HISTOGRAM_TEMPLATE
     Task = HistogramTask
 
     def initial_state(self, params: HistogramParams) -> HistogramState:

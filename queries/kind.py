@@ -32,7 +32,8 @@ preview. `plan_round` builds the `Task` and puts its JSON (`task_json`) in `Roun
 plain JSON object. The JSON Schema of each `Task` (`task_schema`) is written to tests/vectors/task_schemas.json,
 from which the TypeScript SDK applies the same rules.
 
-Adding a kind touches its own module and one line of `queries.registry`, nothing in the server or SDK.
+Adding a kind touches its own module (with its `examples` and starter `template`), one line of `queries.registry`,
+its TypeScript module and one line of the TS registry, and the regenerated vectors; nothing in the server.
 """
 
 from __future__ import annotations
@@ -191,6 +192,25 @@ def value_path(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+@dataclass(frozen=True)
+class KindExample:
+    """Params a kind accepts and one device's rows for them: what the import-set probe, the conformance tests' default
+    strategy and the kind's encoding vectors run when nothing richer is written for the kind."""
+
+    params: dict[str, Any]
+    rows: list[Any]
+
+
+@dataclass(frozen=True)
+class KindTemplate:
+    """The kind's starter spec for `fa init KIND` and the console (`queries.templates`): a title, the spec, and a
+    note per field of `params` (the common fields' notes are `queries.templates`')."""
+
+    title: str
+    spec: dict[str, Any]
+    notes: dict[str, str] = field(default_factory=dict)
+
+
 P = TypeVar("P", bound=BaseModel)
 S = TypeVar("S")
 T = TypeVar("T", bound=BaseModel)
@@ -271,6 +291,10 @@ class QueryKind(DeviceKind[Any], Generic[P, S]):
     Params: type[P]
     State: type[S]
     Task: type[Any] = UntypedTask
+    examples: ClassVar[tuple[KindExample, ...]] = ()
+    """At least one: params and rows the kind runs on (tests derive their default cases from them)."""
+    template: ClassVar[KindTemplate | None] = None
+    """The starter spec `fa init` writes for this kind (None: the kind offers none)."""
 
     def parse_params(self, raw: dict[str, Any]) -> P:
         """Validate `params`; raises pydantic.ValidationError naming the bad field."""

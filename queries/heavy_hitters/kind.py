@@ -32,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraint
 from queries.heavy_hitters import calibration as cal
 from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_layout, vote_vector
 from queries.kind import (
+    KindExample,
+    KindTemplate,
     AggregateNoise,
     ExpectedValue,
     QueryKind,
@@ -211,12 +213,37 @@ def _count_at(result: dict[str, Any], path: str) -> float:
     value = value_at(result, path)
     return float(value) if isinstance(value, (int, float)) else 0.0
 
+HEAVY_HITTERS_TEMPLATE = KindTemplate(
+    "heavy_hitters: the most common strings, found without a dictionary (TrieHH hardened with secure "
+    "aggregation: every device votes every round)",
+    {
+        "kind": "heavy_hitters",
+        "name": "popular words",
+        "source": "words",
+        "params": {"mode": "secagg", "max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyz",
+                   "max_frontier": 16},
+        "privacy": {"mechanism": "skellam", "epsilon": 2.0, "delta": 1e-6},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+    },
+    {
+        "params.mode": "secagg (noisy secure votes, one round per character) or triehh (sampling and "
+                       "a threshold, Zhu et al.; no noise)",
+        "params.max_length": "longest string found: at most this many rounds",
+        "params.alphabet": "characters a string may hold; others end it",
+        "params.max_frontier": "most prefixes extended per round (the most voted are kept)",
+        "privacy.epsilon": "the query's total epsilon, split over its rounds",
+    },
+)
+"""Starter spec of `fa init heavy_hitters` (queries.templates)."""
+
 
 class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
     name = "heavy_hitters"
     supports_proofs = True
     Params = HeavyHittersParams
     State = HeavyHittersState
+    examples = (KindExample({"mode": "secagg", "max_length": 4, "alphabet": "abcdefghijklmnopqrstuvwxyz"}, ["hello"]),)
+    template = HEAVY_HITTERS_TEMPLATE
     Task = HeavyHittersTask
 
     def rounds_upper_bound(self, params: HeavyHittersParams) -> int:

@@ -646,6 +646,17 @@ def frecency_rows() -> list[Any]:
     return rows[:10]
 
 
+_HAND_WRITTEN_ENCODINGS = ("histogram", "feature_stats", "heavy_hitters", "training")
+"""Kinds whose encoding cases are written out above; every other registered kind gets its declared examples."""
+
+
+def _example_kind_cases() -> list[Json]:
+    from queries.registry import KINDS
+
+    return [_kind_case(k.name, e.params, e.rows) for k in KINDS if k.name not in _HAND_WRITTEN_ENCODINGS
+            for e in k.examples]
+
+
 def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
     rng = contribution_generator(SeededRandom(seed))
     return np.asarray(get_kind(case["kind"]).contribute(case["task"], case["rows"], rng), dtype=np.int64)
@@ -684,6 +695,7 @@ def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
                    ["Straße", "STRASSE", "strasse", "\u3000ﬁsh\u2003", "ΟΔΟΣ", "ΟΔΟΣ", "ΟΔΟΣ", "toolongword", "x1"]),
         _kind_case("training", frecency_params(eval_every=0), frecency_rows()),
         _kind_case("training", frecency_params(eval_every=2), frecency_rows()),
+        *_example_kind_cases(),
     ],
 )
 def kind_encodings_vectors(case: Json) -> Json:
