@@ -726,14 +726,14 @@ def _task_cases() -> list[Json]:
     """Per typed kind: its first planned task (accepted) and that task spoiled one way each (refused)."""
     out: list[Json] = []
     for name in _typed_kinds():
-        good = _round0_plan(name, _EXAMPLE_PARAMS[name]).task
+        good = _round0_plan(name, _EXAMPLE_PARAMS.get(name) or get_kind(name).examples[0].params).task
         out.append({"kind": name, "task": good})
         for spoil in _spoilers(good):
             out.append({"kind": name, "task": spoil})
     return out
 
 
-_EXAMPLE_PARAMS: dict[str, Json] = {
+_EXAMPLE_PARAMS: dict[str, Json] = {  # params whose task has more to spoil than the kind's first example
     "histogram": {"buckets": ["moon", "sun", "star"], "max_contributions_per_device": 2},
     "heavy_hitters": {"mode": "secagg", "max_length": 4, "alphabet": "abc", "max_words_per_device": 2},
 }
