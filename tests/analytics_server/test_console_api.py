@@ -19,8 +19,7 @@ from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from queries import jsonc
-from queries.registry import KINDS
-from queries.registry import get_kind
+from queries.registry import KINDS, get_kind
 from queries.spec import QuerySpec
 from tests.signed_device import SignedDevice
 
