@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -383,7 +384,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         return RoundPlan(round=round_index, task=task, dim=dim, max_abs=m * unit, l1_sensitivity=l1, l2_sensitivity=l2,
                          privacy_weight=weight, purpose=purpose)
 
-    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: Mapping[str, Any]) -> tuple[float, float]:
         """Rows held: one 1 (one-hot). Moments: per example and feature at most 2^K in each of the count and the
         first moment (first moments), or in the scaled second moment and one histogram bin (second moments);
         at most `max_examples` examples."""
@@ -409,7 +410,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         unit = m * (1 << k)
         return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
-    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+    def contribute(self, task: Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         stage = task.get("stage") if isinstance(task, dict) else None
         if stage == "row_counts":
             try:
@@ -459,7 +460,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             return second_moments_layout(len(specs), bins).pack(seconds=seconds, histograms=hists)
         raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
 
-    def validity(self, task: dict[str, Any]) -> Statement:
+    def validity(self, task: Mapping[str, Any]) -> Statement:
         """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
         entry within what `max_examples` examples can add: counts, first moments, histogram bins and second
         moments each in [0, max_examples·2^scale_exp]."""

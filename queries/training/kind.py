@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -263,10 +264,10 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         """The clip norm of the next training round."""
         return params.clip_norm if state.clip_norm is None else state.clip_norm
 
-    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        return client.contribute(task, rows, rng)
+    def contribute(self, task: Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        return client.contribute(dict(task), rows, rng)
 
-    def validity(self, task: dict[str, Any]) -> Statement | None:
+    def validity(self, task: Mapping[str, Any]) -> Statement | None:
         """Sign-vote training rounds: every entry in {−1, 0, +1}. Clipped updates, evaluations and label counts
         carry no proof (out of scope: the server's plausibility check still bounds their aggregate)."""
         if task.get("phase") != "train" or task.get("votes") != "sign":
@@ -277,7 +278,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             raise QueryKindError(f"task: malformed training task ({exc!r})") from None
         return Statement((Signs(d),))
 
-    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: Mapping[str, Any]) -> tuple[float, float]:
         """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""
         try:
             phase, pb = task["phase"], task["precision_bits"]
