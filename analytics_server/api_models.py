@@ -313,7 +313,7 @@ def query_submit() -> type[BaseModel]:
     for kind in KINDS:
         name = kind.name
         extra = kind.Params.model_config.get("json_schema_extra")
-        params_examples = extra.get("examples", []) if isinstance(extra, dict) else []
+        params_examples = (extra.get("examples", []) if isinstance(extra, dict) else []) or [e.params for e in kind.examples]
         bodies = [{"kind": name, "source": "examples", "params": p, "cohort": {"min_clients": 10, "max_clients": 100}}
                   for p in params_examples]
         if bodies:

@@ -532,7 +532,8 @@ class DeviceClient:
             cfg = SecAggConfig.from_dict(a.secagg)
             kind = get_kind(a.kind)
             draws = self.randomness.for_contribution(a.cohort_id)
-            raw = kind.contribute(a.task, self.store.rows(a.source), draws.kind)
+            task = kind.parse_task(a.task)  # the kind's one set of task rules (QueryKindError naming the field)
+            raw = kind.contribute(task, self.store.rows(a.source), draws.kind)
             over = contribution.check_vector(raw)
             if over is not None:
                 return Outcome("refused", cohort_id=a.cohort_id, detail=over.detail, reason=over.reason)

@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from queries.kind import (
+    KindExample,
+    KindTemplate,
     AggregateNoise,
     ExpectedValue,
     QueryKind,
@@ -302,12 +305,37 @@ def _second_scale(spec: FeatureSpec, mean: float) -> float:
     r = spec.upper - spec.lower
     return max(mean - spec.lower, spec.upper - mean) ** 2 / (r * r)
 
+FEATURE_STATS_TEMPLATE = KindTemplate(
+    "feature_stats: count, mean, variance and a histogram per numeric feature, and a scaler",
+    {
+        "kind": "feature_stats",
+        "name": "scaling of age, income, sessions",
+        "source": "features",
+        "params": {"features": [{"name": "age", "lower": 18, "upper": 90},
+                                {"name": "income", "lower": 0, "upper": 200000},
+                                {"name": "sessions", "lower": 0, "upper": 20}],
+                   "max_examples_per_device": 3, "bins": 4},
+        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+    },
+    {
+        "params.features": "each feature's name in the device rows and public clipping bounds: values "
+                           "outside [lower, upper] are clipped, so the bounds set the noise",
+        "params.max_examples_per_device": "rows one device contributes at most (more are sampled)",
+        "params.bins": "equal-width histogram bins per feature between lower and upper (optional)",
+    },
+)
+"""Starter spec of `fa init feature_stats` (queries.templates)."""
+
 
 class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     name = "feature_stats"
     supports_proofs = True
     Params = FeatureStatsParams
     State = FeatureStatsState
+    examples = (KindExample({"features": [{"name": "age", "lower": 18, "upper": 90}, {"name": "income", "lower": 0, "upper": 2e5}]},
+                            [{"age": 31.0, "income": 52000.0}, {"age": 64.0}]),)
+    template = FEATURE_STATS_TEMPLATE
 
     def rounds_upper_bound(self, params: FeatureStatsParams) -> int:
         return 3 if params.bound_from_data else 2
@@ -357,7 +385,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         return RoundPlan(round=round_index, task=task, dim=dim, max_abs=m * unit, l1_sensitivity=l1, l2_sensitivity=l2,
                          privacy_weight=weight, purpose=purpose)
 
-    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: Mapping[str, Any]) -> tuple[float, float]:
         """Rows held: one 1 (one-hot). Moments: per example and feature at most 2^K in each of the count and the
         first moment (first moments), or in the scaled second moment and one histogram bin (second moments);
         at most `max_examples` examples."""
@@ -383,7 +411,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         unit = m * (1 << k)
         return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
-    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+    def contribute(self, task: Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         stage = task.get("stage") if isinstance(task, dict) else None
         if stage == "row_counts":
             try:
@@ -433,7 +461,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             return second_moments_layout(len(specs), bins).pack(seconds=seconds, histograms=hists)
         raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
 
-    def validity(self, task: dict[str, Any]) -> Statement:
+    def validity(self, task: Mapping[str, Any]) -> Statement:
         """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
         entry within what `max_examples` examples can add: counts, first moments, histogram bins and second
         moments each in [0, max_examples·2^scale_exp]."""

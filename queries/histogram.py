@@ -18,6 +18,7 @@ under the threshold are listed in `suppressed`, never silently dropped.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
@@ -25,6 +26,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from queries.kind import (
+    KindExample,
+    KindTemplate,
     AggregateNoise,
     ExpectedValue,
     QueryKind,
@@ -99,6 +102,20 @@ class HistogramParams(BaseModel):
         return self.buckets + ([self.other_bucket] if self.other_bucket is not None else [])
 
 
+class HistogramTask(BaseModel):
+    """A histogram round's task: the buckets, the optional catch-all bucket and the per-device contribution bound."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    buckets: list[BucketName] = Field(min_length=1, max_length=MAX_BUCKETS)
+    other_bucket: BucketName | None = None
+    max_contributions: int = Field(ge=1, le=MAX_CONTRIBUTIONS)
+
+    @property
+    def dim(self) -> int:
+        return len(self.buckets) + (self.other_bucket is not None)
+
+
 def _value_text(row: Any) -> str | None:
     if isinstance(row, dict):
         row = row.get("value")
@@ -125,12 +142,36 @@ class HistogramState:
     noise_std: float = 0.0
     """Standard deviation of each count's noise."""
 
+HISTOGRAM_TEMPLATE = KindTemplate(
+    "histogram: how many devices hold each value (each device votes for up to "
+    "max_contributions_per_device of its values)",
+    {
+        "kind": "histogram",
+        "name": "words typed",
+        "source": "words",
+        "params": {"buckets": ["moon", "sun", "star", "cloud", "rain"], "other_bucket": "other",
+                   "max_contributions_per_device": 2},
+        "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+    },
+    {
+        "params.buckets": "the values to count (up to 100,000)",
+        "params.other_bucket": "counts every value not in buckets (optional)",
+        "params.max_contributions_per_device": "distinct buckets one device may vote for: bounds "
+                                               "its influence, and the noise grows with it",
+    },
+)
+"""Starter spec of `fa init histogram` (queries.templates)."""
+
 
 class HistogramKind(QueryKind[HistogramParams, HistogramState]):
     name = "histogram"
     supports_proofs = True
     Params = HistogramParams
     State = HistogramState
+    examples = (KindExample({"buckets": ["moon", "sun", "star"]}, ["moon", "sun", "moon", "comet"]),)
+    template = HISTOGRAM_TEMPLATE
+    Task = HistogramTask
 
     def initial_state(self, params: HistogramParams) -> HistogramState:
         return HistogramState()
@@ -138,25 +179,19 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
     def plan_round(self, params: HistogramParams, state: HistogramState, round_index: int) -> RoundPlan | None:
         if state.done:
             return None
-        k = params.max_contributions_per_device
-        task = {"buckets": params.buckets, "other_bucket": params.other_bucket, "max_contributions": k}
+        task = HistogramTask(buckets=params.buckets, other_bucket=params.other_bucket,
+                             max_contributions=params.max_contributions_per_device)
         l1, l2 = self.task_sensitivity(task)
-        return RoundPlan(round=round_index, task=task, dim=len(params.slots), max_abs=1, l1_sensitivity=l1, l2_sensitivity=l2)
+        return RoundPlan(round=round_index, task=self.task_json(task), dim=len(params.slots), max_abs=1, l1_sensitivity=l1, l2_sensitivity=l2)
 
-    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: HistogramTask | Mapping[str, Any]) -> tuple[float, float]:
         """At most `max_contributions` slots set to 1: L1 k, L2 √k."""
-        k = task.get("max_contributions") if isinstance(task, dict) else None
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise QueryKindError(f"task.max_contributions: must be an integer ≥ 1, got {k!r}")
+        k = self.parse_task(task).max_contributions
         return float(k), float(k) ** 0.5
 
-    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        try:
-            buckets = [str(b) for b in task["buckets"]]
-            other = task.get("other_bucket")
-            k = int(task["max_contributions"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryKindError(f"task: malformed histogram task ({exc})") from None
+    def contribute(self, task: HistogramTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        t = self.parse_task(task)
+        buckets, other, k = t.buckets, t.other_bucket, t.max_contributions
         index = {b: i for i, b in enumerate(buckets)}
         other_slot = len(buckets) if other is not None else None
         counts: Counter[int] = Counter()
@@ -173,14 +208,10 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
             vec[slot] = 1
         return vec
 
-    def validity(self, task: dict[str, Any]) -> Statement:
+    def validity(self, task: HistogramTask | Mapping[str, Any]) -> Statement:
         """Every slot 0 or 1, at most `max_contributions` of them 1."""
-        try:
-            dim = len(task["buckets"]) + (task.get("other_bucket") is not None)
-            k = int(task["max_contributions"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryKindError(f"task: malformed histogram task ({exc})") from None
-        return Statement((Bits(dim, k),))
+        t = self.parse_task(task)
+        return Statement((Bits(t.dim, t.max_contributions),))
 
     def decode_round(
         self,

@@ -23,7 +23,17 @@ applied, the noise std and intervals of released values, the kind's warnings, an
 not mistake for success). Before a query is submitted, `preview` maps its planned rounds' noise to the
 expected noise of each value it will release. The server never reads a kind's state or result keys.
 
-Adding a kind touches its own module and one line of `queries.registry`, nothing in the server or SDK.
+The contract has two halves (like a VDAF's client and aggregator roles). The DEVICE half (`DeviceKind`): the
+kind's typed round task (`Task`, a strict pydantic model), `parse_task` (the one function that turns the task JSON a
+device receives into a `Task`, refusing `True`, `3.7` or `"3"` for an integer, unknown keys and oversized lists,
+with a QueryKindError naming the field), `contribute`, `validity` and `task_sensitivity`, which take the parsed
+task. The SERVER half (`QueryKind`, which extends the device half): params, planning, decoding, release,
+preview. `plan_round` builds the `Task` and puts its JSON (`task_json`) in `RoundPlan.task`, so the wire stays a
+plain JSON object. The JSON Schema of each `Task` (`task_schema`) is written to tests/vectors/task_schemas.json,
+from which the TypeScript SDK applies the same rules.
+
+Adding a kind touches its own module (with its `examples` and starter `template`), one line of `queries.registry`,
+its TypeScript module and one line of the TS registry, and the regenerated vectors; nothing in the server.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from queries.spec import PrivacySpec
 from secagg.randomness import ByteSource
@@ -163,6 +173,15 @@ class ExpectedValue:
     note: str | None = None
 
 
+def task_error(exc: ValidationError) -> QueryKindError:
+    """The QueryKindError of a task that its `Task` model refused, naming the first bad field (`task.buckets.3`)."""
+    first = exc.errors()[0]
+    if not first["loc"]:  # a check across fields: its message starts with the field ("depth: …")
+        return QueryKindError("task." + str(first["msg"]).removeprefix("Value error, "))
+    where = ".".join(str(p) for p in ("task", *first["loc"]))
+    return QueryKindError(f"{where}: {first['msg']}")
+
+
 def contribution_generator(source: ByteSource) -> np.random.Generator:
     """The numpy Generator a kind's `contribute` draws from (row subsampling, shuffles, stochastic rounding —
     never keys, masks or noise): PCG64 seeded from 32 bytes of `source`, so a seeded source reproduces it."""
@@ -174,19 +193,109 @@ def value_path(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+@dataclass(frozen=True)
+class KindExample:
+    """Params a kind accepts and one device's rows for them: what the import-set probe, the conformance tests' default
+    strategy and the kind's encoding vectors run when nothing richer is written for the kind."""
+
+    params: dict[str, Any]
+    rows: list[Any]
+
+
+@dataclass(frozen=True)
+class KindTemplate:
+    """The kind's starter spec for `fa init KIND` and the console (`queries.templates`): a title, the spec, and a
+    note per field of `params` (the common fields' notes are `queries.templates`')."""
+
+    title: str
+    spec: dict[str, Any]
+    notes: dict[str, str] = field(default_factory=dict)
+
+
 P = TypeVar("P", bound=BaseModel)
 S = TypeVar("S")
+T = TypeVar("T", bound=BaseModel)
 
 
-class QueryKind(ABC, Generic[P, S]):
-    """One kind of query, with params `P` and state `S`. Instances are stateless; all state lives in `S`."""
+class DeviceKind(ABC, Generic[T]):
+    """The device half of a kind: what a device needs to take part in a round, and nothing of the server's.
+
+    `Task` is the kind's round task (a strict pydantic model: `extra="forbid"`, strict types, bounded sizes). Every
+    method below takes a task as `parse_task` returns it; given the raw JSON instead, it parses it first (same
+    rules, so a caller that has not parsed yet gets the same answer and the same errors)."""
 
     name: ClassVar[str]
-    Params: type[P]
-    State: type[S]
+    Task: type[T]
     supports_proofs: ClassVar[bool] = False
     """Whether devices can prove their contributions to this kind valid (`privacy.validation = "proofs"`);
     a device whose policy has `require_proofs` refuses such a kind's assignments without proofs."""
+
+    def parse_task(self, raw: Any) -> T:
+        """The round's task JSON → the typed task; QueryKindError naming the field when the model refuses it."""
+        if self.Task is UntypedTask:  # a kind without its own model: the JSON object as given
+            if not isinstance(raw, Mapping):
+                raise QueryKindError("task: must be a JSON object")
+            return raw  # type: ignore[return-value]
+        if isinstance(raw, self.Task):
+            return raw
+        try:
+            return self.Task.model_validate(raw)
+        except ValidationError as exc:
+            raise task_error(exc) from None
+
+    def task_json(self, task: T) -> dict[str, Any]:
+        """The task as it goes on the wire in `RoundPlan.task` (every field, in declaration order)."""
+        out: dict[str, Any] = task.model_dump(mode="json")
+        return out
+
+    @classmethod
+    def task_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of `Task` (what the TypeScript SDK validates tasks against)."""
+        out: dict[str, Any] = cls.Task.model_json_schema()
+        return out
+
+    @abstractmethod
+    def contribute(self, task: T | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        """The local rows of the query's `source` → an int64 vector of length plan.dim.
+
+        `rng` is the only randomness a kind may use (row sampling, SGD order, stochastic rounding); the
+        device draws it from its randomness source, so a seeded source reproduces the vector exactly."""
+
+    def validity(self, task: T | Mapping[str, Any]) -> Statement | None:
+        """Optional hook: what every honest contribution to a round with this `task` satisfies (per segment of
+        the vector: votes, signs or ranges), for the devices' validity proofs (`privacy.validation:
+        "proofs"`). Both sides derive it from the task, the device to prove and the server to verify.
+        Default None: the round's contributions cannot be proved (the server still refuses aggregates that no
+        honest cohort could produce)."""
+        return None
+
+    def task_sensitivity(self, task: T | Mapping[str, Any]) -> tuple[float, float] | None:
+        """Optional hook: (L1, L2) bounds on the norms of any vector `contribute` returns for this task, computed
+        from the task alone — never from the data (raise QueryKindError on a malformed task). The device
+        recomputes its noise floor from these bounds instead of the server's declared sensitivities
+        (docs/device_sdk.md); `plan_round` should derive its `l1_sensitivity`/`l2_sensitivity` from the same
+        function (the conformance suite checks they agree). Default None: the device then uses the declared
+        sensitivities and refuses to send a vector that exceeds them."""
+        return None
+
+
+class UntypedTask(BaseModel):
+    """The task of a kind that has not declared its own model yet: any JSON object, kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class QueryKind(DeviceKind[Any], Generic[P, S]):
+    """One kind of query, with params `P` and state `S`: the server half over the device half (`DeviceKind`).
+    Instances are stateless; all state lives in `S`."""
+
+    Params: type[P]
+    State: type[S]
+    Task: type[Any] = UntypedTask
+    examples: ClassVar[tuple[KindExample, ...]] = ()
+    """At least one: params and rows the kind runs on (tests derive their default cases from them)."""
+    template: ClassVar[KindTemplate | None] = None
+    """The starter spec `fa init` writes for this kind (None: the kind offers none)."""
 
     def parse_params(self, raw: dict[str, Any]) -> P:
         """Validate `params`; raises pydantic.ValidationError naming the bad field."""
@@ -229,14 +338,6 @@ class QueryKind(ABC, Generic[P, S]):
             raise QueryKindError(f"state: not a stored {self.name} state ({exc.error_count()} errors)") from None
         return state
 
-    def validity(self, task: dict[str, Any]) -> Statement | None:
-        """Optional hook: what every honest contribution to a round with this `task` satisfies (per segment of
-        the vector: votes, signs or ranges), for the devices' validity proofs (`privacy.validation:
-        "proofs"`). Both sides derive it from the task, the device to prove and the server to verify.
-        Default None: the round's contributions cannot be proved (the server still refuses aggregates that no
-        honest cohort could produce)."""
-        return None
-
     def largest_validity(self, params: P) -> Statement | None:
         """Optional hook: the largest statement any round of the query can have (sizes the cost of proofs when later
         rounds grow, e.g. a heavy-hitters frontier). Default None: the rounds planned at submit are representative."""
@@ -249,22 +350,6 @@ class QueryKind(ABC, Generic[P, S]):
     @abstractmethod
     def plan_round(self, params: P, state: S, round_index: int) -> RoundPlan | None:
         """The next round, or None when the query is finished."""
-
-    @abstractmethod
-    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        """Device side: the local rows of the query's `source` → an int64 vector of length plan.dim.
-
-        `rng` is the only randomness a kind may use (row sampling, SGD order, stochastic rounding); the
-        device draws it from its randomness source, so a seeded source reproduces the vector exactly."""
-
-    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float] | None:
-        """Optional hook, device side: (L1, L2) bounds on the norms of any vector `contribute` returns for
-        this task, computed from the task alone — never from the data (raise QueryKindError on a malformed
-        task). The device recomputes its noise floor from these bounds instead of the server's declared
-        sensitivities (docs/device_sdk.md); `plan_round` should derive its `l1_sensitivity`/`l2_sensitivity`
-        from the same function (the conformance suite checks they agree). Default None: the device then
-        uses the declared sensitivities and refuses to send a vector that exceeds them."""
-        return None
 
     @abstractmethod
     def decode_round(

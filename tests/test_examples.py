@@ -16,10 +16,10 @@ from tests.readme_blocks import ROOT, blocks
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
 
 
-def test_every_kind_has_an_example_and_a_template() -> None:
-    kinds = {json.loads(p.read_text())["kind"] for p in EXAMPLES}
-    assert {k.name for k in KINDS} <= kinds
-    assert set(TEMPLATES) == {k.name for k in KINDS}
+def test_every_kind_with_a_template_is_offered_and_the_built_in_kinds_have_examples() -> None:
+    assert set(TEMPLATES) == {k.name for k in KINDS if k.template is not None}
+    kinds = {json.loads(p.read_text())["kind"] for p in EXAMPLES}  # documentation: optional for a new kind
+    assert {"histogram", "feature_stats", "heavy_hitters", "training"} <= kinds
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -34,7 +34,11 @@ def test_example_is_a_valid_spec(path) -> None:  # type: ignore[no-untyped-def]
 def test_template_text_parses_back_and_equals_its_example(kind: str) -> None:
     t = TEMPLATES[kind]
     assert jsonc.loads(t.text()) == t.spec
-    assert json.loads((ROOT / "examples" / f"{kind}.json").read_text()) == t.spec
+    QuerySpec.model_validate(t.spec)
+    get_kind(kind).parse_params(t.spec["params"])
+    example = ROOT / "examples" / f"{kind}.json"
+    if example.exists():  # examples/ are documentation: a kind may have none
+        assert json.loads(example.read_text()) == t.spec
     for path in t.notes:  # every note names a field of the spec
         node = t.spec
         for part in path.split("."):

@@ -50,14 +50,8 @@ NOT_ON_DEVICE = ("fleet_sim.simulator", "fleet_sim.cli", "fleet_sim.scenarios", 
                  "analyst_client.client", "analyst_client.view")
 """Modules of device_sdk that are simulation or analyst tooling, not part of an app's device."""
 
-# (kind, raw params, local rows of one device); every registered kind needs at least one case.
-CASES: list[tuple[str, dict[str, Any], list[Any]]] = [
-    ("histogram", {"buckets": ["moon", "sun", "star"]}, ["moon", "sun", "moon", "comet"]),
-    ("feature_stats", {"features": [{"name": "age", "lower": 18, "upper": 90}, {"name": "income", "lower": 0, "upper": 2e5}]},
-     [{"age": 31.0, "income": 52000.0}, {"age": 64.0}]),
-    ("heavy_hitters", {"mode": "secagg", "max_length": 4, "alphabet": "abcdefghijklmnopqrstuvwxyz"}, ["hello"]),
-    ("training", {"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0, "holdout_fraction": 0.0},
-     [{"x": [0.1, -0.2, 0.3], "y": 1}, {"x": [0.0, 0.5, -0.1], "y": 0}]),
+# (kind, raw params, local rows of one device): every registered kind's declared examples, and a richer training case.
+CASES: list[tuple[str, dict[str, Any], list[Any]]] = [(k.name, e.params, e.rows) for k in KINDS for e in k.examples] + [
     ("training", example_params(rounds=1, eval_every=0), make_device_rows(np.random.default_rng(0), n_interactions=5)),
 ]
 
@@ -172,9 +166,11 @@ def probe() -> dict[str, Any]:
     return run_probe(device_modules(), CASES)
 
 
-def test_every_registered_kind_has_a_case() -> None:
-    get_kind("histogram")  # populates the registry
-    assert {k.name for k in KINDS} == {kind for kind, _, _ in CASES}
+def test_every_registered_kind_declares_an_example_its_params_accept() -> None:
+    for kind in KINDS:
+        assert kind.examples, f"{kind.name}: declare at least one KindExample (QueryKind.examples)"
+        for example in kind.examples:
+            get_kind(kind.name).parse_params(example.params)
 
 
 def test_device_modules_are_found() -> None:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import nacl.exceptions
+import numpy as np
 import nacl.signing
 import pytest
 
@@ -244,3 +245,31 @@ def test_key_signatures_of_a_wrong_length_in_the_message_vectors_are_refused():
                     decode(bytes.fromhex(bad))
             checked += 1
     assert checked >= 3  # one signed AdvertiseKeys, two signed PeerKeys entries
+
+
+def test_the_ts_sdk_embeds_the_task_schemas_the_kinds_write():
+    from tests.support.vectors import TS_TASK_SCHEMAS, render_ts_task_schemas
+
+    assert TS_TASK_SCHEMAS.read_text(encoding="utf-8") == render_ts_task_schemas()
+
+
+def test_task_parsing_vectors_refuse_bools_floats_and_strings_for_every_integer_field():
+    from queries.kind import QueryKindError
+    from queries.registry import get_kind
+
+    cases = json.loads((VECTORS / "task_parsing.json").read_text(encoding="utf-8"))["cases"]
+    accepted = [c["input"] for c in cases if c["output"]["accepted"]]
+    firsts = {c["kind"]: c for c in reversed(accepted)}  # each kind's planned task, which the refused ones spoil
+    assert accepted
+    for good in accepted:
+        kind = get_kind(good["kind"])
+        assert kind.task_json(kind.parse_task(good["task"])) == good["task"]  # the wire form round-trips
+    for good in firsts.values():
+        kind = get_kind(good["kind"])
+        for key, value in good["task"].items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                for bad in (True, 3.7, "3"):
+                    refused = [c for c in cases if c["input"] == {"kind": good["kind"], "task": good["task"] | {key: bad}}]
+                    assert refused and refused[0]["output"] == {"accepted": False, "field": key}
+                    with pytest.raises(QueryKindError, match=f"^task.{key}:"):
+                        kind.contribute(good["task"] | {key: bad}, [], np.random.default_rng(0))

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
 
 from queries.heavy_hitters import calibration as cal
 from queries.heavy_hitters.encoding import DEFAULT_ALPHABET, choose_words, vote_layout, vote_vector
 from queries.kind import (
+    KindExample,
+    KindTemplate,
     AggregateNoise,
     ExpectedValue,
     QueryKind,
@@ -165,6 +168,30 @@ class HeavyHittersParams(BaseModel):
         return len(self.alphabet) + 1
 
 
+class HeavyHittersTask(BaseModel):
+    """A heavy_hitters round's task: the frontier of prefixes of length `depth` that devices vote to extend."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    mode: Literal["triehh", "secagg"]
+    depth: int = Field(ge=0, lt=MAX_LENGTH)
+    frontier: list[Annotated[str, StringConstraints(max_length=MAX_LENGTH)]] = Field(max_length=MAX_FRONTIER)
+    alphabet: str = Field(min_length=1, max_length=MAX_ALPHABET)
+    max_length: int = Field(ge=1, le=MAX_LENGTH)
+    max_words: int = Field(ge=1, le=MAX_WORDS_PER_DEVICE)
+    casefold: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HeavyHittersTask:
+        if len(set(self.alphabet)) != len(self.alphabet):
+            raise ValueError("alphabet: characters must be distinct")
+        if self.depth >= self.max_length:
+            raise ValueError(f"depth: must be in [0, max_length), got {self.depth}")
+        if any(len(p) != self.depth for p in self.frontier) or len(set(self.frontier)) != len(self.frontier):
+            raise ValueError(f"frontier: prefixes must be distinct and of length depth={self.depth}")
+        return self
+
+
 @dataclass(frozen=True)
 class HeavyHittersState:
     """The trie so far. Round d (depth d) extends the frontier's prefixes of length d by one character."""
@@ -187,12 +214,38 @@ def _count_at(result: dict[str, Any], path: str) -> float:
     value = value_at(result, path)
     return float(value) if isinstance(value, (int, float)) else 0.0
 
+HEAVY_HITTERS_TEMPLATE = KindTemplate(
+    "heavy_hitters: the most common strings, found without a dictionary (TrieHH hardened with secure "
+    "aggregation: every device votes every round)",
+    {
+        "kind": "heavy_hitters",
+        "name": "popular words",
+        "source": "words",
+        "params": {"mode": "secagg", "max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyz",
+                   "max_frontier": 16},
+        "privacy": {"mechanism": "skellam", "epsilon": 2.0, "delta": 1e-6},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+    },
+    {
+        "params.mode": "secagg (noisy secure votes, one round per character) or triehh (sampling and "
+                       "a threshold, Zhu et al.; no noise)",
+        "params.max_length": "longest string found: at most this many rounds",
+        "params.alphabet": "characters a string may hold; others end it",
+        "params.max_frontier": "most prefixes extended per round (the most voted are kept)",
+        "privacy.epsilon": "the query's total epsilon, split over its rounds",
+    },
+)
+"""Starter spec of `fa init heavy_hitters` (queries.templates)."""
+
 
 class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
     name = "heavy_hitters"
     supports_proofs = True
     Params = HeavyHittersParams
     State = HeavyHittersState
+    examples = (KindExample({"mode": "secagg", "max_length": 4, "alphabet": "abcdefghijklmnopqrstuvwxyz"}, ["hello"]),)
+    template = HEAVY_HITTERS_TEMPLATE
+    Task = HeavyHittersTask
 
     def rounds_upper_bound(self, params: HeavyHittersParams) -> int:
         return params.max_length
@@ -204,21 +257,14 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
         depth, frontier = state.depth, state.frontier
         if not frontier or depth >= params.max_length:
             return None
-        w = params.max_words_per_device
-        task = {
-            "mode": params.mode,
-            "depth": depth,
-            "frontier": list(frontier),
-            "alphabet": params.alphabet,
-            "max_length": params.max_length,
-            "max_words": w,
-            "casefold": params.casefold,
-        }
+        task = HeavyHittersTask(mode=params.mode, depth=depth, frontier=list(frontier), alphabet=params.alphabet,
+                                max_length=params.max_length, max_words=params.max_words_per_device,
+                                casefold=params.casefold)
         rate = params.triehh[1] if params.mode == "triehh" else 1.0
         l1, l2 = self.task_sensitivity(task)
         return RoundPlan(
             round=round_index,
-            task=task,
+            task=self.task_json(task),
             dim=vote_layout(len(frontier), len(params.alphabet)).dim,
             max_abs=1,
             l1_sensitivity=l1,
@@ -227,42 +273,20 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             meta={"depth": depth},
         )
 
-    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: HeavyHittersTask | Mapping[str, Any]) -> tuple[float, float]:
         """At most `max_words` 0/1 votes: L1 w, L2 √w."""
-        w = task.get("max_words") if isinstance(task, dict) else None
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-            raise QueryKindError(f"task.max_words: must be an integer ≥ 1, got {w!r}")
+        w = self.parse_task(task).max_words
         return float(w), math.sqrt(w)
 
-    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        try:
-            depth = int(task["depth"])
-            frontier = [str(p) for p in task["frontier"]]
-            alphabet = str(task["alphabet"])
-            max_length = int(task["max_length"])
-            max_words = int(task["max_words"])
-            casefold = bool(task.get("casefold", True))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryKindError(f"task: malformed heavy_hitters task ({exc!r})") from None
-        if not alphabet or len(set(alphabet)) != len(alphabet):
-            raise QueryKindError("task.alphabet: must be non-empty with distinct characters")
-        if not 0 <= depth < max_length:
-            raise QueryKindError(f"task.depth: must be in [0, max_length), got {depth}")
-        if not 1 <= max_words <= 16:
-            raise QueryKindError(f"task.max_words: must be in [1, 16], got {max_words}")
-        if any(len(p) != depth for p in frontier) or len(set(frontier)) != len(frontier):
-            raise QueryKindError(f"task.frontier: prefixes must be distinct and of length depth={depth}")
-        words = choose_words(rows, alphabet, max_length, max_words, casefold)
-        return vote_vector(words, frontier, depth, alphabet)
+    def contribute(self, task: HeavyHittersTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        t = self.parse_task(task)
+        words = choose_words(rows, t.alphabet, t.max_length, t.max_words, t.casefold)
+        return vote_vector(words, t.frontier, t.depth, t.alphabet)
 
-    def validity(self, task: dict[str, Any]) -> Statement:
+    def validity(self, task: HeavyHittersTask | Mapping[str, Any]) -> Statement:
         """Every slot 0 or 1, at most `max_words` of them 1 (one vote per chosen string)."""
-        try:
-            dim = len(task["frontier"]) * (len(str(task["alphabet"])) + 1)
-            w = int(task["max_words"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryKindError(f"task: malformed heavy_hitters task ({exc!r})") from None
-        return Statement((Bits(dim, w),))
+        t = self.parse_task(task)
+        return Statement((Bits(len(t.frontier) * (len(t.alphabet) + 1), t.max_words),))
 
     def largest_validity(self, params: HeavyHittersParams) -> Statement:
         """A full frontier: `max_frontier` prefixes."""

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 
 from queries.kind import (
+    KindExample,
+    KindTemplate,
     AggregateNoise,
     ExpectedValue,
     QueryKind,
@@ -107,11 +110,62 @@ def _clip_entries(params: TrainingParams, t: int) -> int:
         return 0
     return encoding.NORM_BUCKETS if spec.warm_start and t == 0 else 1
 
+BREAST_CANCER_FEATURES = [
+    "mean_radius", "mean_texture", "mean_perimeter", "mean_area", "mean_smoothness", "mean_compactness",
+    "mean_concavity", "mean_concave_points", "mean_symmetry", "mean_fractal_dimension", "radius_error",
+    "texture_error", "perimeter_error", "area_error", "smoothness_error", "compactness_error", "concavity_error",
+    "concave_points_error", "symmetry_error", "fractal_dimension_error", "worst_radius", "worst_texture",
+    "worst_perimeter", "worst_area", "worst_smoothness", "worst_compactness", "worst_concavity",
+    "worst_concave_points", "worst_symmetry", "worst_fractal_dimension",
+]
+"""scikit-learn's breast cancer feature names (spaces as underscores), as `fa-sim --scenario breast_cancer*`
+stores them."""
+
+
+TRAINING_TEMPLATE = KindTemplate(
+    "training: logistic regression on breast cancer over 50 label-skewed devices (FedAvg); pass a "
+    "feature_stats result as params.scaling",
+    {
+        "kind": "training",
+        "name": "breast cancer logistic",
+        "source": "examples",
+        "params": {
+            "model": {"name": "logistic", "n_features": 30, "l2": 0.0025},
+            "features": BREAST_CANCER_FEATURES,
+            "rounds": 10,
+            "client": {"epochs": 1, "batch_size": 0, "lr": 1.0},
+            "server_optimizer": {"name": "fedavg", "lr": 3.0},
+            "clip_norm": 10.0,
+            "eval_every": 5,
+            "holdout_fraction": 0.0,
+        },
+        "privacy": {"mechanism": "none"},
+        "cohort": {"min_clients": 45, "max_clients": 50, "phase_timeout_s": 30},
+    },
+    {
+        "params.model": "logistic, softmax or mlp (numpy), or a registered black-box scoring function",
+        "params.features": "feature order of dict rows {x: {name: value}, y: label}",
+        "params.rounds": "model updates (evaluation rounds come on top)",
+        "params.client": "local training on each device: epochs over its rows, batch size (0: all), "
+                         "learning rate",
+        "params.server_optimizer": "fedavg, adam or rprop, applied to the averaged update",
+        "params.clip_norm": "L2 bound of one device's update: sets the noise",
+        "privacy": "none here: exact sums of the clipped updates. For distributed DP set mechanism "
+                   "discrete_gaussian with epsilon and delta, and params.weighting to uniform",
+        "params.eval_every": "a federated evaluation round every this many updates (0: none)",
+        "params.holdout_fraction": "share of each device's rows kept out of training for evaluation",
+    },
+)
+"""Starter spec of `fa init training` (queries.templates)."""
+
 
 class TrainingKind(QueryKind[TrainingParams, TrainingState]):
     name = "training"
     Params = TrainingParams
     State = TrainingState
+    examples = (KindExample({"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0, "holdout_fraction": 0.0},
+                            [{"x": [0.1, -0.2, 0.3], "y": 1}, {"x": [0.0, 0.5, -0.1], "y": 0}]),)
+    template = TRAINING_TEMPLATE
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Under distributed DP, defaults that converge: `weighting` "uniform" (each device's clipped update
@@ -211,10 +265,10 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         """The clip norm of the next training round."""
         return params.clip_norm if state.clip_norm is None else state.clip_norm
 
-    def contribute(self, task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        return client.contribute(task, rows, rng)
+    def contribute(self, task: Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        return client.contribute(dict(task), rows, rng)
 
-    def validity(self, task: dict[str, Any]) -> Statement | None:
+    def validity(self, task: Mapping[str, Any]) -> Statement | None:
         """Sign-vote training rounds: every entry in {−1, 0, +1}. Clipped updates, evaluations and label counts
         carry no proof (out of scope: the server's plausibility check still bounds their aggregate)."""
         if task.get("phase") != "train" or task.get("votes") != "sign":
@@ -225,7 +279,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             raise QueryKindError(f"task: malformed training task ({exc!r})") from None
         return Statement((Signs(d),))
 
-    def task_sensitivity(self, task: dict[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: Mapping[str, Any]) -> tuple[float, float]:
         """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""
         try:
             phase, pb = task["phase"], task["precision_bits"]

@@ -19,7 +19,7 @@ from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from queries import jsonc
-from queries.registry import get_kind
+from queries.registry import KINDS, get_kind
 from queries.spec import QuerySpec
 from tests.signed_device import SignedDevice
 
@@ -53,7 +53,7 @@ async def test_whoami_and_templates(app_server: TestServer) -> None:
         async with http.get(base + "/v1/whoami") as r:
             assert r.status == 401
         templates = (await _get(http, base + "/v1/templates", analyst))["templates"]
-    assert {t["kind"] for t in templates} == {"histogram", "feature_stats", "heavy_hitters", "training"}
+    assert {t["kind"] for t in templates} == {k.name for k in KINDS if k.template is not None}
     for t in templates:
         assert jsonc.loads(t["text"]) == t["spec"]
         get_kind(QuerySpec.model_validate(t["spec"]).kind).parse_params(t["spec"]["params"])

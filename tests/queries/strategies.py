@@ -2,8 +2,9 @@
 extreme but valid rows (values far outside the bounds, ±inf, NaN, missing or mistyped fields, more rows
 than a device may use) and junk a device must ignore.
 
-`KIND_DATA[kind.name]` is what the conformance suite (`test_conformance.py`) draws from; a kind added to
-`queries.registry` without an entry here fails that suite until it gets one.
+`kind_data(kind)` is what the conformance suite (`test_conformance.py`) draws from: the hand-written strategies of
+`KIND_DATA` when the kind has some, otherwise its declared examples (`QueryKind.examples`: their params, and their rows
+with junk mixed in), so a new kind runs the suite without an entry here.
 """
 
 from __future__ import annotations
@@ -212,3 +213,22 @@ KIND_DATA: dict[str, KindData] = {
     "heavy_hitters": KindData(heavy_hitters_params(), heavy_hitters_rows),
     "training": KindData(training_params(), training_rows),
 }
+
+
+def example_data(kind: Any) -> KindData:
+    """The default strategies of a kind without hand-written ones: one of its examples' params; its rows for those
+    params, a subset in any order, with junk rows added (which the kind must ignore)."""
+    examples = list(kind.examples)
+    if not examples:
+        raise AssertionError(f"kind {kind.name!r} declares no examples (QueryKind.examples) and has no KIND_DATA entry")
+
+    def rows(raw: dict[str, Any]) -> Rows:
+        mine = [r for e in examples if e.params == raw for r in e.rows]
+        return st.lists(st.one_of(st.sampled_from(mine), JUNK) if mine else JUNK, max_size=8)
+
+    return KindData(st.sampled_from([e.params for e in examples]), rows)
+
+
+def kind_data(kind: Any) -> KindData:
+    """The strategies the conformance suite draws from for `kind`."""
+    return KIND_DATA.get(kind.name) or example_data(kind)

@@ -32,7 +32,7 @@ from queries import dp
 from queries.kind import AggregateNoise, QueryKind, Release, RoundPlan, RoundPreview
 from queries.uncertainty import describe
 from queries.registry import KINDS
-from tests.queries.strategies import KIND_DATA
+from tests.queries.strategies import kind_data
 
 MAX_ROUNDS = 16
 """Generated params keep every kind's query short; a longer one fails the test."""
@@ -109,8 +109,7 @@ def _reload(kind: QueryKind[Any, Any], state: Any) -> Any:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_kind_contract(kind: QueryKind[Any, Any], data: st.DataObject) -> None:
-    assert kind.name in KIND_DATA, f"add hypothesis strategies for kind {kind.name!r} to tests/queries/strategies.py"
-    strategies = KIND_DATA[kind.name]
+    strategies = kind_data(kind)
     raw = data.draw(strategies.params, label="params")
     params = kind.parse_params(raw)
     calibration = _calibration(kind.rounds_upper_bound(params))

@@ -4,7 +4,8 @@
 
 import { codePointCompare, pyCasefold, pyStrip } from "../pyjson.js";
 import { Bits, Statement } from "../validity/statement.js";
-import { DeviceKind, QueryKindError, Task, int, list } from "./kind.js";
+import { DeviceKind, QueryKindError, Task } from "./kind.js";
+import { parseTask } from "./taskSchema.js";
 
 export function normalize(value: string, casefold = true): string {
   const s = pyStrip(value.normalize("NFKC"));
@@ -25,25 +26,27 @@ export function chooseWords(rows: unknown[], alphabet: string, maxLength: number
   return [...counts.entries()].sort((a, b) => b[1] - a[1] || codePointCompare(a[0], b[0])).slice(0, maxWords).map(([s]) => s);
 }
 
+/** The task as queries/heavy_hitters/kind.py's HeavyHittersTask: its generated schema, then its checks across fields. */
+interface HeavyHittersTask {
+  mode: "triehh" | "secagg";
+  depth: number;
+  frontier: string[];
+  alphabet: string;
+  max_length: number;
+  max_words: number;
+  casefold?: boolean;
+}
+
 function parse(task: Task) {
-  let depth: number, frontier: string[], alphabet: string, maxLength: number, maxWords: number;
-  try {
-    depth = int(task.depth, "depth");
-    frontier = list(task.frontier, "frontier").map(String);
-    alphabet = String(task.alphabet);
-    maxLength = int(task.max_length, "max_length");
-    maxWords = int(task.max_words, "max_words");
-  } catch (exc) {
-    throw new QueryKindError(`task: malformed heavy_hitters task (${(exc as Error).message})`);
-  }
+  const t = parseTask<HeavyHittersTask>("heavy_hitters", task);
+  const { depth, frontier, alphabet } = t;
   const alpha = chars(alphabet);
-  if (!alpha.length || new Set(alpha).size !== alpha.length) throw new QueryKindError("task.alphabet: must be non-empty with distinct characters");
-  if (!(depth >= 0 && depth < maxLength)) throw new QueryKindError(`task.depth: must be in [0, max_length), got ${depth}`);
-  if (!(maxWords >= 1 && maxWords <= 16)) throw new QueryKindError(`task.max_words: must be in [1, 16], got ${maxWords}`);
+  if (new Set(alpha).size !== alpha.length) throw new QueryKindError("task.alphabet: characters must be distinct");
+  if (depth >= t.max_length) throw new QueryKindError(`task.depth: must be in [0, max_length), got ${depth}`);
   if (frontier.some((p) => chars(p).length !== depth) || new Set(frontier).size !== frontier.length) {
     throw new QueryKindError(`task.frontier: prefixes must be distinct and of length depth=${depth}`);
   }
-  return { depth, frontier, alphabet, alpha, maxLength, maxWords, casefold: task.casefold === undefined ? true : Boolean(task.casefold) };
+  return { depth, frontier, alphabet, alpha, maxLength: t.max_length, maxWords: t.max_words, casefold: t.casefold ?? true };
 }
 
 export const heavyHitters: DeviceKind = {
@@ -66,9 +69,11 @@ export const heavyHitters: DeviceKind = {
     }
     return vec;
   },
+  parseTask(task) {
+    parse(task);
+  },
   taskSensitivity(task) {
-    const w = task.max_words;
-    if (typeof w !== "number" || !Number.isInteger(w) || w < 1) throw new QueryKindError(`task.max_words: must be an integer ≥ 1, got ${JSON.stringify(w)}`);
+    const w = parse(task).maxWords;
     return [w, Math.sqrt(w)];
   },
   validity(task) {

@@ -3,7 +3,8 @@
 
 import { pyNumber } from "../pyjson.js";
 import { Bits, Statement } from "../validity/statement.js";
-import { DeviceKind, QueryKindError, Task, int, list } from "./kind.js";
+import { DeviceKind, Task } from "./kind.js";
+import { parseTask } from "./taskSchema.js";
 
 /** The text a row counts as: strings as they are, numbers as Python prints them, booleans true/false, objects by
  * their "value"; anything else is ignored. */
@@ -15,12 +16,16 @@ export function valueText(row: unknown): string | null {
   return null;
 }
 
+/** The task as queries/histogram.py's HistogramTask (checked against its generated schema). */
+interface HistogramTask {
+  buckets: string[];
+  other_bucket?: string | null;
+  max_contributions: number;
+}
+
 function parse(task: Task): { buckets: string[]; other: boolean; k: number } {
-  try {
-    return { buckets: list(task.buckets, "buckets").map(String), other: task.other_bucket != null, k: int(task.max_contributions, "max_contributions") };
-  } catch (exc) {
-    throw new QueryKindError(`task: malformed histogram task (${(exc as Error).message})`);
-  }
+  const t = parseTask<HistogramTask>("histogram", task);
+  return { buckets: t.buckets, other: t.other_bucket != null, k: t.max_contributions };
 }
 
 export const histogram: DeviceKind = {
@@ -41,9 +46,11 @@ export const histogram: DeviceKind = {
     [...counts.entries()].sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, k).forEach(([slot]) => (vec[slot] = 1));
     return vec;
   },
+  parseTask(task) {
+    parse(task);
+  },
   taskSensitivity(task) {
-    const k = task.max_contributions;
-    if (typeof k !== "number" || !Number.isInteger(k) || k < 1) throw new QueryKindError(`task.max_contributions: must be an integer ≥ 1, got ${JSON.stringify(k)}`);
+    const { k } = parse(task);
     return [k, Math.sqrt(k)];
   },
   validity(task) {

@@ -12,6 +12,9 @@ export interface DeviceKind {
   readonly name: string;
   /** Whether devices can prove contributions valid (a policy with requireProofs refuses such kinds without proofs). */
   readonly supportsProofs: boolean;
+  /** Checks the round's task as the Python kind's `parse_task` does (the kind's generated task schema, then its
+   * checks across fields); QueryKindError naming the field. Kinds without a typed task have none. */
+  parseTask?(task: Task): void;
   /** The local rows → a vector of safe integers (`rng`: row subsampling, shuffles, stochastic rounding only). */
   contribute(task: Task, rows: unknown[], rng: RandomSource): Promise<number[]>;
   /** (L1, L2) bounds of any vector `contribute` returns for this task, or null when the kind cannot bound it. */

@@ -1,0 +1,105 @@
+/** One set of task parsing rules in both SDKs: a round's task is checked against the JSON Schema of the kind's
+ * `Task` model (queries/kind.py), which the Python vector generator writes to taskSchemas.generated.ts and to
+ * tests/vectors/task_schemas.json. The checker below knows exactly the keywords pydantic writes for a task model
+ * (type, properties, required, additionalProperties, items, min/maxItems, min/maxLength, minimum/maximum, anyOf,
+ * enum, const, $ref/$defs) and refuses a schema with any other keyword, so a rule can never be silently ignored.
+ * It is interpreted, not compiled (no `new Function`: fine under a strict Content-Security-Policy; ~2 kB). */
+
+import { QueryKindError, Task } from "./kind.js";
+import { TASK_SCHEMAS } from "./taskSchemas.generated.js";
+
+export type JsonSchema = { [keyword: string]: unknown };
+
+const KNOWN = new Set([
+  "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
+  "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "enum", "const", "$ref", "$defs",
+  "title", "description", "default", "examples",
+]);
+
+class Refused extends Error {
+  constructor(readonly path: (string | number)[], message: string) {
+    super(message);
+  }
+}
+
+function typeOk(type: string, v: unknown): boolean {
+  switch (type) {
+    case "object": return typeof v === "object" && v !== null && !Array.isArray(v);
+    case "array": return Array.isArray(v);
+    case "string": return typeof v === "string";
+    case "integer": return typeof v === "number" && Number.isSafeInteger(v);
+    case "number": return typeof v === "number" && Number.isFinite(v);
+    case "boolean": return typeof v === "boolean";
+    case "null": return v === null;
+    default: throw new Error(`task schema: unknown type ${JSON.stringify(type)}`);
+  }
+}
+
+function check(schema: JsonSchema, v: unknown, path: (string | number)[], root: JsonSchema): void {
+  for (const k of Object.keys(schema)) if (!KNOWN.has(k)) throw new Error(`task schema: unsupported keyword ${k}`);
+  if (typeof schema.$ref === "string") {
+    const name = schema.$ref.replace(/^#\/\$defs\//, "");
+    const target = (root.$defs as Record<string, JsonSchema> | undefined)?.[name];
+    if (!target) throw new Error(`task schema: unresolved ${schema.$ref}`);
+    check(target, v, path, root);
+  }
+  if (Array.isArray(schema.anyOf)) {
+    const errors: Refused[] = [];
+    for (const alt of schema.anyOf as JsonSchema[]) {
+      try {
+        check(alt, v, path, root);
+        break;
+      } catch (exc) {
+        if (!(exc instanceof Refused)) throw exc;
+        errors.push(exc);
+      }
+    }
+    if (errors.length === (schema.anyOf as unknown[]).length) throw errors[0];
+  }
+  if (typeof schema.type === "string" && !typeOk(schema.type, v)) throw new Refused(path, `must be of type ${schema.type}`);
+  if ("const" in schema && v !== schema.const) throw new Refused(path, `must be ${JSON.stringify(schema.const)}`);
+  if (Array.isArray(schema.enum) && !schema.enum.includes(v)) throw new Refused(path, `must be one of ${JSON.stringify(schema.enum)}`);
+  if (typeof v === "number") {
+    if (typeof schema.minimum === "number" && v < schema.minimum) throw new Refused(path, `must be ≥ ${schema.minimum}`);
+    if (typeof schema.maximum === "number" && v > schema.maximum) throw new Refused(path, `must be ≤ ${schema.maximum}`);
+    if (typeof schema.exclusiveMinimum === "number" && v <= schema.exclusiveMinimum) throw new Refused(path, `must be > ${schema.exclusiveMinimum}`);
+    if (typeof schema.exclusiveMaximum === "number" && v >= schema.exclusiveMaximum) throw new Refused(path, `must be < ${schema.exclusiveMaximum}`);
+  }
+  if (typeof v === "string") {
+    const n = [...v].length; // code points, as Python counts
+    if (typeof schema.minLength === "number" && n < schema.minLength) throw new Refused(path, `must have at least ${schema.minLength} characters`);
+    if (typeof schema.maxLength === "number" && n > schema.maxLength) throw new Refused(path, `must have at most ${schema.maxLength} characters`);
+  }
+  if (Array.isArray(v)) {
+    if (typeof schema.minItems === "number" && v.length < schema.minItems) throw new Refused(path, `must have at least ${schema.minItems} items`);
+    if (typeof schema.maxItems === "number" && v.length > schema.maxItems) throw new Refused(path, `must have at most ${schema.maxItems} items`);
+    if (schema.items && typeof schema.items === "object") v.forEach((item, i) => check(schema.items as JsonSchema, item, [...path, i], root));
+  }
+  if (typeof v === "object" && v !== null && !Array.isArray(v)) {
+    const obj = v as Record<string, unknown>;
+    const props = (schema.properties ?? {}) as Record<string, JsonSchema>;
+    for (const key of (schema.required ?? []) as string[]) if (!(key in obj)) throw new Refused([...path, key], "is required");
+    for (const [key, value] of Object.entries(obj)) {
+      if (key in props) check(props[key], value, [...path, key], root);
+      else if (schema.additionalProperties === false) throw new Refused([...path, key], "is not allowed (unknown key)");
+    }
+  }
+}
+
+/** Whether `kind` declares a typed task (the others take any JSON object, as in Python). */
+export function hasTaskSchema(kind: string): boolean {
+  return Object.prototype.hasOwnProperty.call(TASK_SCHEMAS, kind);
+}
+
+/** The task checked against the kind's schema; QueryKindError naming the field (`task.max_contributions: …`). */
+export function parseTask<T = Task>(kind: string, task: unknown): T {
+  const schema = TASK_SCHEMAS[kind] as JsonSchema | undefined;
+  if (!schema) throw new QueryKindError(`kind: no task schema for ${JSON.stringify(kind)}`);
+  try {
+    check(schema, task, [], schema);
+  } catch (exc) {
+    if (!(exc instanceof Refused)) throw exc;
+    throw new QueryKindError(`${["task", ...exc.path].join(".")}: ${exc.message}`);
+  }
+  return task as T;
+}
