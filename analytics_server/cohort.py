@@ -17,7 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -94,6 +94,25 @@ class NextMessage:
     contributed: bool = False
 
 
+@dataclass(frozen=True)
+class CohortSpec:
+    """What a cohort is, fixed before its runtime starts: built once by the orchestrator and passed in."""
+
+    mode: str = "secagg"
+    secagg_dict: dict[str, Any] = field(default_factory=dict)
+    """The session's SecAggConfig as stored with the cohort row."""
+    task_digest: bytes = bytes(32)
+    """The cohort's task digest (queries/task_digest.py), as every honest member computes it."""
+    validation: CohortValidation | None = None
+    """Validity proofs of this cohort (analytics_server.validation), when the round proves contributions."""
+    sum_check: Callable[[np.ndarray, int], str | None] | None = None
+    """Why the unmasked sum (the kind's entries, signed) is implausible, or None (every round)."""
+    kind_dim: int | None = None
+    """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    """Each member's assignment envelope (the runtime keeps its own copy of the mapping)."""
+
+
 class CohortRuntime:
     def __init__(
         self,
@@ -110,8 +129,10 @@ class CohortRuntime:
         on_end: Callable[[CohortRuntime], None],
         owner: str | None = None,
         clock: Clock | None = None,
+        spec: CohortSpec | None = None,
     ) -> None:
         self.id = cohort_id
+        self.spec = spec = spec or CohortSpec()
         self.clock: Clock = clock or SYSTEM_CLOCK
         """Wall-clock stamps and the long-poll deadline of `next_message` (phase timers run on the loop's clock)."""
         self.owner = owner
@@ -143,18 +164,14 @@ class CohortRuntime:
         self.phase_opened = self.started
         """Wall-clock time the open phase opened (its deadline is this + phase_timeout_s)."""
         self.ended: float | None = None
-        self.mode = "secagg"
-        self.secagg_dict: dict[str, Any] = {}
-        self.task_digest: bytes = bytes(32)
-        """The cohort's task digest (queries/task_digest.py), as every honest member computes it."""
-        self.assignments: dict[str, Assignment] = {}
+        self.mode = spec.mode
+        self.secagg_dict = spec.secagg_dict
+        self.task_digest = spec.task_digest
+        self.assignments: dict[str, Assignment] = dict(spec.assignments)
         self._released: set[str] = set()
-        self.validation: CohortValidation | None = None
-        """Validity proofs of this cohort (analytics_server.validation), when the round proves contributions."""
-        self.sum_check: Callable[[np.ndarray, int], str | None] | None = None
-        """Why the unmasked sum (the kind's entries, signed) is implausible, or None (every round)."""
-        self.kind_dim: int | None = None
-        """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
+        self.validation = spec.validation
+        self.sum_check = spec.sum_check
+        self.kind_dim = spec.kind_dim
         self.withdrawn: set[int] = set()
         """Parties whose device refused the assignment (its own policy): no phase waits for them."""
         self.refusals: Counter[str] = Counter()

@@ -30,7 +30,7 @@ from typing import Any
 
 from analytics_server import privacy, sampling, validation
 from analytics_server.cluster import ProcessIdentity
-from analytics_server.cohort import CohortRuntime
+from analytics_server.cohort import CohortRuntime, CohortSpec
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
 from analytics_server.logs import fields
@@ -536,18 +536,16 @@ class Orchestrator:
             session = ServerSession(
                 cfg, ids, input_validator=checks.validator if checks else None, task_digest=digest
             )
-        cohort = CohortRuntime(
+        cohort_spec = CohortSpec(
+            mode=mode, secagg_dict=secagg_dict, task_digest=digest, validation=checks,
+            sum_check=functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement),
+            kind_dim=plan.dim, assignments=assignments,
+        )
+        return CohortRuntime(
             cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
             self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id, clock=self.clock,
+            spec=cohort_spec,
         )
-        cohort.mode = mode
-        cohort.secagg_dict = secagg_dict
-        cohort.task_digest = digest
-        cohort.validation = checks
-        cohort.sum_check = functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement)
-        cohort.kind_dim = plan.dim
-        cohort.assignments = assignments
-        return cohort
 
     def _cohort_ended(self, cohort: CohortRuntime) -> None:
         """The runtime stays reachable for a while so late pollers learn the outcome (the store freed the

@@ -20,6 +20,7 @@ from analytics_server.cohort import (
     GRACE_MIN_S,
     Arrivals,
     CohortRuntime,
+    CohortSpec,
     grace,
     stalled,
 )
@@ -155,6 +156,18 @@ async def test_cohort_stamps_read_the_injected_clock(migrated_url: str) -> None:
     assert cohort.status == "finished"
     assert cohort.started == 5_000.0 and cohort.ended == 5_000.0  # the manual clock never moved
     await store.engine.dispose()
+
+
+def test_cohort_spec_is_frozen_and_read_by_the_runtime() -> None:
+    import dataclasses
+
+    spec = CohortSpec(mode="secagg", task_digest=b"d" * 32, kind_dim=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.kind_dim = 4  # type: ignore[misc]
+    cfg = SecAggConfig(session_id=b"s" * 16, n=3, dim=4, bits=16, min_survivors=2)
+    cohort = CohortRuntime("c", "q", 1, ServerSession(cfg), 16, {"a": 1, "b": 2, "c": 3}, 1.0, None,  # type: ignore[arg-type]
+                           Metrics(), ThreadPoolExecutor(1), lambda _: None, spec=spec)
+    assert (cohort.spec, cohort.task_digest, cohort.kind_dim, cohort.validation) == (spec, b"d" * 32, 3, None)
 
 
 async def test_cohort_runtime_aborts_with_reason(migrated_url: str) -> None:
