@@ -23,6 +23,7 @@ from analytics_server.pool import AVAILABILITY_SLACK_S, DevicePool
 from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.settings import Settings
 from analytics_server.state import STATE, AppState
+from secagg.clock import Clock
 
 
 OPENAPI = web.AppKey("openapi", dict)
@@ -53,7 +54,8 @@ async def openapi_doc(request: web.Request) -> web.Response:
     return web.json_response(request.app[OPENAPI])
 
 
-def create_app(settings: Settings) -> web.Application:
+def create_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
+    """`clock`: where the orchestrator and its cohorts read the time (default the system clock)."""
     metrics_ = Metrics()
     cors = make_cors_middleware(settings.device_cors_origins)  # outermost: error answers carry the headers too
     app = web.Application(
@@ -80,7 +82,7 @@ def create_app(settings: Settings) -> web.Application:
         process = identity_for(settings)
         metrics_.process = process.name
         count_statements(engine, metrics_)
-        orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier)
+        orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier, clock=clock)
         rate = settings.register_rate()
         limiter = AddressRateLimiter(rate, settings.register_burst) if rate > 0 else None
         app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, process, limiter)

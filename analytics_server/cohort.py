@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -31,6 +30,7 @@ from analytics_server.metrics import Metrics
 from analytics_server.validation import CohortValidation
 from queries.envelope import Assignment
 from secagg import encoding
+from secagg.clock import SYSTEM_CLOCK, Clock
 from secagg.errors import AbortError, ConflictError, InvalidInputError, SecAggError
 from secagg.messages import AdvertiseKeys, max_client_message_size
 from secagg.phases import Phase
@@ -94,6 +94,25 @@ class NextMessage:
     contributed: bool = False
 
 
+@dataclass(frozen=True)
+class CohortSpec:
+    """What a cohort is, fixed before its runtime starts: built once by the orchestrator and passed in."""
+
+    mode: str = "secagg"
+    secagg_dict: dict[str, Any] = field(default_factory=dict)
+    """The session's SecAggConfig as stored with the cohort row."""
+    task_digest: bytes = bytes(32)
+    """The cohort's task digest (queries/task_digest.py), as every honest member computes it."""
+    validation: CohortValidation | None = None
+    """Validity proofs of this cohort (analytics_server.validation), when the round proves contributions."""
+    sum_check: Callable[[np.ndarray, int], str | None] | None = None
+    """Why the unmasked sum (the kind's entries, signed) is implausible, or None (every round)."""
+    kind_dim: int | None = None
+    """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    """Each member's assignment envelope (the runtime keeps its own copy of the mapping)."""
+
+
 class CohortRuntime:
     def __init__(
         self,
@@ -109,8 +128,13 @@ class CohortRuntime:
         executor: Executor,
         on_end: Callable[[CohortRuntime], None],
         owner: str | None = None,
+        clock: Clock | None = None,
+        spec: CohortSpec | None = None,
     ) -> None:
         self.id = cohort_id
+        self.spec = spec = spec or CohortSpec()
+        self.clock: Clock = clock or SYSTEM_CLOCK
+        """Wall-clock stamps and the long-poll deadline of `next_message` (phase timers run on the loop's clock)."""
         self.owner = owner
         """Id of this server process: the store refuses its phase closes and sums once the lease is lost."""
         self.query_id = query_id
@@ -136,22 +160,18 @@ class CohortRuntime:
         """Wakes the phase driver before its timer: every awaited answer is in, or a member withdrew."""
         self._arrivals = Arrivals()
         self._changed = asyncio.Event()
-        self.started = time.time()
+        self.started = self.clock.time()
         self.phase_opened = self.started
         """Wall-clock time the open phase opened (its deadline is this + phase_timeout_s)."""
         self.ended: float | None = None
-        self.mode = "secagg"
-        self.secagg_dict: dict[str, Any] = {}
-        self.task_digest: bytes = bytes(32)
-        """The cohort's task digest (queries/task_digest.py), as every honest member computes it."""
-        self.assignments: dict[str, Assignment] = {}
+        self.mode = spec.mode
+        self.secagg_dict = spec.secagg_dict
+        self.task_digest = spec.task_digest
+        self.assignments: dict[str, Assignment] = dict(spec.assignments)
         self._released: set[str] = set()
-        self.validation: CohortValidation | None = None
-        """Validity proofs of this cohort (analytics_server.validation), when the round proves contributions."""
-        self.sum_check: Callable[[np.ndarray, int], str | None] | None = None
-        """Why the unmasked sum (the kind's entries, signed) is implausible, or None (every round)."""
-        self.kind_dim: int | None = None
-        """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
+        self.validation = spec.validation
+        self.sum_check = spec.sum_check
+        self.kind_dim = spec.kind_dim
         self.withdrawn: set[int] = set()
         """Parties whose device refused the assignment (its own policy): no phase waits for them."""
         self.refusals: Counter[str] = Counter()
@@ -243,7 +263,7 @@ class CohortRuntime:
 
     async def next_message(self, device_id: str, phase: int, wait_s: float) -> NextMessage:
         party = self._party(device_id)
-        deadline = time.monotonic() + wait_s
+        deadline = self.clock.monotonic() + wait_s
         while True:
             if self.status == "aborted":
                 raise HttpError(410, f"cohort {self.id} aborted: {self.reason}")
@@ -258,7 +278,7 @@ class CohortRuntime:
                 raise HttpError(410, f"party {party} was dropped from cohort {self.id} in phase {Phase(phase).label}")
             if phase != self.phase or self.status != "running":
                 raise HttpError(409, f"no message after phase {phase}; the cohort is in phase {self.phase}")
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return NextMessage("pending")
             changed = self._changed
@@ -299,7 +319,7 @@ class CohortRuntime:
         try:
             while True:
                 started = loop.time()
-                self.phase_opened = time.time()
+                self.phase_opened = self.clock.time()
                 await self._wait_for_answers(started)
                 async with self._lock:
                     closing = self.session.phase
@@ -411,7 +431,7 @@ class CohortRuntime:
             )
         self.status, self.reason = "aborted", reason
         self.metrics.cohorts["aborted"] += 1
-        self.ended = time.time()
+        self.ended = self.clock.time()
         self._notify()
         label = Phase(self.phase).label
         log.info("cohort %s of query %s aborted in phase %s after %.1f s: %s", self.id, self.query_id, label,
@@ -454,7 +474,7 @@ class CohortRuntime:
             return
         self.contributors = result.contributors
         self.status = "finished"
-        self.ended = time.time()
+        self.ended = self.clock.time()
         lost = sum(len(v) for v in dropped.values())
         log.info("cohort %s of query %s finished in %.1f s: %d of %d devices contributed (%d dropped)", self.id,
                  self.query_id, self.ended - self.started, len(result.contributors), len(self.members), lost,

@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from concurrent.futures import Executor
 from dataclasses import asdict
 from typing import Any
 
 from analytics_server import privacy, sampling, validation
 from analytics_server.cluster import ProcessIdentity
-from analytics_server.cohort import CohortRuntime
+from analytics_server.cohort import CohortRuntime, CohortSpec
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
 from analytics_server.logs import fields
@@ -46,6 +45,7 @@ from queries.kind import QueryKind, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
 from queries.task_digest import task_digest
+from secagg.clock import SYSTEM_CLOCK, Clock
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession, bench_unmasked
@@ -75,6 +75,7 @@ class Orchestrator:
     def __init__(
         self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor,
         process: ProcessIdentity, notifier: Notifier, randomness: RandomSource | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -84,6 +85,7 @@ class Orchestrator:
         self.process = process
         self.notifier = notifier
         self.randomness = randomness or OsRandom()  # session ids and cohort sampling
+        self.clock: Clock = clock or SYSTEM_CLOCK  # cohort formation deadlines, ended-cohort pruning, cohort stamps
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.cohorts: dict[str, CohortRuntime] = {}
         self.live: dict[str, dict[str, Any]] = {}
@@ -413,24 +415,24 @@ class Orchestrator:
         session id and its members (device → party)."""
         need, cap = rnd.need, spec.cohort.max_clients
         enough_since: float | None = None
-        grown_at, last_count = time.monotonic(), -1
+        grown_at, last_count = self.clock.monotonic(), -1
         timeout = self._formation_timeout(spec)
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         while True:
             pause = FORMATION_POLL_S
             available = await self.store.count_available()  # an upper bound on the eligible: no rows fetched
             if available >= need:
-                t0 = time.monotonic()
+                t0 = self.clock.monotonic()
                 eligible = await self._eligible(rnd, plan, seated)
                 # listing a large fleet is not free: spend at most a fifth of the time on it
-                pause = max(pause, 4 * (time.monotonic() - t0))
+                pause = max(pause, 4 * (self.clock.monotonic() - t0))
             else:
                 eligible = []
             live["devices_eligible"] = len(eligible) if available >= need else available  # else an upper bound
             if len(eligible) > last_count:
-                grown_at, last_count = time.monotonic(), len(eligible)
+                grown_at, last_count = self.clock.monotonic(), len(eligible)
             if len(eligible) >= need:
-                now = time.monotonic()
+                now = self.clock.monotonic()
                 enough_since = enough_since or now
                 if (len(eligible) >= cap or now - enough_since >= self.settings.cohort_formation_wait_s
                         or now - grown_at >= max(FORMATION_STALL_S, 2 * pause)):
@@ -443,7 +445,7 @@ class Orchestrator:
                     enough_since = None
             else:
                 enough_since, last_count = None, -1
-                if time.monotonic() >= deadline:
+                if self.clock.monotonic() >= deadline:
                     found = f"{len(eligible)} eligible" if available >= need else f"only {available} available"
                     raise QueryFailed(
                         f"no cohort formed within {timeout:g} s: {found} devices, need {need} "
@@ -534,22 +536,20 @@ class Orchestrator:
             session = ServerSession(
                 cfg, ids, input_validator=checks.validator if checks else None, task_digest=digest
             )
-        cohort = CohortRuntime(
-            cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
-            self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id,
+        cohort_spec = CohortSpec(
+            mode=mode, secagg_dict=secagg_dict, task_digest=digest, validation=checks,
+            sum_check=functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement),
+            kind_dim=plan.dim, assignments=assignments,
         )
-        cohort.mode = mode
-        cohort.secagg_dict = secagg_dict
-        cohort.task_digest = digest
-        cohort.validation = checks
-        cohort.sum_check = functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement)
-        cohort.kind_dim = plan.dim
-        cohort.assignments = assignments
-        return cohort
+        return CohortRuntime(
+            cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
+            self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id, clock=self.clock,
+            spec=cohort_spec,
+        )
 
     def _cohort_ended(self, cohort: CohortRuntime) -> None:
         """The runtime stays reachable for a while so late pollers learn the outcome (the store freed the
         devices when it recorded the end)."""
-        cutoff = time.time() - ENDED_KEEP_S
+        cutoff = self.clock.time() - ENDED_KEEP_S
         for cid in [c.id for c in self.cohorts.values() if c.ended is not None and c.ended < cutoff]:
             del self.cohorts[cid]

@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -268,7 +267,7 @@ class DeviceClient:
         path_qs = path + ("?" + urlencode(query) if query else "")
         http = await self._http()
         for attempt in (1, 2):
-            ts, nonce = str(int(time.time())), self.randomness.nonce()
+            ts, nonce = str(int(self.store.clock.time())), self.randomness.nonce()
             headers = {
                 HDR_PROTOCOL: str(PROTOCOL_VERSION),
                 HDR_TIMESTAMP: ts,
@@ -310,7 +309,7 @@ class DeviceClient:
         if body.get("device_id") != self.device_id:
             raise ServerError(status, f"server assigned unexpected device id {body.get('device_id')!r}")
         self.store.set_meta(ID_META, self.device_id)
-        self.store.set_meta(REGISTERED_META + ":" + self.server, str(time.time()))
+        self.store.set_meta(REGISTERED_META + ":" + self.server, str(self.store.clock.time()))
         return self.device_id
 
     # -- the device's own limits ---------------------------------------------------------------
@@ -339,7 +338,7 @@ class DeviceClient:
             return Outcome("paused", retry_after=self.ineligible_poll_s, detail="opted out")
         if not self._is_eligible():
             return Outcome("paused", retry_after=self.ineligible_poll_s, detail="not eligible")
-        now = time.time()
+        now = self.store.clock.time()
         if now - self._retention_at >= RETENTION_EVERY_S:
             self._retention_at = now
             self.store.apply_retention(now)
@@ -363,7 +362,7 @@ class DeviceClient:
             return refuse(a, "invalid_assignment", str(exc))
         if not self._is_eligible():
             return refuse(a, "not_eligible", "the device stopped being eligible while it waited for the cohort")
-        now = time.time()
+        now = self.store.clock.time()
         with self.store.transaction():
             spent, _, count = self.ledger.spent_since(now - DAY_S)
             verdict = decide(self.policy, a, kind, self.ledger.history(a.query_id), spent, count,

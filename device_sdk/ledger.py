@@ -21,7 +21,6 @@ count toward spending, participation or a query's history.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -174,7 +173,7 @@ class ContributionLedger:
 
     def reserve(self, **fields: Any) -> int:
         """Write a pending row (the caller has checked the policy in the same store transaction)."""
-        fields = {**fields, "status": "pending", "accepted_at": fields.get("accepted_at", time.time())}
+        fields = {**fields, "status": "pending", "accepted_at": fields.get("accepted_at", self.store.clock.time())}
         fields["query_privacy"] = json.dumps(fields.get("query_privacy") or {}, sort_keys=True)
         fields["proofs"] = int(bool(fields.get("proofs")))
         fields.setdefault("detail", "")
@@ -189,14 +188,14 @@ class ContributionLedger:
     def mark_sent(self, row_id: int, at: float | None = None) -> None:
         with self.store.transaction() as db:
             db.execute("UPDATE contributions SET status = 'sent', sent_at = ? WHERE id = ? AND status = 'pending'",
-                       (time.time() if at is None else at, row_id))
+                       (self.store.clock.time() if at is None else at, row_id))
 
     def finish(self, row_id: int, status: Status, contributed: bool | None, detail: str = "") -> None:
         """The cohort ended after the vector was sent (`finished` or `abandoned`)."""
         with self.store.transaction() as db:
             db.execute(
                 "UPDATE contributions SET status = ?, contributed = ?, ended_at = ?, detail = ? WHERE id = ?",
-                (status, None if contributed is None else int(contributed), time.time(), detail[:500], row_id),
+                (status, None if contributed is None else int(contributed), self.store.clock.time(), detail[:500], row_id),
             )
 
     def refused(self, row_id: int, reason: str, detail: str) -> None:
@@ -205,7 +204,7 @@ class ContributionLedger:
         with self.store.transaction() as db:
             db.execute(
                 "UPDATE contributions SET status = 'refused', epsilon = NULL, delta = NULL, ended_at = ?, detail = ? "
-                "WHERE id = ? AND status = 'pending'", (time.time(), f"{reason}: {detail}"[:500], row_id),
+                "WHERE id = ? AND status = 'pending'", (self.store.clock.time(), f"{reason}: {detail}"[:500], row_id),
             )
 
     def release(self, row_id: int) -> None:
@@ -216,7 +215,7 @@ class ContributionLedger:
     def prune(self, now: float | None = None, keep_s: float = LOG_KEEP_S, keep_rows: int = LOG_KEEP_ROWS) -> int:
         """Delete log rows older than `keep_s` and beyond the newest `keep_rows` (never within the last day,
         which the daily limits read)."""
-        now = time.time() if now is None else now
+        now = self.store.clock.time() if now is None else now
         cutoff = min(now - keep_s, now - DAY_S)
         with self.store.transaction() as db:
             n = db.execute("DELETE FROM contributions WHERE accepted_at < ?", (cutoff,)).rowcount

@@ -22,12 +22,13 @@ import json
 import math
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from secagg.clock import SYSTEM_CLOCK, Clock
 
 ALL = "*"
 """The opt-out entry that covers every collection."""
@@ -55,8 +56,11 @@ class Retention:
 
 
 class LocalStore:
-    def __init__(self, path: str | Path = ":memory:") -> None:
+    def __init__(self, path: str | Path = ":memory:", *, clock: Clock | None = None) -> None:
+        """`clock`: where the store, its ledger and the DeviceClient built on it read the time (default the
+        system clock; tests pass a `secagg.clock.ManualClock`)."""
         self.path = str(path)
+        self.clock: Clock = clock or SYSTEM_CLOCK
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
         with self._lock:
@@ -66,7 +70,7 @@ class LocalStore:
             columns = {r[1] for r in self._db.execute("PRAGMA table_info(rows)")}
             if "created_at" not in columns:  # a store written by an SDK before retention: its rows count from now
                 self._db.execute("ALTER TABLE rows ADD COLUMN created_at REAL NOT NULL DEFAULT 0")
-                self._db.execute("UPDATE rows SET created_at = ? WHERE created_at = 0", (time.time(),))
+                self._db.execute("UPDATE rows SET created_at = ? WHERE created_at = 0", (self.clock.time(),))
             self._db.execute("CREATE INDEX IF NOT EXISTS rows_collection ON rows (collection, id)")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             self._db.execute(
@@ -102,7 +106,7 @@ class LocalStore:
     def add_many(self, collection: str, values: Iterable[Any], *, at: float | None = None) -> None:
         """Add rows (dropped when the collection is opted out); `at`: when they happened (default now)."""
         self._check_name(collection)
-        stamp = time.time() if at is None else float(at)
+        stamp = self.clock.time() if at is None else float(at)
         if not math.isfinite(stamp):
             raise StoreError(f"at: must be a finite unix time, got {at!r}")
         try:
@@ -113,13 +117,13 @@ class LocalStore:
             if self._opted_out(db, collection):
                 return
             db.executemany("INSERT INTO rows (collection, value, created_at) VALUES (?, ?, ?)", encoded)
-            self._prune(db, collection, time.time())
+            self._prune(db, collection, self.clock.time())
 
     def rows(self, collection: str) -> list[Any]:
         """The collection's rows in insertion order, after its retention rules are applied."""
         self._check_name(collection)
         with self.transaction() as db:
-            self._prune(db, collection, time.time())
+            self._prune(db, collection, self.clock.time())
             cur = db.execute("SELECT value FROM rows WHERE collection = ? ORDER BY id", (collection,))
             return [json.loads(v) for (v,) in cur.fetchall()]
 
@@ -158,7 +162,7 @@ class LocalStore:
                 db.execute("INSERT OR REPLACE INTO retention (collection, max_age_s, max_rows) VALUES (?, ?, ?)",
                            (key, rule.max_age_s, rule.max_rows))
             for c in ([key] if key != ALL else self._all_collections(db)):
-                self._prune(db, c, time.time())
+                self._prune(db, c, self.clock.time())
 
     def retention(self, collection: str) -> Retention:
         """The rule that applies to the collection (its own, else the default, else no limit)."""
@@ -178,7 +182,7 @@ class LocalStore:
 
     def apply_retention(self, now: float | None = None) -> int:
         """Delete every row past its collection's retention; the number deleted."""
-        now = time.time() if now is None else now
+        now = self.clock.time() if now is None else now
         with self.transaction() as db:
             return sum(self._prune(db, c, now) for c in self._all_collections(db))
 
@@ -207,7 +211,7 @@ class LocalStore:
         """Delete the collection's rows and drop whatever is added to it later; the number of rows deleted."""
         self._check_name(collection)
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO opted_out (collection, at) VALUES (?, ?)", (collection, time.time()))
+            db.execute("INSERT OR REPLACE INTO opted_out (collection, at) VALUES (?, ?)", (collection, self.clock.time()))
             return int(db.execute("DELETE FROM rows WHERE collection = ?", (collection,)).rowcount)
 
     def opt_out_all(self, delete_history: bool = False) -> int:
@@ -215,7 +219,7 @@ class LocalStore:
         `delete_history`, the contribution log and the device's identity go too (it would return as a new
         device). Returns the number of rows deleted."""
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO opted_out (collection, at) VALUES (?, ?)", (ALL, time.time()))
+            db.execute("INSERT OR REPLACE INTO opted_out (collection, at) VALUES (?, ?)", (ALL, self.clock.time()))
             deleted = int(db.execute("DELETE FROM rows").rowcount)
             if delete_history:
                 db.execute("DELETE FROM meta")

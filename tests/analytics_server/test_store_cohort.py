@@ -20,6 +20,7 @@ from analytics_server.cohort import (
     GRACE_MIN_S,
     Arrivals,
     CohortRuntime,
+    CohortSpec,
     grace,
     stalled,
 )
@@ -32,6 +33,7 @@ from queries.envelope import b64d
 from secagg import ClientSession, SecAggConfig, ServerSession, encoding
 from secagg.crypto import ed25519_public_bytes
 from secagg.phases import Phase
+from secagg.clock import Clock, ManualClock
 
 async def _setup(url: str, n: int, dim: int = 3) -> tuple[Store, str, int, list[str]]:
     store = Store(make_engine(url))
@@ -100,6 +102,7 @@ async def test_finished_sums_accumulate_atomically(migrated_url: str) -> None:
 async def _drive(
     migrated_url: str, n: int, drop_before: dict[int, Phase], min_survivors: int,
     sent: dict[int, tuple[int, bytes]] | None = None, phase_timeout_s: float = 0.7, metrics: Metrics | None = None,
+    clock: Clock | None = None,
 ) -> tuple[CohortRuntime, dict[int, np.ndarray], Store]:
     dim, bits = 4, 16
     store, qid, rid, devs = await _setup(migrated_url, n, dim)
@@ -108,7 +111,7 @@ async def _drive(
     await store.create_cohort("c", qid, rid, cfg.to_dict(), "secagg", members)
     ended: list[CohortRuntime] = []
     cohort = CohortRuntime("c", qid, rid, ServerSession(cfg), bits, members, phase_timeout_s, store, metrics or Metrics(),
-                           ThreadPoolExecutor(2), ended.append)
+                           ThreadPoolExecutor(2), ended.append, clock=clock)
     rng = np.random.default_rng(0)
     inputs = {p: rng.integers(-5, 6, size=dim) for p in members.values()}
     runner = asyncio.create_task(cohort.run())
@@ -145,6 +148,26 @@ async def test_cohort_runtime_exact_with_drops(migrated_url: str) -> None:
     opened = [e.data["phase"] for e in await store.events(cohort.query_id) if e.type == "cohort.phase"]
     assert opened == ["share_keys", "masked_input", "unmasking"]  # semi-honest: no consistency check
     await store.engine.dispose()
+
+
+async def test_cohort_stamps_read_the_injected_clock(migrated_url: str) -> None:
+    clock = ManualClock(start=5_000.0)
+    cohort, _, store = await _drive(migrated_url, 4, {}, 3, clock=clock)
+    assert cohort.status == "finished"
+    assert cohort.started == 5_000.0 and cohort.ended == 5_000.0  # the manual clock never moved
+    await store.engine.dispose()
+
+
+def test_cohort_spec_is_frozen_and_read_by_the_runtime() -> None:
+    import dataclasses
+
+    spec = CohortSpec(mode="secagg", task_digest=b"d" * 32, kind_dim=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.kind_dim = 4  # type: ignore[misc]
+    cfg = SecAggConfig(session_id=b"s" * 16, n=3, dim=4, bits=16, min_survivors=2)
+    cohort = CohortRuntime("c", "q", 1, ServerSession(cfg), 16, {"a": 1, "b": 2, "c": 3}, 1.0, None,  # type: ignore[arg-type]
+                           Metrics(), ThreadPoolExecutor(1), lambda _: None, spec=spec)
+    assert (cohort.spec, cohort.task_digest, cohort.kind_dim, cohort.validation) == (spec, b"d" * 32, 3, None)
 
 
 async def test_cohort_runtime_aborts_with_reason(migrated_url: str) -> None:

@@ -117,3 +117,22 @@ def test_row_limit_property(ops: list[tuple[str, int]], limit: int) -> None:
         store.add(coll, value)
     assert store.rows("a") == [v for c, v in ops if c == "a"][-limit:]
     assert store.rows("b") == [v for c, v in ops if c == "b"]
+
+
+def test_retention_and_ledger_read_the_injected_clock() -> None:
+    """Age-based retention and the contribution log's timestamps follow the store's clock, not the real one:
+    a day passes by advancing a manual clock."""
+    from device_sdk.ledger import ContributionLedger
+    from secagg.clock import ManualClock
+
+    clock = ManualClock(start=10_000.0)
+    store = LocalStore(":memory:", clock=clock)
+    store.set_retention("taps", max_age_s=3600)
+    store.add("taps", 1)
+    clock.advance(1800)
+    store.add("taps", 2)
+    assert store.rows("taps") == [1, 2]
+    clock.advance(1801)
+    assert store.rows("taps") == [2]
+    ledger = ContributionLedger(store)
+    assert ledger.store.clock is clock
