@@ -5,14 +5,19 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 E2E_WORKERS ?= 3
 
-.PHONY: venv test test-fast in-process demo bench test-postgres clean chromium screenshots node js js-test
+.PHONY: venv test test-fast test-loaded in-process demo bench test-postgres clean chromium screenshots node js js-test
 
 venv: $(STAMP)
 
+# pip's own output and warnings go to $(PIP_LOG), whose path is printed only when the install fails.
+PIP_LOG := $(VENV)/pip-install.log
+PIP := $(PY) -m pip --quiet --disable-pip-version-check
+
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip==24.3.1
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[server,analyst,sim,dev]"
+	@{ $(PIP) install --upgrade pip==24.3.1 && \
+	   $(PIP) install -c constraints.txt -e ".[server,analyst,sim,dev]"; } >$(PIP_LOG) 2>&1 || \
+	 { echo "[venv] pip install failed; its output is in $(PIP_LOG)" >&2; tail -n 20 $(PIP_LOG) >&2; exit 1; }
 	touch $(STAMP)
 
 # The whole suite: the JS unit tests beside the in-process tiers (two pytest-xdist workers), then the end-to-end
@@ -70,6 +75,11 @@ js-test: js
 # Screenshots of the console for the README (docs/img/), with the browser-test machinery.
 screenshots: $(STAMP) chromium
 	$(PY) -m scripts.console_screenshots
+
+# The whole suite and the demo beside two CPU busy loops (load >= 4 on a 2-core machine): proves the deadlines survive
+# a busy machine. Prints each step's duration and the load averages at the end (scripts/test_loaded.sh; ~30 min).
+test-loaded: $(STAMP)
+	MAKE="$(MAKE)" bash scripts/test_loaded.sh 2
 
 # Everything but the end-to-end tier (real server processes and fleets): under a minute.
 test-fast: js-test in-process

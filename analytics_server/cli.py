@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_serve = sub.add_parser("serve", help="run the HTTP server")
     p_serve.add_argument("--db", help="database URL (default: FA_DB_URL or sqlite+aiosqlite:///./fa.db)")
-    p_serve.add_argument("--host")
-    p_serve.add_argument("--port", type=int)
+    p_serve.add_argument("--host", help="address to listen on (default: FA_HOST or 127.0.0.1)")
+    p_serve.add_argument("--port", type=int, help="port to listen on (default: FA_PORT or 8000)")
     p_serve.add_argument("--migrate", action="store_true", help="apply migrations before serving")
     p_serve.add_argument("--advertise-url", help="base URL devices reach this process at for its cohorts "
                          "(default FA_ADVERTISE_URL or http://HOST:PORT)")
@@ -130,18 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--shared-port", action="store_true", help=argparse.SUPPRESS)  # set by the supervisor
     p_serve.add_argument("--private-port", type=int, help=argparse.SUPPRESS)
     p_mig = sub.add_parser("migrate", help="apply database migrations")
-    p_mig.add_argument("--db")
+    p_mig.add_argument("--db", help="database URL (default: FA_DB_URL or sqlite+aiosqlite:///./fa.db)")
+    p_mig.add_argument("--verbose", "-v", action="store_true", help="show alembic's INFO lines (quiet by default)")
     p_tok = sub.add_parser("token", help="manage tokens")
     tok_sub = p_tok.add_subparsers(dest="tok_cmd", required=True)
     p_create = tok_sub.add_parser("create", help="create a bearer token and print it")
-    p_create.add_argument("--role", required=True, choices=ROLES)
-    p_create.add_argument("--label")
-    p_create.add_argument("--db")
+    p_create.add_argument("--role", required=True, choices=ROLES, help="what the token may do")
+    p_create.add_argument("--label", help="a free-text note shown by `token list`")
+    p_create.add_argument("--db", help="database URL (default: FA_DB_URL or sqlite+aiosqlite:///./fa.db)")
     p_list = tok_sub.add_parser("list", help="list tokens: id, prefix, role, created, revoked, label")
-    p_list.add_argument("--db")
+    p_list.add_argument("--db", help="database URL (default: FA_DB_URL or sqlite+aiosqlite:///./fa.db)")
     p_revoke = tok_sub.add_parser("revoke", help="revoke a token by id or by its prefix (as shown by list)")
-    p_revoke.add_argument("token", metavar="ID|PREFIX")
-    p_revoke.add_argument("--db")
+    p_revoke.add_argument("token", metavar="ID|PREFIX", help="the token's id or its prefix")
+    p_revoke.add_argument("--db", help="database URL (default: FA_DB_URL or sqlite+aiosqlite:///./fa.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -159,6 +160,8 @@ def _run(args: argparse.Namespace) -> int:
 
         logs.setup(settings.log_format, settings.log_level)
     if args.cmd == "migrate":
+        if not args.verbose:
+            logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines: `--verbose` shows them
         _db(url, lambda: migrate(url))
         print(f"migrated {safe_url(url)}")
         return 0

@@ -165,6 +165,31 @@ class LoopErrorHandler:
             loop.default_exception_handler({**context, "message": message + note})
 
 
+class BadRequestLogFilter(logging.Filter):
+    """On aiohttp's `aiohttp.server` logger: a malformed request (a NUL or other invalid byte in a header, a bad
+    request line: aiohttp's HttpProcessingError, answered 400 and closed by aiohttp) is one WARNING line naming
+    the error, not an ERROR with a traceback. Other records pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            reason = str(exc.message).splitlines()[0] if exc.message else type(exc).__name__
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg, record.args = "bad request from %s: %s (%s)", (remote, reason, type(exc).__name__)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_bad_requests() -> None:
+    """Install BadRequestLogFilter on aiohttp's server logger (once)."""
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, BadRequestLogFilter) for f in server_log.filters):
+        server_log.addFilter(BadRequestLogFilter())
+
+
 def install_log_limits() -> None:
     """Attach the rate-limit filter to every handler of the root logger (call after logging is set up)."""
     flt = RateLimitFilter()
@@ -194,6 +219,7 @@ def run(settings: Settings, shared_port: bool = False, private_port: int | None 
     raise_open_file_limit()
     install_log_limits()
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    quiet_bad_requests()
     loop = new_event_loop(settings.event_loop)
     log.info("event loop: %s", type(loop).__module__.split(".")[0])
     loop.set_exception_handler(LoopErrorHandler())

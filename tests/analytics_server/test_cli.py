@@ -96,3 +96,45 @@ def test_workers_refuse_sqlite_with_the_reason_and_the_alternative(migrated_url:
     assert "SQLite allows one writing process" in line and "postgresql+asyncpg://" in line
     bad = fa_server("serve", "--workers", "0", "--db", migrated_url)
     assert bad.returncode == 2 and "--workers: must be between 1 and 64" in bad.stderr
+
+
+def test_migrate_is_quiet_by_default_and_verbose_on_request(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    quiet = fa_server("migrate", "--db", f"sqlite+aiosqlite:///{tmp_path / 'q.db'}")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "migrated" in quiet.stdout
+    assert "alembic" not in quiet.stderr and "INFO" not in quiet.stderr, quiet.stderr
+    loud = fa_server("migrate", "--verbose", "--db", f"sqlite+aiosqlite:///{tmp_path / 'v.db'}")
+    assert loud.returncode == 0, loud.stderr
+    assert "alembic" in loud.stderr, loud.stderr
+
+
+def test_every_fa_server_option_has_help() -> None:
+    import argparse
+
+    from analytics_server import cli
+
+    seen: list[argparse.ArgumentParser] = []
+    real_parse = argparse.ArgumentParser.parse_args
+
+    def capture(self, *a, **kw):  # type: ignore[no-untyped-def]
+        seen.append(self)
+        raise SystemExit(0)
+
+    argparse.ArgumentParser.parse_args = capture  # type: ignore[method-assign,assignment]
+    try:
+        with pytest.raises(SystemExit):
+            cli.main(["migrate"])
+    finally:
+        argparse.ArgumentParser.parse_args = real_parse  # type: ignore[method-assign]
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path}: {action.dest}")
+
+    walk(seen[0], "fa-server")
+    assert not missing, missing
