@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 E2E_WORKERS ?= 3
 
-.PHONY: venv test test-fast test-loaded in-process demo bench test-postgres clean chromium screenshots node js js-test
+.PHONY: venv test test-fast test-loaded typecheck in-process demo bench test-postgres clean chromium screenshots node js js-test
 
 venv: $(STAMP)
 
@@ -20,13 +20,17 @@ $(STAMP): pyproject.toml constraints.txt
 	 { echo "[venv] pip install failed; its output is in $(PIP_LOG)" >&2; tail -n 20 $(PIP_LOG) >&2; exit 1; }
 	touch $(STAMP)
 
-# The whole suite: the JS unit tests beside the in-process tiers (two pytest-xdist workers), then the end-to-end
+# The whole suite: the JS unit tests and mypy beside the in-process tiers (two pytest-xdist workers), then the end-to-end
 # tier on three workers, a module at a time, longest modules first (tests/e2e/conftest.py). An end-to-end test
 # spends part of its time waiting (cohort formation, phase deadlines, restarts), so three at once keep both cores
 # busy; the tests' deadlines leave room for two neighbours. `make test E2E_WORKERS=0` runs them one at a time.
 test: $(STAMP) chromium js
-	@$(MAKE) --no-print-directory -j2 --output-sync=target js-test in-process
+	@$(MAKE) --no-print-directory -j2 --output-sync=target js-test typecheck in-process
 	$(PY) -m pytest -q -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder -m e2e tests/e2e $(PYTEST_ARGS)
+
+# mypy over the packages and the test machinery ([tool.mypy] in pyproject.toml: strict on secagg/ and queries/).
+typecheck: $(STAMP)
+	$(PY) -m mypy
 
 # The in-process tiers alone (what test-fast runs after the JS unit tests).
 in-process: $(STAMP)
@@ -82,7 +86,7 @@ test-loaded: $(STAMP)
 	MAKE="$(MAKE)" bash scripts/test_loaded.sh 2
 
 # Everything but the end-to-end tier (real server processes and fleets): under a minute.
-test-fast: js-test in-process
+test-fast: js-test typecheck in-process
 
 demo: $(STAMP)
 	$(PY) -m scripts.demo
