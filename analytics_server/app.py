@@ -54,8 +54,9 @@ async def openapi_doc(request: web.Request) -> web.Response:
     return web.json_response(request.app[OPENAPI])
 
 
-def create_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
-    """`clock`: where the orchestrator and its cohorts read the time (default the system clock)."""
+def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool = False) -> web.Application:
+    """`clock`: where the orchestrator and its cohorts read the time (default the system clock); `unmasked`: the
+    benchmark's unmasked cohorts (`Orchestrator`), set by `fa-server` only under `FA_BENCH_UNMASKED=1`."""
     metrics_ = Metrics()
     cors = make_cors_middleware(settings.device_cors_origins)  # outermost: error answers carry the headers too
     app = web.Application(
@@ -82,7 +83,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> web.Applica
         process = identity_for(settings)
         metrics_.process = process.name
         count_statements(engine, metrics_)
-        orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier, clock=clock)
+        orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier, clock=clock, unmasked=unmasked)
         rate = settings.register_rate()
         limiter = AddressRateLimiter(rate, settings.register_burst) if rate > 0 else None
         app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, process, limiter)

@@ -48,7 +48,7 @@ from queries.task_digest import task_digest
 from secagg.clock import SYSTEM_CLOCK, Clock
 from secagg.config import SecAggConfig
 from secagg.phases import Phase
-from secagg.plain import PlainServerSession, bench_unmasked
+from secagg.plain import PlainServerSession
 from secagg.randomness import OsRandom, RandomSource
 from secagg.server import ServerSession
 
@@ -75,9 +75,13 @@ class Orchestrator:
     def __init__(
         self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor,
         process: ProcessIdentity, notifier: Notifier, randomness: RandomSource | None = None,
-        clock: Clock | None = None,
+        clock: Clock | None = None, unmasked: bool = False,
     ) -> None:
+        """`unmasked`: form the benchmark's unmasked cohorts (`secagg.plain`, no masks) instead of secure
+        aggregation — only `make bench` builds a server so, to measure what masking costs; no query or assignment
+        field can select it, and a device runs it only when built with the benchmark's hooks."""
         self.store = store
+        self.unmasked = unmasked
         self.settings = settings
         self.pool = pool
         self.metrics = metrics
@@ -481,13 +485,13 @@ class Orchestrator:
     ) -> CohortRuntime:
         n, threat = len(members), self.settings.effective_threat_model()
         cohort_id = session_id.hex()
-        statement = None if bench_unmasked() else validation.round_statement(
+        statement = None if self.unmasked else validation.round_statement(
             spec, get_kind(spec.kind), plan, rnd.noise, q.calibration)
         checks = None
         if statement is not None:
             checks = validation.CohortValidation(statement, q.id, rnd.index, session_id)
         dim = validation.cohort_dim(plan, statement)
-        if bench_unmasked():
+        if self.unmasked:
             cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=rnd.need)
             mode = "plain"
         else:
@@ -512,7 +516,6 @@ class Orchestrator:
                 task=plan.task,
                 secagg=secagg_dict,
                 threat_model=cfg.threat_model,
-                mode=mode,
                 first_phase=int(Phase.MASKED_INPUT if mode == "plain" else Phase.ADVERTISE_KEYS),
                 phase_timeout_s=spec.cohort.phase_timeout_s,
                 noise=noise_block,

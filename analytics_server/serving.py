@@ -215,6 +215,7 @@ def run(settings: Settings, shared_port: bool = False, private_port: int | None 
     """Serve until SIGINT/SIGTERM. A worker of `fa-server serve --workers N` listens on the shared port
     (`shared_port`: SO_REUSEPORT) and on its own `private_port`, which it advertises to devices."""
     from analytics_server.app import create_app
+    from secagg.plain import bench_unmasked
 
     raise_open_file_limit()
     install_log_limits()
@@ -226,7 +227,7 @@ def run(settings: Settings, shared_port: bool = False, private_port: int | None 
     socks = [listening_socket(settings.host, settings.port, reuse_port=shared_port)]
     if private_port is not None:
         socks.append(listening_socket(settings.host, private_port))
-    app = create_app(settings)
+    app = create_app(settings, unmasked=bench_unmasked())  # make bench's switch of this process, never a query's
     app.on_startup.append(_freeze_once_loaded)
     web.run_app(
         app, sock=socks, shutdown_timeout=3.0,

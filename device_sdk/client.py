@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import ValidationError
 
 from device_sdk.contribution import Contribution
+from device_sdk.hooks import DeviceHooks
 from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
 from device_sdk.must_await import must_await
 from device_sdk.policy import Decision, DevicePolicy, Refusal, checkin_pause, decide, refuse
@@ -71,7 +72,7 @@ from secagg.config import SecAggConfig
 from secagg.crypto import keys_payload
 from secagg.errors import CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError
 from secagg.phases import Phase
-from secagg.plain import PlainClientSession, bench_unmasked
+from secagg.plain import PlainClientSession
 from secagg.randomness import RandomSource
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,6 @@ def new_connector(keepalive_s: float = KEEPALIVE_S) -> aiohttp.TCPConnector:
     return aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s)
 """Answers (from a balancer or a process shutting down) after which the device tries the next server URL."""
 
-DropoutFn = Callable[[Assignment], int | None]
 """Simulation hook: the phase before which this device stops answering, or None."""
 
 
@@ -159,7 +159,6 @@ class DeviceClient:
         *,
         session: aiohttp.ClientSession | None = None,
         checkin_wait_s: float = 10.0,
-        dropout: DropoutFn | None = None,
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         request_timeout_s: float = 120.0,
@@ -172,17 +171,15 @@ class DeviceClient:
         on_error: Callable[[BaseException], Any] | None = None,
         ineligible_poll_s: float = 60.0,
         keys_with_checkin: bool = True,
-        compute_gate: asyncio.Lock | None = None,
+        hooks: DeviceHooks | None = None,
     ) -> None:
         """`policy`: the device's own limits (docs/device_sdk.md); `eligible`: called before every check-in
         (and again before a cohort starts), the device only takes part while it returns True; the `on_…`
         callbacks run on the client's thread and must not block (exceptions are logged, never raised);
         `keys_with_checkin`: send fresh secagg public keys with every check-in, so a semi-honest cohort's first
-        phase costs no request of its own (docs/protocol.md, "Keys with the check-in"); `compute_gate`: for a
-        simulator running many devices on one event loop, a lock they share so that one device computes its
-        phase message at a time and sends it before the next one computes (without it, the loop computes every
-        device woken together before any request leaves, and the fleet's answers reach the server in bursts
-        seconds apart — a correlation that independent devices do not have)."""
+        phase costs no request of its own (docs/protocol.md, "Keys with the check-in"); `hooks`: what a simulator
+        or a benchmark injects (`device_sdk.hooks.DeviceHooks`: dropout, a compute gate shared by the devices of
+        one event loop, the unmasked benchmark session) — an app leaves it out."""
         if policy is not None and not isinstance(policy, DevicePolicy):
             raise TypeError(f"policy: must be a DevicePolicy, got {type(policy).__name__}")
         if eligible is not None and not callable(eligible):
@@ -195,7 +192,7 @@ class DeviceClient:
         self.on_error = on_error
         self.ineligible_poll_s = ineligible_poll_s
         self.keys_with_checkin = keys_with_checkin
-        self.compute_gate = compute_gate
+        self.hooks = hooks or DeviceHooks()
         self.ledger = ContributionLedger(store)
         self._runner: Any = None
         self._retention_at = 0.0
@@ -207,7 +204,6 @@ class DeviceClient:
         self._session = session
         self._own_session = session is None
         self.checkin_wait_s = checkin_wait_s
-        self.dropout = dropout
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
@@ -501,7 +497,7 @@ class DeviceClient:
         if isinstance(prepared, Outcome):
             return prepared
         client, message = prepared
-        drop_at = self.dropout(a) if self.dropout else None
+        drop_at = self.hooks.dropout(a) if self.hooks.dropout else None
         try:
             return await self._exchange(a, client, message, drop_at, contribution.before_send, ahead)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the process running the cohort is gone
@@ -510,11 +506,11 @@ class DeviceClient:
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:
-        """This device's turn on the CPU it shares with the others holding `compute_gate` (none without one)."""
-        if self.compute_gate is None:
+        """This device's turn on the CPU it shares with the others holding the hooks' `compute_gate` (none without one)."""
+        if self.hooks.compute_gate is None:
             yield
             return
-        async with self.compute_gate:
+        async with self.hooks.compute_gate:
             await asyncio.sleep(0)  # a turn of the loop first: the previous device's request is written before this computes
             yield
 
@@ -540,7 +536,7 @@ class DeviceClient:
             # off the event loop
             vec, proof = await asyncio.to_thread(masked_content, a, kind, raw, draws, digest)
             modular = encoding.to_modular(vec, cfg.bits)
-            if a.mode == "plain":
+            if self.hooks.unmasked:
                 ahead = None
                 client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
             else:

@@ -25,7 +25,6 @@ from queries.envelope import Assignment, RefusalReason
 from queries.kind import QueryKind, QueryKindError
 from secagg.config import SecAggConfig
 from secagg.errors import ConfigError
-from secagg.plain import bench_unmasked
 
 from device_sdk.ledger import DAY_S, QueryHistory
 
@@ -200,8 +199,6 @@ def decide(
 ) -> Refusal | Decision:
     """Check an assignment against the policy, the kind's own bounds and the device's ledger, before any data
     is read."""
-    if a.mode == "plain" and not bench_unmasked():
-        return refuse(a, "unmasked_mode", "refusing an unmasked (plain) assignment")
     if opted_out:
         return refuse(a, "opted_out", f"the user opted out of collection {a.source!r}")
     if not policy.allows_source(a.source):

@@ -31,10 +31,12 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from device_sdk.client import KEY_META, DeviceClient, Outcome, new_connector
+from device_sdk.hooks import DeviceHooks, DropoutFn
 from device_sdk.policy import DevicePolicy
 from fleet_sim.scenarios import generate
 from device_sdk.store import LocalStore
 from queries.envelope import Assignment, b64e
+from secagg.plain import bench_unmasked
 from secagg.randomness import OsRandom, RandomSource, SeededRandom
 
 log = logging.getLogger(__name__)
@@ -74,12 +76,14 @@ def device_randomness(key: bytes, seeded_randomness: bool) -> RandomSource | Non
     return SeededRandom(b"fa-sim/device/" + key) if seeded_randomness else None
 
 
-def dropout_policy(p: float, rng: random.Random) -> Any:
+def dropout_policy(p: float, rng: random.Random, unmasked: bool = False) -> DropoutFn:
+    """With probability `p` per assignment, the phase before which the device stops answering (uniformly among
+    the phases its session has: the unmasked benchmark session has one)."""
     def decide(a: Assignment) -> int | None:
         if p <= 0 or rng.random() >= p:
             return None
         phases = [0, 1, 2, 3, 4] if a.threat_model == "active" else [0, 1, 2, 4]
-        if a.mode == "plain":
+        if unmasked:
             phases = [2]
         return rng.choice(phases)
 
@@ -109,15 +113,16 @@ async def run_fleet(
     async with aiohttp.ClientSession(connector=new_connector(FLEET_KEEPALIVE_S)) as http:
         clients = []
         gate = asyncio.Lock()  # the devices take turns on the CPU they share: each message leaves once computed
+        unmasked = bench_unmasked()  # make bench's switch of this process (secagg.plain), never the server's word
         for key, data in devices:
             store = LocalStore(":memory:")
             store.set_meta(KEY_META, b64e(key))
             for coll, rows in data.items():
                 store.add_many(coll, rows)
             client = DeviceClient(
-                server, store, session=http, checkin_wait_s=checkin_wait_s, dropout=dropout_policy(dropout, rng),
+                server, store, session=http, checkin_wait_s=checkin_wait_s,
                 randomness=device_randomness(key, seeded_randomness), policy=DevicePolicy(**(policy or {})),
-                compute_gate=gate,
+                hooks=DeviceHooks(dropout=dropout_policy(dropout, rng, unmasked), compute_gate=gate, unmasked=unmasked),
             )
             if split:
                 client.start_at(int(client.device_id[:8], 16))

@@ -28,7 +28,6 @@ HDR_SIGNATURE = "X-FA-Signature"
 HDR_PHASE = "X-FA-Phase"
 """On a server phase message: the phase the device's reply belongs to."""
 
-SessionMode = Literal["secagg", "plain"]
 Validation = Literal["proofs", "none"]
 """`privacy.validation` of a query: whether devices prove their contributions valid (docs/validation.md)."""
 
@@ -47,7 +46,6 @@ RefusalReason = Literal[
     "noise_below_floor",
     "privacy_unverifiable",
     "contribution_exceeds_bound",
-    "unmasked_mode",
     "not_eligible",
     "invalid_assignment",
     "task_mismatch",
@@ -189,7 +187,6 @@ class Assignment(_Model):
     task: dict[str, Any]
     secagg: dict[str, Any] = Field(description="secagg.SecAggConfig.to_dict()")
     threat_model: Literal["semi_honest", "active"]
-    mode: SessionMode = "secagg"
     first_phase: int = 0
     phase_timeout_s: float
     noise: NoiseBlock | None = None

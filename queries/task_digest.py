@@ -26,7 +26,7 @@ import rfc8785
 
 DOMAIN = b"fa-task-digest/v1\n"
 DIGEST_FIELDS = (
-    "spec", "query_id", "round", "kind", "source", "task", "secagg", "threat_model", "mode", "noise", "validation",
+    "spec", "query_id", "round", "kind", "source", "task", "secagg", "threat_model", "noise", "validation",
     "privacy",
 )
 """The assignment members the digest covers: everything that shapes what a device computes and how it is protected."""

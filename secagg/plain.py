@@ -1,10 +1,10 @@
 """Benchmark-only unmasked aggregation, both sides: a sans-IO client/server pair with the interface of
 `ClientSession`/`ServerSession`, one phase (masked input, sent in the clear), no masks.
 
-`make bench` uses it to report what masking costs. It is switched on only by `FA_BENCH_UNMASKED=1` in the
-environment, and each side checks its own process: the server forms plain cohorts only when its process
-has the switch (no query field can select it), and a device refuses a plain assignment unless its process
-has the switch too, so a server cannot talk an ordinary device out of masking.
+`make bench` uses it to report what masking costs. Nothing on the wire selects it: the benchmark builds each
+side for it from `FA_BENCH_UNMASKED=1` in that side's own environment — `fa-server` passes `unmasked=True` to
+its orchestrator, `fa-sim` gives its devices `DeviceHooks(unmasked=True)` — so neither a query nor a server can
+talk an ordinary device out of masking.
 """
 
 from __future__ import annotations

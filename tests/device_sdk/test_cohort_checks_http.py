@@ -14,6 +14,7 @@ import pytest
 
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.state import STATE
+from device_sdk.hooks import DeviceHooks
 from device_sdk import DevicePolicy
 from queries.task_digest import task_digest
 from secagg import crypto
@@ -98,7 +99,7 @@ async def test_fewer_verified_members_than_min_cohort_is_refused_before_the_mask
     async with aiohttp.ClientSession() as http:
         fleet = Fleet(server, http)
         strict = [fleet.add(rows, DevicePolicy(min_cohort=7)) for rows in WORDS[:6]]
-        fleet.add(WORDS[6], dropout=lambda a: 1)  # silent from share keys on
+        fleet.add(WORDS[6], hooks=DeviceHooks(dropout=lambda a: 1))  # silent from share keys on
         final = await run_query(http, url, spec, hdr)
         await fleet.stop()
         assert await metric(http, url, "fa_device_refusals_total", 'reason="cohort_unverified"') == 6

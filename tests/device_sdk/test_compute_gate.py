@@ -10,6 +10,7 @@ import asyncio
 import aiohttp
 
 from analytics_server.cohort import CohortRuntime
+from device_sdk.hooks import DeviceHooks
 from secagg.client import ClientSession
 from secagg.phases import Phase
 from tests.device_sdk.fleet import Fleet, analyst, run_query
@@ -41,7 +42,7 @@ async def test_a_gated_fleet_sends_each_message_before_the_next_device_computes(
         fleet = Fleet(server, http)
         gate = asyncio.Lock()
         for i in range(12):
-            fleet.add(["moon", "sun", "star"][i % 3: i % 3 + 1], compute_gate=gate)
+            fleet.add(["moon", "sun", "star"][i % 3: i % 3 + 1], hooks=DeviceHooks(compute_gate=gate))
         final = await run_query(http, url, SPEC, await analyst(server))
         await fleet.stop()
     assert final["status"] == "succeeded", final

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from analytics_server import privacy
 from device_sdk import DeviceClient, DevicePolicy, LocalStore, PolicyError
@@ -76,12 +77,10 @@ def test_the_default_policy_accepts_an_honest_assignment() -> None:
         (DevicePolicy(max_delta_per_query=1e-7), {}, "delta_per_query"),
         (DevicePolicy(min_cohort=9), {}, "cohort_too_small"),
         (DevicePolicy(), {"round_": 1}, "privacy_unverifiable"),
-        (DevicePolicy(), {"mode": "plain"}, "unmasked_mode"),
     ],
 )
 def test_each_refusal_reason(policy: DevicePolicy, a: dict[str, Any], expected: str) -> None:
-    extra = {"mode": a.pop("mode")} if "mode" in a else {}
-    assert reason(verdict(policy, assignment(**a, **extra))) == expected
+    assert reason(verdict(policy, assignment(**a))) == expected
 
 
 def test_a_tiny_cohort_cannot_carry_noise_calibrated_for_more() -> None:
@@ -239,3 +238,10 @@ def test_weighted_rounds_check_their_own_floor_and_the_devices_sum_of_weights() 
     assert isinstance(verdict(DevicePolicy(), weighted(1.08, round_=2), seen), Decision)
     over = QueryHistory(public, Counter({0: 1, 1: 1}), 1, {0: 1.0, 1: 1.62})
     assert reason(verdict(DevicePolicy(), weighted(1.08, round_=2), over)) == "privacy_unverifiable"
+
+
+def test_no_assignment_can_ask_a_device_to_run_unmasked() -> None:
+    """The benchmark's unmasked session is a hook the device is built with (`DeviceHooks.unmasked`), not a field
+    a server can send: an assignment naming a session mode is not an assignment."""
+    with pytest.raises(ValidationError, match="mode"):
+        assignment(mode="plain")

@@ -12,6 +12,7 @@ import pytest
 
 from analytics_server import orchestrator as orchestrator_module
 from analytics_server.state import STATE
+from device_sdk.hooks import DeviceHooks
 from device_sdk import DevicePolicy
 from queries.envelope import Assignment
 from tests.device_sdk.fleet import Fleet, analyst, metric, run_query
@@ -81,7 +82,7 @@ async def test_a_cohort_shrunk_below_the_devices_minimum_is_refused_before_unmas
         fleet = Fleet(server, http)
         strict = [fleet.add(rows, DevicePolicy(min_cohort=6)) for rows in WORDS[:5]]
         for rows in WORDS[5:7]:
-            fleet.add(rows, dropout=lambda a: 2)  # silent from the masked-input phase on
+            fleet.add(rows, hooks=DeviceHooks(dropout=lambda a: 2))  # silent from the masked-input phase on
         final = await run_query(http, url, spec, hdr)
         await fleet.stop()
         assert await metric(http, url, "fa_device_refusals_total", 'reason="survivors_below_minimum"') == 5

@@ -884,7 +884,7 @@ def _example_assignment(path: Path) -> Json:
         for p in (1, 2)}
     assignment = Assignment(
         query_id="q-vectors", round=0, cohort_id=sid.hex(), party_id=1, kind=spec["kind"], source=spec["source"],
-        task=plan.task, secagg=cfg.to_dict(), threat_model=cfg.threat_model, mode="secagg", first_phase=0,
+        task=plan.task, secagg=cfg.to_dict(), threat_model=cfg.threat_model, first_phase=0,
         phase_timeout_s=spec["cohort"]["phase_timeout_s"],
         noise=NoiseBlock.model_validate(_NOISE_BLOCKS[mechanism]) if mechanism in _NOISE_BLOCKS else None,
         privacy=privacy, peer_identity_keys=peers, spec=spec,
@@ -919,7 +919,7 @@ _EDGE_ASSIGNMENTS: list[Json] = [
         "secagg": {"session_id": "00112233445566778899aabbccddeeff", "n": 3, "dim": 2, "bits": 16, "graph": "auto",
                    "threat_model": "semi_honest", "threshold": None, "min_survivors": None, "degree": None,
                    "max_input": None},
-        "threat_model": "semi_honest", "mode": "secagg", "first_phase": 0, "phase_timeout_s": 30.0,
+        "threat_model": "semi_honest", "first_phase": 0, "phase_timeout_s": 30.0,
         "noise": None, "validation": None, "privacy": None, "spec": None,
         "peer_identity_keys": {"1": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}, "server_url": "https://x.example",
         "future_member": {"ignored": True},

@@ -18,7 +18,7 @@ export const HDR_PHASE = "X-FA-Phase";
 export const REFUSAL_REASONS = [
   "source_not_allowed", "kind_not_allowed", "opted_out", "noise_required", "proofs_required", "epsilon_per_query",
   "delta_per_query", "epsilon_per_day", "participation_cap", "cohort_too_small", "survivors_below_minimum",
-  "noise_below_floor", "privacy_unverifiable", "contribution_exceeds_bound", "unmasked_mode", "not_eligible",
+  "noise_below_floor", "privacy_unverifiable", "contribution_exceeds_bound", "not_eligible",
   "invalid_assignment", "task_mismatch", "cohort_unverified",
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
@@ -72,7 +72,6 @@ export interface Assignment {
   task: Record<string, unknown>;
   secagg: Record<string, unknown>;
   threat_model: "semi_honest" | "active";
-  mode: "secagg" | "plain";
   first_phase: number;
   phase_timeout_s: number;
   noise: NoiseBlock | null;
@@ -158,14 +157,12 @@ function mechanism(v: unknown, where: string): Mechanism {
 
 /** `unsafeIntegers`: the integer literals beyond ±(2^53 − 1) of the JSON text `v` was parsed from, when known. */
 export function parseAssignment(v: unknown, unsafeIntegers: ReadonlySet<number> | null = null): Assignment {
-  const a = fields(v, "assignment", ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model", "mode",
+  const a = fields(v, "assignment", ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model",
     "first_phase", "phase_timeout_s", "noise", "validation", "privacy", "peer_identity_keys", "spec", "server_url"],
   ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model", "phase_timeout_s"]);
   if (!isObj(a.task)) throw new EnvelopeError("assignment.task: expected an object");
   if (!isObj(a.secagg)) throw new EnvelopeError("assignment.secagg: expected an object");
   if (a.threat_model !== "semi_honest" && a.threat_model !== "active") throw new EnvelopeError("assignment.threat_model: unknown");
-  const mode = a.mode ?? "secagg";
-  if (mode !== "secagg" && mode !== "plain") throw new EnvelopeError("assignment.mode: unknown");
   let noise: NoiseBlock | null = null;
   if (a.noise != null) {
     const n = fields(a.noise, "assignment.noise", ["mechanism", "scale", "std", "encoding_scale"], ["mechanism", "scale"]);
@@ -223,7 +220,6 @@ export function parseAssignment(v: unknown, unsafeIntegers: ReadonlySet<number> 
     task: a.task,
     secagg: a.secagg,
     threat_model: a.threat_model,
-    mode,
     first_phase: num(a.first_phase ?? 0, "assignment.first_phase", { int: true }) as number,
     phase_timeout_s: num(a.phase_timeout_s, "assignment.phase_timeout_s") as number,
     noise,

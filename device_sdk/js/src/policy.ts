@@ -170,8 +170,7 @@ function sortedJson(v: unknown): string {
 }
 
 /** Check an assignment against the policy, the kind's own bounds and the ledger, before any data is read. */
-export function decide(policy: DevicePolicy, a: Assignment, kind: DeviceKind, history: QueryHistory, spentToday: number, contributionsToday: number, optedOut: boolean, allowPlain = false): Refusal | Decision {
-  if (a.mode === "plain" && !allowPlain) return refuse(a, "unmasked_mode", "refusing an unmasked (plain) assignment");
+export function decide(policy: DevicePolicy, a: Assignment, kind: DeviceKind, history: QueryHistory, spentToday: number, contributionsToday: number, optedOut: boolean): Refusal | Decision {
   if (optedOut) return refuse(a, "opted_out", `the user opted out of collection ${JSON.stringify(a.source)}`);
   if (!policy.allowsSource(a.source)) return refuse(a, "source_not_allowed", `collection ${JSON.stringify(a.source)} is not in this device's allowedSources`);
   if (!policy.allowsKind(a.source, a.kind)) return refuse(a, "kind_not_allowed", `kind ${JSON.stringify(a.kind)} is not allowed on collection ${JSON.stringify(a.source)}`);

@@ -31,7 +31,7 @@ export const TASK_DIGEST_BYTES = 32;
 
 /** The assignment members the digest covers: everything that shapes what a device computes and how it is protected. */
 export const DIGEST_FIELDS = [
-  "spec", "query_id", "round", "kind", "source", "task", "secagg", "threat_model", "mode", "noise", "validation", "privacy",
+  "spec", "query_id", "round", "kind", "source", "task", "secagg", "threat_model", "noise", "validation", "privacy",
 ] as const;
 
 /** An assignment whose digest view cannot be canonicalised (a number outside the interoperable range, a value that is

@@ -145,7 +145,7 @@ export class FakeCohort {
     this.cfg = SecAggConfig.fromDict(secagg);
     this.base = {
       query_id: this.queryId, round: 0, cohort_id: this.cohortId, kind: "histogram", source: "colors",
-      task: { buckets, other_bucket: null, max_contributions: 1 }, secagg, threat_model: tm, mode: "secagg",
+      task: { buckets, other_bucket: null, max_contributions: 1 }, secagg, threat_model: tm,
       first_phase: 0, phase_timeout_s: 5,
       spec: { kind: "histogram", source: "colors", params: { buckets }, privacy: { mechanism: "none" }, cohort: { min_clients: n } },
       ...opts.assignment,

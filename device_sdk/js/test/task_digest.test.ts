@@ -17,18 +17,18 @@ import { bodyJson, fakeServer, json } from "./fakeServer.js";
 // every member, the per-device ones and null ones included, and the JSON text's own escapes and number forms
 const RAW_TEXT = String.raw`{"query_id": "q1", "round": 2, "cohort_id": "cc", "party_id": 4, "kind": "histogram", "source": "words",
  "task": {"buckets": ["b", "a", "\u00e9"], "z": 1.5, "a": null, "small": 1e-7, "neg": -0.0, "big": 9007199254740991},
- "secagg": {"n": 3, "session_id": "ab"}, "threat_model": "active", "mode": "secagg", "first_phase": 0, "phase_timeout_s": 5.5,
+ "secagg": {"n": 3, "session_id": "ab"}, "threat_model": "active", "first_phase": 0, "phase_timeout_s": 5.5,
  "noise": null, "validation": null, "privacy": {"epsilon": 1.0, "delta": 1e-06},
  "peer_identity_keys": {"1": "AAAA"}, "server_url": "http://x", "spec": {"\u20ac": 1, "a": "\u2028\n\ud83d\ude00"}}`;
 /** queries.task_digest on RAW_TEXT (json.loads), frozen from Python: its canonical view and digest. */
-const PYTHON_JCS = '{"kind":"histogram","mode":"secagg","privacy":{"delta":0.000001,"epsilon":1},"query_id":"q1","round":2,"secagg":{"n":3,"session_id":"ab"},"source":"words","spec":{"a":"\u2028\\n\u{1f600}","€":1},"task":{"a":null,"big":9007199254740991,"buckets":["b","a","é"],"neg":0,"small":1e-7,"z":1.5},"threat_model":"active"}';
-const PYTHON_DIGEST = "50daa22407fcf881ff86a2e2f63e164f829e3b492b466e15f3429ccd60311984";
+const PYTHON_JCS = '{"kind":"histogram","privacy":{"delta":0.000001,"epsilon":1},"query_id":"q1","round":2,"secagg":{"n":3,"session_id":"ab"},"source":"words","spec":{"a":"\u2028\\n\u{1f600}","€":1},"task":{"a":null,"big":9007199254740991,"buckets":["b","a","é"],"neg":0,"small":1e-7,"z":1.5},"threat_model":"active"}';
+const PYTHON_DIGEST = "decb945d281238c35f022a8b6676c7301a4abbb29ef3cd09426a6b9928cbae89";
 
 test("the view: the digest fields present and not null, nothing per device", () => {
   const raw = JSON.parse(RAW_TEXT);
   const view = digestView(raw);
-  assert.deepEqual(Object.keys(view).sort(), ["kind", "mode", "privacy", "query_id", "round", "secagg", "source", "spec", "task", "threat_model"]);
-  assert.deepEqual([...DIGEST_FIELDS], ["spec", "query_id", "round", "kind", "source", "task", "secagg", "threat_model", "mode", "noise", "validation", "privacy"]);
+  assert.deepEqual(Object.keys(view).sort(), ["kind", "privacy", "query_id", "round", "secagg", "source", "spec", "task", "threat_model"]);
+  assert.deepEqual([...DIGEST_FIELDS], ["spec", "query_id", "round", "kind", "source", "task", "secagg", "threat_model", "noise", "validation", "privacy"]);
   for (const k of ["cohort_id", "party_id", "first_phase", "phase_timeout_s", "peer_identity_keys", "server_url", "noise", "validation"]) assert.ok(!(k in view), k);
   assert.equal(view.task, raw.task, "the members as received, not copies");
 });
@@ -43,7 +43,7 @@ test("RFC 8785 bytes and the digest agree with Python's for the same JSON text",
   // the per-device fields and member order change nothing; any digest field does
   const other = { ...raw, party_id: 9, peer_identity_keys: { "9": "BBBB" }, server_url: "http://y", phase_timeout_s: 1, first_phase: 1, cohort_id: "dd" };
   assert.equal(hex(await taskDigest(Object.fromEntries(Object.entries(other).reverse()))), PYTHON_DIGEST);
-  for (const [k, v] of [["round", 3], ["kind", "heavy_hitters"], ["mode", "plain"], ["noise", { mechanism: "none", scale: 0 }], ["spec", {}]] as const) {
+  for (const [k, v] of [["round", 3], ["kind", "heavy_hitters"], ["noise", { mechanism: "none", scale: 0 }], ["spec", {}]] as const) {
     assert.notEqual(hex(await taskDigest({ ...raw, [k]: v })), PYTHON_DIGEST, k);
   }
   assert.equal(hex(await taskDigest({ ...raw, noise: null })), PYTHON_DIGEST, "null is absent");
