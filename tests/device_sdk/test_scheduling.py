@@ -33,10 +33,10 @@ async def test_an_ineligible_device_never_checks_in(start_app_server) -> None:  
     server = await start_app_server()
     url = str(server.make_url(""))
     facts = {"charging": False}
-    asked = threading.Event()
+    polls = [0]
 
     def eligible() -> bool:
-        asked.set()
+        polls[0] += 1
         return facts["charging"]
 
     store = LocalStore()
@@ -44,13 +44,13 @@ async def test_an_ineligible_device_never_checks_in(start_app_server) -> None:  
     client = DeviceClient(url, store, eligible=eligible, checkin_wait_s=1, ineligible_poll_s=0.05)
     client.start()
     try:
-        await asyncio.get_running_loop().run_in_executor(None, asked.wait, 5)
-        await asyncio.sleep(0.5)  # ~10 eligibility polls
+        await _until(lambda: polls[0] >= 10)  # ten times asked, ten times not eligible
         assert _checkins(server) == 0
         assert await server.app[STATE].store.device_key(client.device_id) is None  # not even registered
-        facts["charging"] = True  # the app's facts change and it says so: the device checks in at once
         client.ineligible_poll_s = 3600
-        await asyncio.sleep(0.1)  # now in an hour-long pause
+        asked = polls[0]
+        await _until(lambda: polls[0] > asked)  # asked once more: now in an hour-long pause
+        facts["charging"] = True  # the app's facts change and it says so: the device checks in at once
         client.wake()
         await _until(lambda: _checkins(server) >= 1, timeout=5)
     finally:
