@@ -76,10 +76,10 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         # the accountant (dp_accounting, scipy: ~1 s) loads lazily; load it now, off the loop, rather than in
         # the middle of the first query that needs it
         executor.submit(importlib.import_module, ACCOUNTANT_MODULE)
-        auth = DeviceAuth(store, settings.signature_window_s)
+        auth = DeviceAuth(store, settings.signature_window_s, clock=clock)
         await auth.start()
         notifier = notifier_for(settings.db_url)
-        pool = DevicePool(store, notifier, fresh_s=settings.retry_after_s + AVAILABILITY_SLACK_S)
+        pool = DevicePool(store, notifier, fresh_s=settings.retry_after_s + AVAILABILITY_SLACK_S, clock=clock)
         process = identity_for(settings)
         metrics_.process = process.name
         count_statements(engine, metrics_)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -40,6 +39,7 @@ from analytics_server.db.batching import Batcher
 from analytics_server.db.store import Store, TokenInfo
 from analytics_server.errors import HttpError
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP, b64d, signing_payload
+from secagg.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 NONCE_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
@@ -140,9 +140,10 @@ class RecentNonces:
 
 
 class DeviceAuth:
-    def __init__(self, store: Store, window_s: float) -> None:
+    def __init__(self, store: Store, window_s: float, clock: Clock | None = None) -> None:
         self.store = store
         self.window = window_s
+        self.clock: Clock = clock or SYSTEM_CLOCK  # the signature window and nonce expiry
         self._keys: dict[str, VerifyKey] = {}
         self.ledger = NonceLedger(store)
         self.recent = RecentNonces()
@@ -160,7 +161,7 @@ class DeviceAuth:
     async def _pruner(self) -> None:
         while True:
             try:
-                await self.store.prune_nonces(time.time())
+                await self.store.prune_nonces(self.clock.time())
             except SQLAlchemyError as exc:
                 log.warning("pruning expired nonces failed: %s", exc.__class__.__name__)
             await asyncio.sleep(PRUNE_EVERY_S)
@@ -180,7 +181,7 @@ class DeviceAuth:
             when = float(ts)
         except ValueError:
             raise HttpError(401, f"{HDR_TIMESTAMP}: not a number") from None
-        if not abs(time.time() - when) <= self.window:
+        if not abs(self.clock.time() - when) <= self.window:
             raise HttpError(401, f"{HDR_TIMESTAMP}: outside the accepted window of ±{self.window:.0f} s")
         if not NONCE_RE.match(nonce):
             raise HttpError(401, f"{HDR_NONCE}: must be 16-64 characters of [A-Za-z0-9_-]")
@@ -226,7 +227,7 @@ class DeviceAuth:
     async def claim(self, device_id: str, hdrs: SignedHeaders) -> None:
         """Record the nonce in the database before a state-changing request acts; 401 on a replay."""
         try:
-            fresh = await self.ledger.claim(device_id, hdrs.nonce, self.expires_at(hdrs, time.time()))
+            fresh = await self.ledger.claim(device_id, hdrs.nonce, self.expires_at(hdrs, self.clock.time()))
         except SQLAlchemyError as exc:
             log.warning("recording a nonce failed: %s", exc.__class__.__name__)
             raise HttpError(503, "could not record the request; retry later", headers={"Retry-After": "1"}) from None
@@ -235,7 +236,7 @@ class DeviceAuth:
 
     def claim_read_only(self, device_id: str, hdrs: SignedHeaders) -> None:
         """In-process replay check for read-only requests (see the module docstring)."""
-        now = time.time()
+        now = self.clock.time()
         if not self.recent.add(device_id, hdrs.nonce, self.expires_at(hdrs, now), now):
             raise HttpError(401, f"{HDR_NONCE}: replayed request (nonce already used)")
 

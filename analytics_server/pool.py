@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from typing import Any
 
 from analytics_server.db.batching import Batcher
 from analytics_server.db.store import Store
 from analytics_server.notify import ASSIGN, Notifier
 from queries.envelope import Assignment
+from secagg.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -36,8 +36,9 @@ _jitter = random.Random()  # spreads long-poll expiries; not security-relevant
 
 
 class DevicePool:
-    def __init__(self, store: Store, notifier: Notifier, fresh_s: float) -> None:
+    def __init__(self, store: Store, notifier: Notifier, fresh_s: float, clock: Clock | None = None) -> None:
         self.store = store
+        self.clock: Clock = clock or SYSTEM_CLOCK  # availability deadlines and the arrival-to-written lag
         self.fresh_s = fresh_s
         self._waiters: dict[str, asyncio.Future[Assignment]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -62,7 +63,7 @@ class DevicePool:
     async def checkin(self, device_id: str, wait_s: float, arrived: float | None = None) -> tuple[Assignment | None, bool]:
         """(the device's assignment or None, whether it long-polled for `wait_s`). `arrived`: `time.monotonic()`
         when the request reached the server (default: now)."""
-        arrived = time.monotonic() if arrived is None else arrived
+        arrived = self.clock.monotonic() if arrived is None else arrived
         old = self._waiters.pop(device_id, None)
         if old is not None and not old.done():
             old.cancel()
@@ -73,9 +74,9 @@ class DevicePool:
             if stored is not None:
                 return Assignment.model_validate(stored), False
             if cohort_id is None:
-                until = time.time() + max(wait_s, 0.0) + self.fresh_s + 2 * self.lag_s
+                until = self.clock.time() + max(wait_s, 0.0) + self.fresh_s + 2 * self.lag_s
                 await self._available.submit((device_id, until))
-                self.lag_s += LAG_SMOOTHING * (time.monotonic() - arrived - self.lag_s)
+                self.lag_s += LAG_SMOOTHING * (self.clock.monotonic() - arrived - self.lag_s)
             if wait_s <= 0:
                 return None, False
             try:

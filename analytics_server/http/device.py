@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
 from aiohttp import web
 from nacl.signing import VerifyKey
@@ -95,8 +94,8 @@ async def register(request: web.Request) -> web.Response:
 
 @routes.post("/v1/device/checkin")
 async def checkin(request: web.Request) -> web.Response:
-    arrived = time.monotonic()
     st = _device_state(request)
+    arrived = st.pool.clock.monotonic()
     dev = await st.auth.identify(request)
     body = await read_body(request, st.settings.device_json_body_limit)
     st.auth.check_signature(dev.key, request, body, dev.headers)

@@ -231,3 +231,20 @@ async def test_declared_oversized_body_is_refused_before_reading(start_app_serve
     status_line = await asyncio.wait_for(reader.readline(), 10)
     assert status_line.split()[1] == b"413", status_line
     writer.close()
+
+
+def test_the_signature_window_follows_the_injected_clock() -> None:
+    """A request's timestamp is judged against the server's clock (`create_app(clock=…)`), not the machine's: the
+    same headers pass at the clock's time, and fail once the clock is past the window."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from queries.envelope import HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP
+    from secagg.clock import ManualClock
+
+    clock = ManualClock(start=1_000_000.0)  # far from the machine's time: only the injected clock can accept it
+    auth = DeviceAuth(None, window_s=300.0, clock=clock)  # type: ignore[arg-type]  # no store needed for headers
+    headers = {HDR_TIMESTAMP: str(clock.time()), HDR_NONCE: "n" * 16, HDR_SIGNATURE: b64e(bytes(64))}
+    assert auth.signed_headers(make_mocked_request("POST", "/", headers=headers)).when == clock.time()
+    clock.advance(301.0)
+    with pytest.raises(HttpError, match="outside the accepted window"):
+        auth.signed_headers(make_mocked_request("POST", "/", headers=headers))
