@@ -115,33 +115,39 @@ class AnalystClient:
 
     # -- queries --------------------------------------------------------------------------------
 
+    def _object(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """`call` for a route whose answer is a JSON object (every route below)."""
+        answer: dict[str, Any] = self.call(method, path, body)
+        return answer
+
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Submit a spec; the new query's status view (`id`, `status`, …). ApiError 422 names the bad field."""
-        return self.call("POST", "/v1/queries", spec)
+        return self._object("POST", "/v1/queries", spec)
 
     def preview(self, spec: dict[str, Any]) -> dict[str, Any]:
         """What the spec would charge (ε, δ), whether it fits the source's budget, and the expected noise of every
         value it would release — without creating or charging anything. PreviewUnavailable when the server has
         no preview route; ApiError (422 naming the field) for a bad spec."""
         try:
-            return self.call("POST", "/v1/queries/preview", spec)
+            return self._object("POST", "/v1/queries/preview", spec)
         except ApiError as exc:
             if exc.status in (404, 405):  # no such route (405: it met GET /v1/queries/{id})
                 raise PreviewUnavailable(exc.status, "this server does not offer a preview (POST /v1/queries/preview)") from None
             raise
 
     def status(self, query_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/v1/queries/{quote(query_id, safe='')}")
+        return self._object("GET", f"/v1/queries/{quote(query_id, safe='')}")
 
     def queries(self) -> list[dict[str, Any]]:
         """The caller's queries (an admin: all), newest first."""
-        return self.call("GET", "/v1/queries")["queries"]
+        queries: list[dict[str, Any]] = self._object("GET", "/v1/queries")["queries"]
+        return queries
 
     def result(self, query_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/v1/queries/{quote(query_id, safe='')}/result")
+        return self._object("GET", f"/v1/queries/{quote(query_id, safe='')}/result")
 
     def cancel(self, query_id: str) -> dict[str, Any]:
-        return self.call("POST", f"/v1/queries/{quote(query_id, safe='')}/cancel")
+        return self._object("POST", f"/v1/queries/{quote(query_id, safe='')}/cancel")
 
     def wait(self, query_id: str, timeout_s: float = 3600, on_progress: Callable[[dict[str, Any]], None] | None = None,
              poll_s: float = 0.5) -> dict[str, Any]:
@@ -160,26 +166,27 @@ class AnalystClient:
     # -- budgets, fleet, tokens -----------------------------------------------------------------
 
     def budgets(self) -> dict[str, Any]:
-        return self.call("GET", "/v1/budgets")
+        return self._object("GET", "/v1/budgets")
 
     def budget(self, source: str) -> dict[str, Any]:
-        return self.call("GET", f"/v1/budgets/{quote(source, safe='')}")
+        return self._object("GET", f"/v1/budgets/{quote(source, safe='')}")
 
     def charges(self, source: str) -> dict[str, Any]:
         """The source's ledger and its charges over time (oldest first)."""
-        return self.call("GET", f"/v1/budgets/{quote(source, safe='')}/charges")
+        return self._object("GET", f"/v1/budgets/{quote(source, safe='')}/charges")
 
     def fleet(self) -> dict[str, Any]:
-        return self.call("GET", "/v1/fleet")
+        return self._object("GET", "/v1/fleet")
 
     def whoami(self) -> dict[str, Any]:
-        return self.call("GET", "/v1/whoami")
+        return self._object("GET", "/v1/whoami")
 
     def templates(self) -> list[dict[str, Any]]:
-        return self.call("GET", "/v1/templates")["templates"]
+        templates: list[dict[str, Any]] = self._object("GET", "/v1/templates")["templates"]
+        return templates
 
     def health(self) -> dict[str, Any]:
-        return self.call("GET", "/healthz")
+        return self._object("GET", "/healthz")
 
 
 # -- released values and their uncertainty ------------------------------------------------------------

@@ -322,10 +322,10 @@ def query_submit() -> type[BaseModel]:
         namespace: dict[str, Any] = {
             "__doc__": f"`POST /v1/queries` body of a `{name}` query.",
             "__module__": __name__,
-            "__annotations__": {"kind": Literal[name], "params": kind.Params},  # type: ignore[valid-type]
+            "__annotations__": {"kind": Literal[name], "params": kind.Params},
             "kind": Field(description="the query kind"),
             "params": Field(description=f"the `{name}` kind's parameters"),
-            "model_config": ConfigDict(json_schema_extra={"examples": bodies} if bodies else None),
+            "model_config": ConfigDict(json_schema_extra={"examples": list(bodies)} if bodies else None),
         }
         variants.append(type(title, (QuerySpec,), namespace))
     union = Annotated[Union[tuple(variants)], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007

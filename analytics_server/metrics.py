@@ -6,7 +6,7 @@ own counters, and a scraper sums them over the processes behind the balancer.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 from sqlalchemy import event
@@ -31,7 +31,7 @@ class Metrics:
         self.checkin_keys: Counter[bool] = Counter()
         """Assignments answered to check-ins that carried secagg keys, by whether the keys were taken."""
         self._phase_buckets: dict[str, list[int]] = {}
-        self._phase_sum: Counter[str] = Counter()
+        self._phase_sum: defaultdict[str, float] = defaultdict(float)
         self._phase_count: Counter[str] = Counter()
 
     def observe_phase(self, phase: str, seconds: float) -> None:
@@ -44,8 +44,8 @@ class Metrics:
 
     def render(self, queries_by_status: dict[str, int]) -> str:
         lines = ["# HELP fa_queries Queries by status.", "# TYPE fa_queries gauge"]
-        for status in ("pending", "running", "succeeded", "failed", "cancelled"):
-            lines.append(f'fa_queries{{status="{status}"}} {queries_by_status.get(status, 0)}')
+        for query_status in ("pending", "running", "succeeded", "failed", "cancelled"):
+            lines.append(f'fa_queries{{status="{query_status}"}} {queries_by_status.get(query_status, 0)}')
         lines += ["# HELP fa_cohorts_total Cohorts by outcome.", "# TYPE fa_cohorts_total counter"]
         for outcome in ("finished", "aborted"):
             lines.append(f'fa_cohorts_total{{outcome="{outcome}"}} {self.cohorts[outcome]}')

@@ -35,7 +35,7 @@ class NoisePlanError(ValueError):
     """A round the devices could not run; the message starts with the field to change (→ 422)."""
 
 
-def preview_rounds(kind: QueryKind, params: BaseModel, state: Any, need: int) -> list[RoundPlan]:
+def preview_rounds(kind: QueryKind[Any, Any], params: BaseModel, state: Any, need: int) -> list[RoundPlan]:
     """The first rounds the kind would plan, each decoded from an all-zero aggregate of `need` contributors
     (from a copy of `state`: the caller's initial state is stored as it is)."""
     state = copy.deepcopy(state)
@@ -70,7 +70,7 @@ def _bound_fields(params: BaseModel) -> list[str]:
 
 
 def check_rounds(
-    spec: QuerySpec, kind: QueryKind, params: BaseModel, calibration: dict[str, Any] | None, state: Any
+    spec: QuerySpec, kind: QueryKind[Any, Any], params: BaseModel, calibration: dict[str, Any] | None, state: Any
 ) -> int:
     """Refuse (NoisePlanError naming the field) a query whose planned rounds the devices could not run, starting
     from the kind's initial `state`; returns the number of rounds checked."""
@@ -82,7 +82,7 @@ def check_rounds(
 
 
 def _check_round(
-    spec: QuerySpec, kind: QueryKind, params: BaseModel, calibration: dict[str, Any] | None, plan: RoundPlan
+    spec: QuerySpec, kind: QueryKind[Any, Any], params: BaseModel, calibration: dict[str, Any] | None, plan: RoundPlan
 ) -> None:
     r = plan.round
     bound = _bound_fields(params)

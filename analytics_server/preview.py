@@ -28,7 +28,7 @@ class Preview:
     t_min: int | None
 
 
-def build(spec: QuerySpec, kind: QueryKind, params: Any, calibration: dict[str, Any] | None) -> Preview:
+def build(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, calibration: dict[str, Any] | None) -> Preview:
     """The expected noise of every value the query would release (blocking: run it off the event loop)."""
     t_min = None if calibration is None else int(calibration["t_min"])
     need = spec.cohort.min_clients if t_min is None else max(spec.cohort.min_clients, t_min)

@@ -55,7 +55,7 @@ PRODUCTION_MAX_DELTA = 1e-6
 
 
 def check_and_calibrate(
-    spec: QuerySpec, kind: QueryKind, params: Any, profile: str, policy: dp.PrivacyPolicy | None = None
+    spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, profile: str, policy: dp.PrivacyPolicy | None = None
 ) -> dict[str, Any] | None:
     """Validate the privacy block against policy; return the stored calibration (None without noise)."""
     policy = policy or policy_for(profile, None, None)
@@ -79,6 +79,7 @@ def check_and_calibrate(
     if mech == "none":
         return None
     delta = DeltaSplit.of(spec).calibration  # less the share that pays for truncating the noise at B (proofs)
+    assert spec.privacy.epsilon is not None  # PrivacySpec requires epsilon (and delta) with a noisy mechanism
     try:
         if spec.privacy.noise_multiplier is not None:  # analyst's z: run until the budget is spent
             cal = dp.fixed_calibration(
@@ -108,7 +109,7 @@ def budget_allows(calibration: dict[str, Any] | None, rounds_run: float) -> bool
     return rounds_run <= cal.rounds * (1 + 1e-9) and dp.epsilon_spent(cal, rounds_run) <= cal.epsilon * (1 + 1e-9)
 
 
-def query_cost(spec: QuerySpec, kind: QueryKind | None = None, params: Any = None) -> dp.PrivacyCost | None:
+def query_cost(spec: QuerySpec, kind: QueryKind[Any, Any] | None = None, params: Any = None) -> dp.PrivacyCost | None:
     """What a query charges to its source's budget: its target (ε, δ); with mechanism none, the kind's own
     finite guarantee if it has one (TrieHH), else nothing (no noise, no guarantee, no charge)."""
     if spec.privacy.mechanism == "none":

@@ -49,7 +49,7 @@ class CheckedSpec:
     """Everything the submit handler stores for an accepted spec."""
 
     spec: QuerySpec
-    kind: QueryKind
+    kind: QueryKind[Any, Any]
     params: BaseModel
     calibration: dict[str, Any] | None
     state: dict[str, Any]

@@ -57,12 +57,12 @@ class ValidationError(ValueError):
     """A spec whose validation mode the server refuses; the message names the field (→ 422)."""
 
 
-def supports_proofs(kind: QueryKind, plans: list[RoundPlan]) -> bool:
+def supports_proofs(kind: QueryKind[Any, Any], plans: list[RoundPlan]) -> bool:
     """Whether the kind proves the contributions of the rounds it plans (those previewed at submit)."""
     return bool(plans) and all(kind.validity(p.task) is not None for p in plans)
 
 
-def proof_cost(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan],
+def proof_cost(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plans: list[RoundPlan],
                calibration: dict[str, Any] | None) -> int:
     """OR branches to verify one cohort's proofs in the query's most expensive round (the rounds planned at submit
     with their noise bounds, and the kind's largest statement with the widest of those bounds)."""
@@ -75,7 +75,7 @@ def proof_cost(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundP
     return max(costs, default=0) * spec.cohort.max_clients
 
 
-def settle_default(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[RoundPlan],
+def settle_default(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plans: list[RoundPlan],
                    calibration: dict[str, Any] | None, asked: str | None, require: bool) -> QuerySpec:
     """An unset validation that `resolve` made "proofs": "none" instead when not required and verifying a cohort's
     proofs would take more than DEFAULT_PHASE_SHARE of a phase (the caller then calibrates again with the whole δ)."""
@@ -87,7 +87,7 @@ def settle_default(spec: QuerySpec, kind: QueryKind, params: Any, plans: list[Ro
     return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": "none"})})
 
 
-def resolve(spec: QuerySpec, kind: QueryKind, plans: list[RoundPlan], require: bool) -> QuerySpec:
+def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], require: bool) -> QuerySpec:
     """The spec with `privacy.validation` set: refuses "proofs" for a kind that cannot prove these rounds, and
     (when `require`) "none" for a kind that can. Unset: "proofs" when supported (`settle_default` then weighs the
     cost once the noise is calibrated)."""
@@ -123,7 +123,7 @@ def noise_bound(spec: QuerySpec, calibration: dict[str, Any], noise: dict[str, A
 
 
 def round_statement(
-    spec: QuerySpec, kind: QueryKind, plan: RoundPlan, noise: dict[str, Any] | None, calibration: dict[str, Any] | None
+    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dict[str, Any] | None, calibration: dict[str, Any] | None
 ) -> Statement | None:
     """What every contribution to this round proves (None without proofs or when the round has no statement)."""
     if not uses_proofs(spec):
@@ -228,7 +228,7 @@ def implausible(
     y = np.asarray(total, dtype=np.float64)
     n = int(contributors)
     if statement is not None:
-        limit = n * statement.max_abs()
+        limit: float = n * statement.max_abs()
         worst = int(np.argmax(np.abs(y))) if y.size else 0
         if y.size and abs(y[worst]) > limit:
             return (f"implausible sum: entry {worst} is {int(y[worst])}, beyond what {n} valid contributions can reach "

@@ -37,7 +37,7 @@ class _Checked(Coroutine[Any, Any, T]):
         self._started = True
         return self._coro.send(value)
 
-    def throw(self, *args: Any) -> Any:  # type: ignore[override]
+    def throw(self, *args: Any) -> Any:
         self._started = True
         return self._coro.throw(*args)
 

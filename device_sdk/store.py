@@ -172,7 +172,7 @@ class LocalStore:
 
     @staticmethod
     def _rule(db: sqlite3.Connection, collection: str) -> Retention:
-        rows = dict(
+        rows: dict[str, tuple[float | None, int | None]] = dict(
             (c, (a, n)) for c, a, n in db.execute(
                 "SELECT collection, max_age_s, max_rows FROM retention WHERE collection IN (?, ?)", (collection, ALL)
             )

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer frecency rounds")
     args = ap.parse_args(argv)
     t0 = time.time()
-    out = {
+    out: dict[str, Any] = {
         "breast_cancer": breast_cancer(),
         "digits_fedsgd": digits(100, 1, 0, 1.0, {"name": "fedavg", "lr": 1.0}),
         "digits_fedavg": digits(30, 2, 10, 0.1, {"name": "adam"}),

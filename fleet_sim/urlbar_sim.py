@@ -14,6 +14,7 @@ something to find. Pure numpy-Generator code (simulation data only).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,7 @@ def make_population(rng: np.random.Generator, n_devices: int, **kwargs: Any) -> 
     return [make_device_rows(rng, **kwargs) for _ in range(n_devices)]
 
 
-def evaluate(weights: np.ndarray | list[float], rows: list[dict[str, Any]], display: int = 1) -> dict[str, float]:
+def evaluate(weights: np.ndarray | Sequence[float], rows: list[dict[str, Any]], display: int = 1) -> dict[str, float]:
     """Central metrics over rows: mean SVM loss, mean rank of the selected item, mean characters typed."""
     b = ranking_batch(rows, prepare_items)
     s = frecency_scores(np.asarray(weights, dtype=np.float64), b.items)

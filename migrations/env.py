@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from analytics_server.db.models import Base
@@ -16,14 +17,16 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def _run(connection) -> None:  # type: ignore[no-untyped-def]
+def _run(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()
 
 
 async def _online() -> None:
-    engine = create_async_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None  # set by analytics_server.db.engine.migrate
+    engine = create_async_engine(url)
     async with engine.connect() as conn:
         await conn.run_sync(_run)
         await conn.commit()

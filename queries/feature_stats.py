@@ -31,6 +31,7 @@ Missing values (absent, None, NaN, ±inf, non-numeric) are counted as missing, n
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from collections.abc import Mapping
@@ -190,7 +191,8 @@ def _column(rows: list[Any], name: str) -> np.ndarray:
 
 def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     low = np.floor(x)
-    return (low + (rng.random(x.shape) < x - low)).astype(np.int64)
+    rounded: np.ndarray = (low + (rng.random(x.shape) < x - low)).astype(np.int64)
+    return rounded
 
 
 def row_counts_layout(grid_size: int) -> Layout:
@@ -220,7 +222,8 @@ def project_to_total(values: np.ndarray, total: float) -> np.ndarray:
     css = np.cumsum(u) - total
     idx = np.arange(1, v.size + 1)
     rho = int(np.nonzero(u - css / idx > 0)[0][-1])
-    return np.maximum(v - css[rho] / (rho + 1), 0.0)
+    projected: np.ndarray = np.maximum(v - css[rho] / (rho + 1), 0.0)
+    return projected
 
 
 def integer_parts(values: np.ndarray) -> np.ndarray:
@@ -555,7 +558,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                     values.append(ExpectedValue(value_path("contribution_bound", "devices_by_rows", "counts", b), counts.std))
         for spec in params.features:
             r = spec.upper - spec.lower
-            path = lambda *p: value_path("features", spec.name, *p)  # noqa: E731
+            path = functools.partial(value_path, "features", spec.name)
             mean_std = r / n * s1 * math.sqrt(1.25)
             values.append(ExpectedValue(path("count"), s1))
             values.append(ExpectedValue(path("mean"), mean_std, assumed))
@@ -597,13 +600,13 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             if mean is None:
                 suppressed.append(spec.name)
                 continue
-            path = lambda *p: value_path("features", spec.name, *p)  # noqa: E731
+            path = functools.partial(value_path, "features", spec.name)
             entry, stds, ivs, notes = _feature_entry(spec, state, i, s1, s2, bins, to_first)
             features[spec.name] = entry
             for key, value in stds.items():
                 noise_std[path(*key)] = value
-            for key, value in ivs.items():
-                intervals[path(*key)] = value
+            for key, iv in ivs.items():
+                intervals[path(*key)] = iv
             for key, message in notes:
                 warnings.append(ReleaseWarning(path(*key) if key else path(), message))
         names = list(features)
@@ -616,8 +619,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             "n_samples_seen_": [features[n]["count"] for n in names],
         }
         for j, n in enumerate(names):  # the scaler repeats released values: same noise, same intervals
-            for attr, key in (("mean_", "mean"), ("var_", "var"), ("n_samples_seen_", "count")):
-                src = value_path("features", n, key)
+            for attr, name in (("mean_", "mean"), ("var_", "var"), ("n_samples_seen_", "count")):
+                src = value_path("features", n, name)
                 if src in noise_std:
                     noise_std[value_path("scaler", attr, j)] = noise_std[src]
                     if src in intervals:
@@ -648,7 +651,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             return {"max_examples_per_device": None, "chosen_from_data": True}
         std = float(choice["noise_std"])
         counts = [max(0.0, float(c)) for c in choice["counts"]]
-        block = {
+        block: dict[str, Any] = {
             "max_examples_per_device": state.bound,
             "chosen_from_data": True,
             "budget_share": params.bound_budget_share,

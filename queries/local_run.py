@@ -68,6 +68,7 @@ def run_query(
     rng = rng or np.random.default_rng()
     cal = None
     if spec is not None and spec.mechanism != "none":
+        assert spec.epsilon is not None and spec.delta is not None  # PrivacySpec requires both with a noisy mechanism
         cal = dp.calibrate_query(spec.mechanism, spec.epsilon, spec.delta, rounds=kind.rounds_upper_bound(params),
                                  t_min=t_min or len(devices))
     source = noise_source or OsRandom()

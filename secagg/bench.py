@@ -15,6 +15,7 @@ import json
 import math
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def choose_drops(n: int, dropout: float, drop_phase: str, rng: np.random.Generat
     return {Phase[drop_phase.upper()]: {int(p) for p in chosen}}
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     protocol = protocol_randomness(args.protocol_seed)
     cfg = SecAggConfig(

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -192,7 +194,7 @@ class ClientSession:
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def _handler(self, msg: Message):
+    def _handler(self, msg: Message) -> Callable[[Any], bytes]:
         p, active = self.phase, self.config.active
         if p is Phase.ADVERTISE_KEYS and isinstance(msg, PeerKeys):
             return self._on_peer_keys

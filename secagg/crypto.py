@@ -16,6 +16,7 @@ Private keys are built from 32 bytes of an injected `RandomSource` (OS entropy b
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 import nacl.bindings
 import nacl.exceptions
@@ -30,6 +31,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from secagg.errors import DecryptionError, SignatureError
 from secagg.randomness import OsRandom, RandomSource
+
+if TYPE_CHECKING:
+    from secagg.meter import Meter
 
 DOMAIN = b"fa-secagg/v2/"
 TASK_DIGEST_BYTES = 32
@@ -157,7 +161,7 @@ class MaskStream:
     2^bits divides 2^32, else uint64: arithmetic then wraps for free and needs half the keystream.
     """
 
-    def __init__(self, dim: int, dtype: np.dtype, meter=None) -> None:
+    def __init__(self, dim: int, dtype: np.dtype, meter: Meter | None = None) -> None:
         from secagg.meter import NullMeter
 
         self.dim = dim
@@ -166,13 +170,14 @@ class MaskStream:
         self.nbytes = dim * self.dtype.itemsize
         self._zeros = bytes(self.nbytes)
         self._scratch = np.empty(self.nbytes + 16, dtype=np.uint8)
+        self._scratch_view = self._scratch.data  # the array's memory as the memoryview `update_into` is typed for
         self.bytes_generated = 0
 
     def expand(self, key: bytes) -> np.ndarray:
         """The mask for `key`, as a view into the scratch buffer (valid until the next call)."""
         with self._meter.measure("prg", self.nbytes):
             enc = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
-            enc.update_into(self._zeros, self._scratch)
+            enc.update_into(self._zeros, self._scratch_view)
         self.bytes_generated += self.nbytes
         return self._scratch[: self.nbytes].view(self.dtype)
 
@@ -188,7 +193,7 @@ def prg_uint64(seed: bytes, count: int) -> np.ndarray:
     """`count` pseudorandom uint64 values from a 32-byte seed (AES-256-CTR keystream)."""
     key = hkdf(seed, DOMAIN + b"prg-uint64")
     buf = np.empty(count * 8 + 16, dtype=np.uint8)
-    Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(count * 8), buf)
+    Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(count * 8), buf.data)
     return buf[: count * 8].view(np.uint64).copy()
 
 
@@ -196,5 +201,5 @@ def aes_ctr_throughput_probe(nbytes: int, source: RandomSource | None = None) ->
     """Encrypts `nbytes` of zeros with a throwaway key; used by the benchmark as the raw AES-CTR rate."""
     out = np.empty(nbytes + 16, dtype=np.uint8)
     key = (source or OsRandom()).bytes(KEY_BYTES)
-    Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(nbytes), out)
+    Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor().update_into(bytes(nbytes), out.data)
     return nbytes

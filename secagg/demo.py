@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if report.abort is not None:
         print(f"ABORTED: {report.abort}")
         return 1
+    assert report.result is not None  # a session that did not abort reached DONE, which sets the result
     want = expected_sum(inputs, report.sent_input, args.bits)
     ok = np.array_equal(report.result.vector, want)
     print(f"contributors: {len(report.result.contributors)} of {args.devices}; "

@@ -102,7 +102,7 @@ class FixedPoint:
         return np.asarray(total, dtype=np.float64) / self.scale
 
 
-_NATIVE = {8: np.dtype("<u1"), 16: np.dtype("<u2"), 32: np.dtype("<u4")}
+_NATIVE: dict[int, np.dtype[Any]] = {8: np.dtype("<u1"), 16: np.dtype("<u2"), 32: np.dtype("<u4")}
 
 
 def pack(values: np.ndarray, bits: int) -> bytes:

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -70,6 +70,7 @@ class _Reader:
     def u32(self, what: str) -> int:
         if self.pos + 4 > len(self.data):
             raise MessageFormatError(f"{what}: truncated message")
+        value: int
         (value,) = _U32.unpack_from(self.data, self.pos)
         self.pos += 4
         return value
@@ -116,7 +117,7 @@ def _parse_pairs(r: _Reader, who: str) -> tuple[tuple[int, bytes], ...]:
 
 
 def _uniform_records(r: _Reader, n: int, record: Callable[[int], struct.Struct], head: struct.Struct,
-                     length_field: int, fixed: int) -> list[tuple] | None:
+                     length_field: int, fixed: int) -> list[tuple[Any, ...]] | None:
     """Fast path for `n` entries that all carry the first entry's variable length (as every message a
     client builds does): one `iter_unpack` instead of a read per field. None — the caller then parses
     entry by entry, with the same result and the same errors — when the lengths differ or the bytes run out.
@@ -171,7 +172,7 @@ class AdvertiseKeys(Message):
         return self.c_pk + self.s_pk + _blob(self.signature)
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> AdvertiseKeys:
         return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r))
 
 
@@ -205,7 +206,7 @@ class PeerKeys(Message):
         return b"".join([_U32.pack(len(self.peers)), *(p.encode() for p in self.peers)])
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> PeerKeys:
         n = r.count(_PEER_HEAD.size, "peers")
         fast = _uniform_records(r, n, lambda size: struct.Struct(f">I{KEY}s{KEY}sI{size}s"), _PEER_HEAD, 3,
                                 _PEER_HEAD.size)
@@ -256,7 +257,7 @@ class ShareKeys(Message):
         return _blob(self.signature) + _u32(self.members_wanted) + _encode_pairs(self.ciphertexts)
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> ShareKeys:
         sig = _signature(r)
         wanted = r.u32("members_wanted")
         if wanted > MAX_MEMBERS_WANTED:
@@ -282,7 +283,7 @@ class RoutedShares(Message):
         ])
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> RoutedShares:
         cts = _parse_pairs(r, "sender")
         n = r.count(4, "signatures")
         sigs = tuple(_signature(r) for _ in range(n))
@@ -322,7 +323,7 @@ class MaskedInput(Message):
         return bytes([self.bits]) + _u32(self.dim) + self.packed
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> MaskedInput:
         bits, dim = r.u8("bits"), r.u32("dim")
         return cls(sid, party, bits, dim, r.take(len(r.data) - r.pos, "vector"))
 
@@ -343,7 +344,7 @@ class MaskedInputProved(Message):
         return bytes([self.bits]) + _u32(self.dim) + self.packed + _blob(self.proof)
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> MaskedInputProved:
         bits, dim = r.u8("bits"), r.u32("dim")
         if not 1 <= bits <= 64:
             raise MessageFormatError(f"bits: {bits} is not a bit width")
@@ -387,7 +388,7 @@ class ConsistencyRequest(Message):
         return _blob(self.survivors)
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> ConsistencyRequest:
         return cls(sid, party, r.blob("survivors"))
 
 
@@ -400,7 +401,7 @@ class ConsistencySignature(Message):
         return self.signature
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> ConsistencySignature:
         return cls(sid, party, r.take(SIG, "signature"))
 
 
@@ -415,7 +416,7 @@ class UnmaskRequest(Message):
         return _blob(self.survivors) + _u32(len(self.signatures)) + sigs
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> UnmaskRequest:
         survivors = r.blob("survivors")
         n = r.count(4 + SIG, "signatures")
         return cls(sid, party, survivors, tuple((r.u32("signer"), r.take(SIG, "signature")) for _ in range(n)))
@@ -430,7 +431,7 @@ class UnmaskShares(Message):
         return _u32(len(self.shares)) + b"".join(_u32(v) + bytes([k]) + s for v, k, s in self.shares)
 
     @classmethod
-    def parse(cls, sid, party, r):
+    def parse(cls, sid: bytes, party: int, r: _Reader) -> UnmaskShares:
         n = r.count(_SHARE_ENTRY.size, "shares")
         out = tuple(_SHARE_ENTRY.iter_unpack(r.take(n * _SHARE_ENTRY.size, "shares")))  # fixed-size records
         bad = {kind for _, kind, _ in out} - _SHARE_KINDS

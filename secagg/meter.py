@@ -6,7 +6,7 @@ The clock is supplied by the caller, so the protocol code itself never reads tim
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 
@@ -30,7 +30,7 @@ class CostMeter:
 class NullMeter:
     """The default: measures nothing."""
 
-    def measure(self, kind: str, nbytes: int = 0):  # noqa: ARG002
+    def measure(self, kind: str, nbytes: int = 0) -> AbstractContextManager[None]:  # noqa: ARG002
         return nullcontext()
 
 

@@ -183,7 +183,7 @@ class ServerSession:
             raise WrongPhaseError(f"session is {self.phase.label}")
         phase = self.phase
         try:
-            out = getattr(self, f"_close_{phase.name.lower()}")()
+            out: dict[int, bytes] = getattr(self, f"_close_{phase.name.lower()}")()
         except AbortError as exc:
             self.phase = Phase.ABORTED
             self.abort_reason = exc

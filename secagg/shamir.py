@@ -78,9 +78,8 @@ class BatchReconstructor:
         coeffs = self._coeffs.get(xs)
         if coeffs is None:
             coeffs = self._coeffs[xs] = lagrange_at_zero(xs)
-        values = [shares[x] for x in xs]
-        if values and isinstance(values[0], bytes):
-            values = [from_bytes(v) for v in values]  # type: ignore[arg-type]
+        raw = [shares[x] for x in xs]
+        values = [from_bytes(v) if isinstance(v, bytes) else v for v in raw]
         return sum(c * y for c, y in zip(coeffs, values)) % PRIME
 
 

@@ -10,6 +10,7 @@ unless `signed=False`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -116,7 +117,7 @@ def run_session(
             report.download_bytes[p] = report.download_bytes.get(p, 0) + len(msg)
             if p in drops.get(server.phase, ()):
                 continue
-            reply = client_step(server.phase, p, lambda c=clients[p], m=msg: c.receive(m))
+            reply = client_step(server.phase, p, functools.partial(clients[p].receive, msg))
             if reply is not None:
                 outgoing[p] = reply
 

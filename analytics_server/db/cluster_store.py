@@ -116,6 +116,7 @@ class ClusterStore:
             ).all()
         held: dict[str, list[str]] = {}
         for owner, qid in leases:
+            assert owner is not None  # selected with lease_owner IS NOT NULL
             held.setdefault(owner, []).append(qid)
         views = [
             ProcessView(p.id, p.name, p.url, p.host, p.pid, p.started_at, p.heartbeat_at,

@@ -5,9 +5,9 @@ both work; migrations/versions/ mirrors this file.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Table, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -16,7 +16,7 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
-    pass
+    __table__: ClassVar[Table]  # every model here is mapped to a Core Table (the base class declares a FromClause)
 
 
 class Query(Base):

@@ -166,7 +166,7 @@ class ReportStore:
             )).all()
             by_status = dict((await s.execute(select(Query.status, func.count()).group_by(Query.status))).all())
         checkins = sum(int((load or {}).get("checkins", 0)) for load in procs)
-        stats, sampled = phase_durations([tuple(e) for e in events])  # type: ignore[misc]
+        stats, sampled = phase_durations([tuple(e) for e in events])
         return FleetReport(
             at=now,
             devices_registered=int(registered),

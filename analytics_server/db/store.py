@@ -22,10 +22,10 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
-from sqlalchemy import bindparam, delete, func, insert, or_, select, text, update
+from sqlalchemy import CursorResult, Result, bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -85,6 +85,12 @@ class AnalystLimits:
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _rowcount(res: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE matched: `execute` is typed as returning a `Result`, but for these statements
+    it is a `CursorResult`, which carries the count."""
+    return cast(CursorResult[Any], res).rowcount
 
 
 def hash_token(token: str) -> str:
@@ -299,7 +305,7 @@ class Store(ClusterStore, ReportStore):
         """Delete nonces whose expiry passed: no request carrying them passes the timestamp check any more."""
         async with self._tx() as s:
             res = await s.execute(delete(Nonce).where(Nonce.expires_at < now_ts))
-            return int(res.rowcount or 0)
+            return int(_rowcount(res) or 0)
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -493,13 +499,13 @@ class Store(ClusterStore, ReportStore):
                 update(Query).where(Query.id == query_id, Query.status.not_in(TERMINAL)).values(**values)
             )
             charge = None
-            if res.rowcount:
+            if _rowcount(res):
                 s.add(Event(query_id=query_id, type=f"query.{status}", data={"error": error}, created_at=now()))
                 if status in ("cancelled", "failed"):
                     charge = await self._refund_if_unseen(s, query_id)
-        if res.rowcount and status in TERMINAL:
+        if _rowcount(res) and status in TERMINAL:
             await self._log_ended(query_id, status, error, charge)
-        return bool(res.rowcount)
+        return bool(_rowcount(res))
 
     async def _log_ended(self, query_id: str, status: str, error: str | None, charge: str | None = None) -> None:
         """INFO line for a query that reached a terminal status (after the transaction that ended it)."""
@@ -544,7 +550,7 @@ class Store(ClusterStore, ReportStore):
             .where(PrivacyCharge.query_id == query_id, PrivacyCharge.status == "charged")
             .values(status="refunded", refunded_at=now())
         )
-        if res.rowcount:
+        if _rowcount(res):
             s.add(Event(query_id=query_id, type="budget.refunded", data={}, created_at=now()))
             return "refunded"
         return None
@@ -565,14 +571,14 @@ class Store(ClusterStore, ReportStore):
                         error=failure, updated_at=now(), finished_at=now())
             )
             charge = None
-            if res.rowcount:
+            if _rowcount(res):
                 s.add(Event(query_id=query_id, type=f"query.{status}", data={"error": failure} if failure else {},
                             created_at=now()))
                 if failure:
                     charge = await self._refund_if_unseen(s, query_id)
-        if res.rowcount:
+        if _rowcount(res):
             await self._log_ended(query_id, status, failure, charge)
-        return bool(res.rowcount)
+        return bool(_rowcount(res))
 
     # -- rounds ---------------------------------------------------------------------------------
 

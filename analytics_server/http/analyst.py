@@ -108,7 +108,7 @@ async def _view(st: AppState, q: Query, with_spec: bool = False) -> QueryView:
         kind=q.kind,
         name=q.name,
         source=q.source,
-        status=q.status,  # type: ignore[arg-type]
+        status=q.status,
         progress=progress,
         error=q.error,
         created_at=q.created_at.isoformat(),
@@ -261,7 +261,7 @@ async def get_result(request: web.Request) -> web.Response:
         detail = f": {q.error}" if q.error else ""
         raise HttpError(409, f"query {q.id} has no result: status is {q.status}{detail}")
     return json_model(ResultView(
-        id=q.id, kind=q.kind, status=q.status, error=q.error, result=q.result,  # type: ignore[arg-type]
+        id=q.id, kind=q.kind, status=q.status, error=q.error, result=q.result,
         privacy=q.privacy or {}, uncertainty=q.uncertainty or {}, warnings=q.warnings or [],
         table=_table(q.kind, q.result),
     ))
@@ -454,7 +454,7 @@ async def budget_charges(request: web.Request) -> web.Response:
     budget = await st.store.get_budget(source, st.settings.default_budget())
     rows = await st.store.budget_charges(source, None if token.role == "admin" else token.id)
     charges = [ChargeView(query_id=r.query_id, kind=r.kind, name=r.name, epsilon=r.epsilon, delta=r.delta,
-                          status=r.status, charged_at=r.charged_at.isoformat(),  # type: ignore[arg-type]
+                          status=r.status, charged_at=r.charged_at.isoformat(),
                           refunded_at=r.refunded_at.isoformat() if r.refunded_at else None, own=r.own)
                for r in rows]
     return json_model(ChargeList(source=source, budget=BudgetView(**budget.to_dict()), charges=charges))

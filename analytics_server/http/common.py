@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
 from analytics_server.errors import HttpError
@@ -147,7 +148,7 @@ def route_class(request: web.Request) -> str:
 
 def make_error_middleware(metrics: Any) -> Any:
     @web.middleware
-    async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             resp = await handler(request)
         except HttpError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP
 
@@ -48,9 +49,9 @@ def make_cors_middleware(raw: str) -> Any | None:
         return origin is not None and (allowed is None or origin in allowed)
 
     @web.middleware
-    async def cors(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
         origin = request.headers.get("Origin")
-        if not request.path.startswith(DEVICE_PREFIX) or not allows(origin):
+        if origin is None or not request.path.startswith(DEVICE_PREFIX) or not allows(origin):
             return await handler(request)
         headers = {"Access-Control-Allow-Origin": origin if allowed is not None else "*", "Vary": "Origin"}
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:

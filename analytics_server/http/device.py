@@ -242,7 +242,7 @@ def _wait_s(request: web.Request) -> float:
     return wait_s
 
 
-def _next_response(nxt: NextMessage, accepted: bool = False) -> web.StreamResponse:
+def _next_response(nxt: NextMessage, accepted: bool = False) -> web.Response:
     if nxt.kind == "message":
         return web.Response(body=nxt.body, content_type="application/octet-stream", headers={HDR_PHASE: str(nxt.phase)})
     if nxt.kind == "finished":

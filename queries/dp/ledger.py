@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -108,9 +108,12 @@ class Budget:
 def _spent(spent: CostLike | Sequence[CostLike]) -> PrivacyCost:
     if isinstance(spent, PrivacyCost):
         return spent
-    if isinstance(spent, tuple) and len(spent) == 2 and all(isinstance(v, (int, float)) for v in spent):
-        return _cost(spent, "spent")
-    return compose_costs(spent)  # type: ignore[arg-type]
+    if isinstance(spent, tuple) and len(spent) == 2:
+        first, second = spent
+        if isinstance(first, (int, float)) and isinstance(second, (int, float)):
+            return _cost((first, second), "spent")
+    # not a (ε, δ) pair of numbers, so a sequence of costs (a tuple[float, float] cannot reach here)
+    return compose_costs(cast(Sequence[CostLike], spent))
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,8 @@ def poisson_log_pmf(k: np.ndarray, lam: float) -> np.ndarray:
     series = inv * (1.0 / 12 - inv2 * (1.0 / 360 - inv2 / 1260))
     d = kk - lam
     stirling = d - kk * np.log1p(d / lam) - 0.5 * np.log(2.0 * math.pi * kk) - series
-    return np.where(small, exact, stirling)
+    logp: np.ndarray = np.where(small, exact, stirling)
+    return logp
 
 
 def _poisson_inversion(lam: float, size: int, source: ByteSource) -> np.ndarray:
@@ -235,7 +236,8 @@ def sample_skellam(mu: float, size: int, source: ByteSource) -> np.ndarray:
     if mu == 0 or size == 0:
         return np.zeros(size, dtype=np.int64)
     both = sample_poisson(float(mu) / 2.0, 2 * size, source)
-    return both[:size] - both[size:]
+    diff: np.ndarray = both[:size] - both[size:]
+    return diff
 
 
 def sample_noise(mechanism: str, scale: float, size: int, source: ByteSource) -> np.ndarray:

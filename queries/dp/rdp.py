@@ -67,7 +67,8 @@ def event_curve(event: dp_accounting.DpEvent) -> np.ndarray:
     """The RDP curve of a dp_accounting event on `ORDERS`."""
     acc = accountant()
     acc.compose(event)
-    return acc.rdp
+    rdp: np.ndarray = acc.rdp
+    return rdp
 
 
 def gaussian_curve(noise_multiplier: float, sample_rate: float = 1.0) -> np.ndarray:

@@ -32,7 +32,7 @@ def privacy_block(
     if cal is None:
         block["epsilon_spent"] = None
         return block
-    per_round = []
+    per_round: list[dict[str, object] | None] = []
     for noise, contributors in zip(noises_per_round, contributors_per_round):
         if noise is None:
             per_round.append(None)

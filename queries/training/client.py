@@ -207,7 +207,8 @@ def local_update(obj: LocalObjective, theta0: np.ndarray, epochs: int, batch_siz
         order = rng.permutation(obj.n)
         for start in range(0, obj.n, batch_size):
             theta -= lr * obj.loss_grad(theta, order[start : start + batch_size])[1]
-    return theta - theta0
+    delta: np.ndarray = theta - theta0
+    return delta
 
 
 def clip_l2(v: np.ndarray, c: float) -> np.ndarray:

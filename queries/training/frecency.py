@@ -108,7 +108,8 @@ def frecency_scores(weights: np.ndarray, prepared: tuple[np.ndarray, np.ndarray]
     counts, factor = prepared
     w = np.asarray(weights, dtype=np.float64)
     rec, typ = w[: len(RECENCY_NAMES)], w[len(RECENCY_NAMES) :]
-    return factor * np.einsum("ibt,b,t->i", counts, rec, typ)
+    scores: np.ndarray = factor * np.einsum("ibt,b,t->i", counts, rec, typ)
+    return scores
 
 
 def frecency(weights: np.ndarray, item: dict[str, Any]) -> float:

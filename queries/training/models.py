@@ -73,7 +73,8 @@ def _weights(sample_weight: np.ndarray | None, n: int) -> np.ndarray:
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:
     z = z - z.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    logp: np.ndarray = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return logp
 
 
 @dataclass
@@ -91,11 +92,13 @@ class Logistic(Model):
         return np.zeros(self.n_params)
 
     def _logits(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return X @ theta[:-1] + theta[-1]
+        logits: np.ndarray = X @ theta[:-1] + theta[-1]
+        return logits
 
     def per_example_loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         z = self._logits(theta, X)
-        return np.logaddexp(0.0, z) - y * z  # −[y log σ(z) + (1−y) log(1−σ(z))], stable
+        loss: np.ndarray = np.logaddexp(0.0, z) - y * z  # −[y log σ(z) + (1−y) log(1−σ(z))], stable
+        return loss
 
     def loss_grad(self, theta, X, y, sample_weight=None):  # type: ignore[no-untyped-def]
         w = _weights(sample_weight, len(y))
@@ -116,7 +119,8 @@ class Logistic(Model):
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     """1/(1 + e^−z) without overflow for large |z| (diverged weights)."""
-    return np.exp(-np.logaddexp(0.0, -z))
+    sig: np.ndarray = np.exp(-np.logaddexp(0.0, -z))
+    return sig
 
 
 @dataclass

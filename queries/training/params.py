@@ -73,7 +73,7 @@ class ModelSpec(BaseModel):
     @model_serializer(mode="wrap")
     def _omit_unset_dims(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Dimensions left out stay out of the dump (the factories apply their own defaults)."""
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         for key in _MODEL_DIMS:
             if data.get(key) is None:
                 data.pop(key, None)
@@ -253,7 +253,7 @@ class WeightNames(Sequence[str]):
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.find(name) is not None
 
-    def index(self, name: str, *_: Any) -> int:  # type: ignore[override]
+    def index(self, name: str, *_: Any) -> int:
         i = self.find(name)
         if i is None:
             raise ValueError(f"{name!r} is not a weight name")
@@ -406,8 +406,8 @@ def resolve(params: TrainingParams) -> Resolved:
         groups.append(np.asarray(idx, dtype=np.int64))
     if np.any(initial[nonneg] < 0):
         raise ValueError("model.initial_weights: violate safeguards.nonnegative")
-    for g, idx in enumerate(groups):
-        if np.any(np.diff(initial[idx]) > 0):
+    for g, members in enumerate(groups):
+        if np.any(np.diff(initial[members]) > 0):
             raise ValueError(f"model.initial_weights: violate safeguards.ordered_groups[{g}] (must be non-increasing)")
 
     opt = params.server_optimizer

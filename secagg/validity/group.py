@@ -24,6 +24,8 @@ import hashlib
 from nacl import bindings as _na
 from nacl.exceptions import RuntimeError as _NaclError
 
+from secagg.randomness import RandomSource
+
 ORDER = 2**252 + 27742317777372353535851937790883648493
 """ℓ, the order of the prime-order subgroup."""
 POINT_BYTES = 32
@@ -139,6 +141,6 @@ def sum_generator() -> bytes:
     return _na.crypto_core_ed25519_from_uniform(hashlib.sha512(GENERATOR_DOMAIN + b"S").digest()[:32])
 
 
-def random_scalar(source) -> int:  # noqa: ANN001 - a secagg.randomness.RandomSource
+def random_scalar(source: RandomSource) -> int:
     """A uniform scalar in [1, ℓ) from the injected randomness source."""
     return 1 + source.randbelow(ORDER - 1)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from secagg.randomness import RandomSource
 from secagg.validity import group as g
 from secagg.validity.sigma import LinearProver, Offset, OrProver, linear_announcement, or_announcements
 from secagg.validity.statement import Bits, Ranged, Signs, Statement, decompose, range_weights
@@ -101,7 +102,7 @@ def weighted_total(columns: list[list[bytes]], weights: list[int]) -> bytes:
     return g.total([g.mul(w, g.total(col)) for w, col in zip(weights, columns)])
 
 
-def _prove_ranged(b: _Builder, gens: list[bytes], start: int, values: Sequence[int], low: int, high: int, source) -> tuple[bytes, int]:  # noqa: ANN001
+def _prove_ranged(b: _Builder, gens: list[bytes], start: int, values: Sequence[int], low: int, high: int, source: RandomSource) -> tuple[bytes, int]:
     """Bit commitments and OR proofs of values ∈ [low, high] over generators G_start… → (the commitment to
     the values' sum vector, its blinding)."""
     weights = range_weights(high - low)
@@ -120,7 +121,7 @@ def _prove_ranged(b: _Builder, gens: list[bytes], start: int, values: Sequence[i
 
 
 def prove(statement: Statement, context: ProofContext, values: Sequence[int], noise: Sequence[int] | None,
-          source) -> tuple[bytes, int]:  # noqa: ANN001
+          source: RandomSource) -> tuple[bytes, int]:
     """The proof that `values` (x) and `noise` (e) satisfy `statement`, and the blinding ρ of
     K = Σ (s·x_i + e_i)·G_i + ρ·B that the device adds to its masked vector (`blind_limbs`).
     ValueError when the inputs do not satisfy the statement (an honest device never proves a false one)."""
@@ -162,6 +163,7 @@ def prove(statement: Statement, context: ProofContext, values: Sequence[int], no
                 seg_points.append(c)
                 seg_blind += r
             if mode == "counted":
+                assert sigma is not None
                 weights = range_weights(seg.max_ones)
                 for w, bit in zip(weights, decompose(sum(sv), seg.max_ones)):
                     q = g.random_scalar(source)
@@ -193,7 +195,8 @@ def prove(statement: Statement, context: ProofContext, values: Sequence[int], no
         value_blind += blind
     noise_point, noise_blind = g.IDENTITY, 0
     if statement.noise_bound:
-        noise_point, noise_blind = _prove_ranged(b, gens, 0, noise, -statement.noise_bound, statement.noise_bound, source)  # type: ignore[arg-type]
+        assert noise is not None  # checked above: a noise bound requires a noise vector
+        noise_point, noise_blind = _prove_ranged(b, gens, 0, noise, -statement.noise_bound, statement.noise_bound, source)
     t = Transcript(context, statement.encode())
     for p in b.points:
         t.append(b"C", p)
@@ -201,18 +204,18 @@ def prove(statement: Statement, context: ProofContext, values: Sequence[int], no
         ann = pr.announcements if isinstance(pr, OrProver) else [pr[0].announcement]
         for a in ann:
             t.append(b"A", a)
-    c = t.challenge()
+    challenge = t.challenge()
     scalars: list[int] = []
     for pr in b.provers:
         if isinstance(pr, OrProver):
-            cs, zs = pr.finish(c)
+            cs, zs = pr.finish(challenge)
             scalars += cs[:-1] + zs
         else:
-            zs, s = pr[0].finish(c)
+            zs, s = pr[0].finish(challenge)
             scalars += zs + [s]
     s = statement.encoding_scale
     rho = (s * value_blind + noise_blind) % g.ORDER
-    wire = g.scalar_bytes(c) + b"".join(b.points) + b"".join(g.scalar_bytes(x) for x in scalars)
+    wire = g.scalar_bytes(challenge) + b"".join(b.points) + b"".join(g.scalar_bytes(x) for x in scalars)
     assert len(wire) == proof_size(statement)
     return wire, rho
 
@@ -326,7 +329,7 @@ def verify(statement: Statement, context: ProofContext, proof: bytes) -> bytes:
     if statement.noise_bound:
         B = statement.noise_bound
         noise_point = _read_ranged(r, checks, gens, 0, -B, B, "noise")
-    c = r.challenge
+    challenge = r.challenge
     t = Transcript(context, statement.encode())
     for i in range(proof_shape(statement)[0]):
         t.append(b"C", bytes(r.data[g.SCALAR_BYTES + i * g.POINT_BYTES : g.SCALAR_BYTES + (i + 1) * g.POINT_BYTES]))
@@ -335,14 +338,14 @@ def verify(statement: Statement, context: ProofContext, proof: bytes) -> bytes:
             n_br = len(chk.offsets)
             cs = r.scalars(n_br - 1, "branch challenge")
             zs = r.scalars(n_br, "response")
-            cs.append((c - sum(cs)) % g.ORDER)
+            cs.append((challenge - sum(cs)) % g.ORDER)
             for a in or_announcements(chk.point, chk.offsets, cs, zs):
                 t.append(b"A", a)
         else:
             zs = r.scalars(len(chk.generators), "linear response")
             (s_resp,) = r.scalars(1, "linear blinding response")
-            t.append(b"A", linear_announcement(chk.generators, chk.point, c, zs, s_resp))
-    if t.challenge() != c:
+            t.append(b"A", linear_announcement(chk.generators, chk.point, challenge, zs, s_resp))
+    if t.challenge() != challenge:
         raise InvalidProof("proof: the challenge does not match the transcript (forged, altered, or made for another "
                            "session, round, party or statement)")
     s = statement.encoding_scale

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from secagg.randomness import RandomSource
 from secagg.validity import group as g
 
 Offset = bytes | None
@@ -40,7 +41,7 @@ class OrProver:
     announcements: list[bytes]
 
     @classmethod
-    def start(cls, point: bytes, offsets: list[Offset], true_branch: int, witness: int, source) -> OrProver:  # noqa: ANN001
+    def start(cls, point: bytes, offsets: list[Offset], true_branch: int, witness: int, source: RandomSource) -> OrProver:
         shifted = [_shift(point, o) for o in offsets]
         n = len(offsets)
         cs, zs, ann = [0] * n, [0] * n, [b""] * n
@@ -83,7 +84,7 @@ class LinearProver:
     announcement: bytes
 
     @classmethod
-    def start(cls, generators: list[bytes], values: list[int], blind: int, source) -> LinearProver:  # noqa: ANN001
+    def start(cls, generators: list[bytes], values: list[int], blind: int, source: RandomSource) -> LinearProver:
         nonces = [g.random_scalar(source) for _ in values]
         blind_nonce = g.random_scalar(source)
         ann = g.total([g.mul(a, gen) for a, gen in zip(nonces, generators)] + [g.mul_base(blind_nonce)])

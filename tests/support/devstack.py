@@ -39,7 +39,8 @@ SERVER_ENV = {
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def free_port_run(n: int) -> int:
@@ -168,7 +169,8 @@ class Fleet:
             time.sleep(0.1)
 
     def truth(self) -> dict[str, dict[str, list[Any]]]:
-        return json.loads(self.truth_path.read_text())["devices"]
+        devices: dict[str, dict[str, list[Any]]] = json.loads(self.truth_path.read_text())["devices"]
+        return devices
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -66,7 +66,8 @@ class JsFleet:
             time.sleep(0.1)
 
     def truth(self) -> dict[str, dict[str, list[Any]]]:
-        return json.loads(self.truth_path.read_text())["devices"]
+        devices: dict[str, dict[str, list[Any]]] = json.loads(self.truth_path.read_text())["devices"]
+        return devices
 
     def stop(self) -> dict[str, Any]:
         if self.proc.poll() is None:

@@ -32,7 +32,10 @@ def local_postgres(max_connections: int = 300) -> Iterator[str]:
         shutil.chown(data, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     port = free_port()
-    run = lambda *args: subprocess.run([*as_user, *args], check=True, capture_output=True, timeout=120)  # noqa: E731
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([*as_user, *args], check=True, capture_output=True, timeout=120)
+
     try:
         run(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
         run(str(binaries / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-w", "-o",
