@@ -246,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     v.add_argument("--format", choices=("text", "json"), default="text")
 
-    i = sub.add_parser("init", help="write a commented starter spec for a kind")
-    i.add_argument("kind")
+    i = sub.add_parser("init", help="write a commented starter spec for a kind (no kind: list the kinds)")
+    i.add_argument("kind", nargs="?", help="the query kind; omit it to list the kinds with a line on each")
     i.add_argument("-o", "--output", help="file to write (default: stdout)")
     i.add_argument("--force", action="store_true", help="overwrite --output")
 
@@ -374,9 +374,27 @@ def _validate(client: AnalystClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def kinds_text() -> str:
+    """One line per registered kind: its name and what it answers (from its starter spec's title)."""
+    from queries.registry import KINDS
+    from queries.templates import TEMPLATES
+
+    width = max(len(kind.name) for kind in KINDS)
+    lines = []
+    for kind in KINDS:
+        template = TEMPLATES.get(kind.name)
+        about = template.title.removeprefix(f"{kind.name}:").strip() if template else "(no starter spec)"
+        lines.append(f"{kind.name.ljust(width)}  {about}")
+    return "\n".join(lines)
+
+
 def _init(args: argparse.Namespace) -> int:
     from queries.templates import TEMPLATES
 
+    if args.kind is None:
+        _out(kinds_text())
+        _say("write a starter spec with `fa init KIND -o spec.json`")
+        return 0
     template = TEMPLATES.get(args.kind)
     if template is None:
         _say(f"no template for kind {args.kind!r}; known kinds: {', '.join(TEMPLATES)}")

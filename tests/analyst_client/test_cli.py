@@ -176,6 +176,18 @@ def test_init_writes_commented_specs_that_parse(tmp_path: Path, capsys: pytest.C
     assert "known kinds" in capsys.readouterr().err
 
 
+def test_init_without_a_kind_lists_the_kinds_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
+    from queries.registry import KINDS
+
+    assert _fa("init") == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == [kind.name for kind in KINDS]
+    histogram = next(line for line in lines if line.startswith("histogram "))
+    assert "how many devices hold each value" in histogram and "histogram:" not in histogram
+    assert "fa init KIND" in err
+
+
 def test_set_overrides_fields_from_values_and_files(tmp_path: Path) -> None:
     (tmp_path / "stats.json").write_text(json.dumps({"kind": "feature_stats", "result": {"features": {"a": {"mean": 1}}}}))
     spec: dict[str, Any] = {"kind": "training", "cohort": {"min_clients": 10}}
