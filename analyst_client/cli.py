@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from analyst_client.client import TERMINAL, AnalystClient, ApiError, PreviewUnavailable, flatten
 from analyst_client.view import (
@@ -35,6 +35,7 @@ from analyst_client.view import (
     progress_text,
 )
 from queries import jsonc
+from queries.field_hints import error_text
 from queries.spec import QuerySpec
 
 __all__ = ["AnalystClient", "ApiError", "PreviewUnavailable", "TERMINAL", "format_result", "load_spec", "main"]
@@ -74,7 +75,7 @@ def check_spec(raw: dict[str, Any], path: str = "spec") -> None:
     try:
         spec = QuerySpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(f"invalid spec {path}:\n{_errors(exc)}") from None
+        raise SpecError(f"invalid spec {path}:\n{_errors(exc, model=QuerySpec)}") from None
     from queries.kind import QueryKindError
     from queries.registry import get_kind
 
@@ -85,18 +86,18 @@ def check_spec(raw: dict[str, Any], path: str = "spec") -> None:
     try:
         kind.parse_params(spec.params)
     except ValidationError as exc:
-        raise SpecError(f"invalid spec {path}:\n{_errors(exc, 'params')}") from None
+        raise SpecError(f"invalid spec {path}:\n{_errors(exc, 'params', getattr(kind, 'Params', None))}") from None
     except ImportError:
         pass  # a check that needs the server's extras (the DP accountant): the server makes it
     except ValueError as exc:
         raise SpecError(f"invalid spec {path}: params: {exc}") from None
 
 
-def _errors(exc: ValidationError, prefix: str = "") -> str:
+def _errors(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     out = []
     for err in exc.errors(include_url=False, include_input=False):
         loc = ".".join(str(x) for x in ((prefix,) if prefix else ()) + tuple(err["loc"]))
-        out.append(f"  {loc or 'spec'}: {err['msg']}")
+        out.append(f"  {loc or 'spec'}: {error_text(err, model)}")
     return "\n".join(out)
 
 

@@ -188,6 +188,24 @@ def test_init_without_a_kind_lists_the_kinds_one_line_each(capsys: pytest.Captur
     assert "fa init KIND" in err
 
 
+def test_validate_suggests_the_nearest_field_for_a_typo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "typo.json"
+    spec.write_text(json.dumps({**SPEC, "privcy": {"mechanism": "none"}, "cohort": {"min_clientz": 4}}))
+    assert _fa("--token", "t", "validate", str(spec)) == 2  # refused locally: nothing is sent
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "privcy: Extra inputs are not permitted; did you mean 'privacy'?" in err
+    assert "cohort.min_clientz: Extra inputs are not permitted; did you mean 'min_clients'?" in err
+    spec.write_text(json.dumps({**SPEC, "params": {"bucket": ["a"], "zzzzzz": 1}}))
+    assert _fa("--token", "t", "validate", str(spec)) == 2
+    err = capsys.readouterr().err
+    assert "params.bucket: Extra inputs are not permitted; did you mean 'buckets'?" in err
+    assert "params.zzzzzz: Extra inputs are not permitted\n" in err + "\n"  # nothing close: no guess
+    stats = {"kind": "feature_stats", "source": "f", "params": {"features": [{"name": "a", "lower": 0, "uper": 1}]}}
+    with pytest.raises(analyst_cli.SpecError, match=r"params.features.0.uper: .*did you mean 'upper'\?"):
+        analyst_cli.check_spec(stats)
+
+
 def test_set_overrides_fields_from_values_and_files(tmp_path: Path) -> None:
     (tmp_path / "stats.json").write_text(json.dumps({"kind": "feature_stats", "result": {"features": {"a": {"mean": 1}}}}))
     spec: dict[str, Any] = {"kind": "training", "cohort": {"min_clients": 10}}
