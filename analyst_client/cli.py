@@ -197,6 +197,14 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
+def _wait_timeout(parser: argparse.ArgumentParser, default: float, help: str, *old: str) -> None:
+    """`--wait-timeout SECONDS`, the one name of every subcommand's bound on waiting; `old` spellings still work
+    but are hidden from --help."""
+    parser.add_argument("--wait-timeout", dest="wait_timeout", type=float, default=default, metavar="SECONDS", help=help)
+    for name in old:
+        parser.add_argument(name, dest="wait_timeout", type=float, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fa", description="federated analytics: the analyst CLI (results on stdout, "
                                 "progress and messages on stderr)")
@@ -212,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. cohort.min_clients=50 or params.scaling=@stats.json#/result")
     s.add_argument("--wait", action="store_true", help="follow the query on stderr until it ends, then print the result")
-    s.add_argument("--wait-timeout", type=float, default=3600.0, help="seconds --wait waits before giving up")
+    _wait_timeout(s, 3600.0, "seconds --wait follows the query before giving up (default 3600)")
     s.add_argument("--format", choices=fmt_result, default="table")
     s.add_argument("--plot", action="store_true", help="with --wait and --format table: terminal bars and sparklines")
 
@@ -227,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("wait", help="follow a query on stderr until it ends, then print its result")
     w.add_argument("id")
-    w.add_argument("--timeout-s", dest="wait_timeout", type=float, default=3600.0, help="seconds to wait before giving up")
+    _wait_timeout(w, 3600.0, "seconds to follow the query before giving up (default 3600)", "--timeout-s")
     w.add_argument("--format", choices=fmt_result, default="table")
     w.add_argument("--plot", action="store_true")
 
@@ -253,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--force", action="store_true", help="overwrite --output")
 
     pg = sub.add_parser("ping", help="check that the server answers (no token needed)")
-    pg.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="keep trying this long")
+    _wait_timeout(pg, 0.0, "keep trying this long until the server answers (default 0: one try)", "--wait")
     return p
 
 
@@ -415,7 +423,7 @@ def _init(args: argparse.Namespace) -> int:
 
 def _ping(args: argparse.Namespace) -> int:
     client = AnalystClient(args.server, args.token or "", timeout_s=min(args.timeout, 5.0))
-    deadline = time.monotonic() + args.wait
+    deadline = time.monotonic() + args.wait_timeout
     while True:
         try:
             health = client.health()

@@ -206,6 +206,25 @@ def test_validate_suggests_the_nearest_field_for_a_typo(tmp_path: Path, capsys: 
         analyst_cli.check_spec(stats)
 
 
+def test_every_wait_is_bounded_by_wait_timeout_and_old_spellings_are_hidden_aliases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = analyst_cli.build_parser()
+    assert parser.parse_args(["submit", "s.json", "--wait", "--wait-timeout", "7"]).wait_timeout == 7
+    assert parser.parse_args(["wait", "q1", "--wait-timeout", "8"]).wait_timeout == 8
+    assert parser.parse_args(["wait", "q1", "--timeout-s", "9"]).wait_timeout == 9
+    assert parser.parse_args(["wait", "q1"]).wait_timeout == 3600
+    assert parser.parse_args(["ping", "--wait-timeout", "2"]).wait_timeout == 2
+    assert parser.parse_args(["ping", "--wait", "3"]).wait_timeout == 3
+    assert parser.parse_args(["ping"]).wait_timeout == 0
+    for cmd, old in (("submit", None), ("wait", "--timeout-s"), ("ping", "--wait ")):
+        with pytest.raises(SystemExit):
+            parser.parse_args([cmd, "--help"])
+        text = capsys.readouterr().out
+        assert "--wait-timeout SECONDS" in text
+        assert old is None or old not in text
+
+
 def test_set_overrides_fields_from_values_and_files(tmp_path: Path) -> None:
     (tmp_path / "stats.json").write_text(json.dumps({"kind": "feature_stats", "result": {"features": {"a": {"mean": 1}}}}))
     spec: dict[str, Any] = {"kind": "training", "cohort": {"min_clients": 10}}
