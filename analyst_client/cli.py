@@ -197,6 +197,11 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
+_ID = "the query id (`fa submit` prints it; `fa ls` lists them)"
+_FORMAT_RESULT = "table: readable, values rounded to their noise (default); json: the whole result; csv: the first section's rows"
+_FORMAT_LIST = "table: readable (default); json: the server's answer"
+
+
 def _wait_timeout(parser: argparse.ArgumentParser, default: float, help: str, *old: str) -> None:
     """`--wait-timeout SECONDS`, the one name of every subcommand's bound on waiting; `old` spellings still work
     but are hidden from --help."""
@@ -221,39 +226,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a field, e.g. cohort.min_clients=50 or params.scaling=@stats.json#/result")
     s.add_argument("--wait", action="store_true", help="follow the query on stderr until it ends, then print the result")
     _wait_timeout(s, 3600.0, "seconds --wait follows the query before giving up (default 3600)")
-    s.add_argument("--format", choices=fmt_result, default="table")
+    s.add_argument("--format", choices=fmt_result, default="table", help=_FORMAT_RESULT)
     s.add_argument("--plot", action="store_true", help="with --wait and --format table: terminal bars and sparklines")
 
     st = sub.add_parser("status", help="a query's status: round, phase, answers, time to the phase deadline")
-    st.add_argument("id")
-    st.add_argument("--format", choices=("text", "json"), default="text")
+    st.add_argument("id", help=_ID)
+    st.add_argument("--format", choices=("text", "json"), default="text",
+                    help="text: readable lines (default); json: the server's status view")
 
     r = sub.add_parser("result", help="print a query's result")
-    r.add_argument("id")
-    r.add_argument("--format", choices=fmt_result, default="table")
+    r.add_argument("id", help=_ID)
+    r.add_argument("--format", choices=fmt_result, default="table", help=_FORMAT_RESULT)
     r.add_argument("--plot", action="store_true", help="terminal bars (counts, feature histograms) and sparklines (training)")
 
     w = sub.add_parser("wait", help="follow a query on stderr until it ends, then print its result")
-    w.add_argument("id")
+    w.add_argument("id", help=_ID)
     _wait_timeout(w, 3600.0, "seconds to follow the query before giving up (default 3600)", "--timeout-s")
-    w.add_argument("--format", choices=fmt_result, default="table")
-    w.add_argument("--plot", action="store_true")
+    w.add_argument("--format", choices=fmt_result, default="table", help=_FORMAT_RESULT)
+    w.add_argument("--plot", action="store_true", help="with --format table: terminal bars and sparklines")
 
     c = sub.add_parser("cancel", help="cancel a query")
-    c.add_argument("id")
+    c.add_argument("id", help=_ID)
 
     ls = sub.add_parser("ls", help="list queries, newest first")
-    ls.add_argument("--status", choices=("pending", "running", "succeeded", "failed", "cancelled", "active"))
-    ls.add_argument("--format", choices=("table", "json"), default="table")
+    ls.add_argument("--status", choices=("pending", "running", "succeeded", "failed", "cancelled", "active"),
+                    help="only queries with this status (active: pending or running)")
+    ls.add_argument("--format", choices=("table", "json"), default="table", help=_FORMAT_LIST)
 
     b = sub.add_parser("budget", help="privacy budgets of all sources, or one source with its charges")
-    b.add_argument("source", nargs="?")
-    b.add_argument("--format", choices=("table", "json"), default="table")
+    b.add_argument("source", nargs="?", help="a source: its budget and charges over time (default: all sources)")
+    b.add_argument("--format", choices=("table", "json"), default="table", help=_FORMAT_LIST)
 
     v = sub.add_parser("validate", help="check a spec and preview its charge and noise without spending anything")
-    v.add_argument("spec")
-    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    v.add_argument("--format", choices=("text", "json"), default="text")
+    v.add_argument("spec", help="spec file (JSON, comments allowed; - for stdin)")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field before checking, as for submit")
+    v.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: readable preview (default); json: the server's preview")
 
     i = sub.add_parser("init", help="write a commented starter spec for a kind (no kind: list the kinds)")
     i.add_argument("kind", nargs="?", help="the query kind; omit it to list the kinds with a line on each")

@@ -21,23 +21,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="server URL, or comma-separated URLs of processes sharing one database (devices fail over)")
     p.add_argument("--split-servers", action="store_true",
                    help="spread the devices over the --server URLs (each starts at a different one) instead of all at the first")
-    p.add_argument("--devices", type=int, default=100)
+    p.add_argument("--devices", type=int, default=100, help="how many simulated devices (default 100)")
     p.add_argument("--scenario", default="words", help=f"one of: {', '.join(sorted(SCENARIOS))}")
     p.add_argument("--dropout", type=float, default=0.0, help="per-cohort probability that a device stops at a random phase")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the devices' data and dropout (default 0)")
     p.add_argument("--seeded-randomness", action="store_true",
                    help="device keys, nonces, masks and noise from seeded sources derived from --seed: reproducible "
                    "test runs against a fresh server only (default: OS entropy)")
     p.add_argument("--until-idle", action="store_true", help="exit when no query runs and nothing was assigned for --idle-seconds")
-    p.add_argument("--idle-seconds", type=float, default=10.0)
+    p.add_argument("--idle-seconds", type=float, default=10.0, help="idle time before --until-idle exits (default 10)")
     p.add_argument("--checkin-wait", type=float, default=10.0, help="long-poll seconds per check-in")
-    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--processes", type=int, default=1, help="spread the devices over this many OS processes (default 1)")
     p.add_argument("--truth-file", help="write {device_id: local data} JSON here before starting")
     p.add_argument("--policy", metavar="JSON",
                    help='DevicePolicy fields every device applies, e.g. \'{"require_noise": true, "min_cohort": 50}\' '
                    "(docs/device_sdk.md)")
-    p.add_argument("--list-scenarios", action="store_true")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--list-scenarios", action="store_true", help="print the scenarios with a line on each and exit")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
     if args.list_scenarios:

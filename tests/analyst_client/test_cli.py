@@ -25,6 +25,7 @@ from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from queries import jsonc
 from queries.templates import TEMPLATES
+from tests.support.cli_help import options_without_help, parser_of
 
 SPEC = {"kind": "histogram", "name": "cli words", "source": "words", "params": {"buckets": ["moon", "sun", "star"]},
         "cohort": {"min_clients": 4, "max_clients": 10, "phase_timeout_s": 5}}
@@ -223,6 +224,11 @@ def test_every_wait_is_bounded_by_wait_timeout_and_old_spellings_are_hidden_alia
         text = capsys.readouterr().out
         assert "--wait-timeout SECONDS" in text
         assert old is None or old not in text
+
+
+def test_every_fa_option_has_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = parser_of(analyst_cli.main, ["ls"], monkeypatch)
+    assert not options_without_help(parser, "fa")
 
 
 def test_set_overrides_fields_from_values_and_files(tmp_path: Path) -> None:
