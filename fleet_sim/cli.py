@@ -44,6 +44,8 @@ def unreachable(urls: list[str], timeout_s: float) -> str | None:
                     return None
             except urllib.error.HTTPError:
                 return None  # an HTTP answer: something listens there
+            except TimeoutError:
+                return None  # connected (urllib wraps a connect timeout in URLError), but slow to answer: a busy server
             except (OSError, ValueError) as exc:
                 reasons.append(f"{url}: {getattr(exc, 'reason', None) or exc}")
         if time.monotonic() >= deadline:

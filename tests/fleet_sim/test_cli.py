@@ -70,3 +70,7 @@ def test_one_answering_url_of_several_is_enough(answering_url: str) -> None:
     assert cli.unreachable([dead, answering_url], 5.0) is None
     why = cli.unreachable([dead], 0.0)
     assert why is not None and why.startswith(dead)
+    with socket.socket() as busy:  # accepts connections but never answers: a busy server, not a missing one
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        assert cli.unreachable([f"http://127.0.0.1:{busy.getsockname()[1]}"], 1.0) is None
