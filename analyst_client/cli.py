@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from analyst_client.client import TERMINAL, AnalystClient, ApiError, PreviewUnavailable, flatten
 from analyst_client.view import (
@@ -35,6 +35,7 @@ from analyst_client.view import (
     progress_text,
 )
 from queries import jsonc
+from queries.field_hints import error_text
 from queries.spec import QuerySpec
 
 __all__ = ["AnalystClient", "ApiError", "PreviewUnavailable", "TERMINAL", "format_result", "load_spec", "main"]
@@ -74,7 +75,7 @@ def check_spec(raw: dict[str, Any], path: str = "spec") -> None:
     try:
         spec = QuerySpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(f"invalid spec {path}:\n{_errors(exc)}") from None
+        raise SpecError(f"invalid spec {path}:\n{_errors(exc, model=QuerySpec)}") from None
     from queries.kind import QueryKindError
     from queries.registry import get_kind
 
@@ -85,18 +86,18 @@ def check_spec(raw: dict[str, Any], path: str = "spec") -> None:
     try:
         kind.parse_params(spec.params)
     except ValidationError as exc:
-        raise SpecError(f"invalid spec {path}:\n{_errors(exc, 'params')}") from None
+        raise SpecError(f"invalid spec {path}:\n{_errors(exc, 'params', getattr(kind, 'Params', None))}") from None
     except ImportError:
         pass  # a check that needs the server's extras (the DP accountant): the server makes it
     except ValueError as exc:
         raise SpecError(f"invalid spec {path}: params: {exc}") from None
 
 
-def _errors(exc: ValidationError, prefix: str = "") -> str:
+def _errors(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     out = []
     for err in exc.errors(include_url=False, include_input=False):
         loc = ".".join(str(x) for x in ((prefix,) if prefix else ()) + tuple(err["loc"]))
-        out.append(f"  {loc or 'spec'}: {err['msg']}")
+        out.append(f"  {loc or 'spec'}: {error_text(err, model)}")
     return "\n".join(out)
 
 
@@ -196,6 +197,19 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
+_ID = "the query id (`fa submit` prints it; `fa ls` lists them)"
+_FORMAT_RESULT = "table: readable, values rounded to their noise (default); json: the whole result; csv: the first section's rows"
+_FORMAT_LIST = "table: readable (default); json: the server's answer"
+
+
+def _wait_timeout(parser: argparse.ArgumentParser, default: float, help: str, *old: str) -> None:
+    """`--wait-timeout SECONDS`, the one name of every subcommand's bound on waiting; `old` spellings still work
+    but are hidden from --help."""
+    parser.add_argument("--wait-timeout", dest="wait_timeout", type=float, default=default, metavar="SECONDS", help=help)
+    for name in old:
+        parser.add_argument(name, dest="wait_timeout", type=float, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fa", description="federated analytics: the analyst CLI (results on stdout, "
                                 "progress and messages on stderr)")
@@ -211,48 +225,52 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. cohort.min_clients=50 or params.scaling=@stats.json#/result")
     s.add_argument("--wait", action="store_true", help="follow the query on stderr until it ends, then print the result")
-    s.add_argument("--wait-timeout", type=float, default=3600.0, help="seconds --wait waits before giving up")
-    s.add_argument("--format", choices=fmt_result, default="table")
+    _wait_timeout(s, 3600.0, "seconds --wait follows the query before giving up (default 3600)")
+    s.add_argument("--format", choices=fmt_result, default="table", help=_FORMAT_RESULT)
     s.add_argument("--plot", action="store_true", help="with --wait and --format table: terminal bars and sparklines")
 
     st = sub.add_parser("status", help="a query's status: round, phase, answers, time to the phase deadline")
-    st.add_argument("id")
-    st.add_argument("--format", choices=("text", "json"), default="text")
+    st.add_argument("id", help=_ID)
+    st.add_argument("--format", choices=("text", "json"), default="text",
+                    help="text: readable lines (default); json: the server's status view")
 
     r = sub.add_parser("result", help="print a query's result")
-    r.add_argument("id")
-    r.add_argument("--format", choices=fmt_result, default="table")
+    r.add_argument("id", help=_ID)
+    r.add_argument("--format", choices=fmt_result, default="table", help=_FORMAT_RESULT)
     r.add_argument("--plot", action="store_true", help="terminal bars (counts, feature histograms) and sparklines (training)")
 
     w = sub.add_parser("wait", help="follow a query on stderr until it ends, then print its result")
-    w.add_argument("id")
-    w.add_argument("--timeout-s", dest="wait_timeout", type=float, default=3600.0, help="seconds to wait before giving up")
-    w.add_argument("--format", choices=fmt_result, default="table")
-    w.add_argument("--plot", action="store_true")
+    w.add_argument("id", help=_ID)
+    _wait_timeout(w, 3600.0, "seconds to follow the query before giving up (default 3600)", "--timeout-s")
+    w.add_argument("--format", choices=fmt_result, default="table", help=_FORMAT_RESULT)
+    w.add_argument("--plot", action="store_true", help="with --format table: terminal bars and sparklines")
 
     c = sub.add_parser("cancel", help="cancel a query")
-    c.add_argument("id")
+    c.add_argument("id", help=_ID)
 
     ls = sub.add_parser("ls", help="list queries, newest first")
-    ls.add_argument("--status", choices=("pending", "running", "succeeded", "failed", "cancelled", "active"))
-    ls.add_argument("--format", choices=("table", "json"), default="table")
+    ls.add_argument("--status", choices=("pending", "running", "succeeded", "failed", "cancelled", "active"),
+                    help="only queries with this status (active: pending or running)")
+    ls.add_argument("--format", choices=("table", "json"), default="table", help=_FORMAT_LIST)
 
     b = sub.add_parser("budget", help="privacy budgets of all sources, or one source with its charges")
-    b.add_argument("source", nargs="?")
-    b.add_argument("--format", choices=("table", "json"), default="table")
+    b.add_argument("source", nargs="?", help="a source: its budget and charges over time (default: all sources)")
+    b.add_argument("--format", choices=("table", "json"), default="table", help=_FORMAT_LIST)
 
     v = sub.add_parser("validate", help="check a spec and preview its charge and noise without spending anything")
-    v.add_argument("spec")
-    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    v.add_argument("--format", choices=("text", "json"), default="text")
+    v.add_argument("spec", help="spec file (JSON, comments allowed; - for stdin)")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field before checking, as for submit")
+    v.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: readable preview (default); json: the server's preview")
 
-    i = sub.add_parser("init", help="write a commented starter spec for a kind")
-    i.add_argument("kind")
+    i = sub.add_parser("init", help="write a commented starter spec for a kind (no kind: list the kinds)")
+    i.add_argument("kind", nargs="?", help="the query kind; omit it to list the kinds with a line on each")
     i.add_argument("-o", "--output", help="file to write (default: stdout)")
     i.add_argument("--force", action="store_true", help="overwrite --output")
 
     pg = sub.add_parser("ping", help="check that the server answers (no token needed)")
-    pg.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="keep trying this long")
+    _wait_timeout(pg, 0.0, "keep trying this long until the server answers (default 0: one try)", "--wait")
     return p
 
 
@@ -374,9 +392,27 @@ def _validate(client: AnalystClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def kinds_text() -> str:
+    """One line per registered kind: its name and what it answers (from its starter spec's title)."""
+    from queries.registry import KINDS
+    from queries.templates import TEMPLATES
+
+    width = max(len(kind.name) for kind in KINDS)
+    lines = []
+    for kind in KINDS:
+        template = TEMPLATES.get(kind.name)
+        about = template.title.removeprefix(f"{kind.name}:").strip() if template else "(no starter spec)"
+        lines.append(f"{kind.name.ljust(width)}  {about}")
+    return "\n".join(lines)
+
+
 def _init(args: argparse.Namespace) -> int:
     from queries.templates import TEMPLATES
 
+    if args.kind is None:
+        _out(kinds_text())
+        _say("write a starter spec with `fa init KIND -o spec.json`")
+        return 0
     template = TEMPLATES.get(args.kind)
     if template is None:
         _say(f"no template for kind {args.kind!r}; known kinds: {', '.join(TEMPLATES)}")
@@ -396,7 +432,7 @@ def _init(args: argparse.Namespace) -> int:
 
 def _ping(args: argparse.Namespace) -> int:
     client = AnalystClient(args.server, args.token or "", timeout_s=min(args.timeout, 5.0))
-    deadline = time.monotonic() + args.wait
+    deadline = time.monotonic() + args.wait_timeout
     while True:
         try:
             health = client.health()

@@ -71,7 +71,7 @@ def check_spec(raw: Any, settings: Settings, with_preview: bool = False) -> Chec
         spec = spec.model_copy(update={"params": kind.bind_privacy(spec.params, spec.privacy)})
         params = kind.parse_params(spec.params)
     except ValidationError as exc:
-        msg, details = validation_message(exc, "params")
+        msg, details = validation_message(exc, "params", getattr(kind, "Params", None))
         raise HttpError(422, msg, details) from None
     except (QueryKindError, ValueError, TypeError) as exc:
         raise HttpError(422, f"params: {exc}") from None

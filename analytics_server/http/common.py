@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from analytics_server.errors import HttpError
 from analytics_server.state import STATE, AppState
+from queries.field_hints import error_text
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -59,13 +60,18 @@ def error_json(status: int, message: str, detail: Any = None, headers: dict[str,
     return web.json_response(body, status=status, headers=headers)
 
 
-def validation_message(exc: ValidationError, prefix: str = "") -> tuple[str, list[dict[str, Any]]]:
+def validation_message(
+    exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+) -> tuple[str, list[dict[str, Any]]]:
+    """The 422 message and detail of a pydantic error; given the `model` that raised it, an unknown field gets
+    "did you mean 'x'?" (`queries.field_hints`)."""
     details = []
     parts = []
     for err in exc.errors(include_url=False, include_input=False):
         loc = ".".join(str(x) for x in ((prefix,) if prefix else ()) + tuple(err["loc"]))
-        details.append({"field": loc, "message": err["msg"]})
-        parts.append(f"{loc or 'body'}: {err['msg']}")
+        msg = error_text(err, model)
+        details.append({"field": loc, "message": msg})
+        parts.append(f"{loc or 'body'}: {msg}")
     return "; ".join(parts), details
 
 
@@ -73,7 +79,7 @@ def parse_model(model: type[M], data: Any, prefix: str = "") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        msg, details = validation_message(exc, prefix)
+        msg, details = validation_message(exc, prefix, model)
         raise HttpError(422, msg, details) from None
 
 

@@ -25,6 +25,7 @@ from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from queries import jsonc
 from queries.templates import TEMPLATES
+from tests.support.cli_help import options_without_help, parser_of
 
 SPEC = {"kind": "histogram", "name": "cli words", "source": "words", "params": {"buckets": ["moon", "sun", "star"]},
         "cohort": {"min_clients": 4, "max_clients": 10, "phase_timeout_s": 5}}
@@ -174,6 +175,60 @@ def test_init_writes_commented_specs_that_parse(tmp_path: Path, capsys: pytest.C
     assert _fa("init", "feature_stats", "-o", str(out)) == 2  # no overwrite without --force
     assert _fa("init", "nope") == 2
     assert "known kinds" in capsys.readouterr().err
+
+
+def test_init_without_a_kind_lists_the_kinds_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
+    from queries.registry import KINDS
+
+    assert _fa("init") == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == [kind.name for kind in KINDS]
+    histogram = next(line for line in lines if line.startswith("histogram "))
+    assert "how many devices hold each value" in histogram and "histogram:" not in histogram
+    assert "fa init KIND" in err
+
+
+def test_validate_suggests_the_nearest_field_for_a_typo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "typo.json"
+    spec.write_text(json.dumps({**SPEC, "privcy": {"mechanism": "none"}, "cohort": {"min_clientz": 4}}))
+    assert _fa("--token", "t", "validate", str(spec)) == 2  # refused locally: nothing is sent
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "privcy: Extra inputs are not permitted; did you mean 'privacy'?" in err
+    assert "cohort.min_clientz: Extra inputs are not permitted; did you mean 'min_clients'?" in err
+    spec.write_text(json.dumps({**SPEC, "params": {"bucket": ["a"], "zzzzzz": 1}}))
+    assert _fa("--token", "t", "validate", str(spec)) == 2
+    err = capsys.readouterr().err
+    assert "params.bucket: Extra inputs are not permitted; did you mean 'buckets'?" in err
+    assert "params.zzzzzz: Extra inputs are not permitted\n" in err + "\n"  # nothing close: no guess
+    stats = {"kind": "feature_stats", "source": "f", "params": {"features": [{"name": "a", "lower": 0, "uper": 1}]}}
+    with pytest.raises(analyst_cli.SpecError, match=r"params.features.0.uper: .*did you mean 'upper'\?"):
+        analyst_cli.check_spec(stats)
+
+
+def test_every_wait_is_bounded_by_wait_timeout_and_old_spellings_are_hidden_aliases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = analyst_cli.build_parser()
+    assert parser.parse_args(["submit", "s.json", "--wait", "--wait-timeout", "7"]).wait_timeout == 7
+    assert parser.parse_args(["wait", "q1", "--wait-timeout", "8"]).wait_timeout == 8
+    assert parser.parse_args(["wait", "q1", "--timeout-s", "9"]).wait_timeout == 9
+    assert parser.parse_args(["wait", "q1"]).wait_timeout == 3600
+    assert parser.parse_args(["ping", "--wait-timeout", "2"]).wait_timeout == 2
+    assert parser.parse_args(["ping", "--wait", "3"]).wait_timeout == 3
+    assert parser.parse_args(["ping"]).wait_timeout == 0
+    for cmd, old in (("submit", None), ("wait", "--timeout-s"), ("ping", "--wait ")):
+        with pytest.raises(SystemExit):
+            parser.parse_args([cmd, "--help"])
+        text = capsys.readouterr().out
+        assert "--wait-timeout SECONDS" in text
+        assert old is None or old not in text
+
+
+def test_every_fa_option_has_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = parser_of(analyst_cli.main, ["ls"], monkeypatch)
+    assert not options_without_help(parser, "fa")
 
 
 def test_set_overrides_fields_from_values_and_files(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from tests.support.cli_help import options_without_help, parser_of
 from tests.support.devstack import BIN
 
 
@@ -108,33 +109,8 @@ def test_migrate_is_quiet_by_default_and_verbose_on_request(tmp_path) -> None:  
     assert "alembic" in loud.stderr, loud.stderr
 
 
-def test_every_fa_server_option_has_help() -> None:
-    import argparse
-
+def test_every_fa_server_option_has_help(monkeypatch: pytest.MonkeyPatch) -> None:
     from analytics_server import cli
 
-    seen: list[argparse.ArgumentParser] = []
-    real_parse = argparse.ArgumentParser.parse_args
-
-    def capture(self, *a, **kw):  # type: ignore[no-untyped-def]
-        seen.append(self)
-        raise SystemExit(0)
-
-    argparse.ArgumentParser.parse_args = capture  # type: ignore[method-assign,assignment]
-    try:
-        with pytest.raises(SystemExit):
-            cli.main(["migrate"])
-    finally:
-        argparse.ArgumentParser.parse_args = real_parse  # type: ignore[method-assign]
-    missing: list[str] = []
-
-    def walk(parser: argparse.ArgumentParser, path: str) -> None:
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, child in action.choices.items():
-                    walk(child, f"{path} {name}")
-            elif not isinstance(action, argparse._HelpAction) and not action.help:
-                missing.append(f"{path}: {action.dest}")
-
-    walk(seen[0], "fa-server")
-    assert not missing, missing
+    parser = parser_of(cli.main, ["migrate"], monkeypatch)
+    assert not options_without_help(parser, "fa-server")

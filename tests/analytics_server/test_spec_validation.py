@@ -49,6 +49,21 @@ async def test_feature_stats_bad_specs_are_422(app_server: TestServer, features:
     assert field in msg and "features" in msg, msg
 
 
+async def test_a_misspelt_field_gets_the_nearest_allowed_name(app_server: TestServer) -> None:
+    client = await _analyst(app_server)
+    spec = {**_dp_histogram("skellam"), "privcy": {}}
+    with pytest.raises(ApiError) as info:
+        await asyncio.to_thread(client.submit, spec)
+    assert info.value.status == 422
+    assert "privcy: Extra inputs are not permitted; did you mean 'privacy'?" in info.value.message
+    assert {"field": "privcy", "message": "Extra inputs are not permitted; did you mean 'privacy'?"} in info.value.detail
+    params = {**_dp_histogram("skellam"), "params": {"bucket": ["moon"], "other_bucket": "other"}}
+    msg = await _refused(client, params)
+    assert "params.bucket: Extra inputs are not permitted; did you mean 'buckets'?" in msg, msg
+    msg = await _refused(client, {**_dp_histogram("skellam"), "params": {"buckets": ["moon"], "qqqqqq": 1}})
+    assert "params.qqqqqq: Extra inputs are not permitted" in msg and "did you mean" not in msg, msg
+
+
 def _heavy_hitters(params: dict[str, Any], privacy: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "heavy_hitters", "source": "words",
             "params": {"max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyz", "max_frontier": 32, **params},
