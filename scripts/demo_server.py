@@ -84,29 +84,35 @@ DEMOS: list[dict[str, Any]] = [
     },
 ]
 
-CALIBRATION_PARTIES = 24
-PHASE_PER_MEASURED = 20.0  # phase deadline per second of the calibration session (≈ 0.3 s on an idle 2-core box)
-FORMATION_PER_MEASURED = 5.0
+CALIBRATION_PARTIES = 32
+FLEET_PROCESSES = 2
+SAFETY = 4.0  # fleet devices also do HTTP, JSON, signatures beside the crypto; a deadline is a bound, not a wait
 MIN_PHASE_TIMEOUT_S = 6.0
 MIN_FORMATION_WAIT_S = 1.5
 
 
-def calibrate() -> tuple[Deadlines, str]:
+def calibrate(cohort: int = DEVICES, processes: int = FLEET_PROCESSES) -> tuple[Deadlines, str]:
     """Time one in-process secure aggregation of CALIBRATION_PARTIES parties now (it slows down as the machine
-    gets busier, like the fleet will) and derive the deadlines from it, with floors. (deadlines, one-line note)."""
+    gets busier, like the fleet will) and derive the deadlines from it: a phase's work per party (its slowest
+    phase), scaled to the neighbourhood of a `cohort`-party session and to the `cohort / processes` parties one
+    fleet process computes in turn, times SAFETY, with a floor. (deadlines, a one-line note)."""
     rng = SeededRandom(b"scripts.demo_server/calibration")
     config = SecAggConfig(rng.child("session").bytes(16), CALIBRATION_PARTIES, 16, 20)
     inputs = {p: np.arange(16, dtype=np.uint64) for p in range(1, CALIBRATION_PARTIES + 1)}
     started = time.perf_counter()
-    run_session(config, inputs, randomness=rng)
+    report = run_session(config, inputs, randomness=rng, clock=time.perf_counter)
     measured = time.perf_counter() - started
-    deadlines = Deadlines(round(max(MIN_PHASE_TIMEOUT_S, PHASE_PER_MEASURED * measured), 1),
-                          round(max(MIN_FORMATION_WAIT_S, FORMATION_PER_MEASURED * measured), 1))
-    load = os.getloadavg()[0]
-    note = (f"deadlines: calibration session ({CALIBRATION_PARTIES} parties) took {measured:.2f} s at load {load:.1f} "
-            f"→ phase_timeout_s {deadlines.phase_timeout_s:g} (max({MIN_PHASE_TIMEOUT_S:g}, {PHASE_PER_MEASURED:g} × "
-            f"measured)), cohort formation wait {deadlines.formation_wait_s:g} s; a failed query is retried once "
-            "with doubled deadlines")
+    per_party = max(report.client_s.values()) / CALIBRATION_PARTIES
+    real = SecAggConfig(rng.child("real").bytes(16), cohort, 16, 20)
+    neighbours = len(real.neighbour_graph.closed(1)) / len(config.neighbour_graph.closed(1))
+    expected = per_party * neighbours * cohort / processes
+    deadlines = Deadlines(round(max(MIN_PHASE_TIMEOUT_S, SAFETY * expected), 1),
+                          round(max(MIN_FORMATION_WAIT_S, measured), 1))
+    note = (f"deadlines: calibration ({CALIBRATION_PARTIES}-party secagg, {measured:.2f} s at load "
+            f"{os.getloadavg()[0]:.1f}) → slowest phase {per_party * 1000:.0f} ms/party, ≈ {expected:.1f} s for "
+            f"{cohort} devices on {processes} processes → phase_timeout_s {deadlines.phase_timeout_s:g} "
+            f"(max({MIN_PHASE_TIMEOUT_S:g}, {SAFETY:g} × that)), formation wait {deadlines.formation_wait_s:g} s; "
+            "a failed query is retried once with doubled deadlines")
     return deadlines, note
 
 

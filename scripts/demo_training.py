@@ -115,6 +115,8 @@ def submit(console: Console, server_url: str, token: str, admin: AnalystClient, 
         sent = deadlines.apply(spec, factor)
         path.write_text(json.dumps(sent))
         code, reason = _cli_submit(console, server_url, token, path)
+        if code == 130:  # Ctrl-C: the CLI stopped following; so does the demo
+            raise KeyboardInterrupt
         if code == 0:
             qid = admin.call("GET", "/v1/queries")["queries"][0]["id"]
             return qid, admin.result(qid)
