@@ -48,6 +48,7 @@ chromium:
 JS_DIR := device_sdk/js
 JS_DEPS := $(JS_DIR)/node_modules/.fa-installed
 JS_BUILT := $(JS_DIR)/dist/.fa-built
+JS_PACK := $(JS_DIR)/dist-pack/.fa-packed
 JS_SRC := $(JS_DIR)/tsconfig.json $(JS_DIR)/scripts/bundle.mjs $(shell find $(JS_DIR)/src $(JS_DIR)/test -type f 2>/dev/null)
 HAVE_NODE = command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1
 ifeq ($(shell node -p 'process.versions.node.split(".")[0]' 2>/dev/null),18)
@@ -58,7 +59,7 @@ node:
 	@bash scripts/install_node.sh || { [ -z "$$CI" ] && echo "[test] Node.js not installed: the JS device SDK's tests will be skipped"; }
 
 js: node
-	@if $(HAVE_NODE); then $(MAKE) --no-print-directory $(JS_BUILT); \
+	@if $(HAVE_NODE); then $(MAKE) --no-print-directory $(JS_BUILT) $(JS_PACK); \
 	elif [ -n "$$CI" ]; then echo "[test] CI needs Node.js and npm for the JS device SDK" >&2; exit 1; fi
 
 $(JS_DEPS): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
@@ -68,6 +69,12 @@ $(JS_DEPS): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
 $(JS_BUILT): $(JS_DEPS) $(JS_SRC)
 	rm -rf $(JS_DIR)/dist  # no compiled leftovers of deleted sources
 	cd $(JS_DIR) && npm run --silent bundle
+	touch $@
+
+# The SDK as an npm tarball (package.json `files`: the built SDK, its sources, the examples): `npm install <tgz>`.
+$(JS_PACK): $(JS_BUILT) $(JS_DIR)/package.json $(shell find $(JS_DIR)/examples -type f 2>/dev/null)
+	rm -rf $(JS_DIR)/dist-pack && mkdir -p $(JS_DIR)/dist-pack
+	cd $(JS_DIR) && f=$$(npm pack --pack-destination dist-pack --loglevel=error) && echo "[js] tarball: $(JS_DIR)/dist-pack/$$f"
 	touch $@
 
 # The JS unit tests (Node's test runner over the compiled tests), when Node is here; a hung test fails the run

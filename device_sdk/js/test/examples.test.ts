@@ -24,6 +24,9 @@ test("page example: imports resolve against the bundle; store.add, runOnce, star
   assert.equal(await app.addValue(store, "colors", "blue"), 1);
   assert.equal(await app.addValue(store, "colors", " 42 "), 2);
   assert.deepEqual(await store.rows("colors"), ["blue", 42]);
+  assert.equal(app.defaultServer({ protocol: "http:", origin: "http://10.0.0.5:9000", search: "" }), "http://10.0.0.5:9000");
+  assert.equal(app.defaultServer({ protocol: "https:", origin: "https://x.test", search: "?server=http://y.test:1" }), "http://y.test:1");
+  assert.equal(app.defaultServer({ protocol: "file:", origin: "null", search: "" }), "http://127.0.0.1:8080");
 
   const server = fakeServer((req) => (req.path === "/v1/device/checkin" ? idle(0.01) : new Response("?", { status: 404 })));
   const client = app.openDevice("http://device.test", store, { fetch: server.fetch });

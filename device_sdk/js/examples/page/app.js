@@ -9,6 +9,14 @@ export function openDevice(serverUrl, store, options = {}) {
   return new DeviceClient(serverUrl, store, { ...options, policy, checkinWaitS: options.checkinWaitS ?? 10 });
 }
 
+/** The server the page talks to unless the user types another: `?server=URL`, else the page's own origin
+ * (the server or a proxy in front of it serves the page), else (a page opened from a file) the local default. */
+export function defaultServer(location) {
+  const asked = new URLSearchParams(location.search ?? "").get("server");
+  if (asked) return asked;
+  return /^https?:$/.test(location.protocol) ? location.origin : "http://127.0.0.1:8080";
+}
+
 /** One line for an `Outcome` of `runOnce()`. */
 export function describe(outcome) {
   const parts = [outcome.status];
@@ -71,6 +79,7 @@ function mount(doc) {
     }
     await refresh();
   };
+  if (!$("server").value) $("server").value = defaultServer(doc.location);
   $("connect").onclick = connect;
   $("add").onclick = async () => {
     await addValue(store, $("collection").value, $("value").value);
