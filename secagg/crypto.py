@@ -170,14 +170,13 @@ class MaskStream:
         self.nbytes = dim * self.dtype.itemsize
         self._zeros = bytes(self.nbytes)
         self._scratch = np.empty(self.nbytes + 16, dtype=np.uint8)
-        self._scratch_view = self._scratch.data  # the array's memory as the memoryview `update_into` is typed for
         self.bytes_generated = 0
 
     def expand(self, key: bytes) -> np.ndarray:
         """The mask for `key`, as a view into the scratch buffer (valid until the next call)."""
         with self._meter.measure("prg", self.nbytes):
             enc = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
-            enc.update_into(self._zeros, self._scratch_view)
+            enc.update_into(self._zeros, self._scratch.data)  # `.data`: the memoryview `update_into` is typed for
         self.bytes_generated += self.nbytes
         return self._scratch[: self.nbytes].view(self.dtype)
 
