@@ -48,7 +48,8 @@ def summary(outcomes: list[dict[str, Any]], workdir: Path | None) -> Table:
     table.add_column("reason")
     for o in outcomes:
         status = "[green]ok[/green]" if o["ok"] else "[bold red]FAILED[/bold red]"
-        table.add_row(o["step"], status, o["check"], o.get("reason", ""))
+        reason = o.get("reason", "")
+        table.add_row(o["step"], status, o["check"], reason if len(reason) <= 200 else reason[:199] + "…")
     return table
 
 
