@@ -15,26 +15,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from analyst_client.cli import AnalystClient, _flatten
+from fleet_sim import deadlines as deadlines_of_this_machine
 from queries.local_run import run_locally
 from queries.registry import get_kind
 from scripts import demo_training
 from scripts.demo_training import Deadlines, Outcome, SubmitFailed
-from secagg.config import SecAggConfig
-from secagg.randomness import SeededRandom
-from secagg.simulate import run_session
 from tests.support.devstack import Fleet, Server, fresh_database
 
 DEVICES = 1000
@@ -84,34 +79,22 @@ DEMOS: list[dict[str, Any]] = [
     },
 ]
 
-CALIBRATION_PARTIES = 32
 FLEET_PROCESSES = 2
-SAFETY = 4.0  # fleet devices also do HTTP, JSON, signatures beside the crypto; a deadline is a bound, not a wait
 MIN_PHASE_TIMEOUT_S = 6.0
 MIN_FORMATION_WAIT_S = 1.5
 
 
 def calibrate(cohort: int = DEVICES, processes: int = FLEET_PROCESSES) -> tuple[Deadlines, str]:
-    """Time one in-process secure aggregation of CALIBRATION_PARTIES parties now (it slows down as the machine
-    gets busier, like the fleet will) and derive the deadlines from it: a phase's work per party (its slowest
-    phase), scaled to the neighbourhood of a `cohort`-party session and to the `cohort / processes` parties one
-    fleet process computes in turn, times SAFETY, with a floor. (deadlines, a one-line note)."""
-    rng = SeededRandom(b"scripts.demo_server/calibration")
-    config = SecAggConfig(rng.child("session").bytes(16), CALIBRATION_PARTIES, 16, 20)
-    inputs = {p: np.arange(16, dtype=np.uint64) for p in range(1, CALIBRATION_PARTIES + 1)}
-    started = time.perf_counter()
-    report = run_session(config, inputs, randomness=rng, clock=time.perf_counter)
-    measured = time.perf_counter() - started
-    per_party = max(report.client_s.values()) / CALIBRATION_PARTIES
-    real = SecAggConfig(rng.child("real").bytes(16), cohort, 16, 20)
-    neighbours = len(real.neighbour_graph.closed(1)) / len(config.neighbour_graph.closed(1))
-    expected = per_party * neighbours * cohort / processes
-    deadlines = Deadlines(round(max(MIN_PHASE_TIMEOUT_S, SAFETY * expected), 1),
-                          round(max(MIN_FORMATION_WAIT_S, measured), 1))
-    note = (f"deadlines: calibration ({CALIBRATION_PARTIES}-party secagg, {measured:.2f} s at load "
-            f"{os.getloadavg()[0]:.1f}) → slowest phase {per_party * 1000:.0f} ms/party, ≈ {expected:.1f} s for "
-            f"{cohort} devices on {processes} processes → phase_timeout_s {deadlines.phase_timeout_s:g} "
-            f"(max({MIN_PHASE_TIMEOUT_S:g}, {SAFETY:g} × that)), formation wait {deadlines.formation_wait_s:g} s; "
+    """The demo's deadlines from a measurement of this machine now (fleet_sim.deadlines): the phase deadline for a
+    `cohort`-device cohort on `processes` fleet processes, with a floor; the formation wait is the calibration's
+    own time. (deadlines, a one-line note)."""
+    speed = deadlines_of_this_machine.measure()
+    expected = speed.phase_seconds(cohort, processes)
+    deadlines = Deadlines(speed.phase_timeout(cohort, processes, MIN_PHASE_TIMEOUT_S),
+                          round(max(MIN_FORMATION_WAIT_S, speed.measured_s), 1))
+    note = (f"deadlines: calibration ({speed.describe()}) → ≈ {expected:.1f} s for {cohort} devices on {processes} "
+            f"processes → phase_timeout_s {deadlines.phase_timeout_s:g} (max({MIN_PHASE_TIMEOUT_S:g}, "
+            f"{deadlines_of_this_machine.SAFETY:g} × that)), formation wait {deadlines.formation_wait_s:g} s; "
             "a failed query is retried once with doubled deadlines")
     return deadlines, note
 

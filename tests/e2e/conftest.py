@@ -5,6 +5,10 @@
 
 The tier runs on pytest-xdist workers a module at a time (`make test`: `--dist loadfile --no-loadscope-reorder`),
 the longest modules first (`LONGEST_FIRST`), so that no long module starts last and runs on alone.
+
+Every query submitted through `AnalystClient` gets cohort phase deadlines fitted to the machine as it is then
+(`fitted_deadlines`, tests/support/deadlines.py): never shorter than the test wrote, longer when the machine is
+too busy for the test's fleets to answer in time; the client's `wait` for that query stretches by the same factor.
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from analyst_client.client import AnalystClient
 from tests.e2e.harness import Server, fresh_database
+from tests.support import deadlines
 
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 collect_ignore = [] if PG_URL else ["test_cluster.py"]
@@ -63,3 +70,24 @@ def server(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
     yield srv
     srv.stop()
     assert not srv.log_has_tracebacks(), (tmp_path / "server.log").read_text()[-5000:]
+
+
+@pytest.fixture(autouse=True)
+def fitted_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`AnalystClient.submit` with the spec's phase deadline fitted to the machine now; `wait` stretched alike."""
+    submit, wait = AnalystClient.submit, AnalystClient.wait
+
+    def fitted_submit(self: AnalystClient, spec: dict[str, Any]) -> dict[str, Any]:
+        fitted, factor = deadlines.fit(spec, self.server)
+        created = submit(self, fitted)
+        deadlines.remember(created["id"], factor)
+        if factor > 1.0:  # shown with the test's output when it fails
+            print(f"[deadlines] query {created['id']}: phase_timeout_s {spec['cohort'].get('phase_timeout_s')} → "
+                  f"{fitted['cohort']['phase_timeout_s']} ({deadlines.speed().describe()})")
+        return created
+
+    def fitted_wait(self: AnalystClient, query_id: str, timeout_s: float = 3600, **kwargs: Any) -> dict[str, Any]:
+        return wait(self, query_id, deadlines.fitted_wait(query_id, timeout_s), **kwargs)
+
+    monkeypatch.setattr(AnalystClient, "submit", fitted_submit)
+    monkeypatch.setattr(AnalystClient, "wait", fitted_wait)

@@ -26,6 +26,7 @@ from alembic import command
 
 from analytics_server.db.engine import alembic_config, make_engine, migrate, settle_driver_threads
 from analytics_server.db.store import Store
+from tests.support import deadlines as fitted_deadlines
 
 BIN = Path(sys.executable).parent
 SERVER_ENV = {
@@ -93,6 +94,17 @@ def cli(*args: str, env: dict[str, str] | None = None) -> str:
     return out.stdout
 
 
+def terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM a child process still running and wait for it; SIGKILL after `grace_s`."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 class Server:
     """One `fa-server serve` process. With `name` it is a member of a cluster (processes sharing one
     PostgreSQL database): it advertises its own URL to devices and carries `name` as its process label. With
@@ -134,13 +146,8 @@ class Server:
         self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc is not None:
+            terminate(self.proc, 15)
 
     def log_has_tracebacks(self) -> bool:
         return "Traceback" in self.log_path.read_text(errors="replace")
@@ -163,9 +170,13 @@ class Fleet:
                 "--dropout", str(dropout), "--seed", str(seed), "--truth-file", str(self.truth_path),
                 "--checkin-wait", str(checkin_wait), *(["--split-servers"] if split else []), *(extra or [])]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        extra = extra or []
+        self._counted = (servers, n, int(extra[extra.index("--processes") + 1]) if "--processes" in extra else 1)
+        fitted_deadlines.fleet_started(*self._counted)
         deadline = time.monotonic() + 120
         while not self.truth_path.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError("fa-sim did not start")
             time.sleep(0.1)
 
@@ -174,11 +185,7 @@ class Fleet:
         return devices
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        terminate(self.proc, 20)
+        if not self.log.closed:
+            fitted_deadlines.fleet_stopped(*self._counted)
+            self.log.close()

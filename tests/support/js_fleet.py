@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from fleet_sim.scenarios import generate
+from tests.support import deadlines as fitted_deadlines
 from tests.support.browser import CHROMIUM
+from tests.support.devstack import terminate
 
 JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[2] / "device_sdk" / "js")
 """The built JS SDK (FA_JS_SDK_DIR: another build of it, e.g. a deliberately broken one to see these tests fail)."""
@@ -58,6 +59,8 @@ class JsFleet:
         self._log = open(self.log_path, "ab")
         self._out = open(self.out_path, "wb")
         self.proc = subprocess.Popen(["node", str(JS / "scripts" / script), *args], stdout=self._out, stderr=self._log, cwd=JS)
+        self._counted = (server_url, len(data), 1)
+        fitted_deadlines.fleet_started(*self._counted)
         deadline = time.monotonic() + 120
         while not self.truth_path.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -70,13 +73,9 @@ class JsFleet:
         return devices
 
     def stop(self) -> dict[str, Any]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc, 60)
+        if not self._log.closed:
+            fitted_deadlines.fleet_stopped(*self._counted)
         for f in (self._log, self._out):
             if not f.closed:
                 f.close()
