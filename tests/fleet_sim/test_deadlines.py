@@ -4,7 +4,6 @@ shortened; specs the tier sends on purpose malformed pass untouched."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,39 +30,38 @@ def test_a_real_measurement_is_positive_and_says_what_it_measured() -> None:
 
 
 @pytest.fixture
-def busy(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A server URL with a 300-device fleet, on a machine that measures as BUSY."""
+def busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine that measures as BUSY."""
     monkeypatch.setattr(fitted, "speed", lambda: BUSY)
-    url = "http://127.0.0.1:1/"
-    fitted.fleet_started(url, 300)
-    yield url
-    fitted.fleet_stopped(url, 300)
 
 
-def _spec(**cohort: Any) -> dict[str, Any]:
-    return {"kind": "histogram", "cohort": {"min_clients": 200, "max_clients": 1000, **cohort}}
+def _spec(**privacy: Any) -> dict[str, Any]:
+    return {"kind": "histogram", "privacy": privacy or {"mechanism": "none"},
+            "cohort": {"min_clients": 200, "max_clients": 1000, "phase_timeout_s": 20}}
 
 
-def test_a_busy_machine_raises_the_phase_deadline_and_stretches_the_wait(busy: str) -> None:
-    spec = _spec(phase_timeout_s=20)
-    out, factor = fitted.fit(spec, busy.rstrip("/"))
-    needed = round(fitted.TEST_SAFETY * BUSY.phase_seconds(300), 1)
-    assert out["cohort"]["phase_timeout_s"] == needed > 20 and factor == pytest.approx(needed / 20)
+def test_a_busy_machine_stretches_deadlines_and_waits(busy: None) -> None:
+    factor = BUSY.per_party_s / fitted.REFERENCE_PER_PARTY_S
+    spec = _spec()
+    out = fitted.fit(spec, lambda: pytest.fail("a spec without noise needs no settled validation"))
+    assert out["cohort"]["phase_timeout_s"] == round(20 * factor, 1) > 20
     assert spec["cohort"]["phase_timeout_s"] == 20  # not mutated
-    fitted.remember("q-busy", factor)
-    assert fitted.fitted_wait("q-busy", 100) == pytest.approx(100 * factor)
-    assert fitted.fitted_wait("q-other", 100) == 100
+    assert fitted.stretch(100) == pytest.approx(100 * factor)
 
 
-def test_a_longer_deadline_a_server_without_fleets_and_bad_input_are_left_alone(busy: str) -> None:
-    assert fitted.fit(_spec(phase_timeout_s=600), busy) == (_spec(phase_timeout_s=600), 1.0)
-    assert fitted.fit(_spec(phase_timeout_s=5), "http://127.0.0.1:2") == (_spec(phase_timeout_s=5), 1.0)
-    for bad in (_spec(phase_timeout_s="5"), _spec(phase_timeout_s=True), {"cohort": [1]}, [1, 2]):
-        assert fitted.fit(bad, busy) == (bad, 1.0)  # type: ignore[arg-type]
+def test_a_fitted_noisy_spec_keeps_the_validation_the_server_chose_for_it(busy: None) -> None:
+    noisy = _spec(mechanism="skellam", epsilon=1.0, delta=1e-6)
+    out = fitted.fit(noisy, lambda: "none")
+    assert out["privacy"]["validation"] == "none" and out["cohort"]["phase_timeout_s"] > 20
+    assert fitted.fit(noisy, lambda: None) is noisy  # the server could not say: the test's spec as written
+    own = _spec(mechanism="skellam", epsilon=1.0, delta=1e-6, validation="proofs")
+    assert fitted.fit(own, lambda: pytest.fail("asked"))["privacy"]["validation"] == "proofs"
 
 
-def test_the_cohort_is_at_most_the_devices_running(busy: str) -> None:
-    small, _ = fitted.fit(_spec(phase_timeout_s=1, max_clients=50), busy)
-    large, _ = fitted.fit(_spec(phase_timeout_s=1), busy)
-    assert small["cohort"]["phase_timeout_s"] < large["cohort"]["phase_timeout_s"]
-    assert large["cohort"]["phase_timeout_s"] == round(fitted.TEST_SAFETY * BUSY.phase_seconds(300), 1)
+def test_an_idle_machine_and_bad_input_are_left_alone(busy: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ({**_spec(), "cohort": {"phase_timeout_s": "5"}}, {**_spec(), "cohort": {"phase_timeout_s": True}},
+                {"cohort": [1]}, [1, 2], {**_spec(), "cohort": {"min_clients": 3}}):
+        assert fitted.fit(bad, lambda: "none") is bad
+    monkeypatch.setattr(fitted, "speed", lambda: IDLE)
+    spec = _spec()
+    assert fitted.fit(spec, lambda: "none") is spec and fitted.stretch(100) == 100

@@ -26,7 +26,6 @@ from alembic import command
 
 from analytics_server.db.engine import alembic_config, make_engine, migrate, settle_driver_threads
 from analytics_server.db.store import Store
-from tests.support import deadlines as fitted_deadlines
 
 BIN = Path(sys.executable).parent
 SERVER_ENV = {
@@ -170,9 +169,6 @@ class Fleet:
                 "--dropout", str(dropout), "--seed", str(seed), "--truth-file", str(self.truth_path),
                 "--checkin-wait", str(checkin_wait), *(["--split-servers"] if split else []), *(extra or [])]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        extra = extra or []
-        self._counted = (servers, n, int(extra[extra.index("--processes") + 1]) if "--processes" in extra else 1)
-        fitted_deadlines.fleet_started(*self._counted)
         deadline = time.monotonic() + 120
         while not self.truth_path.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -186,6 +182,4 @@ class Fleet:
 
     def stop(self) -> None:
         terminate(self.proc, 20)
-        if not self.log.closed:
-            fitted_deadlines.fleet_stopped(*self._counted)
-            self.log.close()
+        self.log.close()

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from fleet_sim.scenarios import generate
-from tests.support import deadlines as fitted_deadlines
 from tests.support.browser import CHROMIUM
 from tests.support.devstack import terminate
 
@@ -59,8 +58,6 @@ class JsFleet:
         self._log = open(self.log_path, "ab")
         self._out = open(self.out_path, "wb")
         self.proc = subprocess.Popen(["node", str(JS / "scripts" / script), *args], stdout=self._out, stderr=self._log, cwd=JS)
-        self._counted = (server_url, len(data), 1)
-        fitted_deadlines.fleet_started(*self._counted)
         deadline = time.monotonic() + 120
         while not self.truth_path.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -74,8 +71,6 @@ class JsFleet:
 
     def stop(self) -> dict[str, Any]:
         terminate(self.proc, 60)
-        if not self._log.closed:
-            fitted_deadlines.fleet_stopped(*self._counted)
         for f in (self._log, self._out):
             if not f.closed:
                 f.close()
