@@ -2,7 +2,7 @@
  * `Task` model (queries/kind.py), which the Python vector generator writes to taskSchemas.generated.ts and to
  * tests/vectors/task_schemas.json. The checker below knows exactly the keywords pydantic writes for a task model
  * (type, properties, required, additionalProperties, items, min/maxItems, min/maxLength, minimum/maximum, anyOf,
- * enum, const, $ref/$defs) and refuses a schema with any other keyword, so a rule can never be silently ignored.
+ * enum, const, $ref/$defs, and a tagged union: oneOf with a discriminator {propertyName, mapping}) and refuses a schema with any other keyword, so a rule can never be silently ignored.
  * It is interpreted, not compiled (no `new Function`: fine under a strict Content-Security-Policy; ~2 kB). */
 
 import { QueryKindError, Task } from "./kind.js";
@@ -13,6 +13,7 @@ export type JsonSchema = { [keyword: string]: unknown };
 const KNOWN = new Set([
   "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
   "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "enum", "const", "$ref", "$defs",
+  "oneOf", "discriminator",
   "title", "description", "default", "examples",
 ]);
 
@@ -42,6 +43,20 @@ function check(schema: JsonSchema, v: unknown, path: (string | number)[], root: 
     const target = (root.$defs as Record<string, JsonSchema> | undefined)?.[name];
     if (!target) throw new Error(`task schema: unresolved ${schema.$ref}`);
     check(target, v, path, root);
+  }
+  if (schema.oneOf !== undefined || schema.discriminator !== undefined) {
+    // only the tagged union pydantic writes: the tag's value picks the one alternative (as Python, which names the tag)
+    const disc = schema.discriminator as { propertyName?: unknown; mapping?: Record<string, string> } | undefined;
+    if (!Array.isArray(schema.oneOf) || typeof disc?.propertyName !== "string" || typeof disc.mapping !== "object") {
+      throw new Error("task schema: oneOf is supported only with a discriminator {propertyName, mapping}");
+    }
+    if (typeof v !== "object" || v === null || Array.isArray(v)) throw new Refused(path, "must be an object");
+    const tag = (v as Record<string, unknown>)[disc.propertyName];
+    const ref = typeof tag === "string" && Object.prototype.hasOwnProperty.call(disc.mapping, tag) ? disc.mapping[tag] : undefined;
+    if (ref === undefined) {
+      throw new Refused([...path, disc.propertyName], `must be one of ${JSON.stringify(Object.keys(disc.mapping))}`);
+    }
+    check({ $ref: ref }, v, path, root);
   }
   if (Array.isArray(schema.anyOf)) {
     const errors: Refused[] = [];

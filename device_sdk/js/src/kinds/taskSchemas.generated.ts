@@ -45,6 +45,205 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
     "title": "HistogramTask",
     "type": "object"
   },
+  "feature_stats": {
+    "$defs": {
+      "FeatureSpec": {
+        "additionalProperties": false,
+        "properties": {
+          "name": {
+            "maxLength": 128,
+            "minLength": 1,
+            "title": "Name",
+            "type": "string"
+          },
+          "lower": {
+            "title": "Lower",
+            "type": "number"
+          },
+          "upper": {
+            "title": "Upper",
+            "type": "number"
+          }
+        },
+        "required": [
+          "name",
+          "lower",
+          "upper"
+        ],
+        "title": "FeatureSpec",
+        "type": "object"
+      },
+      "FirstMomentsTask": {
+        "additionalProperties": false,
+        "description": "The first-moments round: the features, the fixed-point scale 2^scale_exp and the examples bound.",
+        "properties": {
+          "stage": {
+            "const": "first_moments",
+            "title": "Stage",
+            "type": "string"
+          },
+          "features": {
+            "items": {
+              "$ref": "#/$defs/FeatureSpec"
+            },
+            "maxItems": 1000,
+            "minItems": 1,
+            "title": "Features",
+            "type": "array"
+          },
+          "scale_exp": {
+            "maximum": 46,
+            "minimum": 0,
+            "title": "Scale Exp",
+            "type": "integer"
+          },
+          "max_examples": {
+            "maximum": 100000,
+            "minimum": 1,
+            "title": "Max Examples",
+            "type": "integer"
+          }
+        },
+        "required": [
+          "stage",
+          "features",
+          "scale_exp",
+          "max_examples"
+        ],
+        "title": "FirstMomentsTask",
+        "type": "object"
+      },
+      "RowCountsTask": {
+        "additionalProperties": false,
+        "description": "The row-count round (bound chosen from the data): the increasing grid of candidate bounds.",
+        "properties": {
+          "stage": {
+            "const": "row_counts",
+            "title": "Stage",
+            "type": "string"
+          },
+          "grid": {
+            "items": {
+              "maximum": 100000,
+              "minimum": 1,
+              "type": "integer"
+            },
+            "maxItems": 10000,
+            "minItems": 1,
+            "title": "Grid",
+            "type": "array"
+          }
+        },
+        "required": [
+          "stage",
+          "grid"
+        ],
+        "title": "RowCountsTask",
+        "type": "object"
+      },
+      "SecondMomentsTask": {
+        "additionalProperties": false,
+        "description": "The second-moments round: also the global means, each feature's scale b (None when its mean is\nsuppressed) and the histogram bins (0: none).",
+        "properties": {
+          "stage": {
+            "const": "second_moments",
+            "title": "Stage",
+            "type": "string"
+          },
+          "features": {
+            "items": {
+              "$ref": "#/$defs/FeatureSpec"
+            },
+            "maxItems": 1000,
+            "minItems": 1,
+            "title": "Features",
+            "type": "array"
+          },
+          "scale_exp": {
+            "maximum": 46,
+            "minimum": 0,
+            "title": "Scale Exp",
+            "type": "integer"
+          },
+          "max_examples": {
+            "maximum": 100000,
+            "minimum": 1,
+            "title": "Max Examples",
+            "type": "integer"
+          },
+          "means": {
+            "items": {
+              "anyOf": [
+                {
+                  "type": "number"
+                },
+                {
+                  "type": "null"
+                }
+              ]
+            },
+            "maxItems": 1000,
+            "title": "Means",
+            "type": "array"
+          },
+          "second_scales": {
+            "items": {
+              "anyOf": [
+                {
+                  "minimum": 0,
+                  "type": "number"
+                },
+                {
+                  "type": "null"
+                }
+              ]
+            },
+            "maxItems": 1000,
+            "title": "Second Scales",
+            "type": "array"
+          },
+          "bins": {
+            "maximum": 1000,
+            "minimum": 0,
+            "title": "Bins",
+            "type": "integer"
+          }
+        },
+        "required": [
+          "stage",
+          "features",
+          "scale_exp",
+          "max_examples",
+          "means",
+          "second_scales",
+          "bins"
+        ],
+        "title": "SecondMomentsTask",
+        "type": "object"
+      }
+    },
+    "description": "A feature_stats round's task, by `stage`: row_counts, first_moments or second_moments.",
+    "discriminator": {
+      "mapping": {
+        "first_moments": "#/$defs/FirstMomentsTask",
+        "row_counts": "#/$defs/RowCountsTask",
+        "second_moments": "#/$defs/SecondMomentsTask"
+      },
+      "propertyName": "stage"
+    },
+    "oneOf": [
+      {
+        "$ref": "#/$defs/RowCountsTask"
+      },
+      {
+        "$ref": "#/$defs/FirstMomentsTask"
+      },
+      {
+        "$ref": "#/$defs/SecondMomentsTask"
+      }
+    ],
+    "title": "FeatureStatsTask"
+  },
   "heavy_hitters": {
     "additionalProperties": false,
     "description": "A heavy_hitters round's task: the frontier of prefixes of length `depth` that devices vote to extend.",
