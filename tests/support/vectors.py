@@ -760,8 +760,20 @@ def _feature_stats_second_moments() -> Json:
     return plan.task
 
 
+def _training_round0(params: Json) -> Callable[[], Json]:
+    """The first task of a training query with `params` (its phase and options chosen by the params)."""
+    return lambda: _round0_plan("training", {"rounds": 2, "eval_every": 0, **params}).task
+
+
 _LATER_TASKS: dict[str, tuple[Callable[[], Json], ...]] = {  # accepted tasks of the stages round 0 does not show
     "feature_stats": (_feature_stats_row_counts, _feature_stats_second_moments),
+    "training": (
+        _training_round0({"model": {"name": "softmax", "n_features": 2, "n_classes": 3}, "class_weighting": True}),
+        _training_round0({"model": {"name": "logistic", "n_features": 2}, "eval_every": 1}),
+        _training_round0({"model": {"name": "logistic", "n_features": 2}, "adaptive_clipping": {}, "features": ["a", "b"],
+                          "scaling": {"a": {"mean": 1.5, "std": 2.0}, "b": {"mean": 0.0, "std": 0.0}}}),
+        _training_round0({"model": {"name": "logistic", "n_features": 2}, "server_optimizer": {"name": "rprop"}}),
+    ),
 }
 
 _TAGS = ("stage", "phase")

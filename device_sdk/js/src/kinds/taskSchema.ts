@@ -1,7 +1,7 @@
 /** One set of task parsing rules in both SDKs: a round's task is checked against the JSON Schema of the kind's
  * `Task` model (queries/kind.py), which the Python vector generator writes to taskSchemas.generated.ts and to
  * tests/vectors/task_schemas.json. The checker below knows exactly the keywords pydantic writes for a task model
- * (type, properties, required, additionalProperties, items, min/maxItems, min/maxLength, minimum/maximum, anyOf,
+ * (type, properties, required, additionalProperties (false or a schema), maxProperties, propertyNames, items, min/maxItems, min/maxLength, minimum/maximum, anyOf,
  * enum, const, $ref/$defs, and a tagged union: oneOf with a discriminator {propertyName, mapping}) and refuses a schema with any other keyword, so a rule can never be silently ignored.
  * It is interpreted, not compiled (no `new Function`: fine under a strict Content-Security-Policy; ~2 kB). */
 
@@ -13,7 +13,7 @@ export type JsonSchema = { [keyword: string]: unknown };
 const KNOWN = new Set([
   "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
   "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "enum", "const", "$ref", "$defs",
-  "oneOf", "discriminator",
+  "oneOf", "discriminator", "maxProperties", "propertyNames",
   "title", "description", "default", "examples",
 ]);
 
@@ -94,9 +94,17 @@ function check(schema: JsonSchema, v: unknown, path: (string | number)[], root: 
     const obj = v as Record<string, unknown>;
     const props = (schema.properties ?? {}) as Record<string, JsonSchema>;
     for (const key of (schema.required ?? []) as string[]) if (!(key in obj)) throw new Refused([...path, key], "is required");
-    for (const [key, value] of Object.entries(obj)) {
-      if (key in props) check(props[key], value, [...path, key], root);
+    const entries = Object.entries(obj);
+    if (typeof schema.maxProperties === "number" && entries.length > schema.maxProperties) {
+      throw new Refused(path, `must have at most ${schema.maxProperties} keys`);
+    }
+    for (const [key, value] of entries) {
+      if (schema.propertyNames && typeof schema.propertyNames === "object") check(schema.propertyNames as JsonSchema, key, [...path, key], root);
+      if (Object.prototype.hasOwnProperty.call(props, key)) check(props[key], value, [...path, key], root);
       else if (schema.additionalProperties === false) throw new Refused([...path, key], "is not allowed (unknown key)");
+      else if (schema.additionalProperties && typeof schema.additionalProperties === "object") {
+        check(schema.additionalProperties as JsonSchema, value, [...path, key], root);
+      }
     }
   }
 }
