@@ -745,8 +745,9 @@ _EXAMPLE_PARAMS: dict[str, Json] = {  # params whose task has more to spoil than
 
 def _feature_stats_row_counts() -> Json:
     """The row-count round of a feature_stats query that leaves the bound to the data."""
-    return _round0_plan("feature_stats", {"features": [{"name": "age", "lower": 18, "upper": 90}],
-                                          "max_examples_limit": 20}).task
+    task: Json = _round0_plan("feature_stats", {"features": [{"name": "age", "lower": 18, "upper": 90}],
+                                                "max_examples_limit": 20}).task
+    return task
 
 
 def _feature_stats_second_moments() -> Json:
