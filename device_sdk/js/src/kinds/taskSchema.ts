@@ -118,6 +118,12 @@ export function hasTaskSchema(kind: string): boolean {
 export function parseTask<T = Task>(kind: string, task: unknown): T {
   const schema = TASK_SCHEMAS[kind] as JsonSchema | undefined;
   if (!schema) throw new QueryKindError(`kind: no task schema for ${JSON.stringify(kind)}`);
+  return checkTask<T>(schema, task);
+}
+
+/** `task` checked against `schema` (a task model's JSON Schema): QueryKindError naming the field when it is refused;
+ * an Error when the schema uses a keyword (or a `oneOf` without a discriminator) this checker does not know. */
+export function checkTask<T = Task>(schema: JsonSchema, task: unknown): T {
   try {
     check(schema, task, [], schema);
   } catch (exc) {
