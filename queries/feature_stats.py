@@ -550,14 +550,16 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         are given for `contributors` devices each holding `bound` rows, with the mean mid-range (b = ¼); a mean
         near a bound makes the variance's noise up to 4× larger. With the bound chosen from the data the
         rounds are planned at `max_examples_limit` (the most it can choose): every std is then an upper bound."""
-        by_stage = {r.plan.task.get("stage"): r for r in rounds}
+        by_stage = {self.parse_task(r.plan.task).root.stage: r for r in rounds}
         first, second, counts = by_stage.get("first_moments"), by_stage.get("second_moments"), by_stage.get("row_counts")
         values: list[ExpectedValue] = []
         warnings: list[ReleaseWarning] = []
         if first is None:
             return values, warnings
-        bound = int(first.plan.task["max_examples"])
-        unit = float(1 << int(first.plan.task["scale_exp"]))
+        moments = self.parse_task(first.plan.task).root
+        assert isinstance(moments, FirstMomentsTask)
+        bound = moments.max_examples
+        unit = float(1 << moments.scale_exp)
         s1 = first.std / unit
         s2 = second.std / unit if second is not None else 0.0
         n = max(first.contributors * bound, 1)
