@@ -61,7 +61,7 @@ def digits(rounds: int, epochs: int, batch: int, lr: float, server: dict[str, An
            "server_optimizer": server, "clip_norm": 50.0, "eval_every": 0, "holdout_fraction": 0.0}
     result, _ = run_locally(get_kind("training"), raw, devices)
     model = build_model(spec)
-    pooled = WhiteBoxObjective(model, [r for d in devices for r in d], {})
+    pooled = WhiteBoxObjective(model, [r for d in devices for r in d])
     theta = local_update(pooled, np.zeros(model.n_params), rounds * epochs, batch, lr, rng)
     return {"rounds": rounds, "epochs": epochs, "batch_size": batch, "client_lr": lr, "server": server,
             "accuracy_federated": float(np.mean(TrainedModel(result).predict(Xte) == yte)),

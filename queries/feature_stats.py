@@ -35,10 +35,10 @@ import functools
 import math
 from dataclasses import dataclass, field, replace
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 from queries.kind import (
     KindExample,
@@ -303,6 +303,59 @@ class FeatureStatsState:
     """Per moment round, the standard deviation of each entry's noise, in examples (0 without noise)."""
 
 
+MAX_GRID = 10_000
+"""Most buckets of a row-count round's grid (`bound_grid` of the largest `max_examples_limit` has ~35)."""
+MAX_SCALE_EXP = DEVICE_BOUND_BITS
+
+
+class RowCountsTask(BaseModel):
+    """The row-count round (bound chosen from the data): the increasing grid of candidate bounds."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    stage: Literal["row_counts"]
+    grid: list[Annotated[int, Field(ge=1, le=MAX_EXAMPLES_PER_DEVICE)]] = Field(min_length=1, max_length=MAX_GRID)
+
+    @model_validator(mode="after")
+    def _increasing(self) -> RowCountsTask:
+        if any(b <= a for a, b in zip(self.grid, self.grid[1:])):
+            raise ValueError("grid: bounds must be increasing")
+        return self
+
+
+class FirstMomentsTask(BaseModel):
+    """The first-moments round: the features, the fixed-point scale 2^scale_exp and the examples bound."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    stage: Literal["first_moments"]
+    features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
+    scale_exp: int = Field(ge=0, le=MAX_SCALE_EXP)
+    max_examples: int = Field(ge=1, le=MAX_EXAMPLES_PER_DEVICE)
+
+
+class SecondMomentsTask(FirstMomentsTask):
+    """The second-moments round: also the global means, each feature's scale b (None when its mean is
+    suppressed) and the histogram bins (0: none)."""
+
+    stage: Literal["second_moments"]  # type: ignore[assignment]
+    means: list[float | None] = Field(max_length=MAX_FEATURES)
+    second_scales: list[Annotated[float, Field(ge=0)] | None] = Field(max_length=MAX_FEATURES)
+    bins: int = Field(ge=0, le=MAX_BINS)
+
+    @model_validator(mode="after")
+    def _per_feature(self) -> SecondMomentsTask:
+        f = len(self.features)
+        if len(self.means) != f or len(self.second_scales) != f:
+            raise ValueError(f"means: means and second_scales must have one entry per feature ({f})")
+        return self
+
+
+class FeatureStatsTask(RootModel[Annotated[RowCountsTask | FirstMomentsTask | SecondMomentsTask,
+                                           Field(discriminator="stage")]]):
+    """A feature_stats round's task, by `stage`: row_counts, first_moments or second_moments."""
+
+
 def _second_scale(spec: FeatureSpec, mean: float) -> float:
     """b: the largest ((x − mean)/range)² over x in [lower, upper]."""
     r = spec.upper - spec.lower
@@ -339,6 +392,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     examples = (KindExample({"features": [{"name": "age", "lower": 18, "upper": 90}, {"name": "income", "lower": 0, "upper": 2e5}]},
                             [{"age": 31.0, "income": 52000.0}, {"age": 64.0}]),)
     template = FEATURE_STATS_TEMPLATE
+    Task = FeatureStatsTask
 
     def rounds_upper_bound(self, params: FeatureStatsParams) -> int:
         return 3 if params.bound_from_data else 2
@@ -360,78 +414,50 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         if state.bound is None:
             grid = bound_grid(params.max_examples_limit)
             return RoundPlan(
-                round=round_index, task={"stage": "row_counts", "grid": grid}, dim=row_counts_layout(len(grid)).dim,
-                max_abs=1, l1_sensitivity=1.0, l2_sensitivity=1.0, privacy_weight=weights[0],
-                purpose="contribution bound: devices by rows held",
+                round=round_index, task=self.task_json(FeatureStatsTask(RowCountsTask(stage="row_counts", grid=grid))),
+                dim=row_counts_layout(len(grid)).dim, max_abs=1, l1_sensitivity=1.0, l2_sensitivity=1.0,
+                privacy_weight=weights[0], purpose="contribution bound: devices by rows held",
             )
         k = params.scale_exp_for(state.bound)
         m = state.bound
-        task: dict[str, Any] = {
-            "features": [spec.model_dump() for spec in params.features],
-            "scale_exp": k,
-            "max_examples": m,
-        }
-        unit = 1 << k
+        task: FirstMomentsTask
         if state.stage == 0:
-            task |= {"stage": "first_moments"}
+            task = FirstMomentsTask(stage="first_moments", features=params.features, scale_exp=k, max_examples=m)
             dim, purpose = first_moments_layout(f).dim, "counts and means"
             weight = weights[offset]
         elif state.stage == 1:
             scales = [None if mean is None else _second_scale(spec, mean) for spec, mean in zip(params.features, state.means)]
-            task |= {"stage": "second_moments", "means": state.means, "second_scales": scales, "bins": bins}
+            task = SecondMomentsTask(stage="second_moments", features=params.features, scale_exp=k, max_examples=m,
+                                     means=state.means, second_scales=scales, bins=bins)
             dim = second_moments_layout(f, bins).dim
             purpose = "variances" + (" and histograms" if bins else "")
             weight = weights[offset + 1]
         else:
             return None
-        l1, l2 = self.task_sensitivity(task)
-        return RoundPlan(round=round_index, task=task, dim=dim, max_abs=m * unit, l1_sensitivity=l1, l2_sensitivity=l2,
-                         privacy_weight=weight, purpose=purpose)
+        typed = FeatureStatsTask(task)
+        l1, l2 = self.task_sensitivity(typed)
+        return RoundPlan(round=round_index, task=self.task_json(typed), dim=dim, max_abs=m * (1 << k),
+                         l1_sensitivity=l1, l2_sensitivity=l2, privacy_weight=weight, purpose=purpose)
 
-    def task_sensitivity(self, task: Mapping[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: FeatureStatsTask | Mapping[str, Any]) -> tuple[float, float]:
         """Rows held: one 1 (one-hot). Moments: per example and feature at most 2^K in each of the count and the
         first moment (first moments), or in the scaled second moment and one histogram bin (second moments);
         at most `max_examples` examples."""
-        stage = task.get("stage") if isinstance(task, dict) else None
-        if stage == "row_counts":
+        t = self.parse_task(task).root
+        if isinstance(t, RowCountsTask):
             return 1.0, 1.0
-        try:
-            f, k, m = len(task["features"]), task["scale_exp"], task["max_examples"]
-        except (KeyError, TypeError) as exc:
-            raise QueryKindError(f"task: malformed feature_stats task ({exc!r})") from None
-        for name, v in (("scale_exp", k), ("max_examples", m)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise QueryKindError(f"task.{name}: must be an integer ≥ 0, got {v!r}")
-        if stage == "first_moments":
-            per_example = 2
-        elif stage == "second_moments":
-            bins = task.get("bins") or 0
-            if isinstance(bins, bool) or not isinstance(bins, int) or bins < 0:
-                raise QueryKindError(f"task.bins: must be an integer ≥ 0, got {bins!r}")
-            per_example = 2 if bins else 1
-        else:
-            raise QueryKindError(f"task.stage: unknown feature_stats stage {stage!r}")
-        unit = m * (1 << k)
+        per_example = 2 if not isinstance(t, SecondMomentsTask) or t.bins else 1
+        f, unit = len(t.features), t.max_examples * (1 << t.scale_exp)
         return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
-    def contribute(self, task: Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        stage = task.get("stage") if isinstance(task, dict) else None
-        if stage == "row_counts":
-            try:
-                grid = [int(g) for g in task["grid"]]
-            except (KeyError, TypeError, ValueError) as exc:
-                raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
-            if not grid or len(grid) > 10_000 or any(b <= a for a, b in zip(grid, grid[1:])):
-                raise QueryKindError("task.grid: must be a non-empty increasing list of at most 10,000 bounds")
-            vec = np.zeros(len(grid) + 1, dtype=np.int64)
+    def contribute(self, task: FeatureStatsTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        t = self.parse_task(task).root
+        if isinstance(t, RowCountsTask):
+            vec = np.zeros(len(t.grid) + 1, dtype=np.int64)
             if rows:
-                vec[int(np.searchsorted(grid, len(rows)))] = 1  # len(grid): above the limit
+                vec[int(np.searchsorted(t.grid, len(rows)))] = 1  # len(grid): above the limit
             return vec
-        try:
-            specs = [FeatureSpec.model_validate(s) for s in task["features"]]
-            k, m = int(task["scale_exp"]), int(task["max_examples"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
+        specs, k, m = t.features, t.scale_exp, t.max_examples
         if len(rows) > m:
             rows = [rows[i] for i in sorted(rng.choice(len(rows), size=m, replace=False))]
         unit = float(1 << k)
@@ -439,49 +465,37 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         for spec in specs:
             x = _column(rows, spec.name)
             columns.append(np.clip(x[~np.isnan(x)], spec.lower, spec.upper))
-        if stage == "first_moments":
+        if not isinstance(t, SecondMomentsTask):
             counts, firsts = np.zeros(len(specs), dtype=np.int64), np.zeros(len(specs), dtype=np.int64)
             for j, (spec, x) in enumerate(zip(specs, columns)):
                 counts[j] = len(x) << k
                 firsts[j] = int(_stochastic_round((x - spec.lower) / (spec.upper - spec.lower) * unit, rng).sum())
             return first_moments_layout(len(specs)).pack(counts=counts, firsts=firsts)
-        if stage == "second_moments":
-            try:
-                means, scales, bins = task["means"], task["second_scales"], int(task.get("bins") or 0)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
-            seconds = np.zeros(len(specs), dtype=np.int64)
-            hists = np.zeros((len(specs), bins), dtype=np.int64)
-            for j, (spec, x, mean, b) in enumerate(zip(specs, columns, means, scales)):
-                r = spec.upper - spec.lower
-                if bins:
-                    idx = np.minimum(((x - spec.lower) / r * bins).astype(np.int64), bins - 1)
-                    hists[j] = np.bincount(idx, minlength=bins).astype(np.int64) << k
-                if mean is None or not b or b <= 0:
-                    continue
-                z = np.minimum(((x - float(mean)) / r) ** 2 / float(b), 1.0)  # ≤ 1 by the choice of b
-                seconds[j] = int(_stochastic_round(z * unit, rng).sum())
-            return second_moments_layout(len(specs), bins).pack(seconds=seconds, histograms=hists)
-        raise QueryKindError(f"task: unknown feature_stats stage {stage!r}")
+        bins = t.bins
+        seconds = np.zeros(len(specs), dtype=np.int64)
+        hists = np.zeros((len(specs), bins), dtype=np.int64)
+        for j, (spec, x, mean, b) in enumerate(zip(specs, columns, t.means, t.second_scales)):
+            r = spec.upper - spec.lower
+            if bins:
+                idx = np.minimum(((x - spec.lower) / r * bins).astype(np.int64), bins - 1)
+                hists[j] = np.bincount(idx, minlength=bins).astype(np.int64) << k
+            if mean is None or not b or b <= 0:
+                continue
+            z = np.minimum(((x - mean) / r) ** 2 / b, 1.0)  # ≤ 1 by the choice of b
+            seconds[j] = int(_stochastic_round(z * unit, rng).sum())
+        return second_moments_layout(len(specs), bins).pack(seconds=seconds, histograms=hists)
 
-    def validity(self, task: Mapping[str, Any]) -> Statement:
+    def validity(self, task: FeatureStatsTask | Mapping[str, Any]) -> Statement:
         """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
         entry within what `max_examples` examples can add: counts, first moments, histogram bins and second
         moments each in [0, max_examples·2^scale_exp]."""
-        if isinstance(task, dict) and task.get("stage") == "row_counts":
-            try:
-                return Statement((Bits(row_counts_layout(len(task["grid"])).dim, 1),))
-            except (KeyError, TypeError) as exc:
-                raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
-        try:
-            f, k, m, stage = len(task["features"]), int(task["scale_exp"]), int(task["max_examples"]), task["stage"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryKindError(f"task: malformed feature_stats task ({exc})") from None
-        top = m << k
-        if stage == "first_moments":  # counts, first moments
+        t = self.parse_task(task).root
+        if isinstance(t, RowCountsTask):
+            return Statement((Bits(row_counts_layout(len(t.grid)).dim, 1),))
+        f, top = len(t.features), t.max_examples << t.scale_exp
+        if not isinstance(t, SecondMomentsTask):  # counts, first moments
             return Statement((Ranged(f, 0, top), Ranged(f, 0, top)))
-        bins = int(task.get("bins") or 0)  # second moments, then the histogram bins
-        return Statement(tuple(Ranged(n, 0, top) for n in (f, f * bins) if n))
+        return Statement(tuple(Ranged(n, 0, top) for n in (f, f * t.bins) if n))  # second moments, then the bins
 
     def decode_round(
         self,
@@ -536,14 +550,16 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         are given for `contributors` devices each holding `bound` rows, with the mean mid-range (b = ¼); a mean
         near a bound makes the variance's noise up to 4× larger. With the bound chosen from the data the
         rounds are planned at `max_examples_limit` (the most it can choose): every std is then an upper bound."""
-        by_stage = {r.plan.task.get("stage"): r for r in rounds}
+        by_stage = {self.parse_task(r.plan.task).root.stage: r for r in rounds}
         first, second, counts = by_stage.get("first_moments"), by_stage.get("second_moments"), by_stage.get("row_counts")
         values: list[ExpectedValue] = []
         warnings: list[ReleaseWarning] = []
         if first is None:
             return values, warnings
-        bound = int(first.plan.task["max_examples"])
-        unit = float(1 << int(first.plan.task["scale_exp"]))
+        moments = self.parse_task(first.plan.task).root
+        assert isinstance(moments, FirstMomentsTask)
+        bound = moments.max_examples
+        unit = float(1 << moments.scale_exp)
         s1 = first.std / unit
         s2 = second.std / unit if second is not None else 0.0
         n = max(first.contributors * bound, 1)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, RootModel, TypeAdapter, ValidationError
 
 from queries.spec import PrivacySpec
 from secagg.randomness import ByteSource
@@ -173,9 +173,15 @@ class ExpectedValue:
     note: str | None = None
 
 
-def task_error(exc: ValidationError) -> QueryKindError:
-    """The QueryKindError of a task that its `Task` model refused, naming the first bad field (`task.buckets.3`)."""
+def task_error(exc: ValidationError, tagged: bool = False) -> QueryKindError:
+    """The QueryKindError of a task that its `Task` model refused, naming the first bad field (`task.buckets.3`).
+    `tagged`: the model is a union tagged by one field (a `RootModel` with a discriminator, e.g. feature_stats'
+    `stage`): a missing or unknown tag names that field, and the tag pydantic puts first in a location is dropped."""
     first = exc.errors()[0]
+    if tagged and first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        return QueryKindError(f"task.{str(first['ctx']['discriminator']).strip(chr(39))}: {first['msg']}")
+    if tagged:
+        first = {**first, "loc": first["loc"][1:]}
     if not first["loc"]:  # a check across fields: its message starts with the field ("depth: …")
         return QueryKindError("task." + str(first["msg"]).removeprefix("Value error, "))
     where = ".".join(str(p) for p in ("task", *first["loc"]))
@@ -241,7 +247,7 @@ class DeviceKind(ABC, Generic[T]):
         try:
             return self.Task.model_validate(raw)
         except ValidationError as exc:
-            raise task_error(exc) from None
+            raise task_error(exc, tagged=issubclass(self.Task, RootModel)) from None
 
     def task_json(self, task: T) -> dict[str, Any]:
         """The task as it goes on the wire in `RoundPlan.task` (every field, in declaration order)."""

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from queries.feature_stats import StandardScaling
-from queries.kind import QueryKindError
 from queries.training import encoding
+from queries.training.task import LabelCountsTask, PhaseTask, TrainTask
 from queries.training.blackbox import BlackBoxModel, known_blackbox, get_blackbox
 from queries.training.finite_diff import central_gradient
 from queries.training.models import Model, build_model
@@ -130,16 +130,19 @@ def parse_xy(rows: list[Any], n_features: int, features: list[str] | None, scale
 
 
 class WhiteBoxObjective(LocalObjective):
-    def __init__(self, model: Model, rows: list[Any], task: dict[str, Any]) -> None:
+    """The rows prepared as the task says (`features` order, `scaling`, `class_weights`; None: rows as given)."""
+
+    def __init__(self, model: Model, rows: list[Any], task: PhaseTask | None = None) -> None:
         self.model = model
-        scaler = StandardScaling({"scaler": task["scaling"]}) if task.get("scaling") else None
+        scaling = task.scaling if task is not None else None
+        scaler = StandardScaling({"scaler": scaling.model_dump()}) if scaling is not None else None
         n_features = int(getattr(model, "n_features"))
-        X, y = parse_xy(rows, n_features, task.get("features"), scaler)
+        X, y = parse_xy(rows, n_features, task.features if task is not None else None, scaler)
         if model.n_classes is not None and len(y):
             ok = (y == np.round(y)) & (y >= 0) & (y < model.n_classes)
             X, y = X[ok], y[ok]
         self.X, self.y, self.n = X, y, len(y)
-        cw = task.get("class_weights")
+        cw = task.class_weights if task is not None else None
         self.sample_weight = np.asarray(cw, dtype=np.float64)[y.astype(np.int64)] if cw and self.n else None
 
     def loss_grad(self, theta, idx):  # type: ignore[no-untyped-def]
@@ -189,7 +192,7 @@ class BlackBoxObjective(LocalObjective):
         return {name: np.clip(m.fn(theta, self.batch), 0.0, m.bound) / m.bound for name, m in self.model.metrics.items()}
 
 
-def objective(model: Model | BlackBoxModel, rows: list[Any], task: dict[str, Any]) -> LocalObjective:
+def objective(model: Model | BlackBoxModel, rows: list[Any], task: PhaseTask | None = None) -> LocalObjective:
     if isinstance(model, BlackBoxModel):
         return BlackBoxObjective(model, rows)
     return WhiteBoxObjective(model, rows, task)
@@ -225,21 +228,16 @@ def _weight(n: int, cap: int) -> float:
     return min(n, cap) / cap
 
 
-def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-    """The whole device side of one round (see the layouts in `queries.training.encoding`)."""
-    try:
-        phase = task["phase"]
-        model = model_from_spec(task["model"])
-        pb = int(task["precision_bits"])
-        cap = int(task["client"]["max_examples"])
-        holdout = float(task["holdout_fraction"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise QueryKindError(f"task: malformed training task ({exc})") from None
-    train_rows, eval_rows = split_rows(list(rows), holdout)
+def contribute(task: PhaseTask, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+    """The whole device side of one round, from the parsed task (`TrainingKind.parse_task`; see the layouts in
+    `queries.training.encoding`)."""
+    model = model_from_spec(task.model.model_dump())
+    pb, cap = task.precision_bits, task.client.max_examples
+    train_rows, eval_rows = split_rows(list(rows), task.holdout_fraction)
     u = encoding.unit(pb)
 
-    if phase == "label_counts":
-        k = int(task["n_classes"])
+    if isinstance(task, LabelCountsTask):
+        k = task.n_classes
         labels = encoding.label_layout(k)
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
         if not isinstance(obj, WhiteBoxObjective) or obj.n == 0:
@@ -247,60 +245,58 @@ def contribute(task: dict[str, Any], rows: list[Any], rng: np.random.Generator) 
         frac = np.bincount(obj.y.astype(np.int64), minlength=k)[:k] / obj.n
         return labels.pack(shares=FixedPoint(1.0, u).encode(_weight(obj.n, cap) * frac, rng))
 
-    theta = np.asarray(task["weights"], dtype=np.float64)
-    if phase == "train":
-        c = float(task["clip_norm"])
+    theta = np.asarray(task.weights, dtype=np.float64)
+    if isinstance(task, TrainTask):
+        c = task.clip_norm
         obj = objective(model, cap_rows(train_rows, cap, rng), task)
-        client = task["client"]
+        client = task.client
         with np.errstate(all="ignore"):  # a diverging local run overflows: caught just below
-            delta = local_update(obj, theta, int(client["epochs"]), int(client["batch_size"]), float(client["lr"]), rng)
+            delta = local_update(obj, theta, client.epochs, client.batch_size, client.lr, rng)
         overflowed = not np.all(np.isfinite(delta))
         norm = math.inf if overflowed else float(np.linalg.norm(delta))
         if overflowed:  # take part with an all-zero update of weight 0: refusing would make participation
             # depend on the local data
             delta = np.zeros_like(delta)
-        if task["votes"] == "sign":
+        if task.votes == "sign":
             return encoding.vote_layout(len(delta)).pack(votes=np.sign(delta).astype(np.int64))
-        weighted = task["weighting"] == "examples"
+        weighted = task.weighting == "examples"
         omega = 0.0 if overflowed else _weight(obj.n, cap) if weighted else (1.0 if obj.n else 0.0)
         upd = FixedPoint(c, u / c).encode(omega * clip_l2(delta, c), rng)
-        clip_entries = int(task.get("clip_entries") or 0)
+        clip_entries = task.clip_entries
         parts: dict[str, Any] = {"update": upd}
         if weighted:
-            parts["weight"] = FixedPoint(1.0, encoding.weight_unit(pb, float(task["weight_share"]))).encode(np.array(omega), rng)
+            parts["weight"] = FixedPoint(1.0, encoding.weight_unit(pb, task.weight_share)).encode(np.array(omega), rng)
         if clip_entries:  # adaptive clipping: whether the update passed unclipped, or its norm's bucket
             clip = np.zeros(clip_entries, dtype=np.int64)
             slot = 0 if clip_entries == 1 else encoding.norm_bucket(norm, c)
             if clip_entries > 1 or norm <= c:
-                clip[slot] = encoding.count_unit(pb, float(task["count_share"]))
+                clip[slot] = encoding.count_unit(pb, task.count_share)
             parts["clip"] = clip
         return encoding.update_layout(len(delta), weighted, clip_entries).pack(**parts)
 
-    if phase == "eval":
-        loss_cap = float(task["loss_cap"])
-        metric_names: list[str] = list(task["metrics"])
-        tr = objective(model, cap_rows(train_rows, cap, rng), task)
-        ev = objective(model, cap_rows(eval_rows, cap, rng), task)
-        if task.get("weighting") == "uniform":  # every device with rows counts once, as in training
-            wt, we = float(tr.n > 0), float(ev.n > 0)
-        else:
-            wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
-        with np.errstate(all="ignore"):
-            ltr = _capped_mean(tr.per_example_loss(theta), loss_cap) / loss_cap if tr.n else 0.0
-            lev = _capped_mean(ev.per_example_loss(theta), loss_cap) / loss_cap if ev.n else 0.0
-            cor = ev.correct(theta) if ev.n else None
-            acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
-            mets = ev.metrics(theta) if ev.n else {}
-        vals = encoding.eval_layout(len(metric_names)).pack(
-            train_loss=wt * ltr,
-            eval_loss=we * lev,
-            accuracy=we * acc,
-            metrics=np.array([we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names], dtype=np.float64),
-            train_weight=float(wt),
-            eval_weight=float(we),
-        )
-        if not np.all(np.isfinite(vals)):
-            return np.zeros(len(vals), dtype=np.int64)  # as in training: take part, contribute nothing
-        return FixedPoint(1.0, u).encode(vals, rng)
-
-    raise QueryKindError(f"task: unknown training phase {phase!r}")
+    # eval
+    loss_cap = task.loss_cap
+    metric_names = task.metrics
+    tr = objective(model, cap_rows(train_rows, cap, rng), task)
+    ev = objective(model, cap_rows(eval_rows, cap, rng), task)
+    if task.weighting == "uniform":  # every device with rows counts once, as in training
+        wt, we = float(tr.n > 0), float(ev.n > 0)
+    else:
+        wt, we = _weight(tr.n, cap), _weight(ev.n, cap)
+    with np.errstate(all="ignore"):
+        ltr = _capped_mean(tr.per_example_loss(theta), loss_cap) / loss_cap if tr.n else 0.0
+        lev = _capped_mean(ev.per_example_loss(theta), loss_cap) / loss_cap if ev.n else 0.0
+        cor = ev.correct(theta) if ev.n else None
+        acc = float(np.mean(cor)) if cor is not None and len(cor) else 0.0
+        mets = ev.metrics(theta) if ev.n else {}
+    vals = encoding.eval_layout(len(metric_names)).pack(
+        train_loss=wt * ltr,
+        eval_loss=we * lev,
+        accuracy=we * acc,
+        metrics=np.array([we * float(np.mean(mets[m])) if m in mets else 0.0 for m in metric_names], dtype=np.float64),
+        train_weight=float(wt),
+        eval_weight=float(we),
+    )
+    if not np.all(np.isfinite(vals)):
+        return np.zeros(len(vals), dtype=np.int64)  # as in training: take part, contribute nothing
+    return FixedPoint(1.0, u).encode(vals, rng)

@@ -48,6 +48,7 @@ from queries.training import client, encoding
 from queries.training.blackbox import BlackBoxModel
 from queries.training.optimizers import adam_step, apply_safeguards, fedavg_step, initial_optimizer_state, rprop_step
 from queries.training.params import AdamSpec, FedAvgSpec, Resolved, RPropSpec, TrainingParams, resolve
+from queries.training.task import EvalTask, LabelCountsTask, PhaseTask, Scaler, TrainingTask, TrainTask
 from secagg.validity.statement import Signs, Statement
 
 Phase = Literal["label_counts", "eval", "train", "done"]
@@ -166,6 +167,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
     examples = (KindExample({"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0, "holdout_fraction": 0.0},
                             [{"x": [0.1, -0.2, 0.3], "y": 1}, {"x": [0.0, 0.5, -0.1], "y": 0}]),)
     template = TRAINING_TEMPLATE
+    Task = TrainingTask
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Under distributed DP, defaults that converge: `weighting` "uniform" (each device's clipped update
@@ -212,45 +214,35 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         if phase == "done":
             return None
         res = resolve(params)
-        task: dict[str, Any] = {
-            "phase": phase,
-            "model": params.model.model_dump(),
-            "client": params.client.model_dump(),
-            "precision_bits": params.precision_bits,
-            "holdout_fraction": params.holdout_fraction,
-            "features": res.feature_names,
-            "scaling": res.scaling,
-            "class_weights": state.class_weights,
-        }
+        common = dict(model=params.model, client=params.client, precision_bits=params.precision_bits,
+                      holdout_fraction=params.holdout_fraction, features=res.feature_names,
+                      scaling=None if res.scaling is None else Scaler.model_validate(res.scaling),
+                      class_weights=state.class_weights)
+        task: PhaseTask
         if phase == "label_counts":
             k = int(getattr(res.model, "n_classes"))
-            task["n_classes"] = k
+            task = LabelCountsTask(phase="label_counts", n_classes=k, **common)
             b = encoding.label_bounds(k, params.precision_bits)
         elif phase == "train":
             votes = _uses_votes(params)
             weighted = params.weighting == "examples"
             entries = 0 if votes else _clip_entries(params, state.t)
             share = params.adaptive_clipping.count_share if params.adaptive_clipping else 0.0
-            task |= {
-                "weights": state.weights,
-                "clip_norm": self.clip_norm(params, state),
-                "votes": "sign" if votes else "update",
-                "weighting": params.weighting,
-                "weight_share": params.weight_share,
-                "clip_entries": entries,
-                "count_share": share,
-            }
+            task = TrainTask(phase="train", weights=state.weights, clip_norm=self.clip_norm(params, state),
+                             votes="sign" if votes else "update", weighting=params.weighting,
+                             weight_share=params.weight_share, clip_entries=entries, count_share=share, **common)
             b = encoding.train_bounds(res.n_params, votes, weighted and not votes, params.precision_bits, params.weight_share,
                                       entries, share)
         elif phase == "eval":
             names = _metric_names(res)
-            task |= {"weights": state.weights, "loss_cap": params.loss_cap, "metrics": names, "weighting": params.weighting}
+            task = EvalTask(phase="eval", weights=state.weights, loss_cap=params.loss_cap, metrics=names,
+                            weighting=params.weighting, **common)
             b = encoding.eval_bounds(len(names), params.precision_bits)
         else:
             raise ValueError(f"state.phase: unknown phase {phase!r}")
         return RoundPlan(
             round=round_index,
-            task=task,
+            task=self.task_json(TrainingTask(task)),
             dim=b.dim,
             max_abs=b.max_abs,
             l1_sensitivity=b.l1,
@@ -265,42 +257,28 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         """The clip norm of the next training round."""
         return params.clip_norm if state.clip_norm is None else state.clip_norm
 
-    def contribute(self, task: Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        return client.contribute(dict(task), rows, rng)
+    def contribute(self, task: TrainingTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        return client.contribute(self.parse_task(task).root, rows, rng)
 
-    def validity(self, task: Mapping[str, Any]) -> Statement | None:
+    def validity(self, task: TrainingTask | Mapping[str, Any]) -> Statement | None:
         """Sign-vote training rounds: every entry in {−1, 0, +1}. Clipped updates, evaluations and label counts
         carry no proof (out of scope: the server's plausibility check still bounds their aggregate)."""
-        if task.get("phase") != "train" or task.get("votes") != "sign":
+        t = self.parse_task(task).root
+        if not isinstance(t, TrainTask) or t.votes != "sign":
             return None
-        try:
-            d = len(task["weights"])
-        except (KeyError, TypeError) as exc:
-            raise QueryKindError(f"task: malformed training task ({exc!r})") from None
-        return Statement((Signs(d),))
+        return Statement((Signs(len(t.weights)),))
 
-    def task_sensitivity(self, task: Mapping[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: TrainingTask | Mapping[str, Any]) -> tuple[float, float]:
         """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""
-        try:
-            phase, pb = task["phase"], task["precision_bits"]
-            if isinstance(pb, bool) or not isinstance(pb, int):
-                raise TypeError(f"precision_bits must be an integer, got {pb!r}")
-            if phase == "label_counts":
-                b = encoding.label_bounds(int(task["n_classes"]), pb)
-            elif phase == "train":
-                votes = task["votes"] == "sign"
-                weighted = task["weighting"] == "examples" and not votes
-                entries = 0 if votes else int(task.get("clip_entries") or 0)
-                if entries not in (0, 1, encoding.NORM_BUCKETS):
-                    raise ValueError(f"clip_entries must be 0, 1 or {encoding.NORM_BUCKETS}, got {entries}")
-                b = encoding.train_bounds(len(task["weights"]), votes, weighted, pb, float(task["weight_share"]),
-                                          entries, float(task.get("count_share") or 0.0))
-            elif phase == "eval":
-                b = encoding.eval_bounds(len(task["metrics"]), pb)
-            else:
-                raise ValueError(f"unknown phase {phase!r}")
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryKindError(f"task: malformed training task ({exc})") from None
+        t = self.parse_task(task).root
+        if isinstance(t, LabelCountsTask):
+            b = encoding.label_bounds(t.n_classes, t.precision_bits)
+        elif isinstance(t, TrainTask):
+            votes = t.votes == "sign"
+            b = encoding.train_bounds(len(t.weights), votes, t.weighting == "examples" and not votes, t.precision_bits,
+                                      t.weight_share, 0 if votes else t.clip_entries, t.count_share)
+        else:
+            b = encoding.eval_bounds(len(t.metrics), t.precision_bits)
         return b.l1, b.l2
 
     # ------------------------------------------------------------------ decoding

@@ -165,3 +165,61 @@ def test_a_rounded_count_lies_in_its_own_interval() -> None:
     assert entry["count"] == 0
     lo, hi = ivs[("count",)]
     assert lo == 0.0 <= entry["count"] <= hi and hi == pytest.approx(1.959963984540054 * 0.144)
+
+
+# ---------------------------------------------------------------- the typed task (FeatureStatsTask)
+def _fs_tasks() -> dict[str, dict]:
+    """The task of each stage as plan_round emits it."""
+    from queries.feature_stats import FeatureStatsState
+
+    kind = FeatureStatsKind()
+    bounded = kind.parse_params({"features": [{"name": "age", "lower": 18, "upper": 90}], "max_examples_per_device": 3, "bins": 2})
+    from_data = kind.parse_params({"features": [{"name": "age", "lower": 18, "upper": 90}]})
+    plans = {
+        "row_counts": kind.plan_round(from_data, kind.initial_state(from_data), 0),
+        "first_moments": kind.plan_round(bounded, kind.initial_state(bounded), 0),
+        "second_moments": kind.plan_round(bounded, FeatureStatsState(bound=3, stage=1, means=[40.0]), 1),
+    }
+    return {stage: plan.task for stage, plan in plans.items() if plan is not None}
+
+
+def test_every_stage_plans_a_task_its_parser_accepts_and_round_trips() -> None:
+    kind = FeatureStatsKind()
+    tasks = _fs_tasks()
+    assert sorted(tasks) == ["first_moments", "row_counts", "second_moments"]
+    for stage, task in tasks.items():
+        assert task["stage"] == stage
+        assert kind.task_json(kind.parse_task(task)) == task
+
+
+@pytest.mark.parametrize("spoil, field", [
+    ({"stage": "third_moments"}, "stage"),
+    ({"stage": None}, "stage"),
+    ({"scale_exp": "3"}, "scale_exp"),
+    ({"max_examples": True}, "max_examples"),
+    ({"bins": 3.7}, "bins"),
+    ({"means": [None] * 1001}, "means"),
+    ({"means": []}, "means"),
+    ({"extra": 1}, "extra"),
+])
+def test_a_spoiled_second_moments_task_is_refused_naming_the_field_in_every_method(spoil: dict, field: str) -> None:
+    from queries.kind import QueryKindError
+
+    kind = FeatureStatsKind()
+    bad = _fs_tasks()["second_moments"] | spoil
+    for call in (lambda: kind.contribute(bad, [], np.random.default_rng(0)), lambda: kind.validity(bad),
+                 lambda: kind.task_sensitivity(bad)):
+        with pytest.raises(QueryKindError, match=f"^task.{field}:"):
+            call()
+
+
+def test_a_row_counts_grid_must_be_increasing_and_bounded() -> None:
+    from queries.kind import QueryKindError
+
+    kind = FeatureStatsKind()
+    with pytest.raises(QueryKindError, match="^task.grid: bounds must be increasing"):
+        kind.parse_task({"stage": "row_counts", "grid": [1, 3, 2]})
+    with pytest.raises(QueryKindError, match="^task.grid:"):
+        kind.parse_task({"stage": "row_counts", "grid": list(range(1, 10_002))})
+    with pytest.raises(QueryKindError, match="^task.grid:"):
+        kind.parse_task({"stage": "row_counts"})

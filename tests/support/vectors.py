@@ -723,31 +723,93 @@ def task_schemas_vectors(case: Json) -> Json:
 
 
 def _task_cases() -> list[Json]:
-    """Per typed kind: its first planned task (accepted) and that task spoiled one way each (refused)."""
+    """Per typed kind: its first planned task (accepted), the tasks of its other stages (`_LATER_TASKS`, accepted),
+    and each of them spoiled one way each (refused; a key left out that has a default is not a case)."""
     out: list[Json] = []
     for name in _typed_kinds():
         good = _round0_plan(name, _EXAMPLE_PARAMS.get(name) or get_kind(name).examples[0].params).task
-        out.append({"kind": name, "task": good})
-        for spoil in _spoilers(good):
-            out.append({"kind": name, "task": spoil})
+        goods = [good] + [t for t in (f() for f in _LATER_TASKS.get(name, ())) if t != good]
+        out += [{"kind": name, "task": task} for task in goods]
+        for task in goods:
+            out += [{"kind": name, "task": spoil} for spoil in _spoilers(task) if not _has_default(name, task, spoil)]
     return out
+
+
+def _has_default(kind: str, task: Json, spoil: Json) -> bool:
+    """Whether `spoil` only leaves out a key that has a default (accepted, but not the planned task's wire form)."""
+    from queries.kind import QueryKindError
+
+    if not set(spoil) < set(task):
+        return False
+    try:
+        get_kind(kind).parse_task(spoil)
+    except QueryKindError:
+        return False
+    return True
 
 
 _EXAMPLE_PARAMS: dict[str, Json] = {  # params whose task has more to spoil than the kind's first example
     "histogram": {"buckets": ["moon", "sun", "star"], "max_contributions_per_device": 2},
     "heavy_hitters": {"mode": "secagg", "max_length": 4, "alphabet": "abc", "max_words_per_device": 2},
+    "feature_stats": {"features": [{"name": "age", "lower": 18, "upper": 90}, {"name": "income", "lower": 0, "upper": 2e5}],
+                      "max_examples_per_device": 3, "bins": 4},
 }
 
 
+def _feature_stats_row_counts() -> Json:
+    """The row-count round of a feature_stats query that leaves the bound to the data."""
+    task: Json = _round0_plan("feature_stats", {"features": [{"name": "age", "lower": 18, "upper": 90}],
+                                                "max_examples_limit": 20}).task
+    return task
+
+
+def _feature_stats_second_moments() -> Json:
+    """The second-moments round once the means are known (one of them suppressed)."""
+    from queries.feature_stats import FeatureStatsState
+
+    k = get_kind("feature_stats")
+    p = k.parse_params(_EXAMPLE_PARAMS["feature_stats"])
+    plan = k.plan_round(p, FeatureStatsState(bound=3, stage=1, means=[41.5, None]), 1)
+    assert plan is not None
+    return plan.task
+
+
+def _training_round0(params: Json) -> Callable[[], Json]:
+    """The first task of a training query with `params` (its phase and options chosen by the params)."""
+    return lambda: _round0_plan("training", {"rounds": 2, "eval_every": 0, **params}).task
+
+
+_LATER_TASKS: dict[str, tuple[Callable[[], Json], ...]] = {  # accepted tasks of the stages round 0 does not show
+    "feature_stats": (_feature_stats_row_counts, _feature_stats_second_moments),
+    "training": (
+        _training_round0({"model": {"name": "softmax", "n_features": 2, "n_classes": 3}, "class_weighting": True}),
+        _training_round0({"model": {"name": "logistic", "n_features": 2}, "eval_every": 1}),
+        _training_round0({"model": {"name": "logistic", "n_features": 2}, "adaptive_clipping": {}, "features": ["a", "b"],
+                          "scaling": {"a": {"mean": 1.5, "std": 2.0}, "b": {"mean": 0.0, "std": 0.0}}}),
+        _training_round0({"model": {"name": "logistic", "n_features": 2}, "server_optimizer": {"name": "rprop"}}),
+    ),
+}
+
+_TAGS = ("stage", "phase")
+"""Fields that tag a task's variant (a union tagged by that field): spoiled with an unknown value."""
+_OVERSIZE = 1001
+"""An oversize list (above MAX_FEATURES) for a list of nullable numbers: small enough for the file."""
+
+
 def _spoilers(task: Json) -> list[Json]:
-    """The task with an unknown key, each integer field as True, 3.7 and "3", each list of strings empty, with an
-    empty string or with a number (sizes above the limits: the schema's maxItems/maxLength, kept out of the file)."""
+    """The task with an unknown key, each key missing, an unknown tag, each integer field as True, 3.7 and "3",
+    each list of strings empty, with an empty string or with a number, and each list of nullable numbers oversize
+    (other sizes above the limits: the schema's maxItems/maxLength, kept out of the file)."""
     out: list[Json] = [task | {"unexpected": 1}]
+    out += [{k: v for k, v in task.items() if k != key} for key in task]
+    out += [task | {key: "nope"} for key in _TAGS if key in task]
     for key, value in task.items():
         if isinstance(value, int) and not isinstance(value, bool):
             out += [task | {key: True}, task | {key: 3.7}, task | {key: "3"}]
         if isinstance(value, list) and value and isinstance(value[0], str):
             out += [task | {key: []}, task | {key: value + [""]}, task | {key: value + [1]}]
+        if isinstance(value, list) and value and any(v is None for v in value):
+            out += [task | {key: [None] * _OVERSIZE}]
     return out
 
 

@@ -70,7 +70,7 @@ def test_digits_softmax_label_skewed_matches_central_with_same_epochs():
     result, _ = run_locally(KIND, raw, devices)
     fed_acc = float(np.mean(TrainedModel(result).predict(Xte) == yte))
     model = build_model(spec)
-    pooled = WhiteBoxObjective(model, [r for d in devices for r in d], {})
+    pooled = WhiteBoxObjective(model, [r for d in devices for r in d])
     theta = local_update(pooled, np.zeros(model.n_params), rounds * epochs, 0, lr, rng)
     central_acc = float(np.mean(model.predict(theta, Xte) == yte))
     assert fed_acc >= central_acc - 0.02, (fed_acc, central_acc)

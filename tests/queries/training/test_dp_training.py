@@ -83,7 +83,7 @@ def test_adaptive_clipping_run_records_its_clip_norms_and_vectors_stay_in_bounds
     from queries.training.models import build_model
 
     model = build_model(params.model.model_dump())
-    norms = [np.linalg.norm(local_update(objective(model, d, {}), np.zeros(4), 1, 0, 0.1, rng)) for d in devices]
+    norms = [np.linalg.norm(local_update(objective(model, d), np.zeros(4), 1, 0, 0.1, rng)) for d in devices]
     # the warm start left the hand-set 0.01 behind at once, for the median norm (within its factor-2 buckets)
     assert np.median(norms) / 2 < res["clip_norms"][1] < np.median(norms) * 2
 

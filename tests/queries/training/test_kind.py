@@ -243,3 +243,59 @@ def test_frecency_safeguards_every_round():
         assert np.all(new >= 0)
         assert np.all(np.diff(new[:5]) <= 0)
         r += 1
+
+
+# ---------------------------------------------------------------- the typed task (TrainingTask)
+def _train_task(**params: object) -> dict:
+    from queries.registry import get_kind
+
+    kind = get_kind("training")
+    p = kind.parse_params({"model": {"name": "logistic", "n_features": 2}, "rounds": 2, "eval_every": 0, **params})
+    plan = kind.plan_round(p, kind.initial_state(p), 0)
+    assert plan is not None
+    task: dict = plan.task
+    return task
+
+
+def test_every_phase_plans_a_task_its_parser_accepts_and_round_trips() -> None:
+    from queries.registry import get_kind
+
+    kind = get_kind("training")
+    tasks = [_train_task(), _train_task(eval_every=1), _train_task(adaptive_clipping={}),
+             _train_task(model={"name": "softmax", "n_features": 2, "n_classes": 3}, class_weighting=True)]
+    assert [t["phase"] for t in tasks] == ["train", "eval", "train", "label_counts"]
+    for task in tasks:
+        assert kind.task_json(kind.parse_task(task)) == task
+
+
+@pytest.mark.parametrize("spoil, field", [
+    ({"phase": "finetune"}, "phase"),
+    ({"precision_bits": "20"}, "precision_bits"),
+    ({"precision_bits": 20.0}, "precision_bits"),
+    ({"clip_entries": True}, "clip_entries"),
+    ({"clip_entries": 5}, "clip_entries"),
+    ({"weights": [0.0] * 100_001}, "weights"),
+    ({"votes": "maybe"}, "votes"),
+    ({"client": {"epochs": "1", "batch_size": 0, "lr": 0.1, "max_examples": 10}}, "client"),
+    ({"unexpected": 1}, "unexpected"),
+])
+def test_a_spoiled_train_task_is_refused_naming_the_field_in_every_method(spoil: dict, field: str) -> None:
+    from queries.kind import QueryKindError
+    from queries.registry import get_kind
+
+    kind = get_kind("training")
+    bad = _train_task(adaptive_clipping={}) | spoil
+    for call in (lambda: kind.contribute(bad, [], np.random.default_rng(0)), lambda: kind.validity(bad),
+                 lambda: kind.task_sensitivity(bad)):
+        with pytest.raises(QueryKindError, match=f"^task.{field}[.:]"):
+            call()
+
+
+def test_a_missing_key_is_refused() -> None:
+    from queries.kind import QueryKindError
+    from queries.registry import get_kind
+
+    task = _train_task()
+    del task["clip_norm"]
+    with pytest.raises(QueryKindError, match="^task.clip_norm:"):
+        get_kind("training").parse_task(task)

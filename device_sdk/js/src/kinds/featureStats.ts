@@ -5,7 +5,8 @@
 
 import { RandomSource, randbelow } from "../randomness.js";
 import { Bits, Ranged, Statement } from "../validity/statement.js";
-import { DeviceKind, QueryKindError, Task, int, list, stochasticRound } from "./kind.js";
+import { DeviceKind, QueryKindError, Task, stochasticRound } from "./kind.js";
+import { parseTask } from "./taskSchema.js";
 
 interface Feature {
   name: string;
@@ -13,16 +14,31 @@ interface Feature {
   upper: number;
 }
 
-function features(task: Task): Feature[] {
-  return list(task.features, "features").map((f, i) => {
-    const o = f as Record<string, unknown>;
-    const lower = Number(o?.lower);
-    const upper = Number(o?.upper);
-    if (typeof o?.name !== "string" || !Number.isFinite(lower) || !Number.isFinite(upper) || !(lower < upper)) {
-      throw new QueryKindError(`task.features[${i}]: needs a name and finite lower < upper`);
+/** The task as queries/feature_stats.py's FeatureStatsTask (a union tagged by `stage`, checked against its schema). */
+type FeatureStatsTask =
+  | { stage: "row_counts"; grid: number[] }
+  | { stage: "first_moments"; features: Feature[]; scale_exp: number; max_examples: number }
+  | {
+      stage: "second_moments"; features: Feature[]; scale_exp: number; max_examples: number;
+      means: (number | null)[]; second_scales: (number | null)[]; bins: number;
+    };
+
+/** The task checked against its schema and the models' cross-field rules (same fields named as in Python). */
+function parse(task: Task): FeatureStatsTask {
+  const t = parseTask<FeatureStatsTask>("feature_stats", task);
+  if (t.stage === "row_counts") {
+    if (t.grid.some((g, i) => i > 0 && g <= t.grid[i - 1])) throw new QueryKindError("task.grid: bounds must be increasing");
+    return t;
+  }
+  t.features.forEach((f, i) => {
+    if (!(f.lower < f.upper) || !Number.isFinite(f.upper - f.lower)) {
+      throw new QueryKindError(`task.features.${i}: lower (${f.lower}) must be below upper (${f.upper})`);
     }
-    return { name: o.name, lower, upper };
   });
+  if (t.stage === "second_moments" && (t.means.length !== t.features.length || t.second_scales.length !== t.features.length)) {
+    throw new QueryKindError(`task.means: means and second_scales must have one entry per feature (${t.features.length})`);
+  }
+  return t;
 }
 
 /** The feature's present values (finite numbers, not booleans), clipped to [lower, upper]. */
@@ -56,24 +72,18 @@ export const featureStats: DeviceKind = {
   name: "feature_stats",
   supportsProofs: true,
   async contribute(task, rows, rng) {
-    const stage = task.stage;
-    if (stage === "row_counts") {
-      const grid = list(task.grid, "grid").map((g, i) => int(g, `grid[${i}]`));
-      if (!grid.length || grid.length > 10_000 || grid.some((g, i) => i > 0 && g <= grid[i - 1])) {
-        throw new QueryKindError("task.grid: must be a non-empty increasing list of at most 10,000 bounds");
-      }
-      const vec = new Array<number>(grid.length + 1).fill(0);
-      if (rows.length) vec[searchLeft(grid, rows.length)] = 1;
+    const t = parse(task);
+    if (t.stage === "row_counts") {
+      const vec = new Array<number>(t.grid.length + 1).fill(0);
+      if (rows.length) vec[searchLeft(t.grid, rows.length)] = 1;
       return vec;
     }
-    const specs = features(task);
-    const k = int(task.scale_exp, "scale_exp");
-    const m = int(task.max_examples, "max_examples");
-    if (k < 0 || k > 52 || m < 1) throw new QueryKindError("task: scale_exp or max_examples out of range");
-    const kept = await capRows(rows, m, rng);
+    const specs = t.features;
+    const k = t.scale_exp;
+    const kept = await capRows(rows, t.max_examples, rng);
     const unit = 2 ** k;
     const columns = specs.map((f) => column(kept, f));
-    if (stage === "first_moments") {
+    if (t.stage === "first_moments") {
       const counts: number[] = [];
       const firsts: number[] = [];
       for (let j = 0; j < specs.length; j++) {
@@ -85,63 +95,50 @@ export const featureStats: DeviceKind = {
       }
       return [...counts, ...firsts];
     }
-    if (stage === "second_moments") {
-      const means = list(task.means, "means");
-      const scales = list(task.second_scales, "second_scales");
-      const bins = task.bins == null ? 0 : int(task.bins, "bins");
-      const seconds: number[] = [];
-      const hists: number[] = [];
-      for (let j = 0; j < specs.length; j++) {
-        const f = specs[j];
-        const r = f.upper - f.lower;
-        const x = columns[j];
-        if (bins) {
-          const h = new Array<number>(bins).fill(0);
-          for (const v of x) h[Math.min(Math.trunc(((v - f.lower) / r) * bins), bins - 1)] += 1;
-          hists.push(...h.map((c) => c * unit));
-        }
-        const mean = means[j];
-        const b = scales[j];
-        if (mean == null || typeof b !== "number" || !b || b <= 0) {
-          seconds.push(0);
-          continue;
-        }
-        let s = 0;
-        for (const v of x) {
-          const d = (v - Number(mean)) / r;
-          s += await stochasticRound(Math.min((d * d) / b, 1.0) * unit, rng);
-        }
-        seconds.push(s);
+    const bins = t.bins;
+    const seconds: number[] = [];
+    const hists: number[] = [];
+    for (let j = 0; j < specs.length; j++) {
+      const f = specs[j];
+      const r = f.upper - f.lower;
+      const x = columns[j];
+      if (bins) {
+        const h = new Array<number>(bins).fill(0);
+        for (const v of x) h[Math.min(Math.trunc(((v - f.lower) / r) * bins), bins - 1)] += 1;
+        hists.push(...h.map((c) => c * unit));
       }
-      return [...seconds, ...hists];
+      const mean = t.means[j];
+      const b = t.second_scales[j];
+      if (mean === null || b === null || !b || b <= 0) {
+        seconds.push(0);
+        continue;
+      }
+      let s = 0;
+      for (const v of x) {
+        const d = (v - mean) / r;
+        s += await stochasticRound(Math.min((d * d) / b, 1.0) * unit, rng);
+      }
+      seconds.push(s);
     }
-    throw new QueryKindError(`task: unknown feature_stats stage ${JSON.stringify(stage)}`);
+    return [...seconds, ...hists];
+  },
+  parseTask(task) {
+    parse(task);
   },
   taskSensitivity(task) {
-    const stage = task.stage;
-    if (stage === "row_counts") return [1, 1];
-    const f = list(task.features, "features").length;
-    const k = task.scale_exp;
-    const m = task.max_examples;
-    for (const [name, v] of [["scale_exp", k], ["max_examples", m]] as const) {
-      if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw new QueryKindError(`task.${name}: must be an integer ≥ 0, got ${JSON.stringify(v)}`);
-    }
-    let perExample: number;
-    if (stage === "first_moments") perExample = 2;
-    else if (stage === "second_moments") {
-      const bins = task.bins ?? 0;
-      if (typeof bins !== "number" || !Number.isInteger(bins) || bins < 0) throw new QueryKindError(`task.bins: must be an integer ≥ 0, got ${JSON.stringify(bins)}`);
-      perExample = bins ? 2 : 1;
-    } else throw new QueryKindError(`task.stage: unknown feature_stats stage ${JSON.stringify(stage)}`);
-    const unit = (m as number) * 2 ** (k as number);
+    const t = parse(task);
+    if (t.stage === "row_counts") return [1, 1];
+    const perExample = t.stage === "second_moments" && !t.bins ? 1 : 2;
+    const f = t.features.length;
+    const unit = t.max_examples * 2 ** t.scale_exp;
     return [unit * perExample * f, unit * Math.sqrt(perExample) * Math.sqrt(f)];
   },
   validity(task) {
-    if (task.stage === "row_counts") return new Statement([Bits(list(task.grid, "grid").length + 1, 1)]);
-    const f = list(task.features, "features").length;
-    const top = BigInt(int(task.max_examples, "max_examples")) << BigInt(int(task.scale_exp, "scale_exp"));
-    if (task.stage === "first_moments") return new Statement([Ranged(f, 0n, top), Ranged(f, 0n, top)]);
-    const bins = task.bins == null ? 0 : int(task.bins, "bins");
-    return new Statement([f, f * bins].filter((n) => n > 0).map((n) => Ranged(n, 0n, top)));
+    const t = parse(task);
+    if (t.stage === "row_counts") return new Statement([Bits(t.grid.length + 1, 1)]);
+    const f = t.features.length;
+    const top = BigInt(t.max_examples) << BigInt(t.scale_exp);
+    if (t.stage === "first_moments") return new Statement([Ranged(f, 0n, top), Ranged(f, 0n, top)]);
+    return new Statement([f, f * t.bins].filter((n) => n > 0).map((n) => Ranged(n, 0n, top)));
   },
 };

@@ -1,8 +1,8 @@
 /** One set of task parsing rules in both SDKs: a round's task is checked against the JSON Schema of the kind's
  * `Task` model (queries/kind.py), which the Python vector generator writes to taskSchemas.generated.ts and to
  * tests/vectors/task_schemas.json. The checker below knows exactly the keywords pydantic writes for a task model
- * (type, properties, required, additionalProperties, items, min/maxItems, min/maxLength, minimum/maximum, anyOf,
- * enum, const, $ref/$defs) and refuses a schema with any other keyword, so a rule can never be silently ignored.
+ * (type, properties, required, additionalProperties (false or a schema), maxProperties, propertyNames, items, min/maxItems, min/maxLength, minimum/maximum, anyOf,
+ * enum, const, $ref/$defs, and a tagged union: oneOf with a discriminator {propertyName, mapping}) and refuses a schema with any other keyword, so a rule can never be silently ignored.
  * It is interpreted, not compiled (no `new Function`: fine under a strict Content-Security-Policy; ~2 kB). */
 
 import { QueryKindError, Task } from "./kind.js";
@@ -13,6 +13,7 @@ export type JsonSchema = { [keyword: string]: unknown };
 const KNOWN = new Set([
   "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
   "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "enum", "const", "$ref", "$defs",
+  "oneOf", "discriminator", "maxProperties", "propertyNames",
   "title", "description", "default", "examples",
 ]);
 
@@ -42,6 +43,20 @@ function check(schema: JsonSchema, v: unknown, path: (string | number)[], root: 
     const target = (root.$defs as Record<string, JsonSchema> | undefined)?.[name];
     if (!target) throw new Error(`task schema: unresolved ${schema.$ref}`);
     check(target, v, path, root);
+  }
+  if (schema.oneOf !== undefined || schema.discriminator !== undefined) {
+    // only the tagged union pydantic writes: the tag's value picks the one alternative (as Python, which names the tag)
+    const disc = schema.discriminator as { propertyName?: unknown; mapping?: Record<string, string> } | undefined;
+    if (!Array.isArray(schema.oneOf) || typeof disc?.propertyName !== "string" || typeof disc.mapping !== "object") {
+      throw new Error("task schema: oneOf is supported only with a discriminator {propertyName, mapping}");
+    }
+    if (typeof v !== "object" || v === null || Array.isArray(v)) throw new Refused(path, "must be an object");
+    const tag = (v as Record<string, unknown>)[disc.propertyName];
+    const ref = typeof tag === "string" && Object.prototype.hasOwnProperty.call(disc.mapping, tag) ? disc.mapping[tag] : undefined;
+    if (ref === undefined) {
+      throw new Refused([...path, disc.propertyName], `must be one of ${JSON.stringify(Object.keys(disc.mapping))}`);
+    }
+    check({ $ref: ref }, v, path, root);
   }
   if (Array.isArray(schema.anyOf)) {
     const errors: Refused[] = [];
@@ -79,9 +94,17 @@ function check(schema: JsonSchema, v: unknown, path: (string | number)[], root: 
     const obj = v as Record<string, unknown>;
     const props = (schema.properties ?? {}) as Record<string, JsonSchema>;
     for (const key of (schema.required ?? []) as string[]) if (!(key in obj)) throw new Refused([...path, key], "is required");
-    for (const [key, value] of Object.entries(obj)) {
-      if (key in props) check(props[key], value, [...path, key], root);
+    const entries = Object.entries(obj);
+    if (typeof schema.maxProperties === "number" && entries.length > schema.maxProperties) {
+      throw new Refused(path, `must have at most ${schema.maxProperties} keys`);
+    }
+    for (const [key, value] of entries) {
+      if (schema.propertyNames && typeof schema.propertyNames === "object") check(schema.propertyNames as JsonSchema, key, [...path, key], root);
+      if (Object.prototype.hasOwnProperty.call(props, key)) check(props[key], value, [...path, key], root);
       else if (schema.additionalProperties === false) throw new Refused([...path, key], "is not allowed (unknown key)");
+      else if (schema.additionalProperties && typeof schema.additionalProperties === "object") {
+        check(schema.additionalProperties as JsonSchema, value, [...path, key], root);
+      }
     }
   }
 }
@@ -95,6 +118,12 @@ export function hasTaskSchema(kind: string): boolean {
 export function parseTask<T = Task>(kind: string, task: unknown): T {
   const schema = TASK_SCHEMAS[kind] as JsonSchema | undefined;
   if (!schema) throw new QueryKindError(`kind: no task schema for ${JSON.stringify(kind)}`);
+  return checkTask<T>(schema, task);
+}
+
+/** `task` checked against `schema` (a task model's JSON Schema): QueryKindError naming the field when it is refused;
+ * an Error when the schema uses a keyword (or a `oneOf` without a discriminator) this checker does not know. */
+export function checkTask<T = Task>(schema: JsonSchema, task: unknown): T {
   try {
     check(schema, task, [], schema);
   } catch (exc) {

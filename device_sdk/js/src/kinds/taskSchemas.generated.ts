@@ -45,6 +45,205 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
     "title": "HistogramTask",
     "type": "object"
   },
+  "feature_stats": {
+    "$defs": {
+      "FeatureSpec": {
+        "additionalProperties": false,
+        "properties": {
+          "name": {
+            "maxLength": 128,
+            "minLength": 1,
+            "title": "Name",
+            "type": "string"
+          },
+          "lower": {
+            "title": "Lower",
+            "type": "number"
+          },
+          "upper": {
+            "title": "Upper",
+            "type": "number"
+          }
+        },
+        "required": [
+          "name",
+          "lower",
+          "upper"
+        ],
+        "title": "FeatureSpec",
+        "type": "object"
+      },
+      "FirstMomentsTask": {
+        "additionalProperties": false,
+        "description": "The first-moments round: the features, the fixed-point scale 2^scale_exp and the examples bound.",
+        "properties": {
+          "stage": {
+            "const": "first_moments",
+            "title": "Stage",
+            "type": "string"
+          },
+          "features": {
+            "items": {
+              "$ref": "#/$defs/FeatureSpec"
+            },
+            "maxItems": 1000,
+            "minItems": 1,
+            "title": "Features",
+            "type": "array"
+          },
+          "scale_exp": {
+            "maximum": 46,
+            "minimum": 0,
+            "title": "Scale Exp",
+            "type": "integer"
+          },
+          "max_examples": {
+            "maximum": 100000,
+            "minimum": 1,
+            "title": "Max Examples",
+            "type": "integer"
+          }
+        },
+        "required": [
+          "stage",
+          "features",
+          "scale_exp",
+          "max_examples"
+        ],
+        "title": "FirstMomentsTask",
+        "type": "object"
+      },
+      "RowCountsTask": {
+        "additionalProperties": false,
+        "description": "The row-count round (bound chosen from the data): the increasing grid of candidate bounds.",
+        "properties": {
+          "stage": {
+            "const": "row_counts",
+            "title": "Stage",
+            "type": "string"
+          },
+          "grid": {
+            "items": {
+              "maximum": 100000,
+              "minimum": 1,
+              "type": "integer"
+            },
+            "maxItems": 10000,
+            "minItems": 1,
+            "title": "Grid",
+            "type": "array"
+          }
+        },
+        "required": [
+          "stage",
+          "grid"
+        ],
+        "title": "RowCountsTask",
+        "type": "object"
+      },
+      "SecondMomentsTask": {
+        "additionalProperties": false,
+        "description": "The second-moments round: also the global means, each feature's scale b (None when its mean is\nsuppressed) and the histogram bins (0: none).",
+        "properties": {
+          "stage": {
+            "const": "second_moments",
+            "title": "Stage",
+            "type": "string"
+          },
+          "features": {
+            "items": {
+              "$ref": "#/$defs/FeatureSpec"
+            },
+            "maxItems": 1000,
+            "minItems": 1,
+            "title": "Features",
+            "type": "array"
+          },
+          "scale_exp": {
+            "maximum": 46,
+            "minimum": 0,
+            "title": "Scale Exp",
+            "type": "integer"
+          },
+          "max_examples": {
+            "maximum": 100000,
+            "minimum": 1,
+            "title": "Max Examples",
+            "type": "integer"
+          },
+          "means": {
+            "items": {
+              "anyOf": [
+                {
+                  "type": "number"
+                },
+                {
+                  "type": "null"
+                }
+              ]
+            },
+            "maxItems": 1000,
+            "title": "Means",
+            "type": "array"
+          },
+          "second_scales": {
+            "items": {
+              "anyOf": [
+                {
+                  "minimum": 0,
+                  "type": "number"
+                },
+                {
+                  "type": "null"
+                }
+              ]
+            },
+            "maxItems": 1000,
+            "title": "Second Scales",
+            "type": "array"
+          },
+          "bins": {
+            "maximum": 1000,
+            "minimum": 0,
+            "title": "Bins",
+            "type": "integer"
+          }
+        },
+        "required": [
+          "stage",
+          "features",
+          "scale_exp",
+          "max_examples",
+          "means",
+          "second_scales",
+          "bins"
+        ],
+        "title": "SecondMomentsTask",
+        "type": "object"
+      }
+    },
+    "description": "A feature_stats round's task, by `stage`: row_counts, first_moments or second_moments.",
+    "discriminator": {
+      "mapping": {
+        "first_moments": "#/$defs/FirstMomentsTask",
+        "row_counts": "#/$defs/RowCountsTask",
+        "second_moments": "#/$defs/SecondMomentsTask"
+      },
+      "propertyName": "stage"
+    },
+    "oneOf": [
+      {
+        "$ref": "#/$defs/RowCountsTask"
+      },
+      {
+        "$ref": "#/$defs/FirstMomentsTask"
+      },
+      {
+        "$ref": "#/$defs/SecondMomentsTask"
+      }
+    ],
+    "title": "FeatureStatsTask"
+  },
   "heavy_hitters": {
     "additionalProperties": false,
     "description": "A heavy_hitters round's task: the frontier of prefixes of length `depth` that devices vote to extend.",
@@ -106,5 +305,583 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
     ],
     "title": "HeavyHittersTask",
     "type": "object"
+  },
+  "training": {
+    "$defs": {
+      "ClientSpec": {
+        "additionalProperties": false,
+        "properties": {
+          "epochs": {
+            "default": 1,
+            "maximum": 100,
+            "minimum": 1,
+            "title": "Epochs",
+            "type": "integer"
+          },
+          "batch_size": {
+            "default": 0,
+            "maximum": 100000,
+            "minimum": 0,
+            "title": "Batch Size",
+            "type": "integer"
+          },
+          "lr": {
+            "default": 0.1,
+            "exclusiveMinimum": 0,
+            "maximum": 1000000.0,
+            "title": "Lr",
+            "type": "number"
+          },
+          "max_examples": {
+            "default": 1000,
+            "maximum": 1000000,
+            "minimum": 1,
+            "title": "Max Examples",
+            "type": "integer"
+          }
+        },
+        "title": "ClientSpec",
+        "type": "object"
+      },
+      "EvalTask": {
+        "additionalProperties": false,
+        "description": "An evaluation round: the weights, the per-example loss cap, the metrics' names and the weighting.",
+        "properties": {
+          "model": {
+            "$ref": "#/$defs/ModelSpec"
+          },
+          "client": {
+            "$ref": "#/$defs/ClientSpec"
+          },
+          "precision_bits": {
+            "maximum": 40,
+            "minimum": 4,
+            "title": "Precision Bits",
+            "type": "integer"
+          },
+          "holdout_fraction": {
+            "maximum": 0.9,
+            "minimum": 0,
+            "title": "Holdout Fraction",
+            "type": "number"
+          },
+          "features": {
+            "anyOf": [
+              {
+                "items": {
+                  "maxLength": 128,
+                  "minLength": 1,
+                  "type": "string"
+                },
+                "maxItems": 100000,
+                "type": "array"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "title": "Features"
+          },
+          "scaling": {
+            "anyOf": [
+              {
+                "$ref": "#/$defs/Scaler"
+              },
+              {
+                "type": "null"
+              }
+            ]
+          },
+          "class_weights": {
+            "anyOf": [
+              {
+                "items": {
+                  "minimum": 0,
+                  "type": "number"
+                },
+                "maxItems": 10000,
+                "type": "array"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "title": "Class Weights"
+          },
+          "phase": {
+            "const": "eval",
+            "title": "Phase",
+            "type": "string"
+          },
+          "weights": {
+            "items": {
+              "type": "number"
+            },
+            "maxItems": 100000,
+            "title": "Weights",
+            "type": "array"
+          },
+          "loss_cap": {
+            "exclusiveMinimum": 0,
+            "title": "Loss Cap",
+            "type": "number"
+          },
+          "metrics": {
+            "items": {
+              "maxLength": 128,
+              "minLength": 1,
+              "type": "string"
+            },
+            "maxItems": 1000,
+            "title": "Metrics",
+            "type": "array"
+          },
+          "weighting": {
+            "enum": [
+              "examples",
+              "uniform"
+            ],
+            "title": "Weighting",
+            "type": "string"
+          }
+        },
+        "required": [
+          "model",
+          "client",
+          "precision_bits",
+          "holdout_fraction",
+          "features",
+          "scaling",
+          "class_weights",
+          "phase",
+          "weights",
+          "loss_cap",
+          "metrics",
+          "weighting"
+        ],
+        "title": "EvalTask",
+        "type": "object"
+      },
+      "LabelCountsTask": {
+        "additionalProperties": false,
+        "description": "The label-count round (class weighting): each device's label shares over `n_classes`.",
+        "properties": {
+          "model": {
+            "$ref": "#/$defs/ModelSpec"
+          },
+          "client": {
+            "$ref": "#/$defs/ClientSpec"
+          },
+          "precision_bits": {
+            "maximum": 40,
+            "minimum": 4,
+            "title": "Precision Bits",
+            "type": "integer"
+          },
+          "holdout_fraction": {
+            "maximum": 0.9,
+            "minimum": 0,
+            "title": "Holdout Fraction",
+            "type": "number"
+          },
+          "features": {
+            "anyOf": [
+              {
+                "items": {
+                  "maxLength": 128,
+                  "minLength": 1,
+                  "type": "string"
+                },
+                "maxItems": 100000,
+                "type": "array"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "title": "Features"
+          },
+          "scaling": {
+            "anyOf": [
+              {
+                "$ref": "#/$defs/Scaler"
+              },
+              {
+                "type": "null"
+              }
+            ]
+          },
+          "class_weights": {
+            "anyOf": [
+              {
+                "items": {
+                  "minimum": 0,
+                  "type": "number"
+                },
+                "maxItems": 10000,
+                "type": "array"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "title": "Class Weights"
+          },
+          "phase": {
+            "const": "label_counts",
+            "title": "Phase",
+            "type": "string"
+          },
+          "n_classes": {
+            "maximum": 10000,
+            "minimum": 2,
+            "title": "N Classes",
+            "type": "integer"
+          }
+        },
+        "required": [
+          "model",
+          "client",
+          "precision_bits",
+          "holdout_fraction",
+          "features",
+          "scaling",
+          "class_weights",
+          "phase",
+          "n_classes"
+        ],
+        "title": "LabelCountsTask",
+        "type": "object"
+      },
+      "ModelSpec": {
+        "additionalProperties": true,
+        "description": "`name` picks a registered model; the built-in models' dimensions are declared (and bounded) here, other\nkeys go to the model's factory unchanged (models added with `register_model` may read their own).",
+        "properties": {
+          "name": {
+            "enum": [
+              "frecency",
+              "linear",
+              "logistic",
+              "mlp",
+              "softmax"
+            ],
+            "maxLength": 128,
+            "minLength": 1,
+            "title": "Name",
+            "type": "string"
+          },
+          "n_features": {
+            "anyOf": [
+              {
+                "maximum": 100000,
+                "minimum": 1,
+                "type": "integer"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "default": null,
+            "title": "N Features"
+          },
+          "n_classes": {
+            "anyOf": [
+              {
+                "maximum": 10000,
+                "minimum": 2,
+                "type": "integer"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "default": null,
+            "title": "N Classes"
+          },
+          "hidden": {
+            "anyOf": [
+              {
+                "maximum": 10000,
+                "minimum": 1,
+                "type": "integer"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "default": null,
+            "title": "Hidden"
+          },
+          "activation": {
+            "anyOf": [
+              {
+                "enum": [
+                  "tanh",
+                  "relu"
+                ],
+                "type": "string"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "default": null,
+            "title": "Activation"
+          },
+          "l2": {
+            "anyOf": [
+              {
+                "minimum": 0,
+                "type": "number"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "default": null,
+            "title": "L2"
+          },
+          "initial_weights": {
+            "anyOf": [
+              {
+                "items": {
+                  "type": "number"
+                },
+                "maxItems": 100000,
+                "type": "array"
+              },
+              {
+                "additionalProperties": {
+                  "type": "number"
+                },
+                "maxProperties": 100000,
+                "propertyNames": {
+                  "maxLength": 128,
+                  "minLength": 1
+                },
+                "type": "object"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "default": null,
+            "title": "Initial Weights"
+          },
+          "seed": {
+            "default": 0,
+            "maximum": 9223372036854775807,
+            "minimum": 0,
+            "title": "Seed",
+            "type": "integer"
+          }
+        },
+        "required": [
+          "name"
+        ],
+        "title": "ModelSpec",
+        "type": "object"
+      },
+      "Scaler": {
+        "additionalProperties": false,
+        "description": "The standard scaler from a feature_stats result (`params._scaling_block`): per feature, mean_ and scale_.",
+        "properties": {
+          "feature_names_in_": {
+            "items": {
+              "maxLength": 128,
+              "minLength": 1,
+              "type": "string"
+            },
+            "maxItems": 100000,
+            "minItems": 1,
+            "title": "Feature Names In",
+            "type": "array"
+          },
+          "mean_": {
+            "items": {
+              "type": "number"
+            },
+            "maxItems": 100000,
+            "title": "Mean",
+            "type": "array"
+          },
+          "scale_": {
+            "items": {
+              "exclusiveMinimum": 0,
+              "type": "number"
+            },
+            "maxItems": 100000,
+            "title": "Scale",
+            "type": "array"
+          }
+        },
+        "required": [
+          "feature_names_in_",
+          "mean_",
+          "scale_"
+        ],
+        "title": "Scaler",
+        "type": "object"
+      },
+      "TrainTask": {
+        "additionalProperties": false,
+        "description": "A training round: the weights, the clip norm, sign votes or clipped updates and their weighting, and the\nadaptive-clipping entries (0, 1 or `encoding.NORM_BUCKETS`) with their share.",
+        "properties": {
+          "model": {
+            "$ref": "#/$defs/ModelSpec"
+          },
+          "client": {
+            "$ref": "#/$defs/ClientSpec"
+          },
+          "precision_bits": {
+            "maximum": 40,
+            "minimum": 4,
+            "title": "Precision Bits",
+            "type": "integer"
+          },
+          "holdout_fraction": {
+            "maximum": 0.9,
+            "minimum": 0,
+            "title": "Holdout Fraction",
+            "type": "number"
+          },
+          "features": {
+            "anyOf": [
+              {
+                "items": {
+                  "maxLength": 128,
+                  "minLength": 1,
+                  "type": "string"
+                },
+                "maxItems": 100000,
+                "type": "array"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "title": "Features"
+          },
+          "scaling": {
+            "anyOf": [
+              {
+                "$ref": "#/$defs/Scaler"
+              },
+              {
+                "type": "null"
+              }
+            ]
+          },
+          "class_weights": {
+            "anyOf": [
+              {
+                "items": {
+                  "minimum": 0,
+                  "type": "number"
+                },
+                "maxItems": 10000,
+                "type": "array"
+              },
+              {
+                "type": "null"
+              }
+            ],
+            "title": "Class Weights"
+          },
+          "phase": {
+            "const": "train",
+            "title": "Phase",
+            "type": "string"
+          },
+          "weights": {
+            "items": {
+              "type": "number"
+            },
+            "maxItems": 100000,
+            "title": "Weights",
+            "type": "array"
+          },
+          "clip_norm": {
+            "exclusiveMinimum": 0,
+            "title": "Clip Norm",
+            "type": "number"
+          },
+          "votes": {
+            "enum": [
+              "sign",
+              "update"
+            ],
+            "title": "Votes",
+            "type": "string"
+          },
+          "weighting": {
+            "enum": [
+              "examples",
+              "uniform"
+            ],
+            "title": "Weighting",
+            "type": "string"
+          },
+          "weight_share": {
+            "exclusiveMinimum": 0,
+            "maximum": 1,
+            "title": "Weight Share",
+            "type": "number"
+          },
+          "clip_entries": {
+            "maximum": 18,
+            "minimum": 0,
+            "title": "Clip Entries",
+            "type": "integer"
+          },
+          "count_share": {
+            "maximum": 4,
+            "minimum": 0,
+            "title": "Count Share",
+            "type": "number"
+          }
+        },
+        "required": [
+          "model",
+          "client",
+          "precision_bits",
+          "holdout_fraction",
+          "features",
+          "scaling",
+          "class_weights",
+          "phase",
+          "weights",
+          "clip_norm",
+          "votes",
+          "weighting",
+          "weight_share",
+          "clip_entries",
+          "count_share"
+        ],
+        "title": "TrainTask",
+        "type": "object"
+      }
+    },
+    "description": "A training round's task, by `phase`: label_counts, train or eval.",
+    "discriminator": {
+      "mapping": {
+        "eval": "#/$defs/EvalTask",
+        "label_counts": "#/$defs/LabelCountsTask",
+        "train": "#/$defs/TrainTask"
+      },
+      "propertyName": "phase"
+    },
+    "oneOf": [
+      {
+        "$ref": "#/$defs/LabelCountsTask"
+      },
+      {
+        "$ref": "#/$defs/TrainTask"
+      },
+      {
+        "$ref": "#/$defs/EvalTask"
+      }
+    ],
+    "title": "TrainingTask"
   }
 };

@@ -9,7 +9,8 @@ import { sha256 } from "../../webcrypto.js";
 import { utf8 } from "../../bytes.js";
 import { npMean } from "../../pyjson.js";
 import { Signs, Statement } from "../../validity/statement.js";
-import { DeviceKind, QueryKindError, Task, int, list, stochasticRound } from "../kind.js";
+import { DeviceKind, QueryKindError, Task, stochasticRound } from "../kind.js";
+import { parseTask } from "../taskSchema.js";
 import { BlackBoxObjective, getScoringFunction } from "./blackbox.js";
 import "./frecency.js";
 
@@ -86,99 +87,117 @@ function normBucket(norm: number, clipNorm: number): number {
 const cappedMean = (losses: number[], cap: number): number => npMean(losses.map((l) => (Number.isNaN(l) || l === Infinity ? cap : Math.min(l, cap))));
 const weightOf = (n: number, cap: number): number => Math.min(n, cap) / cap;
 
+/** The task as queries/training/task.py's TrainingTask (a union tagged by `phase`, checked against its schema). */
+interface PhaseTask {
+  model: { name: string; [key: string]: unknown };
+  client: { epochs: number; batch_size: number; lr: number; max_examples: number };
+  precision_bits: number;
+  holdout_fraction: number;
+  features: string[] | null;
+  scaling: { feature_names_in_: string[]; mean_: number[]; scale_: number[] } | null;
+  class_weights: number[] | null;
+}
+type TrainingTask =
+  | (PhaseTask & { phase: "label_counts"; n_classes: number })
+  | (PhaseTask & {
+      phase: "train"; weights: number[]; clip_norm: number; votes: "sign" | "update"; weighting: "examples" | "uniform";
+      weight_share: number; clip_entries: number; count_share: number;
+    })
+  | (PhaseTask & { phase: "eval"; weights: number[]; loss_cap: number; metrics: string[]; weighting: "examples" | "uniform" });
+
+/** The task checked against its schema and the models' cross-field rules (same fields named as in Python). */
+function parse(task: Task): TrainingTask {
+  const t = parseTask<TrainingTask>("training", task);
+  const s = t.scaling;
+  if (s && (s.mean_.length !== s.feature_names_in_.length || s.scale_.length !== s.feature_names_in_.length)) {
+    throw new QueryKindError(`task.scaling: mean_ and scale_ must have one entry per feature (${s.feature_names_in_.length})`);
+  }
+  if (t.phase === "train" && ![0, 1, NORM_BUCKETS].includes(t.clip_entries)) {
+    throw new QueryKindError(`task.clip_entries: must be one of 0, 1, ${NORM_BUCKETS}, got ${t.clip_entries}`);
+  }
+  return t;
+}
+
 /** (L1, L2) of the phase's layout (queries/training/encoding.py), from the task alone. */
 function bounds(task: Task): [number, number] {
-  const phase = task.phase;
-  const pb = task.precision_bits;
-  if (typeof pb !== "number" || !Number.isInteger(pb)) throw new QueryKindError(`task: malformed training task (precision_bits must be an integer, got ${JSON.stringify(pb)})`);
+  const t = parse(task);
+  const pb = t.precision_bits;
   const u = unit(pb);
-  if (phase === "label_counts") {
-    const k = int(task.n_classes, "n_classes");
-    return [u + k, u + Math.sqrt(k)];
-  }
-  if (phase === "train") {
-    const d = list(task.weights, "weights").length;
-    if (task.votes === "sign") return [d, Math.sqrt(d)];
-    const weighted = task.weighting === "examples";
-    const entries = task.clip_entries ? int(task.clip_entries, "clip_entries") : 0;
-    if (![0, 1, NORM_BUCKETS].includes(entries)) throw new QueryKindError(`task: malformed training task (clip_entries must be 0, 1 or ${NORM_BUCKETS}, got ${entries})`);
-    const w = weighted ? weightUnit(pb, Number(task.weight_share)) : 0;
-    const b = entries ? countUnit(pb, Number(task.count_share ?? 0)) : 0;
+  if (t.phase === "label_counts") return [u + t.n_classes, u + Math.sqrt(t.n_classes)];
+  if (t.phase === "train") {
+    const d = t.weights.length;
+    if (t.votes === "sign") return [d, Math.sqrt(d)];
+    const w = t.weighting === "examples" ? weightUnit(pb, t.weight_share) : 0;
+    const b = t.clip_entries ? countUnit(pb, t.count_share) : 0;
     return [Math.sqrt(d) * u + d + w + b, Math.sqrt((u + Math.sqrt(d)) ** 2 + w * w + b * b)];
   }
-  if (phase === "eval") {
-    const k = 5 + list(task.metrics, "metrics").length;
-    return [k * u, Math.sqrt(k) * u];
-  }
-  throw new QueryKindError(`task: malformed training task (unknown phase ${JSON.stringify(phase)})`);
+  const k = 5 + t.metrics.length;
+  return [k * u, Math.sqrt(k) * u];
 }
 
 export const training: DeviceKind = {
   name: "training",
   supportsProofs: false,
   async contribute(task, rows, rng) {
-    const phase = task.phase;
-    const model = task.model as Record<string, unknown> | undefined;
-    const fn = getScoringFunction(model?.name);
-    const pb = int(task.precision_bits, "precision_bits");
-    const client = (task.client ?? {}) as Record<string, unknown>;
-    const cap = int(client.max_examples, "client.max_examples");
-    const holdout = Number(task.holdout_fraction);
-    const [trainRows, evalRows] = await splitRows(rows, holdout);
+    const t = parse(task);
+    const fn = getScoringFunction(t.model.name);
+    const pb = t.precision_bits;
+    const cap = t.client.max_examples;
+    const [trainRows, evalRows] = await splitRows(rows, t.holdout_fraction);
     const u = unit(pb);
-    if (phase === "label_counts") return new Array<number>(int(task.n_classes, "n_classes")).fill(0);
-    const theta = list(task.weights, "weights").map(Number);
+    if (t.phase === "label_counts") return new Array<number>(t.n_classes).fill(0);
+    const theta = t.weights;
     if (theta.length !== fn.paramNames.length) throw new QueryKindError(`task.weights: ${fn.name} has ${fn.paramNames.length} weights, got ${theta.length}`);
-    if (phase === "train") {
-      const c = Number(task.clip_norm);
+    if (t.phase === "train") {
+      const c = t.clip_norm;
       const obj = new BlackBoxObjective(fn, await capRows(trainRows, cap, rng));
       let delta: number[];
       try {
-        delta = await localUpdate(obj, theta, int(client.epochs, "client.epochs"), int(client.batch_size, "client.batch_size"), Number(client.lr), rng);
+        delta = await localUpdate(obj, theta, t.client.epochs, t.client.batch_size, t.client.lr, rng);
       } catch {
         delta = theta.map(() => Infinity);
       }
       const overflowed = !delta.every(Number.isFinite);
       const norm = overflowed ? Infinity : norm2(delta);
       if (overflowed) delta = delta.map(() => 0);
-      if (task.votes === "sign") return delta.map((d) => (d > 0 ? 1 : d < 0 ? -1 : 0));
-      const weighted = task.weighting === "examples";
+      if (t.votes === "sign") return delta.map((d) => (d > 0 ? 1 : d < 0 ? -1 : 0));
+      const weighted = t.weighting === "examples";
       const omega = overflowed ? 0 : weighted ? weightOf(obj.n, cap) : obj.n ? 1 : 0;
       const clipped = norm > c ? delta.map((d) => d * (c / norm)) : delta;
       const out = await fixedPoint(clipped.map((d) => omega * d), c, u / c, rng);
-      if (weighted) out.push(...(await fixedPoint([omega], 1.0, weightUnit(pb, Number(task.weight_share)), rng)));
-      const entries = task.clip_entries ? int(task.clip_entries, "clip_entries") : 0;
+      if (weighted) out.push(...(await fixedPoint([omega], 1.0, weightUnit(pb, t.weight_share), rng)));
+      const entries = t.clip_entries;
       if (entries) {
         const clip = new Array<number>(entries).fill(0);
         const slot = entries === 1 ? 0 : normBucket(norm, c);
-        if (entries > 1 || norm <= c) clip[slot] = countUnit(pb, Number(task.count_share));
+        if (entries > 1 || norm <= c) clip[slot] = countUnit(pb, t.count_share);
         out.push(...clip);
       }
       return out;
     }
-    if (phase === "eval") {
-      const lossCap = Number(task.loss_cap);
-      const names = list(task.metrics, "metrics").map(String);
-      const tr = new BlackBoxObjective(fn, await capRows(trainRows, cap, rng));
-      const ev = new BlackBoxObjective(fn, await capRows(evalRows, cap, rng));
-      const [wt, we] = task.weighting === "uniform" ? [tr.n > 0 ? 1 : 0, ev.n > 0 ? 1 : 0] : [weightOf(tr.n, cap), weightOf(ev.n, cap)];
-      const ltr = tr.n ? cappedMean(tr.perExampleLoss(theta), lossCap) / lossCap : 0;
-      const lev = ev.n ? cappedMean(ev.perExampleLoss(theta), lossCap) / lossCap : 0;
-      const cor = ev.n ? ev.correct(theta) : [];
-      const acc = cor.length ? npMean(cor) : 0;
-      const mets = ev.n ? ev.metrics(theta) : {};
-      const vals = [wt * ltr, we * lev, we * acc, ...names.map((m) => (m in mets ? we * npMean(mets[m]) : 0)), wt, we];
-      if (!vals.every(Number.isFinite)) return vals.map(() => 0);
-      return fixedPoint(vals, 1.0, u, rng);
-    }
-    throw new QueryKindError(`task: unknown training phase ${JSON.stringify(phase)}`);
+    const lossCap = t.loss_cap;
+    const names = t.metrics;
+    const tr = new BlackBoxObjective(fn, await capRows(trainRows, cap, rng));
+    const ev = new BlackBoxObjective(fn, await capRows(evalRows, cap, rng));
+    const [wt, we] = t.weighting === "uniform" ? [tr.n > 0 ? 1 : 0, ev.n > 0 ? 1 : 0] : [weightOf(tr.n, cap), weightOf(ev.n, cap)];
+    const ltr = tr.n ? cappedMean(tr.perExampleLoss(theta), lossCap) / lossCap : 0;
+    const lev = ev.n ? cappedMean(ev.perExampleLoss(theta), lossCap) / lossCap : 0;
+    const cor = ev.n ? ev.correct(theta) : [];
+    const acc = cor.length ? npMean(cor) : 0;
+    const mets = ev.n ? ev.metrics(theta) : {};
+    const vals = [wt * ltr, we * lev, we * acc, ...names.map((m) => (m in mets ? we * npMean(mets[m]) : 0)), wt, we];
+    if (!vals.every(Number.isFinite)) return vals.map(() => 0);
+    return fixedPoint(vals, 1.0, u, rng);
+  },
+  parseTask(task) {
+    parse(task);
   },
   taskSensitivity(task) {
     return bounds(task);
   },
   validity(task) {
-    if (task.phase !== "train" || task.votes !== "sign") return null;
-    return new Statement([Signs(list(task.weights, "weights").length)]);
+    const t = parse(task);
+    if (t.phase !== "train" || t.votes !== "sign") return null;
+    return new Statement([Signs(t.weights.length)]);
   },
 };
-

@@ -1,0 +1,68 @@
+/** The task schema checker (src/kinds/taskSchema.ts) on the constructs the typed feature_stats and training tasks use:
+ * a union tagged by one field (oneOf + discriminator), additionalProperties as a schema, maxProperties and
+ * propertyNames; and it stays strict (an unknown keyword, or a oneOf without a discriminator, is an error). */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { QueryKindError } from "../src/kinds/kind.js";
+import { getKind } from "../src/kinds/registry.js";
+import { JsonSchema, checkTask } from "../src/kinds/taskSchema.js";
+
+const TAGGED: JsonSchema = {
+  $defs: {
+    A: { type: "object", properties: { stage: { const: "a", type: "string" }, n: { type: "integer", minimum: 0 } },
+         required: ["stage", "n"], additionalProperties: false },
+    B: { type: "object", properties: { stage: { const: "b", type: "string" },
+                                       w: { type: "object", additionalProperties: { type: "number" }, maxProperties: 2,
+                                            propertyNames: { minLength: 1 } } },
+         required: ["stage", "w"], additionalProperties: false },
+  },
+  oneOf: [{ $ref: "#/$defs/A" }, { $ref: "#/$defs/B" }],
+  discriminator: { propertyName: "stage", mapping: { a: "#/$defs/A", b: "#/$defs/B" } },
+};
+
+const refused = (task: unknown, field: string): void => {
+  assert.throws(() => checkTask(TAGGED, task), (exc: unknown) => {
+    assert.ok(exc instanceof QueryKindError);
+    assert.equal(exc.message.split(":")[0], field, exc.message);
+    return true;
+  }, JSON.stringify(task));
+};
+
+test("task schema: a tagged union picks its variant by the tag and names the tag when it is missing or unknown", () => {
+  assert.doesNotThrow(() => checkTask(TAGGED, { stage: "a", n: 3 }));
+  assert.doesNotThrow(() => checkTask(TAGGED, { stage: "b", w: { x: 1.5 } }));
+  refused({ stage: "c", n: 3 }, "task.stage");
+  refused({ n: 3 }, "task.stage");
+  refused({ stage: 1, n: 3 }, "task.stage");
+  refused([], "task");
+  refused({ stage: "a", n: "3" }, "task.n");
+  refused({ stage: "a", n: 3, w: {} }, "task.w"); // B's field is not A's
+  refused({ stage: "b", w: { x: "1" } }, "task.w.x");
+  refused({ stage: "b", w: { x: 1, y: 2, z: 3 } }, "task.w");
+  refused({ stage: "b", w: { "": 1 } }, "task.w.");
+});
+
+test("task schema: stays strict about what it does not know", () => {
+  assert.throws(() => checkTask({ oneOf: [{ type: "integer" }] }, 1), /oneOf is supported only with a discriminator/);
+  assert.throws(() => checkTask({ type: "object", patternProperties: {} }, {}), /unsupported keyword patternProperties/);
+});
+
+test("task schema: the feature_stats and training kinds refuse a string for an integer, as in Python", () => {
+  const fs = getKind("feature_stats");
+  const first = { stage: "first_moments", features: [{ name: "age", lower: 18, upper: 90 }], scale_exp: 16, max_examples: 3 };
+  assert.deepEqual(fs.taskSensitivity(first), [3 * 2 ** 16 * 2, 3 * 2 ** 16 * Math.SQRT2]);
+  assert.throws(() => fs.taskSensitivity({ ...first, scale_exp: "16" }), /^QueryKindError: task\.scale_exp:|task\.scale_exp:/);
+  assert.throws(() => fs.validity({ ...first, features: [{ name: "age", lower: 90, upper: 18 }] }), /task\.features\.0:/);
+  assert.throws(() => fs.taskSensitivity({ stage: "row_counts", grid: [1, 3, 2] }), /task\.grid: bounds must be increasing/);
+  const tr = getKind("training");
+  const evalTask = {
+    model: { name: "frecency" }, client: { epochs: 1, batch_size: 0, lr: 0.1, max_examples: 100 }, precision_bits: 20,
+    holdout_fraction: 0.2, features: null, scaling: null, class_weights: null, phase: "eval", weights: [0, 0],
+    loss_cap: 10, metrics: [], weighting: "uniform",
+  };
+  assert.ok(tr.taskSensitivity(evalTask));
+  assert.throws(() => tr.taskSensitivity({ ...evalTask, precision_bits: "20" }), /task\.precision_bits:/);
+  assert.throws(() => tr.taskSensitivity({ ...evalTask, phase: "finetune" }), /task\.phase:/);
+});
