@@ -3,7 +3,9 @@
 The orchestrator calls exactly these functions: `check_and_calibrate` at submit, `round_noise` and
 `choose_bits` when a round is planned, `assignment_privacy` for the devices' own checks, `unscale` + `aggregate_noise` before the kind decodes a round,
 `privacy_block` when the query finishes. The math lives in `queries.dp` (calibration, noise, bit width,
-accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`).
+accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`). A query's
+calibration travels as `queries.dp.QueryCalibration`; it becomes JSON only in the query row (`to_dict`, written by
+the submit handler) and is read back with `stored_calibration`.
 
 Encoding amplification and round weights: every noisy round's stored noise is a `queries.dp.PlannedNoise`
 (the calibrated noise of the scaled encoding s·Δ for the round's `privacy_weight`, and s as

@@ -96,7 +96,7 @@ def settle_default(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plan
 def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], require: bool) -> QuerySpec:
     """The spec with `privacy.validation` set: refuses "proofs" for a kind that cannot prove these rounds, and
     (when `require`) "none" for a kind that can. Unset: "proofs" when supported (`settle_default` then weighs the
-    cost once the noise is calibrated)."""
+    cost, before the noise is calibrated)."""
     supported = supports_proofs(kind, plans)
     asked = spec.privacy.validation
     if asked == "proofs" and not supported:
