@@ -110,7 +110,7 @@ def stored_calibration(data: dict[str, Any] | None) -> dp.QueryCalibration | Non
 def estimated_calibration(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any) -> dp.QueryCalibration | None:
     """A cheap stand-in for `check_and_calibrate` (no accountant, no policy check; None without noise): the
     analyst's noise multiplier, else the Gaussian floor (`queries.dp.floor`, the smallest z any accounting allows
-    over the kind's round bound — within a few % of the calibrated one). For decisions that only need the noise's
+    over the kind's round bound — a few % below the calibrated one). For decisions that only need the noise's
     order of magnitude before calibrating (`validation.settle_default`); raises ValueError on a bad privacy block."""
     mech = spec.privacy.mechanism
     if mech == "none":
