@@ -56,11 +56,11 @@ def preview_rounds(kind: QueryKind[Any, Any], params: BaseModel, state: Any, nee
     return plans
 
 
-def round_need(spec: QuerySpec, plan: RoundPlan, calibration: dict[str, Any] | None) -> int:
+def round_need(spec: QuerySpec, plan: RoundPlan, calibration: dp.QueryCalibration | None) -> int:
     """Contributors a round needs (the orchestrator's rule: the plan's or the cohort's minimum, ≥ t_min)."""
     need = plan.min_clients or spec.cohort.min_clients
     if calibration is not None:
-        need = max(need, int(calibration["t_min"]))
+        need = max(need, calibration.t_min)
     return need
 
 
@@ -70,11 +70,11 @@ def _bound_fields(params: BaseModel) -> list[str]:
 
 
 def check_rounds(
-    spec: QuerySpec, kind: QueryKind[Any, Any], params: BaseModel, calibration: dict[str, Any] | None, state: Any
+    spec: QuerySpec, kind: QueryKind[Any, Any], params: BaseModel, calibration: dp.QueryCalibration | None, state: Any
 ) -> int:
     """Refuse (NoisePlanError naming the field) a query whose planned rounds the devices could not run, starting
     from the kind's initial `state`; returns the number of rounds checked."""
-    need = spec.cohort.min_clients if calibration is None else max(spec.cohort.min_clients, int(calibration["t_min"]))
+    need = spec.cohort.min_clients if calibration is None else max(spec.cohort.min_clients, calibration.t_min)
     plans = preview_rounds(kind, params, state, need)
     for plan in plans:
         _check_round(spec, kind, params, calibration, plan)
@@ -82,7 +82,7 @@ def check_rounds(
 
 
 def _check_round(
-    spec: QuerySpec, kind: QueryKind[Any, Any], params: BaseModel, calibration: dict[str, Any] | None, plan: RoundPlan
+    spec: QuerySpec, kind: QueryKind[Any, Any], params: BaseModel, calibration: dp.QueryCalibration | None, plan: RoundPlan
 ) -> None:
     r = plan.round
     bound = _bound_fields(params)

@@ -39,7 +39,7 @@ from analytics_server.noise_plan import round_need
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
-from queries import uncertainty
+from queries import dp, uncertainty
 from queries.envelope import Assignment, AssignmentPrivacy, b64e
 from queries.kind import QueryKind, RoundPlan
 from queries.registry import get_kind
@@ -58,6 +58,11 @@ FORMATION_STALL_S = 0.5
 """Once a round has enough eligible devices, its cohort forms when no new one arrived for this long (or at
 `max_clients`, or after `cohort_formation_wait_s`): devices still checking in join, stragglers are not awaited."""
 ENDED_KEEP_S = 600.0
+
+
+def _calibration(q: Query) -> dp.QueryCalibration | None:
+    """The query's stored calibration (read back from its DB column) as the dataclass."""
+    return privacy.stored_calibration(q.calibration)
 
 
 class QueryFailed(Exception):
@@ -276,7 +281,7 @@ class Orchestrator:
                 if plan is None:
                     await self._finish(q, spec, kind, params, state)
                     return
-                if not privacy.budget_allows(q.calibration, spent + plan.privacy_weight):  # ε would be exceeded:
+                if not privacy.budget_allows(_calibration(q), spent + plan.privacy_weight):  # ε would be exceeded:
                     await self._finish(q, spec, kind, params, state, "privacy budget exhausted")  # stop before it runs
                     return
                 rnd = await self._new_round(q, spec, plan, index)
@@ -290,7 +295,7 @@ class Orchestrator:
                 assert fresh is not None
                 rnd = fresh
                 live.update(contributors=rnd.contributors)
-            if q.calibration is not None and rnd.contributors < int(q.calibration["t_min"]):
+            if (cal := _calibration(q)) is not None and rnd.contributors < cal.t_min:
                 raise QueryFailed(f"round {index}: {rnd.contributors} contributors, fewer than t_min; nothing released")
             aggregate = privacy.unscale(rnd.noise, vec_from_bytes(rnd.aggregate))  # ÷ encoding scale
             noise = privacy.aggregate_noise(rnd.noise, rnd.contributors)
@@ -306,13 +311,13 @@ class Orchestrator:
             self._coins.pop(rnd.id, None)
 
     async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
-        need = round_need(spec, plan, q.calibration)  # every sum the server sees covers ≥ t_min noise shares
+        need = round_need(spec, plan, _calibration(q))  # every sum the server sees covers ≥ t_min noise shares
         if need > spec.cohort.max_clients:
             raise QueryFailed(f"round {index} needs {need} clients but cohort.max_clients is {spec.cohort.max_clients}")
-        noise = privacy.round_noise(q.calibration, plan)
+        noise = privacy.round_noise(_calibration(q), plan)
         try:
             bits = privacy.choose_bits(spec.cohort.max_clients, plan, noise)
-            statement = validation.round_statement(spec, get_kind(spec.kind), plan, noise, q.calibration)
+            statement = validation.round_statement(spec, get_kind(spec.kind), plan, noise, _calibration(q))
             bits = validation.round_bits(bits, spec.cohort.max_clients, statement)
         except ValueError as exc:
             raise QueryFailed(f"round {index}: {exc}") from None
@@ -337,11 +342,11 @@ class Orchestrator:
         budget = None
         if q.calibration is not None:
             budget = (await self.store.get_budget(spec.source, self.settings.default_budget())).to_dict()
-        block = privacy.privacy_block(spec, q.calibration, noises, contributors, bits, thresholds, budget, purposes)
+        block = privacy.privacy_block(spec, _calibration(q), noises, contributors, bits, thresholds, budget, purposes)
         plans = []
         for i in range(len(noises)):
             r = await self.store.get_round(q.id, i)
-            plans.append(validation.round_statement(spec, kind, RoundPlan(**r.plan), r.noise, q.calibration) if r else None)
+            plans.append(validation.round_statement(spec, kind, RoundPlan(**r.plan), r.noise, _calibration(q)) if r else None)
         block.update(validation.privacy_fields(spec, plans))
         if q.calibration is not None:
             block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
@@ -486,7 +491,7 @@ class Orchestrator:
         n, threat = len(members), self.settings.effective_threat_model()
         cohort_id = session_id.hex()
         statement = None if self.unmasked else validation.round_statement(
-            spec, get_kind(spec.kind), plan, rnd.noise, q.calibration)
+            spec, get_kind(spec.kind), plan, rnd.noise, _calibration(q))
         checks = None
         if statement is not None:
             checks = validation.CohortValidation(statement, q.id, rnd.index, session_id)
@@ -502,7 +507,7 @@ class Orchestrator:
         peer_ids = neighbour_identity_keys(cfg, members, keys) if mode == "secagg" else {}
         noise_block = privacy.device_noise_block(rnd.noise)
         privacy_block = AssignmentPrivacy.model_validate(
-            privacy.assignment_privacy(spec, q.calibration, plan, q.rounds_upper_bound)
+            privacy.assignment_privacy(spec, _calibration(q), plan, q.rounds_upper_bound)
         )
         secagg_dict = cfg.to_dict()
         assignments = {

@@ -28,9 +28,9 @@ class Preview:
     t_min: int | None
 
 
-def build(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, calibration: dict[str, Any] | None) -> Preview:
+def build(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, calibration: dp.QueryCalibration | None) -> Preview:
     """The expected noise of every value the query would release (blocking: run it off the event loop)."""
-    t_min = None if calibration is None else int(calibration["t_min"])
+    t_min = None if calibration is None else calibration.t_min
     need = spec.cohort.min_clients if t_min is None else max(spec.cohort.min_clients, t_min)
     rounds = []
     for plan in noise_plan.preview_rounds(kind, params, kind.initial_state(params), need):
@@ -47,7 +47,7 @@ def build(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, calibration: 
         out_warnings.insert(0, ReleaseWarning(None, "privacy.mechanism is 'none': the released sums are exact "
                                                     "(no differential privacy from noise)").to_dict())
     elif spec.privacy.noise_multiplier is not None:
-        cal = dp.QueryCalibration.from_dict(calibration)
+        cal = calibration
         out_warnings.append(ReleaseWarning(None, f"privacy.noise_multiplier is fixed: the budget affords "
                                                  f"{dp.rounds_affordable(cal)} of the query's {cal.rounds} rounds; it "
                                                  "stops before the round that would exceed epsilon").to_dict())

@@ -3,7 +3,9 @@
 The orchestrator calls exactly these functions: `check_and_calibrate` at submit, `round_noise` and
 `choose_bits` when a round is planned, `assignment_privacy` for the devices' own checks, `unscale` + `aggregate_noise` before the kind decodes a round,
 `privacy_block` when the query finishes. The math lives in `queries.dp` (calibration, noise, bit width,
-accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`).
+accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`). A query's
+calibration travels as `queries.dp.QueryCalibration`; it becomes JSON only in the query row (`to_dict`, written by
+the submit handler) and is read back with `stored_calibration`.
 
 Encoding amplification and round weights: every noisy round's stored noise is a `queries.dp.PlannedNoise`
 (the calibrated noise of the scaled encoding s·Δ for the round's `privacy_weight`, and s as
@@ -56,8 +58,9 @@ PRODUCTION_MAX_DELTA = 1e-6
 
 def check_and_calibrate(
     spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, profile: str, policy: dp.PrivacyPolicy | None = None
-) -> dict[str, Any] | None:
-    """Validate the privacy block against policy; return the stored calibration (None without noise)."""
+) -> dp.QueryCalibration | None:
+    """Validate the privacy block against policy; return the calibration (None without noise). It is stored as
+    `to_dict()` and read back with `stored_calibration`."""
     policy = policy or policy_for(profile, None, None)
     mech = spec.privacy.mechanism
     own = kind.privacy(params) if mech == "none" else None  # a kind's own guarantee (TrieHH: sample+threshold)
@@ -96,16 +99,38 @@ def check_and_calibrate(
             )
     except ValueError as exc:
         raise PrivacyPolicyError(str(exc)) from None
-    return dict(cal.to_dict())
+    return cal
 
 
-def budget_allows(calibration: dict[str, Any] | None, rounds_run: float) -> bool:
+def stored_calibration(data: dict[str, Any] | None) -> dp.QueryCalibration | None:
+    """A query's stored calibration (its DB column) as the dataclass; `dp.PrivacyError` when malformed."""
+    return None if data is None else dp.QueryCalibration.from_dict(data)
+
+
+def estimated_calibration(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any) -> dp.QueryCalibration | None:
+    """A cheap stand-in for `check_and_calibrate` (no accountant, no policy check; None without noise): the
+    analyst's noise multiplier, else the Gaussian floor (`queries.dp.floor`, the smallest z any accounting allows
+    over the kind's round bound — a few % below the calibrated one). For decisions that only need the noise's
+    order of magnitude before calibrating (`validation.settle_default`); raises ValueError on a bad privacy block."""
+    mech = spec.privacy.mechanism
+    if mech == "none":
+        return None
+    from queries.dp.floor import gaussian_floor
+
+    assert spec.privacy.epsilon is not None  # PrivacySpec requires epsilon (and delta) with a noisy mechanism
+    delta = DeltaSplit.of(spec).calibration
+    rounds = kind.rounds_upper_bound(params)
+    z = spec.privacy.noise_multiplier or gaussian_floor(float(spec.privacy.epsilon), delta, rounds)
+    return dp.QueryCalibration(mech, float(spec.privacy.epsilon), delta, rounds, spec.cohort.min_clients, 1.0, z)
+
+
+def budget_allows(calibration: dp.QueryCalibration | None, rounds_run: float) -> bool:
     """Whether noisy rounds of total weight `rounds_run` (unit rounds: the sum of their `privacy_weight`s) fit
     the query's ε (always true without noise, and for a z calibrated over the kind's round bound whose rounds'
     weights stay within it). The orchestrator asks before starting each round."""
     if calibration is None:
         return True
-    cal = dp.QueryCalibration.from_dict(calibration)
+    cal = calibration
     return rounds_run <= cal.rounds * (1 + 1e-9) and dp.epsilon_spent(cal, rounds_run) <= cal.epsilon * (1 + 1e-9)
 
 
@@ -125,12 +150,12 @@ def encoding_scale(noise: dict[str, Any] | None) -> int:
     return 1 if noise is None else int(noise.get("encoding_scale", 1))
 
 
-def round_noise(calibration: dict[str, Any] | None, plan: RoundPlan) -> dict[str, Any] | None:
+def round_noise(calibration: dp.QueryCalibration | None, plan: RoundPlan) -> dict[str, Any] | None:
     """Stored noise of one round (None without noise): `RoundNoise` fields for s·Δ plus `encoding_scale` s
     (`queries.dp.plan`), for the round's privacy weight."""
     if calibration is None:
         return None
-    return dp.plan_noise(dp.QueryCalibration.from_dict(calibration), plan).to_dict()
+    return dp.plan_noise(calibration, plan).to_dict()
 
 
 def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -141,12 +166,12 @@ def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _affordable(calibration: tuple[tuple[str, Any], ...]) -> int:
-    return dp.rounds_affordable(dp.QueryCalibration.from_dict(dict(calibration)))
+def _affordable(calibration: dp.QueryCalibration) -> int:
+    return dp.rounds_affordable(calibration)
 
 
 def assignment_privacy(
-    spec: QuerySpec, calibration: dict[str, Any] | None, plan: RoundPlan, rounds_upper_bound: int
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, rounds_upper_bound: int
 ) -> dict[str, Any]:
     """The `privacy` block of an assignment (`queries.envelope.AssignmentPrivacy`): the public parameters from
     which a device recomputes the noise floor it accepts and charges its own ledger (docs/device_sdk.md).
@@ -158,8 +183,8 @@ def assignment_privacy(
     sensitivities = {"l1_sensitivity": plan.l1_sensitivity, "l2_sensitivity": plan.l2_sensitivity}
     if calibration is None:
         return {"mechanism": "none", "rounds": max(1, rounds_upper_bound), **sensitivities, "validation": validation}
-    cal = dp.QueryCalibration.from_dict(calibration)
-    rounds = cal.rounds if spec.privacy.noise_multiplier is None else _affordable(tuple(sorted(cal.to_dict().items())))
+    cal = calibration
+    rounds = cal.rounds if spec.privacy.noise_multiplier is None else _affordable(cal)
     return {
         # δ: the query's whole δ — with proofs the noise is calibrated for part of it, the rest pays for truncating
         # the noise at its bound (analytics_server.validation)
@@ -201,7 +226,7 @@ def noise_halfwidth(noise: dict[str, Any] | None, contributors: int, confidence:
 
 def privacy_block(
     spec: QuerySpec,
-    calibration: dict[str, Any] | None,
+    calibration: dp.QueryCalibration | None,
     noises: list[dict[str, Any] | None],
     contributors: list[int],
     bits: list[int] | None = None,
@@ -222,7 +247,7 @@ def privacy_block(
     if calibration is None:
         block = dict(dp.privacy_block(None, [None] * len(contributors), contributors, thresholds, bits=bits))
     else:
-        cal = dp.QueryCalibration.from_dict(calibration)
+        cal = calibration
         rounds = [None if n is None else dp.RoundNoise.from_dict(n) for n in noises]
         block = dict(dp.privacy_block(cal, rounds, contributors, thresholds, bits=bits))
         purposes = purposes or [None] * len(noises)

@@ -51,7 +51,8 @@ class CheckedSpec:
     spec: QuerySpec
     kind: QueryKind[Any, Any]
     params: BaseModel
-    calibration: dict[str, Any] | None
+    calibration: dp.QueryCalibration | None
+    """Stored as `to_dict()` (the query row's calibration column)."""
     state: dict[str, Any]
     rounds_upper_bound: int
     cost: dp.PrivacyCost | None
@@ -84,12 +85,10 @@ def check_spec(raw: Any, settings: Settings, with_preview: bool = False) -> Chec
         spec = validation.resolve(spec, kind, plans, settings.validation_required())
     except validation.ValidationError as exc:
         raise HttpError(422, str(exc), [{"field": "privacy.validation", "message": str(exc)}]) from None
+    # proofs by default would cost too much: none, with the whole δ for the noise — decided before calibrating
+    spec = validation.settle_default(spec, kind, params, plans, asked, settings.validation_required())
     try:
         calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
-        settled = validation.settle_default(spec, kind, params, plans, calibration, asked, settings.validation_required())
-        if settled is not spec:  # proofs by default would cost too much: none, with the whole δ for the noise
-            spec = settled
-            calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
     except privacy.PrivacyPolicyError as exc:
         raise HttpError(422, str(exc)) from None
     state = kind.initial_state(params)

@@ -63,7 +63,7 @@ def supports_proofs(kind: QueryKind[Any, Any], plans: list[RoundPlan]) -> bool:
 
 
 def proof_cost(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plans: list[RoundPlan],
-               calibration: dict[str, Any] | None) -> int:
+               calibration: dp.QueryCalibration | None) -> int:
     """OR branches to verify one cohort's proofs in the query's most expensive round (the rounds planned at submit
     with their noise bounds, and the kind's largest statement with the widest of those bounds)."""
     statements = [round_statement(spec, kind, p, privacy.round_noise(calibration, p), calibration) for p in plans]
@@ -76,12 +76,21 @@ def proof_cost(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plans: l
 
 
 def settle_default(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plans: list[RoundPlan],
-                   calibration: dict[str, Any] | None, asked: str | None, require: bool) -> QuerySpec:
+                   asked: str | None, require: bool) -> QuerySpec:
     """An unset validation that `resolve` made "proofs": "none" instead when not required and verifying a cohort's
-    proofs would take more than DEFAULT_PHASE_SHARE of a phase (the caller then calibrates again with the whole δ)."""
+    proofs would take more than DEFAULT_PHASE_SHARE of a phase. Decided before calibrating (the caller calibrates
+    once, for the settled spec's δ split): the proofs' cost at the noise of `privacy.estimated_calibration` (the
+    analyst's z, else the Gaussian floor, a few % below the calibrated z). The cost is an estimate anyway; right at
+    the limit the decision can differ from one at the calibrated noise (a smaller z can need a larger encoding
+    scale, so the estimated cost may be a little above or below: 1 of 648 noisy histogram specs on a grid of
+    buckets, cohorts, phases, mechanisms and ε, at 0.51 s estimated vs 0.42 s calibrated against a 0.5 s limit)."""
     if asked is not None or require or not uses_proofs(spec):
         return spec
-    seconds = proof_cost(spec, kind, params, plans, calibration) * VERIFY_S_PER_BRANCH
+    try:
+        estimate = privacy.estimated_calibration(spec, kind, params)
+        seconds = proof_cost(spec, kind, params, plans, estimate) * VERIFY_S_PER_BRANCH
+    except ValueError:
+        return spec  # a privacy block the calibration refuses: check_and_calibrate reports it, naming the field
     if seconds <= DEFAULT_PHASE_SHARE * spec.cohort.phase_timeout_s:
         return spec
     return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": "none"})})
@@ -90,7 +99,7 @@ def settle_default(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plan
 def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], require: bool) -> QuerySpec:
     """The spec with `privacy.validation` set: refuses "proofs" for a kind that cannot prove these rounds, and
     (when `require`) "none" for a kind that can. Unset: "proofs" when supported (`settle_default` then weighs the
-    cost once the noise is calibrated)."""
+    cost, before the noise is calibrated)."""
     supported = supports_proofs(kind, plans)
     asked = spec.privacy.validation
     if asked == "proofs" and not supported:
@@ -109,12 +118,12 @@ def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], 
     return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": mode})})
 
 
-def noise_bound(spec: QuerySpec, calibration: dict[str, Any], noise: dict[str, Any], dim: int) -> int:
+def noise_bound(spec: QuerySpec, calibration: dp.QueryCalibration, noise: dict[str, Any], dim: int) -> int:
     """B: a device redraws a noise entry beyond ±B. Each entry lands beyond B with probability at most
     p = δ_trunc / ((1 + e^ε)·R·n_max·dim) (R rounds calibrated, n_max = cohort.max_clients), so the devices'
     noise vectors differ from the untruncated ones in total variation by at most R·n_max·dim·p, which costs
     (1 + e^ε) times that, i.e. δ_trunc, in δ (docs/validation.md)."""
-    cal = dp.QueryCalibration.from_dict(calibration)
+    cal = calibration
     eps = min(float(spec.privacy.epsilon or cal.epsilon), 700.0)
     p = DeltaSplit.of(spec).truncation / ((1.0 + math.exp(eps)) * cal.rounds * spec.cohort.max_clients * max(dim, 1))
     from queries.dp.tails import noise_quantile
@@ -123,7 +132,7 @@ def noise_bound(spec: QuerySpec, calibration: dict[str, Any], noise: dict[str, A
 
 
 def round_statement(
-    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dict[str, Any] | None, calibration: dict[str, Any] | None
+    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dict[str, Any] | None, calibration: dp.QueryCalibration | None
 ) -> Statement | None:
     """What every contribution to this round proves (None without proofs or when the round has no statement)."""
     if not uses_proofs(spec):

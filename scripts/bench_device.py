@@ -36,7 +36,7 @@ def slack() -> dict[str, object]:
                     for t_min in (10, 1000):
                         cal = dp.calibrate_query(mech, eps, delta, rounds, t_min)
                         plan = RoundPlan(0, {}, 10, 1, 1.0, 1.0)
-                        noise = privacy.round_noise(cal.to_dict(), plan)
+                        noise = privacy.round_noise(cal, plan)
                         f = floor.per_device_floor(mech, eps, delta, rounds, t_min, 1.0, noise["encoding_scale"])
                         r = f / noise["per_device_scale"]
                         ratios.append(r if mech == "discrete_gaussian" else math.sqrt(r))
@@ -51,7 +51,7 @@ def timings() -> dict[str, float]:
         start = time.perf_counter()
         floor.gaussian_floor(1.0 + i * 1e-6, 1e-6, 10)
         t.append(time.perf_counter() - start)
-    cal = dp.calibrate_query("skellam", 1.0, 1e-6, 1, 100).to_dict()
+    cal = dp.calibrate_query("skellam", 1.0, 1e-6, 1, 100)
     plan = RoundPlan(0, {"buckets": ["a", "b"], "other_bucket": None, "max_contributions": 1}, 2, 1, 1.0, 1.0)
     noise = privacy.device_noise_block(privacy.round_noise(cal, plan))
 

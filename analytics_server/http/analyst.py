@@ -204,7 +204,7 @@ async def submit(request: web.Request) -> web.Response:
             spec=spec.model_dump(mode="json"),
             state=checked.state,
             rounds_upper_bound=checked.rounds_upper_bound,
-            calibration=checked.calibration,
+            calibration=None if checked.calibration is None else checked.calibration.to_dict(),
             created_by=token.id,
             cost=checked.cost,
             default_budget=st.settings.default_budget(),

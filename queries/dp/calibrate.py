@@ -86,13 +86,19 @@ class QueryCalibration:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QueryCalibration:
+    def from_dict(cls, data: Any) -> QueryCalibration:
+        """The calibration `to_dict` stored; PrivacyError naming the field when missing or malformed."""
+        if not isinstance(data, dict):
+            raise PrivacyError(f"calibration: must be an object, got {type(data).__name__}")
         try:
             cal = cls(**{f.name: data[f.name] for f in fields(cls)})
         except KeyError as exc:
             raise PrivacyError(f"calibration.{exc.args[0]}: missing") from None
         _mechanism(cal.mechanism)
-        _positive("calibration.noise_multiplier", cal.noise_multiplier)
+        for name in ("epsilon", "delta", "sample_rate", "noise_multiplier"):
+            _positive(f"calibration.{name}", getattr(cal, name))
+        _count("calibration.rounds", cal.rounds)
+        _count("calibration.t_min", cal.t_min)
         return cal
 
 

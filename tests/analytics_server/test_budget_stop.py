@@ -41,8 +41,8 @@ def test_server_calibrates_with_the_analysts_multiplier_and_checks_each_round() 
     spec = _spec(noise_multiplier=1.5)
     params = kind.parse_params(spec.params)
     cal = privacy.check_and_calibrate(spec, kind, params, "demo")
-    assert cal is not None and cal["noise_multiplier"] == 1.5 and cal["rounds"] == kind.rounds_upper_bound(params)
-    k = dp.rounds_affordable(dp.QueryCalibration.from_dict(cal))
+    assert cal is not None and cal.noise_multiplier == 1.5 and cal.rounds == kind.rounds_upper_bound(params)
+    k = dp.rounds_affordable(cal)
     assert privacy.budget_allows(cal, k) and not privacy.budget_allows(cal, k + 1)
     assert privacy.budget_allows(None, 10**6)  # no noise: no budget to check
 

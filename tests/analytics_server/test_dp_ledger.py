@@ -32,7 +32,7 @@ def _spec(mechanism: str = "discrete_gaussian", epsilon: float = 1.0, t_min: int
     })
 
 
-def _round(spec: QuerySpec) -> tuple[dict, object, dict]:
+def _round(spec: QuerySpec) -> tuple[dp.QueryCalibration, object, dict]:
     params = KIND.parse_params(spec.params)
     cal = privacy.check_and_calibrate(spec, KIND, params, "demo")
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
@@ -46,7 +46,7 @@ def test_encoding_scale_is_applied_end_to_end() -> None:
     cal, plan, noise = _round(spec)
     s = noise["encoding_scale"]
     assert s > 1  # DG at t_min = 1000 needs the amplification
-    q = dp.QueryCalibration.from_dict(cal)
+    q = cal
     assert noise["l1"] == s * plan.l1_sensitivity and noise["inflation"] <= 1.02
     assert dp.round_noise(q, plan.l1_sensitivity, plan.l2_sensitivity).inflation > 2  # without it: much more noise
     assert privacy.choose_bits(2000, plan, noise) == dp.choose_bits(2000, s, dp.RoundNoise.from_dict(noise), dim=plan.dim)

@@ -34,7 +34,7 @@ def assignment(mechanism: str = "skellam", epsilon: float = 1.0, delta: float = 
         "cohort": {"min_clients": t_min, "max_clients": max(n, t_min)}})
     params = HISTOGRAM.parse_params(spec.params)
     plan = HISTOGRAM.plan_round(params, HISTOGRAM.initial_state(params), round_)
-    cal = None if mechanism == "none" else dp.calibrate_query(mechanism, epsilon, delta, rounds, t_min).to_dict()
+    cal = None if mechanism == "none" else dp.calibrate_query(mechanism, epsilon, delta, rounds, t_min)
     noise = privacy.round_noise(cal, plan)
     wire = {
         "query_id": "q1", "round": round_, "cohort_id": os.urandom(16).hex(), "party_id": 1, "kind": "histogram",

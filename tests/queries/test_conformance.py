@@ -40,9 +40,9 @@ STOP = "privacy budget exhausted"
 
 
 @functools.cache
-def _calibration(rounds: int) -> dict[str, Any]:
+def _calibration(rounds: int) -> dp.QueryCalibration:
     """A noisy calibration whose encoding scale s > 1 for small sensitivities (discrete Gaussian, t_min 1000)."""
-    return dp.calibrate_query("discrete_gaussian", 1.0, 1e-6, rounds=rounds, t_min=1000).to_dict()
+    return dp.calibrate_query("discrete_gaussian", 1.0, 1e-6, rounds=rounds, t_min=1000)
 
 
 def _pointer(doc: Any, path: str) -> Any:
@@ -53,7 +53,7 @@ def _pointer(doc: Any, path: str) -> Any:
     return doc
 
 
-def _check_contribution(vec: np.ndarray, plan: RoundPlan, calibration: dict[str, Any]) -> None:
+def _check_contribution(vec: np.ndarray, plan: RoundPlan, calibration: dp.QueryCalibration) -> None:
     assert isinstance(vec, np.ndarray) and vec.dtype == np.int64, vec.dtype
     assert vec.shape == (plan.dim,), (vec.shape, plan.dim)
     assert int(np.abs(vec).max(initial=0)) <= plan.max_abs

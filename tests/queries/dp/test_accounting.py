@@ -153,5 +153,12 @@ def test_dict_round_trips():
     assert dp.RoundNoise.from_dict(noise.to_dict()) == noise
     with pytest.raises(dp.PrivacyError, match="calibration.noise_multiplier"):
         dp.QueryCalibration.from_dict({k: v for k, v in cal.to_dict().items() if k != "noise_multiplier"})
+    # bad stored data: a typed error naming the field, never KeyError/TypeError
+    with pytest.raises(dp.PrivacyError, match="calibration: must be an object"):
+        dp.QueryCalibration.from_dict([1, 2])
+    for name, bad in (("epsilon", "1"), ("delta", -1e-6), ("rounds", 2.5), ("t_min", 0), ("sample_rate", None),
+                      ("noise_multiplier", float("nan")), ("mechanism", "laplace")):
+        with pytest.raises(dp.PrivacyError, match=f"{name}"):
+            dp.QueryCalibration.from_dict({**cal.to_dict(), name: bad})
     assert noise.task_block() == {"mechanism": "discrete_gaussian", "scale": noise.per_device_scale,
                                   "std": noise.per_device_std}

@@ -59,9 +59,9 @@ def test_the_floor_never_refuses_the_servers_calibration(
         weight = 1.0  # round weights (a kind's uneven split of the budget) come with a fitted calibration
     plan = RoundPlan(round=0, task={}, dim=k + 1, max_abs=1, l1_sensitivity=float(k), l2_sensitivity=math.sqrt(k),
                      privacy_weight=weight)
-    noise = privacy.round_noise(cal.to_dict(), plan)
+    noise = privacy.round_noise(cal, plan)
     assert noise is not None
-    block = privacy.assignment_privacy(_spec(fixed), cal.to_dict(), plan, rounds)
+    block = privacy.assignment_privacy(_spec(fixed), cal, plan, rounds)
     floor = per_device_floor(mechanism, block["epsilon"], block["delta"], block["rounds"], block["t_min"],
                              plan.l2_sensitivity, noise["encoding_scale"], block["weight"])
     assert noise["per_device_scale"] >= floor

@@ -76,7 +76,7 @@ def test_privacy_block_reports_the_split() -> None:
 
     spec = QuerySpec(kind="feature_stats", source="s", params={}, privacy={"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
                      cohort={"min_clients": 100, "max_clients": 200})
-    cal = dp.calibrate_query("skellam", 1.0, 1e-6, rounds=3, t_min=100).to_dict()
+    cal = dp.calibrate_query("skellam", 1.0, 1e-6, rounds=3, t_min=100)
     plans = [RoundPlan(round=i, task={}, dim=3, max_abs=1, l1_sensitivity=1.0, l2_sensitivity=1.0, privacy_weight=w,
                        purpose=p) for i, (w, p) in enumerate([(0.3, "bound"), (1.62, "means"), (1.08, "variances")])]
     noises = [privacy.round_noise(cal, p) for p in plans]
