@@ -46,6 +46,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.path.name, -1) if item.get_closest_marker("e2e") else -2)
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The test's pytest-timeout stretched by the machine's measured slowdown, as its deadlines and waits are
+    (runs before pytest-timeout reads the timeout)."""
+    factor = deadlines.slowdown()
+    if factor > 1.0 and item.get_closest_marker("e2e"):
+        marker = item.get_closest_marker("timeout")
+        base = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
+        if base > 0:
+            item.add_marker(pytest.mark.timeout(round(base * factor)), append=False)
+    yield
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "db_url" in metafunc.fixturenames:
         params = [pytest.param("sqlite", id="sqlite")]

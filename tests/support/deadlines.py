@@ -5,7 +5,8 @@ the end-to-end tier's own workers). Beside other work (a CPU hog, `make test-loa
 several times slower, and a fixed deadline aborts cohorts that would have finished. `slowdown()` measures the
 machine now (fleet_sim.deadlines: one timed in-process secure aggregation) against REFERENCE_PER_PARTY_S;
 `fit` multiplies a spec's phase deadline by it and `stretch` a wait — never shortening either.
-tests/e2e/conftest.py applies both to every `AnalystClient.submit`/`wait` in the end-to-end tier.
+tests/e2e/conftest.py applies both to every `AnalystClient.submit`/`wait` in the end-to-end tier, and stretches each
+test's pytest timeout alike.
 
 A longer phase deadline can change one decision of the server: whether validity proofs are on by default (they
 are when their verification fits in the phase). So a fitted spec pins `privacy.validation` to what the server
