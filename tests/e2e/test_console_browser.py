@@ -61,7 +61,7 @@ def _train(api: AnalystClient) -> str:
     stats = json.loads((ROOT / "examples" / "breast_cancer_stats.json").read_text())
     stats["cohort"] = {"min_clients": 45, "max_clients": 1000}
     sid = api.submit(stats)["id"]
-    assert api.wait(sid, timeout_s=120)["status"] == "succeeded"
+    assert api.wait(sid, timeout_s=300)["status"] == "succeeded"
     train = _spec("training", min_clients=45, max_clients=1000)
     train["params"]["scaling"] = api.result(sid)["result"]
     return api.submit(train)["id"]

@@ -45,7 +45,7 @@ def _spec(mechanism: str, epsilon: float = 1.0) -> dict[str, Any]:
         "params": {"buckets": ["moon", "sun", "star", "cloud", "rain", "snow", *UNSEEN], "other_bucket": "other",
                    "max_contributions_per_device": 1},
         "privacy": {"mechanism": mechanism, "epsilon": epsilon, "delta": 1e-6},
-        "cohort": {"min_clients": T_MIN, "max_clients": DEVICES, "phase_timeout_s": 20},
+        "cohort": {"min_clients": T_MIN, "max_clients": DEVICES, "phase_timeout_s": 45},  # no dropout: all answer first
     }
 
 

@@ -25,19 +25,20 @@ from fleet_sim import deadlines
 REFERENCE_PER_PARTY_S = 0.020
 """The calibration's slowest phase per party on the reference machine (2 cores) while the tier's three workers
 run: 15–27 ms measured at load ≈ 5 (8 ms idle). Two busy loops beside the tier give about 1.4× that."""
-MEASURE_EVERY_S = 20.0
-"""A measurement is reused this long (each takes about half a second, longer the busier the machine)."""
+MEASURE_EVERY_S = 90.0
+"""A measurement is reused this long: each costs about a second of CPU on a busy machine, which three workers
+measuring often would take from the tests themselves."""
 
 _lock = threading.Lock()
 _last: tuple[float, deadlines.MachineSpeed] | None = None
 
 
 def speed() -> deadlines.MachineSpeed:
-    """The machine's speed, measured at most MEASURE_EVERY_S ago (the faster of two measurements: less noise)."""
+    """The machine's speed, measured at most MEASURE_EVERY_S ago."""
     global _last
     with _lock:
         if _last is None or time.monotonic() - _last[0] > MEASURE_EVERY_S:
-            _last = (time.monotonic(), min(deadlines.measure(), deadlines.measure(), key=lambda m: m.per_party_s))
+            _last = (time.monotonic(), deadlines.measure())
         return _last[1]
 
 
