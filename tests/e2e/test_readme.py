@@ -23,11 +23,14 @@ from pathlib import Path
 import pytest
 
 from analytics_server.pool import AVAILABILITY_SLACK_S
+from tests.support import deadlines
 from tests.support.devstack import BIN, SERVER_ENV, free_port
 from tests.readme_blocks import ROOT, blocks, script
 
-pytestmark = pytest.mark.e2e
-TIMEOUT_S = 420
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(660)]
+TIMEOUT_S = 600
+"""On the reference machine (the tier's three workers on two cores): about 190 s alone, 430 s beside the tier's
+other modules; stretched by the measured slowdown on a busier machine, as the pytest timeout is."""
 LAPSE_S = float(SERVER_ENV["FA_CHECKIN_MAX_WAIT_S"]) + float(SERVER_ENV["FA_RETRY_AFTER_S"]) + AVAILABILITY_SLACK_S + 3
 """A device stays available for its long-poll (capped by the server), the `retry_after` it was told and the
 pool's slack after its last check-in; 3 s more for the check-in lag and the fleet's own exit."""
@@ -47,15 +50,16 @@ def test_readme_blocks_run_against_a_live_server(tmp_path: Path) -> None:
            "PYTHONPATH": str(ROOT)}
     env.pop("FA_TOKEN", None)
     env.pop("FA_SERVER", None)
+    limit_s = deadlines.stretch(TIMEOUT_S)
     started = time.monotonic()
     proc = subprocess.Popen(["bash", str(tmp_path / "readme.sh")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
+        out, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"the README did not finish within {TIMEOUT_S} s; stderr:\n{err[-4000:]}")
+        pytest.fail(f"the README did not finish within {limit_s:.0f} s; stderr:\n{err[-4000:]}")
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)  # anything the script left behind
