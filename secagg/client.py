@@ -21,6 +21,9 @@ advertised keys bound to session and task and sends the signature with its share
 every share sender's signature, and any member entries the server adds, before it
 computes its masked input (`TaskMismatchError` on any failure), and with `min_verified` it refuses
 (`CohortUnverifiedError`) unless that many distinct identities (its own included) signed for this session and task.
+With `credentialed(identity, token)` (docs/identities.md) an identity counts toward `min_verified` only when the
+server also relayed a token for it that the callback accepts (an issuer vouched for it): a member the server
+invented signs, but has no token, so it does not count.
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ class ClientSession:
         task_digest: bytes = crypto.NO_TASK,
         verify_peers: bool = True,
         min_verified: int | None = None,
+        credentialed: Callable[[bytes, bytes], bool] | None = None,
     ) -> None:
         if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
             raise ConfigError(f"party_id: must be between 1 and n={config.n}, got {party_id!r}")
@@ -140,9 +144,11 @@ class ClientSession:
         self._peer_ids = dict(peer_identity_keys or {})
         self._verify = verify_peers and peer_identity_keys is not None
         self._min_verified = min_verified
+        self._credentialed = credentialed
         self._bind = crypto.binding(config.session_id, task_digest)
         self.verified_members: int | None = None
-        """Distinct identities (this party's included) whose signatures for this session and task it verified."""
+        """Distinct identities (this party's included) whose signatures for this session and task it verified (and, with
+        `credentialed`, whose tokens it accepted)."""
         self._meter = meter or NullMeter()
         self._rng = randomness or OsRandom()
         self._nbrs = frozenset(config.neighbour_graph.closed(party_id))
@@ -280,15 +286,18 @@ class ClientSession:
         identities = set()
         if self._identity is not None:
             identities.add(crypto.ed25519_public_bytes(self._identity))
-        for (v, _), sig in zip(msg.ciphertexts, msg.signatures):
+        sender_tokens = msg.sender_tokens or (b"",) * len(msg.ciphertexts)
+        for (v, _), sig, token in zip(msg.ciphertexts, msg.signatures, sender_tokens):
             keys = self._peers[v]
             try:
                 crypto.verify(self._peer_ids[v], sig, crypto.advertise_payload(self._bind, v, keys.c_pk, keys.s_pk), "")
             except SignatureError:
                 raise TaskMismatchError(v) from None
-            identities.add(self._peer_ids[v])
+            if self._counts(self._peer_ids[v], token):
+                identities.add(self._peer_ids[v])
         seen: set[int] = set()
-        for m in msg.members:
+        member_tokens = msg.member_tokens or (b"",) * len(msg.members)
+        for m, token in zip(msg.members, member_tokens):
             if not 1 <= m.party <= cfg.n or m.party in self._nbrs or m.party in seen:
                 raise InconsistentSetsError(f"members: party {m.party} is a neighbour, repeated or outside the cohort")
             seen.add(m.party)
@@ -296,10 +305,19 @@ class ClientSession:
                 crypto.verify(m.identity, m.signature, crypto.advertise_payload(self._bind, m.party, m.c_pk, m.s_pk), "")
             except SignatureError:
                 raise TaskMismatchError(m.party, "member list") from None
-            identities.add(m.identity)
+            if self._counts(m.identity, token):
+                identities.add(m.identity)
         self.verified_members = len(identities)
         if self._min_verified is not None and len(identities) < self._min_verified:
             raise CohortUnverifiedError(len(identities), self._min_verified)
+
+    def _counts(self, identity: bytes, token: bytes) -> bool:
+        """Whether a peer whose signature verified counts toward `min_verified`: always without `credentialed`,
+        else only with a token the callback accepts."""
+        if self._credentialed is None:
+            return True
+        with self._meter.measure("tokens"):
+            return bool(token) and self._credentialed(identity, token)
 
     def _on_routed_shares(self, msg: RoutedShares) -> bytes:
         cfg = self.config

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from secagg.errors import MessageFormatError
+from secagg.identity_token import TOKEN_BYTES
 from secagg.shamir import SHARE_BYTES
 
 MAGIC = b"SA"
@@ -268,18 +269,22 @@ class ShareKeys(Message):
 @dataclass(frozen=True)
 class RoutedShares(Message):
     """The ciphertexts addressed to the recipient, each sender's signature over its advertised keys (same order),
-    and the signed member entries it asked for."""
+    the signed member entries it asked for and, in sessions whose members hold identity tokens
+    (docs/identities.md), each sender's and member's token (same orders) in an optional trailing section."""
 
     TYPE = MsgType.ROUTED_SHARES
     ciphertexts: tuple[tuple[int, bytes], ...]  # (sender, ciphertext)
     signatures: tuple[bytes, ...] = ()
     """One per ciphertext, in the same order (empty in sessions without identities)."""
     members: tuple[MemberEntry, ...] = ()
+    sender_tokens: tuple[bytes, ...] = ()
+    member_tokens: tuple[bytes, ...] = ()
 
     def body(self) -> bytes:
         return b"".join([
             _encode_pairs(self.ciphertexts), _u32(len(self.signatures)), *(_blob(s) for s in self.signatures),
             _u32(len(self.members)), *(m.encode() for m in self.members),
+            _token_section([_blob(t) for t in self.sender_tokens], [_blob(t) for t in self.member_tokens]),
         ])
 
     @classmethod
@@ -291,16 +296,38 @@ class RoutedShares(Message):
             raise MessageFormatError(f"signatures: {len(sigs)} for {len(cts)} ciphertexts")
         m = r.count(_MEMBER.size, "members")
         members = tuple(MemberEntry(*e) for e in _MEMBER.iter_unpack(r.take(m * _MEMBER.size, "members")))
-        return cls(sid, party, cts, sigs, members)
+        if r.pos == len(r.data):
+            return cls(sid, party, cts, sigs, members)
+        senders = _tokens(r, "sender_tokens", len(cts))
+        return cls(sid, party, cts, sigs, members, senders, _tokens(r, "member_tokens", len(members)))
+
+
+def _token_section(sender_tokens: Sequence[bytes], member_tokens: Sequence[bytes]) -> bytes:
+    """The optional trailing token section of RoutedShares (tokens already encoded as blobs); empty without any."""
+    if not sender_tokens and not member_tokens:
+        return b""
+    return b"".join((_u32(len(sender_tokens)), *sender_tokens, _u32(len(member_tokens)), *member_tokens))
+
+
+def _tokens(r: _Reader, what: str, expected: int) -> tuple[bytes, ...]:
+    n = r.count(4 + TOKEN_BYTES, what)
+    if n != expected:
+        raise MessageFormatError(f"{what}: {n} tokens for {expected} entries")
+    out = tuple(r.blob(what) for _ in range(n))
+    if any(len(t) != TOKEN_BYTES for t in out):
+        raise MessageFormatError(f"{what}: a token must be {TOKEN_BYTES} bytes")
+    return out
 
 
 def encode_routed(session_id: bytes, party: int, pairs: Sequence[bytes], signatures: Sequence[bytes],
-                  members: Sequence[bytes]) -> bytes:
-    """RoutedShares from already-encoded parts (each pair as `_PAIR_HEAD` ‖ ciphertext, each signature as a blob,
-    each member entry once per cohort), the server's fast path."""
+                  members: Sequence[bytes], sender_tokens: Sequence[bytes] = (),
+                  member_tokens: Sequence[bytes] = ()) -> bytes:
+    """RoutedShares from already-encoded parts (each pair as `_PAIR_HEAD` ‖ ciphertext, each signature and token as
+    a blob, each member entry once per cohort), the server's fast path."""
     return b"".join((
         HEADER.pack(MAGIC, VERSION, MsgType.ROUTED_SHARES, session_id, party), _U32.pack(len(pairs)), *pairs,
         _U32.pack(len(signatures)), *signatures, _U32.pack(len(members)), *members,
+        _token_section(sender_tokens, member_tokens),
     ))
 
 

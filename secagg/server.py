@@ -97,14 +97,23 @@ class ServerSession:
         meter: Meter | None = None,
         input_validator: Callable[[int, bytes], None] | None = None,
         task_digest: bytes = crypto.NO_TASK,
+        identity_tokens: Mapping[int, bytes] | None = None,
     ) -> None:
         """`input_validator(party, proof)`: when given, every masked input must carry a validity proof
         (`MaskedInputProved`) and the validator must accept it (raising InvalidInputError otherwise), before
-        the vector is added to the sum; a party whose proof fails is dropped at once."""
+        the vector is added to the sum; a party whose proof fails is dropped at once. `identity_tokens`: each
+        party's issuer token (docs/identities.md), relayed with the routed shares so that devices can tell
+        credentialed peers from invented ones; the server itself does not check them here (registration did)."""
         if config.active and identity_public_keys is None:
             raise ConfigError("identity_public_keys are required in the active threat model")
+        if identity_tokens is not None:
+            missing = set(range(1, config.n + 1)) - set(identity_tokens)
+            if identity_public_keys is None or missing:
+                raise ConfigError(f"identity_tokens: need identity_public_keys and a token for every party "
+                                  f"(missing {sorted(missing)[:5]})")
         self.config = config
         self._ids = dict(identity_public_keys or {})
+        self._token_blobs = {p: encode_blob(t) for p, t in (identity_tokens or {}).items()}
         self._signed = identity_public_keys is not None
         """Whether share keys must carry a valid signature over the party's advertised keys (always in the service)."""
         self._bind = crypto.binding(config.session_id, task_digest)
@@ -355,7 +364,7 @@ class ServerSession:
         out = {}
         for v in ordered:
             senders = [u for u in self._graph.closed(v) if u != v and u in u2]
-            members: list[bytes] = []
+            members: list[int] = []
             wanted = self._wanted.get(v, 0) if signed else 0
             if wanted:
                 closed = self._graph.closed_set(v)
@@ -367,9 +376,12 @@ class ServerSession:
                     if w not in member_entry:
                         k = self._keys[w]
                         member_entry[w] = MemberEntry(w, self._ids[w], k.c_pk, k.s_pk, self._key_sigs[w]).encode()
-                    members.append(member_entry[w])
+                    members.append(w)
+            tokens = self._token_blobs
             out[v] = encode_routed(sid, v, [encode_pair(u, self._cts[u][v]) for u in senders],
-                                   [sig_blob[u] for u in senders] if signed else [], members)
+                                   [sig_blob[u] for u in senders] if signed else [], [member_entry[w] for w in members],
+                                   [tokens[u] for u in senders] if tokens else [],
+                                   [tokens[w] for w in members] if tokens else [])
         self._cts.clear()
         self.phase, self._expected = Phase.MASKED_INPUT, u2
         return out

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from secagg import ConfigError, MessageFormatError, encoding, shamir
 from secagg.config import MAX_BITS
+from secagg.identity_token import TOKEN_BYTES
 from secagg.messages import (
     HEADER,
     MAGIC,
@@ -49,6 +50,7 @@ SIG = bytes(range(64))
 CT = bytes(range(90))
 SHARE = bytes(range(33))
 MEMBER = MemberEntry(9, KEY_D, KEY_A, KEY_C, SIG)
+TOKEN = bytes(i % 251 for i in range(TOKEN_BYTES))
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 SAMPLES: list[Message] = [
@@ -74,6 +76,8 @@ SAMPLES: list[Message] = [
     AdvertiseKeys(SID, 2, KEY_A, KEY_B, SIG),  # signed over its bare keys (a session with identities)
     PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D, SIG[::-1]))),
     PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D))),  # mixed: the entry-by-entry path
+    RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER,), (TOKEN, TOKEN[::-1]), (TOKEN,)),  # with tokens
+    RoutedShares(SID, 4, (), (), (MEMBER,), (), (TOKEN,)),
 ]
 ENCODED = [m.encode() for m in SAMPLES]
 IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)]
@@ -102,15 +106,33 @@ def test_every_truncation_is_rejected(data):
             with pytest.raises(MessageFormatError, match="vector"):
                 encoding.unpack(short.packed, msg.dim, msg.bits)
             continue
+        if isinstance(msg, RoutedShares) and (msg.sender_tokens or msg.member_tokens) and \
+                cut == len(RoutedShares(msg.session_id, msg.party, msg.ciphertexts, msg.signatures, msg.members).encode()):
+            # cut exactly before the optional token section: the message as it is without tokens, whose devices
+            # then count no peer as credentialed (only the server, who sends it, loses by this)
+            assert decode(data[:cut]) == RoutedShares(msg.session_id, msg.party, msg.ciphertexts, msg.signatures, msg.members)
+            continue
         with pytest.raises(MessageFormatError):
             decode(data[:cut])
 
 
 @pytest.mark.parametrize("data", [d for d, m in zip(ENCODED, SAMPLES) if not isinstance(m, MaskedInput)])
 def test_trailing_bytes_are_rejected(data):
+    """(RoutedShares may end in a token section: bytes after its member entries are read as one, and refused.)"""
     for extra in (b"\x00", b"\xff" * 7, data):
-        with pytest.raises(MessageFormatError, match="trailing"):
+        with pytest.raises(MessageFormatError, match="trailing|tokens"):
             decode(data + extra)
+
+
+def test_a_token_section_must_match_its_entries():
+    base = RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER,))
+    for senders, members, error in [((TOKEN,), (TOKEN,), "sender_tokens: 1 tokens for 2 entries"),
+                                    ((TOKEN, TOKEN), (), "member_tokens: 0 tokens for 1 entries"),
+                                    ((TOKEN, TOKEN[:-1]), (TOKEN,), "must be 354 bytes")]:
+        bad = RoutedShares(SID, 4, base.ciphertexts, base.signatures, base.members, senders, members).encode()
+        with pytest.raises(MessageFormatError, match=error):
+            decode(bad)
+    assert decode(base.encode()) == base  # no section: no tokens (the format before tokens)
 
 
 def test_bad_magic_version_and_type_are_rejected():
@@ -304,7 +326,14 @@ def _entry_by_entry(data: bytes) -> Message:
         if sigs and len(sigs) != len(cts):
             raise MessageFormatError("signatures")
         members = tuple(MemberEntry(u32(), take(32), take(32), take(32), take(64)) for _ in range(count(164)))
-        out = RoutedShares(sid, party, cts, sigs, members)
+        if pos == len(data):
+            out = RoutedShares(sid, party, cts, sigs, members)
+        else:
+            senders = tuple(take(count(1)) for _ in range(count(4 + TOKEN_BYTES)))
+            held = tuple(take(count(1)) for _ in range(count(4 + TOKEN_BYTES)))
+            if len(senders) != len(cts) or len(held) != len(members) or any(len(t) != TOKEN_BYTES for t in senders + held):
+                raise MessageFormatError("tokens")
+            out = RoutedShares(sid, party, cts, sigs, members, senders, held)
     if pos != len(data):
         raise MessageFormatError("trailing")
     return out
