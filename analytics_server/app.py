@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from analytics_server import openapi
+from analytics_server import issuer_keys, openapi
 from analytics_server.api_models import Health, ProcessLabel
 from analytics_server.auth import DeviceAuth, require_token
 from analytics_server.cluster import identity_for
@@ -76,7 +76,8 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         # the accountant (dp_accounting, scipy: ~1 s) loads lazily; load it now, off the loop, rather than in
         # the middle of the first query that needs it
         executor.submit(importlib.import_module, ACCOUNTANT_MODULE)
-        auth = DeviceAuth(store, settings.signature_window_s, clock=clock)
+        issuer = await issuer_keys.trusted_keys(settings.issuer_keys, settings.issuer_url)
+        auth = DeviceAuth(store, settings.signature_window_s, clock=clock, require_token=bool(issuer))
         await auth.start()
         notifier = notifier_for(settings.db_url)
         pool = DevicePool(store, notifier, fresh_s=settings.retry_after_s + AVAILABILITY_SLACK_S, clock=clock)
@@ -86,7 +87,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier, clock=clock, unmasked=unmasked)
         rate = settings.register_rate()
         limiter = AddressRateLimiter(rate, settings.register_burst) if rate > 0 else None
-        app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, process, limiter)
+        app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, process, limiter, issuer)
         await notifier.start()
         pool.start()
         await orch.start()

@@ -140,8 +140,10 @@ class RecentNonces:
 
 
 class DeviceAuth:
-    def __init__(self, store: Store, window_s: float, clock: Clock | None = None) -> None:
+    def __init__(self, store: Store, window_s: float, clock: Clock | None = None, require_token: bool = False) -> None:
+        """`require_token`: only devices registered with an issuer's identity token are known (docs/identities.md)."""
         self.store = store
+        self.require_token = require_token
         self.window = window_s
         self.clock: Clock = clock or SYSTEM_CLOCK  # the signature window and nonce expiry
         self._keys: dict[str, VerifyKey] = {}
@@ -202,9 +204,12 @@ class DeviceAuth:
         if key is None:
             if len(device_id) > 64:
                 raise HttpError(401, f"{HDR_DEVICE}: unknown device")
-            raw = await self.store.device_key(device_id)
+            raw, token = await self.store.device_identity(device_id)
             if raw is None:
                 raise HttpError(401, f"{HDR_DEVICE}: unknown device {device_id!r} (register first)")
+            if self.require_token and token is None:
+                raise HttpError(403, f"{HDR_DEVICE}: device {device_id!r} registered without an identity token; this "
+                                     "server admits only devices an issuer vouched for: register again with one")
             key = self._keys[device_id] = VerifyKey(raw)
         return DeviceRequest(device_id, key, hdrs)
 

@@ -379,8 +379,10 @@ class Orchestrator:
         seated = await self.store.round_members(rnd.id)
         live.update(phase="forming")
         session_id, members = await self._form(spec, rnd, plan, seated, live)
-        keys = await self.store.device_keys(list(members))
-        cohort = self._make_cohort(q, spec, rnd, plan, members, session_id, keys)
+        identities = await self.store.device_keys(list(members))
+        keys = {d: k for d, (k, _) in identities.items()}
+        tokens = {d: t for d, (_, t) in identities.items() if t is not None}
+        cohort = self._make_cohort(q, spec, rnd, plan, members, session_id, keys, tokens)
         self.cohorts[cohort.id] = cohort
         wire = {d: a.model_dump(mode="json", exclude_none=True) for d, a in cohort.assignments.items()}
         try:
@@ -486,8 +488,10 @@ class Orchestrator:
 
     def _make_cohort(
         self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int], session_id: bytes,
-        keys: dict[str, bytes],
+        keys: dict[str, bytes], tokens: dict[str, bytes] | None = None,
     ) -> CohortRuntime:
+        """`tokens`: members' identity tokens, relayed with the routed shares when every member has one (a device
+        that pins the issuer's keys counts toward its floor only peers whose token it verified)."""
         n, threat = len(members), self.settings.effective_threat_model()
         cohort_id = session_id.hex()
         statement = None if self.unmasked else validation.round_statement(
@@ -541,8 +545,10 @@ class Orchestrator:
             session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)
         else:
             ids = {p: keys[d] for d, p in members.items()}
+            held = {p: tokens[d] for d, p in members.items() if tokens and d in tokens}
             session = ServerSession(
-                cfg, ids, input_validator=checks.validator if checks else None, task_digest=digest
+                cfg, ids, input_validator=checks.validator if checks else None, task_digest=digest,
+                identity_tokens=held if len(held) == n else None,
             )
         cohort_spec = CohortSpec(
             mode=mode, secagg_dict=secagg_dict, task_digest=digest, validation=checks,

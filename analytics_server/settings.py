@@ -125,6 +125,18 @@ class Settings(BaseSettings):
         "(analytics_server/http/cors.py)",
     )
 
+    issuer_keys: str = Field(
+        default="", max_length=100_000,
+        description="comma-separated base64 SubjectPublicKeyInfo DER of the identity issuer's RSA keys "
+        "(docs/identities.md): registration then needs an identity token signed by one, and only devices holding one "
+        "check in; empty (and no issuer_url): devices register with a bare key",
+    )
+    issuer_url: str | None = Field(
+        default=None, max_length=2048,
+        description="the identity issuer (`fa-issuer serve`): its keys are read from URL/v1/issuer/keys at start, "
+        "beside any issuer_keys",
+    )
+
     @field_validator("device_cors_origins")
     @classmethod
     def _origins(cls, v: str) -> str:

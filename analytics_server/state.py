@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
 from analytics_server.auth import DeviceAuth
 from analytics_server.cluster import ProcessIdentity
@@ -28,6 +29,8 @@ class AppState:
     executor: Executor
     process: ProcessIdentity
     register_limiter: AddressRateLimiter | None = None
+    issuer_keys: dict[bytes, RSAPublicKey] = field(default_factory=dict)
+    """token_key_id → the identity issuer's keys this server trusts (analytics_server.issuer_keys); empty: none."""
 
 
 STATE = web.AppKey("state", AppState)

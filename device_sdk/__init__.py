@@ -8,6 +8,7 @@ app ships, nothing else: the analyst client and CLI (`fa`) are the `analyst_clie
 parameters (black-box training by finite differences, see docs/frecency.md)."""
 
 from device_sdk.client import DeviceClient, Outcome
+from device_sdk.identity import Enrolment, EnrolmentError
 from device_sdk.ledger import ContributionRecord
 from device_sdk.policy import DevicePolicy, PolicyError, Refusal
 from device_sdk.store import LocalStore, StoreError
@@ -17,6 +18,8 @@ __all__ = [
     "ContributionRecord",
     "DeviceClient",
     "DevicePolicy",
+    "Enrolment",
+    "EnrolmentError",
     "LocalStore",
     "Outcome",
     "PolicyError",

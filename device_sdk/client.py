@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from device_sdk.contribution import Contribution
 from device_sdk.hooks import DeviceHooks
+from device_sdk.identity import TOKEN_META, Enrolment, issuer_key, obtain_token
 from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
 from device_sdk.must_await import must_await
 from device_sdk.policy import Decision, DevicePolicy, Refusal, checkin_pause, decide, refuse
@@ -66,7 +67,7 @@ from queries.envelope import (
 )
 from queries.registry import get_kind
 from queries.task_digest import TaskDigestError, task_digest
-from secagg import encoding
+from secagg import encoding, identity_token
 from secagg.client import ClientSession, KeyPairs
 from secagg.config import SecAggConfig
 from secagg.crypto import keys_payload
@@ -172,6 +173,7 @@ class DeviceClient:
         ineligible_poll_s: float = 60.0,
         keys_with_checkin: bool = True,
         hooks: DeviceHooks | None = None,
+        enrolment: Enrolment | None = None,
     ) -> None:
         """`policy`: the device's own limits (docs/device_sdk.md); `eligible`: called before every check-in
         (and again before a cohort starts), the device only takes part while it returns True; the `on_…`
@@ -192,6 +194,9 @@ class DeviceClient:
         self.on_error = on_error
         self.ineligible_poll_s = ineligible_poll_s
         self.keys_with_checkin = keys_with_checkin
+        if enrolment is not None and not isinstance(enrolment, Enrolment):
+            raise TypeError(f"enrolment: must be an Enrolment, got {type(enrolment).__name__}")
+        self.enrolment = enrolment
         self.hooks = hooks or DeviceHooks()
         self.ledger = ContributionLedger(store)
         self._runner: Any = None
@@ -299,7 +304,13 @@ class DeviceClient:
     async def ensure_registered(self) -> str:
         if self.store.get_meta(REGISTERED_META + ":" + self.server) is not None:
             return self.device_id
-        status, body = await self._json("POST", "/v1/device/register", {"public_key": b64e(self.public_key)}, register=True)
+        payload = {"public_key": b64e(self.public_key)}
+        if self.enrolment is not None:
+            payload["identity_token"] = b64e(await self.identity_token())
+        status, body = await self._json("POST", "/v1/device/register", payload, register=True)
+        if status == 403 and self.enrolment is None and "identity_token" in _msg(body):
+            raise ServerError(status, _msg(body) + " — this device has no enrolment: pass DeviceClient(..., "
+                              "enrolment=Enrolment(issuer_url, credential))")
         if status not in (200, 201):
             raise ServerError(status, _msg(body))
         if body.get("device_id") != self.device_id:
@@ -307,6 +318,21 @@ class DeviceClient:
         self.store.set_meta(ID_META, self.device_id)
         self.store.set_meta(REGISTERED_META + ":" + self.server, str(self.store.clock.time()))
         return self.device_id
+
+    async def identity_token(self) -> bytes:
+        """This identity's token from the issuer (`enrolment`), obtained once and kept in the store. Raises
+        EnrolmentError when the issuer refuses (a spent quota carries its Retry-After)."""
+        kept = self.store.get_meta(TOKEN_META)
+        if kept is not None:
+            return b64d(kept, TOKEN_META, identity_token.TOKEN_BYTES)
+        assert self.enrolment is not None
+        http = await self._http()
+        pinned = list(self.policy.trusted_issuers.values())
+        key = pinned[0] if pinned else await issuer_key(http, self.enrolment, self.timeout)
+        token = await obtain_token(http, self.enrolment, key, self.public_key, self.randomness.enrolment(),
+                                   self.timeout)
+        self.store.set_meta(TOKEN_META, b64e(token))
+        return token
 
     # -- the device's own limits ---------------------------------------------------------------
 
@@ -552,6 +578,7 @@ class DeviceClient:
                     task_digest=digest,
                     verify_peers=self.policy.verify_cohort,
                     min_verified=self.policy.min_verified,
+                    credentialed=self.policy.credentialed if self.policy.trusted_issuers else None,
                 )
             message: bytes | None = client.start()  # with `ahead`, the bytes the server built from the check-in
         except (ValueError, KeyError, RuntimeError) as exc:

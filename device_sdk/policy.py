@@ -14,15 +14,21 @@ its share is only t_min-th of the noise.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
 from queries.dp.errors import PrivacyError
 from queries.dp.floor import per_device_floor
 from queries.envelope import Assignment, RefusalReason
 from queries.kind import QueryKind, QueryKindError
+from secagg import identity_token
+from secagg.blind_rsa import load_public_key
 from secagg.config import SecAggConfig
 from secagg.errors import ConfigError
 
@@ -59,6 +65,10 @@ class DevicePolicy:
       with `task_mismatch`), and counts toward `min_cohort` only distinct members whose signatures verified
       (`cohort_unverified` below it). Off: the device signs but verifies nothing, and `min_cohort` compares with
       the cohort size the server announces (docs/secagg.md, "Devices that check the server").
+    - `issuer_keys`: the identity issuer's public keys the app pins (base64 SubjectPublicKeyInfo DER, as
+      `GET /v1/issuer/keys` lists them). With `verify_cohort`, a member then counts toward `min_cohort` only when
+      the server also relayed an identity token for it that one of these keys signed (docs/identities.md): members
+      the server made up count for nothing. Set `min_cohort` too: it is the floor they are counted against.
     """
 
     allowed_sources: Collection[str] | Mapping[str, Collection[str] | None] | None = None
@@ -71,10 +81,13 @@ class DevicePolicy:
     require_proofs: bool = False
     max_contributions_per_day: int | None = None
     verify_cohort: bool = True
+    issuer_keys: Sequence[str] | None = None
     _sources: dict[str, frozenset[str] | None] | None = field(default=None, init=False, repr=False, compare=False)
+    _issuers: dict[bytes, RSAPublicKey] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_sources", _normalise_sources(self.allowed_sources))
+        object.__setattr__(self, "_issuers", _issuer_keys(self.issuer_keys))
         for name in ("require_noise", "require_proofs", "verify_cohort"):
             if not isinstance(getattr(self, name), bool):
                 raise PolicyError(f"{name}: must be True or False, got {getattr(self, name)!r}")
@@ -107,6 +120,19 @@ class DevicePolicy:
         return self.min_cohort if self.verify_cohort else None
 
     @property
+    def trusted_issuers(self) -> dict[bytes, RSAPublicKey]:
+        """token_key_id → pinned issuer key (empty: none pinned)."""
+        return self._issuers
+
+    def credentialed(self, identity: bytes, token: bytes) -> bool:
+        """Whether `token` is a pinned issuer's token for `identity` (docs/identities.md)."""
+        try:
+            identity_token.verify(token, identity, self._issuers)
+        except identity_token.TokenError:
+            return False
+        return True
+
+    @property
     def survivor_floor(self) -> int | None:
         return self.min_survivors if self.min_survivors is not None else self.min_cohort
 
@@ -118,6 +144,20 @@ class DevicePolicy:
             return True
         kinds = self._sources.get(source)
         return kinds is None or kind in kinds
+
+
+def _issuer_keys(raw: Any) -> dict[bytes, RSAPublicKey]:
+    if raw is None:
+        return {}
+    if isinstance(raw, str) or not all(isinstance(k, str) for k in raw):
+        raise PolicyError("issuer_keys: a list of base64 SubjectPublicKeyInfo strings")
+    keys = []
+    for i, text in enumerate(raw):
+        try:
+            keys.append(load_public_key(base64.b64decode(text, validate=True)))
+        except (binascii.Error, ValueError) as exc:
+            raise PolicyError(f"issuer_keys[{i}]: not an issuer public key ({exc})") from None
+    return identity_token.trusted_keys(keys)
 
 
 def _positive(name: str, value: Any) -> None:

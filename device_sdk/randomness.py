@@ -3,6 +3,8 @@
 `DeviceRandomness(root)` wraps a `secagg.randomness.RandomSource`: OS entropy by default, a `SeededRandom`
 in tests (and in `fa-sim --seeded-randomness`). Everything random a device does comes from it:
 - its Ed25519 identity key when the store has none (`identity_key`: 32 bytes of child "identity");
+- its identity token request (`enrolment`: child "enrolment": the token nonce, the PSS salt and the blind,
+  docs/identities.md);
 - request-signing nonces (`nonce`: 16 bytes of child "nonces" as unpadded base64url);
 - the secagg keys sent ahead with each check-in (`checkin_keys`: child "checkin-keys", 64 bytes per check-in,
   `secagg.client.KeyPairs.draw`);
@@ -49,6 +51,10 @@ class DeviceRandomness:
     def identity_key(self) -> bytes:
         """32 bytes for a new Ed25519 identity key."""
         return self.root.child("identity").bytes(32)
+
+    def enrolment(self) -> RandomSource:
+        """The stream an identity token request draws its nonce, salt and blind from."""
+        return self.root.child("enrolment")
 
     def nonce(self) -> str:
         """A request-signing nonce: 16 random bytes as unpadded base64url (22 characters)."""

@@ -97,6 +97,11 @@ class _Model(BaseModel):
 
 class RegisterRequest(_Model):
     public_key: str = Field(description="base64 of the device's 32-byte Ed25519 public key")
+    identity_token: str | None = Field(
+        default=None, max_length=1024,
+        description="base64 of the identity issuer's 354-byte token for public_key (docs/identities.md); required by "
+        "a server that trusts an issuer",
+    )
 
 
 class RegisterResponse(_Model):

@@ -117,6 +117,8 @@ class Device(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     public_key: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    identity_token: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    """The issuer's token vouching for `public_key` (docs/identities.md); None: registered without an issuer."""
 
 
 class Token(Base):

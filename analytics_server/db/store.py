@@ -260,23 +260,34 @@ class Store(ClusterStore, ReportStore):
 
     # -- devices and nonces ---------------------------------------------------------------------
 
-    async def register_device(self, device_id: str, public_key: bytes) -> None:
+    async def register_device(self, device_id: str, public_key: bytes, identity_token: bytes | None = None) -> None:
+        """Insert the device; registering again only adds a token it did not have (a token is never replaced)."""
         async with self._write:
             async with self.sessions() as s:
-                if await s.get(Device, device_id) is not None:
+                row = await s.get(Device, device_id)
+                if row is None:
+                    s.add(Device(id=device_id, public_key=public_key, created_at=now(), identity_token=identity_token))
+                elif row.identity_token is None and identity_token is not None:
+                    row.identity_token = identity_token
+                else:
                     return
-                s.add(Device(id=device_id, public_key=public_key, created_at=now()))
                 await s.commit()
 
     async def device_key(self, device_id: str) -> bytes | None:
+        return (await self.device_identity(device_id))[0]
+
+    async def device_identity(self, device_id: str) -> tuple[bytes | None, bytes | None]:
+        """(public key, identity token) of a device; (None, None) when unknown."""
         async with self.sessions() as s:
             row = await s.get(Device, device_id)
-        return None if row is None else row.public_key
+        return (None, None) if row is None else (row.public_key, row.identity_token)
 
-    async def device_keys(self, device_ids: list[str]) -> dict[str, bytes]:
+    async def device_keys(self, device_ids: list[str]) -> dict[str, tuple[bytes, bytes | None]]:
+        """Per device: (public key, identity token or None)."""
         async with self.sessions() as s:
-            rows = (await s.execute(select(Device.id, Device.public_key).where(Device.id.in_(device_ids)))).all()
-        return {d: bytes(k) for d, k in rows}
+            rows = (await s.execute(select(Device.id, Device.public_key, Device.identity_token)
+                                    .where(Device.id.in_(device_ids)))).all()
+        return {d: (bytes(k), None if t is None else bytes(t)) for d, k, t in rows}
 
     async def claim_nonces(self, rows: list[tuple[str, str, float]]) -> set[tuple[str, str]]:
         """Insert (device_id, nonce, expires_at) rows in one transaction; returns the (device_id, nonce)

@@ -44,6 +44,7 @@ from queries.envelope import (
     b64e,
     device_id_for,
 )
+from secagg import identity_token
 from secagg.phases import Phase
 
 routes = web.RouteTableDef()
@@ -86,10 +87,32 @@ async def register(request: web.Request) -> web.Response:
     except ValueError as exc:
         raise HttpError(422, str(exc)) from None
     st.auth.check_signature(key, request, body, hdrs)
+    token = _identity_token(st, req, raw)
     device_id = device_id_for(raw)
     await st.auth.claim(device_id, hdrs)
-    await st.store.register_device(device_id, raw)
+    await st.store.register_device(device_id, raw, token)
     return json_model(RegisterResponse(device_id=device_id), 201, exclude_none=True)
+
+
+def _identity_token(st: AppState, req: RegisterRequest, identity_key: bytes) -> bytes | None:
+    """The registration's identity token, checked against the issuer keys this server trusts (docs/identities.md):
+    required when it trusts any, and then it must vouch for the key being registered."""
+    if req.identity_token is None:
+        if st.issuer_keys:
+            raise HttpError(403, "identity_token: this server admits only devices an identity issuer vouched for; "
+                                 "enrol with the issuer and register with its token (docs/identities.md)")
+        return None
+    try:
+        raw = b64d(req.identity_token, "identity_token", identity_token.TOKEN_BYTES)
+    except ValueError as exc:
+        raise HttpError(422, str(exc)) from None
+    if not st.issuer_keys:
+        return None  # no issuer to check it against: nothing is stored that no one could verify
+    try:
+        identity_token.verify(raw, identity_key, st.issuer_keys)
+    except identity_token.TokenError as exc:
+        raise HttpError(403, f"identity_token: {exc}") from None
+    return raw
 
 
 @routes.post("/v1/device/checkin")
