@@ -43,7 +43,7 @@ from queries.envelope import (
     device_id_for,
     signing_payload,
 )
-from secagg import crypto, encoding, messages, randomness, shamir
+from secagg import blind_rsa, crypto, encoding, identity_token, messages, randomness, shamir
 from secagg.client import ClientSession
 from secagg.config import SecAggConfig
 from secagg.graph import NeighbourGraph
@@ -433,7 +433,9 @@ def build_message(case: Json) -> messages.Message:
             messages.MemberEntry(e["party"], unh(e["identity"]), unh(e["c_pk"]), unh(e["s_pk"]), unh(e["signature"]))
             for e in f["members"]
         )
-        return messages.RoutedShares(sid, p, cts, tuple(unh(x) for x in f["signatures"]), members)
+        return messages.RoutedShares(sid, p, cts, tuple(unh(x) for x in f["signatures"]), members,
+                                     tuple(unh(x) for x in f.get("sender_tokens", ())),
+                                     tuple(unh(x) for x in f.get("member_tokens", ())))
     if t == "MaskedInput":
         packed = encoding.pack(np.array(f["values"], dtype=np.uint64), f["bits"])
         return messages.MaskedInput(sid, p, f["bits"], len(f["values"]), packed)
@@ -463,7 +465,9 @@ SID = h(bytes(range(0xC0, 0xD0)))
     "Every secagg wire message (secagg/messages.py) from fixed fields: the 24-byte header (magic 'SA', "
     "version, type, session id, party as u32 BE) and the body. Protocol 2: AdvertiseKeys and PeerKeys entries carry "
     "the session-free key signature (a blob: empty or 64 bytes); ShareKeys carries the sender's signature and members_wanted; RoutedShares carries the senders' "
-    "signatures (same order as the ciphertexts) and member entries. MaskedInput packs values at `bits` bits.",
+    "signatures (same order as the ciphertexts) and member entries, then (optional, only with identity tokens) the "
+    "senders' and the members' tokens (u32 count, then u32 length ‖ 354 bytes each; docs/identities.md). "
+    "MaskedInput packs values at `bits` bits.",
     [
         {"type": "AdvertiseKeys", "session_id": SID, "party": 3, "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk")}},
         {"type": "AdvertiseKeys", "session_id": SID, "party": 3,
@@ -495,6 +499,10 @@ SID = h(bytes(range(0xC0, 0xD0)))
              {"party": 140, "identity": _k("id140"), "c_pk": _k("c140"), "s_pk": _k("s140"),
               "signature": _k("ksig140", 64)},
          ]}},
+        {"type": "RoutedShares", "session_id": SID, "party": 12,
+         "fields": {"ciphertexts": [[70, _k("ct7012", 90)]], "signatures": [_k("ksig70", 64)], "members": [
+             {"party": 5, "identity": _k("id5"), "c_pk": _k("c5"), "s_pk": _k("s5"), "signature": _k("ksig5", 64)},
+         ], "sender_tokens": [_k("tok70", 354)], "member_tokens": [_k("tok5", 354)]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 16, "values": [0, 1, 65535, 4660]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 24, "values": [0, 1, 16777215]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 13, "values": [8191, 0, 4097, 1, 2]}},
@@ -1062,6 +1070,74 @@ def signed_payloads_vectors(case: Json) -> Json:
     crypto.verify(public, unh(out["advertise_signature"]), advertise, "advertise")
     crypto.verify(public, unh(out["consistency_signature"]), consistency, "consistency")
     return out
+
+
+ISSUER_TEST_KEY = Path(__file__).parent / "data" / "issuer_test_key.pem"
+"""A fixed 2048-bit RSA issuer key for the identity-token vectors (a test key: it vouches for nothing)."""
+
+
+def _issuer_test_key() -> Any:
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    return load_pem_private_key(ISSUER_TEST_KEY.read_bytes(), None)
+
+
+def _made_token(case: Json) -> tuple[bytes, Any]:
+    key = _issuer_test_key()
+    pending = identity_token.request(key.public_key(), unh(case["identity"]), SeededRandom(case["seed"].encode()))
+    return pending.finalize(blind_rsa.blind_sign(key, pending.blinded_msg)).encode(), pending
+
+
+def _token_case(name: str, present: str = "as made", **kw: Any) -> Json:
+    return {"name": name, "identity": _k("identity/" + name), "seed": "identity-token/" + name, "present": present, **kw}
+
+
+@topic(
+    "identity_tokens",
+    "Identity tokens (secagg/identity_token.py, docs/identities.md): Privacy Pass type-2 tokens (RFC 9578) for an "
+    "Ed25519 identity key under the fixed test issuer key (tests/support/data/issuer_test_key.pem). The device draws "
+    "nonce (32 bytes), PSS salt (48) and blind (randbelow(n − 1) + 1) from SeededRandom(seed); token_input = 0x0002 ‖ "
+    "nonce ‖ SHA-256('fa-identity-token/v1/' ‖ identity) ‖ SHA-256(issuer SPKI DER); the token is token_input ‖ "
+    "RSABSSA-SHA384-PSS-Deterministic signature. `present` alters what is verified; `error` is the refusal's text.",
+    [
+        _token_case("a"),
+        _token_case("b"),
+        _token_case("another identity", present="for another identity"),
+        _token_case("unknown key id", present="with another key id"),
+        _token_case("bad signature", present="with a flipped signature bit"),
+        _token_case("short", present="one byte short"),
+        _token_case("type 3", present="as token type 3"),
+    ],
+)
+def identity_tokens_vectors(case: Json) -> Json:
+    key = _issuer_test_key()
+    token, pending = _made_token(case)
+    shown, identity = bytearray(token), unh(case["identity"])
+    match case["present"]:
+        case "for another identity":
+            identity = unh(_k("identity/someone else"))
+        case "with another key id":
+            shown[66:98] = hashlib.sha256(b"another issuer").digest()
+        case "with a flipped signature bit":
+            shown[-1] ^= 1
+        case "one byte short":
+            del shown[-1]
+        case "as token type 3":
+            shown[1] = 3
+    error = None
+    try:
+        identity_token.verify(bytes(shown), identity, identity_token.trusted_keys([key.public_key()]))
+    except identity_token.TokenError as exc:
+        error = str(exc)
+    assert (error is None) == (case["present"] == "as made"), (case, error)
+    return {
+        "issuer_spki": h(blind_rsa.public_key_der(key.public_key())),
+        "token_key_id": h(identity_token.key_id(key.public_key())),
+        "blinded_msg": h(pending.blinded_msg),
+        "token": h(token),
+        "verified_identity": h(identity),
+        "verified_token": h(bytes(shown)),
+        "error": error,
+    }
 
 
 TS_TASK_SCHEMAS = ROOT / "device_sdk" / "js" / "src" / "kinds" / "taskSchemas.generated.ts"
