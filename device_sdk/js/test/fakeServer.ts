@@ -116,8 +116,9 @@ export interface CohortOptions {
   substitutePeerKeys?: { to: number; peer: number };
   /** Milliseconds a phase waits for its last member before closing without it. */
   phaseTimeoutMs?: number;
-  /** Send the identity-token section with the routed shares: the token the server shows for party p. */
-  tokens?: (party: number) => Uint8Array;
+  /** Send the identity-token section with the routed shares: the token the server shows for party p (its registered
+   * one is `cohort.registeredToken(p)`). */
+  tokens?: (party: number, cohort: FakeCohort) => Uint8Array;
   /** Registration requires a token under these keys. */
   trusted?: TrustedKeys;
 }
@@ -371,7 +372,7 @@ export class FakeCohort {
         members.push({ party: w, identity: (this.parties.get(w) as Party).identity, cPk: k.cPk, sPk: k.sPk, signature });
       }
       const tok = this.opts.tokens;
-      const tokens = tok ? { senders: senders.map((u) => tok(u)), members: members.map((e) => tok(e.party)) } : null;
+      const tokens = tok ? { senders: senders.map((u) => tok(u, this)), members: members.map((e) => tok(e.party, this)) } : null;
       const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, signatures, members, tokens });
       this.routed.set(v, decode(msg) as Extract<Message, { type: MsgType.RoutedShares }>);
       out.set(v, msg);
