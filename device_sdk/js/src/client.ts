@@ -22,7 +22,7 @@ import {
   Assignment, HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, MAX_LONG_POLL_S, PROTOCOL_VERSION,
   PhaseMessage, assignmentUnsafeIntegers, deviceIdFor, parseCheckin, rawAssignment, signingPayload,
 } from "./envelope.js";
-import { TokenError, requestToken, trustedKeys, verifyToken } from "./identityToken.js";
+import { TokenError, requestToken, verifyToken } from "./identityToken.js";
 import { getKind } from "./kinds/registry.js";
 import { DeviceKind, QueryKindError } from "./kinds/kind.js";
 import { ContributionLedger, ContributionRecord, DAY_S, NewRecord } from "./ledger.js";
@@ -381,7 +381,8 @@ export class DeviceClient {
     const enrolment = this.enrolment;
     if (enrolment === null) throw new TypeError("identityToken: this DeviceClient has no enrolment");
     const { key } = await this.identity();
-    const trusted = (await this.policy.trustedIssuerKeys()) as NonNullable<Awaited<ReturnType<DevicePolicy["trustedIssuerKeys"]>>>;
+    const trusted = await this.policy.trustedIssuerKeys();
+    if (trusted === null) throw new TypeError("enrolment: needs policy.issuerKeys");
     const kept = await this.store.getMeta(TOKEN_META);
     if (kept !== null) {
       try {
@@ -392,8 +393,7 @@ export class DeviceClient {
         this.log("info", `the kept identity token is no longer usable (${(exc as Error).message}); asking the issuer for a new one`);
       }
     }
-    const spki = (this.policy.issuerKeySpkis as Uint8Array[])[0];
-    const issuer = [...(await trustedKeys([spki])).values()][0];
+    const issuer = [...trusted.values()][0];  // the first pinned key (the map keeps the app's order)
     const pending = await requestToken(issuer, key.publicBytes, this.randomness.identityToken());
     const body = this.json({ credential: enrolment.credential, token_key_id: b64encode(pending.tokenKeyId), blinded_msg: b64encode(pending.blindedMsg) });
     const timeout = new AbortController();
