@@ -564,7 +564,8 @@ export class DeviceClient {
       }
       ans = await this.request("POST", "/v1/device/checkin", { body: this.json(payload), contentType: "application/json", signal });
     } catch (exc) {
-      if (!(exc instanceof ServerError) || FAILOVER_STATUSES.includes(exc.status)) this.failOver();
+      // (the issuer's answers say nothing about the device server)
+      if (!(exc instanceof IssuerError) && (!(exc instanceof ServerError) || FAILOVER_STATUSES.includes(exc.status))) this.failOver();
       throw exc;
     }
     if (FAILOVER_STATUSES.includes(ans.status)) {
