@@ -8,7 +8,13 @@
  * that session and task before its masked input leaves, and refuses (`task_mismatch`, `cohort_unverified`, kept in the
  * transparency log with nothing charged) a cohort it cannot verify. `start()` / `stop()` run `runForever` in the
  * background: pace steering (`retry_after`), exponential back-off with full jitter on errors, and an immediate stop
- * even mid long-poll. Every request is signed with the device's Ed25519 key, kept in the store. */
+ * even mid long-poll. Every request is signed with the device's Ed25519 key, kept in the store.
+ *
+ * Enrolment (docs/identities.md): with `enrolment: { issuerUrl, credential }` the device, before its first
+ * registration, asks the issuer for an identity token for its key (blinded under the first of `policy.issuerKeys`, so
+ * the issuer never sees the token it signs), keeps the token in the store and registers with it. Errors of the issuer
+ * are `IssuerError`s (its message and Retry-After); a server that requires a token from a device without an enrolment
+ * answers 403, raised as `EnrolmentRequiredError`. */
 
 import { b64decode, b64encode } from "./bytes.js";
 import { maskedContent } from "./contribution.js";
@@ -16,6 +22,7 @@ import {
   Assignment, HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, MAX_LONG_POLL_S, PROTOCOL_VERSION,
   PhaseMessage, assignmentUnsafeIntegers, deviceIdFor, parseCheckin, rawAssignment, signingPayload,
 } from "./envelope.js";
+import { TokenError, requestToken, verifyToken } from "./identityToken.js";
 import { getKind } from "./kinds/registry.js";
 import { DeviceKind, QueryKindError } from "./kinds/kind.js";
 import { ContributionLedger, ContributionRecord, DAY_S, NewRecord } from "./ledger.js";
@@ -33,6 +40,9 @@ import { Ed25519Key } from "./webcrypto.js";
 const KEY_META = "device_key";
 const ID_META = "device_id";
 const REGISTERED_META = "registered_at";
+const TOKEN_META = "identity_token";
+/** The longest Retry-After the issuer's quota may ask for (its default quota is one token per install per day). */
+const MAX_ISSUER_RETRY_S = 2 * 86400;
 const FAILOVER_STATUSES = [502, 503, 504];
 const RETENTION_EVERY_S = 60;
 /** Refusals after the device checked its cohort: kept in its transparency log (evidence of a server that broke the
@@ -72,6 +82,34 @@ export class ProtocolVersionError extends ServerError {
   }
 }
 
+/** The issuer refused a token (403 credential, 404 unknown key, 422 bad field, 429 quota or rate limit): its message
+ * and, for 429, its Retry-After. */
+export class IssuerError extends ServerError {
+  constructor(status: number, issuerMessage: string, retryAfter: number | null = null) {
+    super(status, issuerMessage, retryAfter);
+    this.message = `identity token issuer: HTTP ${status}: ${issuerMessage}`;
+    this.name = "IssuerError";
+  }
+}
+
+/** The server refused a registration without an identity token: the DeviceClient needs an `enrolment`. */
+export class EnrolmentRequiredError extends ServerError {
+  constructor(status: number, serverMessage: string) {
+    super(status, serverMessage);
+    this.message = `HTTP ${status}: ${serverMessage} — this server registers only devices with an identity token: ` +
+      "give the DeviceClient an enrolment ({ issuerUrl, credential }) and pin the issuer's keys in policy.issuerKeys";
+    this.name = "EnrolmentRequiredError";
+  }
+}
+
+/** Where and with what the device asks for its identity token (docs/identities.md). */
+export interface Enrolment {
+  /** The issuer's base URL (`POST {issuerUrl}/v1/issuer/token`). */
+  issuerUrl: string;
+  /** The enrolment credential the app's backend gave this install. */
+  credential: string;
+}
+
 export type Logger = (level: "debug" | "info" | "warn", message: string) => void;
 
 export interface DeviceClientOptions {
@@ -88,6 +126,8 @@ export interface DeviceClientOptions {
   /** Send fresh secagg public keys with every check-in, so a semi-honest cohort's first phase costs no request of its
    * own (docs/protocol.md, "Keys with the check-in"); default true. */
   keysWithCheckin?: boolean;
+  /** Ask this issuer for an identity token before the first registration (needs `policy.issuerKeys`). */
+  enrolment?: Enrolment;
   onAssignment?: (a: Assignment) => void;
   onContribution?: (r: ContributionRecord) => void;
   onRefusal?: (r: Refusal) => void;
@@ -153,9 +193,24 @@ function errorText(body: Uint8Array): string {
   }
 }
 
-function retryAfterOf(h: Headers): number | null {
+function retryAfterOf(h: Headers, max = 3600): number | null {
   const v = Number(h.get("Retry-After"));
-  return h.get("Retry-After") !== null && Number.isFinite(v) && v >= 0 && v <= 3600 ? v : null;
+  return h.get("Retry-After") !== null && Number.isFinite(v) && v >= 0 && v <= max ? v : null;
+}
+
+function checkEnrolment(e: unknown, policy: DevicePolicy): Enrolment {
+  const o = e as Partial<Enrolment> | null;
+  if (!o || typeof o !== "object") throw new TypeError("enrolment: must be { issuerUrl, credential }");
+  const [url] = (() => {
+    try {
+      return parseServers(String(o.issuerUrl ?? ""));
+    } catch {
+      throw new TypeError(`enrolment.issuerUrl: ${JSON.stringify(String(o.issuerUrl).slice(0, 200))} is not an http(s)://host[:port] URL`);
+    }
+  })();
+  if (typeof o.credential !== "string" || !o.credential) throw new TypeError("enrolment.credential: must be the non-empty credential string the app's backend issued");
+  if (policy.issuerKeys === null) throw new TypeError("enrolment: needs policy.issuerKeys (the issuer keys the app pins; the token is requested under the first)");
+  return { issuerUrl: url, credential: o.credential };
 }
 
 /** The ledger row of an accepted assignment (the query's public privacy parameters, never its sensitivities). */
@@ -230,6 +285,7 @@ export class DeviceClient {
   private readonly log: Logger;
   private wakeUp: (() => void) | null = null;
   private keysWithCheckin: boolean;
+  private readonly enrolment: Enrolment | null;
 
   constructor(serverUrl: string | string[], readonly store: LocalStore, private readonly opts: DeviceClientOptions = {}) {
     if (!(store instanceof LocalStore)) throw new TypeError("store: must be a LocalStore");
@@ -239,6 +295,7 @@ export class DeviceClient {
     this.policy = opts.policy ?? new DevicePolicy();
     this.ledger = new ContributionLedger(store);
     this.randomness = new DeviceRandomness(opts.randomness);
+    this.enrolment = opts.enrolment === undefined ? null : checkEnrolment(opts.enrolment, this.policy);
     this.o = { checkinWaitS: opts.checkinWaitS ?? 10, backoffBaseS: opts.backoffBaseS ?? 0.5, backoffCapS: opts.backoffCapS ?? 30, requestTimeoutS: opts.requestTimeoutS ?? 120, ineligiblePollS: opts.ineligiblePollS ?? 60 };
     this.keysWithCheckin = opts.keysWithCheckin ?? true;
     this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
@@ -318,10 +375,70 @@ export class DeviceClient {
     return new TextEncoder().encode(JSON.stringify(payload));
   }
 
+  /** The device's identity token (with an `enrolment`): the one kept in the store while it still verifies for this
+   * identity under a pinned key, else a new one from the issuer (kept before it is returned). */
+  async identityToken(signal?: AbortSignal): Promise<Uint8Array> {
+    const enrolment = this.enrolment;
+    if (enrolment === null) throw new TypeError("identityToken: this DeviceClient has no enrolment");
+    const { key } = await this.identity();
+    const trusted = await this.policy.trustedIssuerKeys();
+    if (trusted === null) throw new TypeError("enrolment: needs policy.issuerKeys");
+    const kept = await this.store.getMeta(TOKEN_META);
+    if (kept !== null) {
+      try {
+        const raw = b64decode(kept, TOKEN_META);
+        await verifyToken(raw, key.publicBytes, trusted);
+        return raw;
+      } catch (exc) {  // the issuer keys were rotated (or the store damaged): ask for a new token
+        this.log("info", `the kept identity token is no longer usable (${(exc as Error).message}); asking the issuer for a new one`);
+      }
+    }
+    const issuer = [...trusted.values()][0];  // the first pinned key (the map keeps the app's order)
+    const pending = await requestToken(issuer, key.publicBytes, this.randomness.identityToken());
+    const body = this.json({ credential: enrolment.credential, token_key_id: b64encode(pending.tokenKeyId), blinded_msg: b64encode(pending.blindedMsg) });
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
+    const stop = () => timeout.abort();
+    signal?.addEventListener("abort", stop, { once: true });
+    let resp: Response;
+    let answer: Uint8Array;
+    try {
+      // a plain request: nothing in it names the device (the issuer must not learn the identity it vouches for)
+      resp = await this.fetchFn(`${enrolment.issuerUrl}/v1/issuer/token`, {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: body as BodyInit, cache: "no-store", signal: timeout.signal,
+      });
+      answer = new Uint8Array(await resp.arrayBuffer());
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", stop);
+    }
+    if (resp.status !== 200) throw new IssuerError(resp.status, errorText(answer), retryAfterOf(resp.headers, MAX_ISSUER_RETRY_S));
+    let blindSig: Uint8Array;
+    try {
+      const got = JSON.parse(new TextDecoder().decode(answer)) as { blind_sig?: unknown; remaining?: unknown };
+      blindSig = b64decode(got.blind_sig as string, "blind_sig", 256);
+      if (typeof got.remaining === "number") this.log("debug", `identity token issued; ${got.remaining} left in this install's quota`);
+    } catch (exc) {
+      throw new IssuerError(resp.status, `malformed issuer answer: ${(exc as Error).message}`);
+    }
+    let token: Uint8Array;
+    try {
+      token = await pending.finalize(blindSig);
+    } catch (exc) {
+      if (exc instanceof TokenError) throw new IssuerError(resp.status, exc.message);
+      throw exc;
+    }
+    await this.store.setMeta(TOKEN_META, b64encode(token));
+    return token;
+  }
+
   async ensureRegistered(signal?: AbortSignal): Promise<string> {
     const { key, deviceId } = await this.identity();
     if ((await this.store.getMeta(`${REGISTERED_META}:${this.server}`)) !== null) return deviceId;
-    const r = await this.request("POST", "/v1/device/register", { body: this.json({ public_key: b64encode(key.publicBytes) }), contentType: "application/json", register: true, signal });
+    const payload: Record<string, string> = { public_key: b64encode(key.publicBytes) };
+    if (this.enrolment !== null) payload.identity_token = b64encode(await this.identityToken(signal));
+    const r = await this.request("POST", "/v1/device/register", { body: this.json(payload), contentType: "application/json", register: true, signal });
+    if (r.status === 403 && this.enrolment === null) throw new EnrolmentRequiredError(r.status, errorText(r.body));
     if (r.status !== 200 && r.status !== 201) throw new ServerError(r.status, errorText(r.body), retryAfterOf(r.headers));
     const got = JSON.parse(new TextDecoder().decode(r.body)) as { device_id?: string };
     if (got.device_id !== deviceId) throw new ServerError(r.status, `server assigned unexpected device id ${JSON.stringify(got.device_id)}`);
@@ -447,7 +564,8 @@ export class DeviceClient {
       }
       ans = await this.request("POST", "/v1/device/checkin", { body: this.json(payload), contentType: "application/json", signal });
     } catch (exc) {
-      if (!(exc instanceof ServerError) || FAILOVER_STATUSES.includes(exc.status)) this.failOver();
+      // (the issuer's answers say nothing about the device server)
+      if (!(exc instanceof IssuerError) && (!(exc instanceof ServerError) || FAILOVER_STATUSES.includes(exc.status))) this.failOver();
       throw exc;
     }
     if (FAILOVER_STATUSES.includes(ans.status)) {
@@ -540,6 +658,7 @@ export class DeviceClient {
         randomness: draws.secagg, identityKey: (await this.identity()).key, peerIdentityKeys: peers,
         inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.opts.onPhaseTiming, keys: ahead?.keys,
         taskDigest: digest, verifyPeers: this.policy.verifyCohort, minVerified: this.policy.minVerified,
+        issuerKeys: this.policy.verifyCohort ? await this.policy.trustedIssuerKeys() : null,
       });
       message = await client.start();  // with `ahead`, the bytes the server built from the check-in
     } catch (exc) {

@@ -2,8 +2,10 @@
  * same wire protocol as the Python SDK (docs/protocol.md). Node-only extras (a file-backed store) are in
  * "fa-device-sdk/node". */
 
-export { DeviceClient, ProtocolVersionError, ServerError } from "./client.js";
-export type { DeviceClientOptions, Outcome, OutcomeStatus, Logger } from "./client.js";
+export { DeviceClient, EnrolmentRequiredError, IssuerError, ProtocolVersionError, ServerError } from "./client.js";
+export type { DeviceClientOptions, Enrolment, Outcome, OutcomeStatus, Logger } from "./client.js";
+export { TOKEN_BYTES, TokenError, decodeToken, encodeToken, importIssuerKey, keyId, requestToken, trustedKeys, verifyToken } from "./identityToken.js";
+export type { IdentityToken, IssuerKey, PendingToken, TrustedKeys } from "./identityToken.js";
 export { DevicePolicy, PolicyError } from "./policy.js";
 export type { DevicePolicyOptions, Refusal, Decision } from "./policy.js";
 export { IndexedDBBackend, LocalStore, MemoryBackend, StoreError } from "./store.js";

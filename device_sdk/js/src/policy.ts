@@ -8,8 +8,15 @@
  * computed itself (a peer shown another task, cohort size or model makes it refuse with `task_mismatch`), and counts
  * toward `minCohort` only distinct members whose signatures verified (`cohort_unverified` below it). Off: the device
  * signs but verifies nothing, and `minCohort` compares with the cohort size the server announces (docs/secagg.md,
- * "Devices that check the server"). */
+ * "Devices that check the server").
+ *
+ * `issuerKeys` pins the identity-token issuer's keys (base64 SubjectPublicKeyInfo DER, as `GET /v1/issuer/keys` lists
+ * them; docs/identities.md): the device then asks the first of them for its own token at enrolment, and with
+ * `verifyCohort` counts toward `minCohort` only members whose token verifies under a pinned key as well as their
+ * signature. */
 
+import { b64decode } from "./bytes.js";
+import { TrustedKeys, trustedKeys } from "./identityToken.js";
 import { perDeviceFloor } from "./dp/floor.js";
 import { Assignment, RefusalReason } from "./envelope.js";
 import { DeviceKind, QueryKindError } from "./kinds/kind.js";
@@ -34,9 +41,11 @@ export interface DevicePolicyOptions {
   maxContributionsPerDay?: number | null;
   /** Verify the cohort's signatures over its keys for this session and task before sending (default true). */
   verifyCohort?: boolean;
+  /** The identity-token issuer keys the app pins (base64 SubjectPublicKeyInfo DER; null: tokens are not checked). */
+  issuerKeys?: string[] | null;
 }
 
-const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay", "verifyCohort"];
+const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay", "verifyCohort", "issuerKeys"];
 
 export class DevicePolicy {
   readonly allowedSources: string[] | Record<string, string[] | null> | null;
@@ -49,6 +58,9 @@ export class DevicePolicy {
   readonly requireProofs: boolean;
   readonly maxContributionsPerDay: number | null;
   readonly verifyCohort: boolean;
+  readonly issuerKeys: string[] | null;
+  private readonly issuerSpkis: Uint8Array[] | null;
+  private trusted: Promise<TrustedKeys> | null = null;
   private readonly sources: Map<string, Set<string> | null> | null;
 
   constructor(o: DevicePolicyOptions = {}) {
@@ -76,6 +88,36 @@ export class DevicePolicy {
     this.minCohort = o.minCohort ?? null;
     this.minSurvivors = o.minSurvivors ?? null;
     this.maxContributionsPerDay = o.maxContributionsPerDay ?? null;
+    const ik = o.issuerKeys ?? null;
+    if (ik !== null && !(Array.isArray(ik) && ik.length > 0)) throw new PolicyError(`issuerKeys: a non-empty list of base64 SubjectPublicKeyInfo DER keys or null, got ${JSON.stringify(ik)}`);
+    this.issuerSpkis = ik === null ? null : ik.map((k, i) => {
+      try {
+        return b64decode(k, `issuerKeys[${i}]`);
+      } catch (exc) {
+        throw new PolicyError((exc as Error).message);
+      }
+    });
+    this.issuerKeys = ik === null ? null : [...ik];
+  }
+
+  /** The pinned issuer keys' SubjectPublicKeyInfo DER, in the app's order (null: none pinned). */
+  get issuerKeySpkis(): Uint8Array[] | null {
+    return this.issuerSpkis === null ? null : this.issuerSpkis.map((k) => Uint8Array.from(k));
+  }
+
+  /** The pinned issuer keys, imported once (null: none pinned); a key that is not an RSA-2048+ SubjectPublicKeyInfo
+   * raises PolicyError naming it. */
+  async trustedIssuerKeys(): Promise<TrustedKeys | null> {
+    const spkis = this.issuerSpkis;
+    if (spkis === null) return null;
+    this.trusted ??= Promise.all(spkis.map(async (k, i) => {
+      try {
+        return await trustedKeys([k]);
+      } catch (exc) {
+        throw new PolicyError(`issuerKeys[${i}]: ${(exc as Error).message}`);
+      }
+    })).then((maps) => new Map(maps.flatMap((m) => [...m])));
+    return this.trusted;
   }
 
   get capsEpsilon(): boolean {

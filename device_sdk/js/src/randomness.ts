@@ -149,15 +149,22 @@ export class DeviceRandomness {
   readonly root: RandomSource;
   private readonly nonces: RandomSource;
   private readonly checkinKeysSource: RandomSource;
+  private readonly tokenSource: RandomSource;
 
   constructor(root?: RandomSource) {
     this.root = root ?? new OsRandom();
     this.nonces = this.root.child("nonces");
     this.checkinKeysSource = this.root.child("checkin-keys");
+    this.tokenSource = this.root.child("identity-token");
   }
 
   identityKey(): Promise<Uint8Array> {
     return this.root.child("identity").bytes(32);
+  }
+
+  /** The source identity-token nonces are drawn from (child "identity-token"). */
+  identityToken(): RandomSource {
+    return this.tokenSource;
   }
 
   async nonce(): Promise<string> {

@@ -1,4 +1,4 @@
-/** The primitives, all from WebCrypto (`globalThis.crypto.subtle`, Node ≥ 18 and current browsers): SHA-256/512,
+/** The primitives, all from WebCrypto (`globalThis.crypto.subtle`, Node ≥ 20 and current browsers): SHA-256/512,
  * HKDF-SHA256, AES-256-GCM, AES-256-CTR, X25519 and Ed25519. Nothing here is hand-written cryptography: this module
  * only adapts byte formats (PKCS#8 wrappers for raw private keys, JWK for public keys). */
 
@@ -7,7 +7,7 @@ import { b64decode, concat } from "./bytes.js";
 function webcrypto(): Crypto {
   const c = (globalThis as { crypto?: Crypto }).crypto;
   if (!c || !c.subtle || typeof c.getRandomValues !== "function") {
-    throw new Error("WebCrypto is not available (globalThis.crypto.subtle): a secure context (https or localhost) and Node ≥ 18 are needed");
+    throw new Error("WebCrypto is not available (globalThis.crypto.subtle): a secure context (https or localhost) and Node ≥ 20 are needed");
   }
   return c;
 }

@@ -4,10 +4,13 @@
  * server does (secagg/server.py): it verifies every AdvertiseKeys signature over the party's fresh keys (and relays
  * it in PeerKeys), every ShareKeys signature over the party's keys bound to session and
  * task, forwards the senders' signatures with the routed shares, answers `members_wanted` with signed member entries,
- * and unmasks the sum — or, told to, lies to one member about its task or substitutes keys of its own for a peer's. */
+ * and unmasks the sum — or, told to, lies to one member about its task or substitutes keys of its own for a peer's.
+ * With trusted issuer keys registration requires an identity token (403 otherwise, as analytics_server); a cohort
+ * told `tokens` sends the token section with its routed shares. */
 
 import { b64decode, b64encode, bigToBE, hex } from "../src/bytes.js";
 import { HDR_DEVICE, deviceIdFor } from "../src/envelope.js";
+import { TokenError, TrustedKeys, verifyToken } from "../src/identityToken.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import * as c from "../src/secagg/crypto.js";
 import { ModVector, unpack } from "../src/secagg/encoding.js";
@@ -34,11 +37,19 @@ export interface FakeServer {
   seen: Seen[];
   /** Device id → the Ed25519 public key it registered. */
   identities: Map<string, Uint8Array>;
+  /** Device id → the identity token it registered with. */
+  tokens: Map<string, Uint8Array>;
 }
 
-export function fakeServer(handler: Handler): FakeServer {
+export interface ServerOptions {
+  /** Require an identity token that verifies under these keys at registration (403 otherwise). */
+  trusted?: TrustedKeys;
+}
+
+export function fakeServer(handler: Handler, opts: ServerOptions = {}): FakeServer {
   const seen: Seen[] = [];
   const identities = new Map<string, Uint8Array>();
+  const tokens = new Map<string, Uint8Array>();
   const fetchFn = async (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
     const url = new URL(String(input));
     const body = init.body ? new Uint8Array(init.body as ArrayBuffer) : new Uint8Array();
@@ -46,14 +57,26 @@ export function fakeServer(handler: Handler): FakeServer {
     seen.push(req);
     if (init.signal?.aborted) throw new DOMException("aborted", "AbortError");
     if (req.method === "POST" && url.pathname === "/v1/device/register") {
-      const key = b64decode(JSON.parse(new TextDecoder().decode(body)).public_key as string, "public_key", 32);
+      const reg = JSON.parse(new TextDecoder().decode(body));
+      const key = b64decode(reg.public_key as string, "public_key", 32);
+      const token = reg.identity_token == null ? null : b64decode(reg.identity_token as string, "identity_token");
+      if (opts.trusted) {
+        if (token === null) return json(403, { error: "identity_token: this server registers only devices with an identity token" });
+        try {
+          await verifyToken(token, key, opts.trusted);
+        } catch (exc) {
+          if (exc instanceof TokenError) return json(403, { error: `identity_token: ${exc.message}` });
+          throw exc;
+        }
+      }
       const id = await deviceIdFor(key);
       identities.set(id, key);
+      if (token !== null) tokens.set(id, token);
       return json(201, { device_id: id });
     }
     return handler(req);
   };
-  return { fetch: fetchFn as typeof fetch, seen, identities };
+  return { fetch: fetchFn as typeof fetch, seen, identities, tokens };
 }
 
 export const idle = (retryAfter = 7): Response => json(200, { assignment: null, retry_after: retryAfter, queries_running: 0 });
@@ -93,6 +116,11 @@ export interface CohortOptions {
   substitutePeerKeys?: { to: number; peer: number };
   /** Milliseconds a phase waits for its last member before closing without it. */
   phaseTimeoutMs?: number;
+  /** Send the identity-token section with the routed shares: the token the server shows for party p (its registered
+   * one is `cohort.registeredToken(p)`). */
+  tokens?: (party: number, cohort: FakeCohort) => Uint8Array;
+  /** Registration requires a token under these keys. */
+  trusted?: TrustedKeys;
 }
 
 interface Party {
@@ -150,7 +178,13 @@ export class FakeCohort {
       spec: { kind: "histogram", source: "colors", params: { buckets }, privacy: { mechanism: "none" }, cohort: { min_clients: n } },
       ...opts.assignment,
     };
-    this.server = fakeServer((req) => this.handle(req));
+    this.server = fakeServer((req) => this.handle(req), { trusted: opts.trusted });
+  }
+
+  /** The identity token party p registered with (null: none). */
+  registeredToken(party: number): Uint8Array | null {
+    const d = this.parties.get(party)?.deviceId ?? [...this.byDevice].find(([, p]) => p === party)?.[0];
+    return (d !== undefined && this.server.tokens.get(d)) || null;
   }
 
   get fetch(): typeof fetch {
@@ -337,7 +371,9 @@ export class FakeCohort {
         if (this.opts.members === "forged") signature[0] ^= 1;
         members.push({ party: w, identity: (this.parties.get(w) as Party).identity, cPk: k.cPk, sPk: k.sPk, signature });
       }
-      const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, signatures, members });
+      const tok = this.opts.tokens;
+      const tokens = tok ? { senders: senders.map((u) => tok(u, this)), members: members.map((e) => tok(e.party, this)) } : null;
+      const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, signatures, members, tokens });
       this.routed.set(v, decode(msg) as Extract<Message, { type: MsgType.RoutedShares }>);
       out.set(v, msg);
     }

@@ -162,6 +162,10 @@ function build(input: any): Message {
       return {
         ...h, type: MsgType.RoutedShares, ciphertexts: cts(f.ciphertexts), signatures: f.signatures.map((x: string) => unhex(x)),
         members: f.members.map((e: any) => ({ party: e.party, identity: unhex(e.identity), cPk: unhex(e.c_pk), sPk: unhex(e.s_pk), signature: unhex(e.signature) })),
+        // the optional identity-token section (docs/identities.md), when the vector has one
+        ...(f.sender_tokens != null || f.member_tokens != null
+          ? { tokens: { senders: (f.sender_tokens ?? []).map((x: string) => unhex(x)), members: (f.member_tokens ?? []).map((x: string) => unhex(x)) } }
+          : {}),
       };
     case "MaskedInput":
       return { ...h, type: MsgType.MaskedInput, bits: f.bits, dim: f.values.length, packed: vec(f.values, f.bits) };

@@ -19,9 +19,13 @@
  * encrypting any share to them, and every share sender's signature, and any member
  * entries the server adds, before it computes its masked input (`TaskMismatchError` on any failure), and with
  * `minVerified` it refuses (`CohortUnverifiedError`) unless that many distinct identities (its own included) signed
- * for this session and task. */
+ * for this session and task. With `issuerKeys` (identity tokens, docs/identities.md) an identity counts toward
+ * `minVerified` only when its signature verifies and the routed shares carry a token that vouches for that identity
+ * under one of those keys: a token that does not verify is no abort by itself (the identity just does not count), and
+ * routed shares without tokens leave only the party itself counted. */
 
 import { bigFromBE, concat, equalBytes, hex, u32be } from "../bytes.js";
+import { TrustedKeys, tokenVerifies } from "../identityToken.js";
 import { ByteSource, RandomSource } from "../randomness.js";
 import { Ed25519Key, X25519Key, ed25519Verify, sha256 } from "../webcrypto.js";
 import { SecAggConfig } from "./config.js";
@@ -85,6 +89,9 @@ export interface ClientOptions {
   /** Distinct identities (this party's included) whose signatures for this session and task must verify before the
    * masked input is sent; needs `identityKey`, `peerIdentityKeys` and `verifyPeers`. */
   minVerified?: number | null;
+  /** Pinned identity-token issuer keys: an identity counts toward `minVerified` only with a token that verifies for it
+   * under one of them (null: tokens are not checked). */
+  issuerKeys?: TrustedKeys | null;
   /** Called with the seconds each phase's computation took (the benchmark's per-phase times). */
   onTiming?: (phase: string, seconds: number) => void;
 }
@@ -268,12 +275,20 @@ export class ClientSession {
     });
     const check = (e: { party: number; identity: Uint8Array; signature: Uint8Array; cPk: Uint8Array; sPk: Uint8Array }) =>
       ed25519Verify(e.identity, e.signature, c.advertisePayload(this.bind, e.party, e.cPk, e.sPk));
-    const [senderOk, memberOk] = await Promise.all([Promise.all(senders.map(check)), Promise.all(msg.members.map(check))]);
+    const issuers = this.opts.issuerKeys ?? null;
+    // with pinned issuers an identity counts only with a token for it (none in routed shares without the section)
+    const credentialed = (identity: Uint8Array, token: Uint8Array | undefined): Promise<boolean> =>
+      issuers === null ? Promise.resolve(true) : token === undefined ? Promise.resolve(false) : tokenVerifies(token, identity, issuers);
+    const [senderOk, memberOk, senderTok, memberTok] = await Promise.all([
+      Promise.all(senders.map(check)), Promise.all(msg.members.map(check)),
+      Promise.all(senders.map((e, i) => credentialed(e.identity, msg.tokens?.senders[i]))),
+      Promise.all(msg.members.map((e, i) => credentialed(e.identity, msg.tokens?.members[i]))),
+    ]);
     const identities = new Set<string>();
     if (this.opts.identityKey) identities.add(hex(this.opts.identityKey.publicBytes));
     senders.forEach((e, i) => {
       if (!senderOk[i]) throw new TaskMismatchError(e.party);
-      identities.add(hex(e.identity));
+      if (senderTok[i]) identities.add(hex(e.identity));
     });
     const nbrs = this.nbrs as Set<number>;
     const seen = new Set<number>();
@@ -283,11 +298,11 @@ export class ClientSession {
       }
       seen.add(m.party);
       if (!memberOk[i]) throw new TaskMismatchError(m.party, "member list");
-      identities.add(hex(m.identity));
+      if (memberTok[i]) identities.add(hex(m.identity));
     });
     this.verifiedMembers = identities.size;
     const min = this.opts.minVerified;
-    if (min != null && identities.size < min) throw new CohortUnverifiedError(identities.size, min);
+    if (min != null && identities.size < min) throw new CohortUnverifiedError(identities.size, min, issuers !== null);
   }
 
   private async agree(key: X25519Key, peer: Uint8Array): Promise<Uint8Array> {

@@ -40,7 +40,8 @@ export class TooFewSurvivorsError extends InconsistentSetsError {
 /** Fewer distinct members than this client's minimum signed their keys for this session and task
  * (`ClientSession` option `minVerified`): the cohort the server announced is not one the client can verify. */
 export class CohortUnverifiedError extends InconsistentSetsError {
-  constructor(readonly verified: number, readonly minimum: number) {
-    super(`cohort: ${verified} distinct members (this one included) signed their keys for this session and task, below this party's minimum of ${minimum}`);
+  constructor(readonly verified: number, readonly minimum: number, readonly tokens = false) {
+    const what = tokens ? "signed their keys for this session and task and hold an identity token from a pinned issuer" : "signed their keys for this session and task";
+    super(`cohort: ${verified} distinct members (this one included) ${what}, below this party's minimum of ${minimum}`);
   }
 }

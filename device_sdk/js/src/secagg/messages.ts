@@ -17,6 +17,8 @@ export const MAX_MEMBERS_WANTED = 1 << 20;
 export const PEER_ENTRY_BYTES = 4 + 2 * KEY + 4;
 /** One member entry of RoutedShares: u32 party, identity key, c_pk, s_pk, signature. */
 export const MEMBER_ENTRY_BYTES = 4 + 3 * KEY + SIG;
+/** An identity token in RoutedShares' optional token section (identityToken.ts TOKEN_BYTES). */
+export const TOKEN_BYTES = 354;
 
 export enum MsgType {
   AdvertiseKeys = 1,
@@ -57,6 +59,13 @@ export interface MemberEntry {
   signature: Uint8Array;
 }
 
+/** RoutedShares' optional trailing section: one identity token (TOKEN_BYTES) per share sender, then one per member
+ * entry. */
+export interface RoutedTokens {
+  senders: Uint8Array[];
+  members: Uint8Array[];
+}
+
 export interface Head {
   sessionId: Uint8Array;
   party: number;
@@ -72,8 +81,10 @@ export type Message = Head &
      * in sessions without identities); `membersWanted`: signed members beyond its neighbourhood it asks to see. */
     | { type: MsgType.ShareKeys; ciphertexts: [number, Uint8Array][]; signature: Uint8Array; membersWanted: number }
     /** `signatures`: each sender's signature over its advertised keys, in the ciphertexts' order (empty in sessions
-     * without identities); `members`: the signed member entries the recipient asked for. */
-    | { type: MsgType.RoutedShares; ciphertexts: [number, Uint8Array][]; signatures: Uint8Array[]; members: MemberEntry[] }
+     * without identities); `members`: the signed member entries the recipient asked for; `tokens`: present only in
+     * sessions that carry identity tokens (docs/identities.md): each sender's token in the ciphertexts' order, and
+     * each member entry's. */
+    | { type: MsgType.RoutedShares; ciphertexts: [number, Uint8Array][]; signatures: Uint8Array[]; members: MemberEntry[]; tokens?: RoutedTokens | null }
     | { type: MsgType.MaskedInput; bits: number; dim: number; packed: Uint8Array }
     | { type: MsgType.MaskedInputProved; bits: number; dim: number; packed: Uint8Array; proof: Uint8Array }
     | { type: MsgType.ConsistencyRequest; survivors: Uint8Array }
@@ -120,6 +131,7 @@ export function encode(m: Message): Uint8Array {
         u32be(m.signatures.length), ...m.signatures.map(blob),
         u32be(m.members.length),
         ...m.members.flatMap((e) => [u32be(e.party), fixed(e.identity, KEY, "identity"), fixed(e.cPk, KEY, "c_pk"), fixed(e.sPk, KEY, "s_pk"), fixed(e.signature, SIG, "signature")]),
+        m.tokens ? tokenSection(m.tokens, m.ciphertexts.length, m.members.length) : new Uint8Array(0),
       );
       break;
     case MsgType.MaskedInput:
@@ -142,6 +154,14 @@ export function encode(m: Message): Uint8Array {
       break;
   }
   return concat(head, body);
+}
+
+/** `u32 n ‖ n × (u32 len ‖ token)` for the senders, then the same for the member entries. */
+function tokenSection(t: RoutedTokens, senders: number, members: number): Uint8Array {
+  if (t.senders.length !== senders) throw new MessageFormatError(`sender tokens: ${t.senders.length} for ${senders} ciphertexts`);
+  if (t.members.length !== members) throw new MessageFormatError(`member tokens: ${t.members.length} for ${members} member entries`);
+  const list = (xs: Uint8Array[], what: string) => concat(u32be(xs.length), ...xs.map((x) => blob(fixed(x, TOKEN_BYTES, what))));
+  return concat(list(t.senders, "sender token"), list(t.members, "member token"));
 }
 
 class Reader {
@@ -184,6 +204,18 @@ function signature(r: Reader): Uint8Array {
   const s = r.blob("signature");
   if (s.length !== 0 && s.length !== SIG) throw new MessageFormatError("signature: must be empty or 64 bytes");
   return s;
+}
+
+function parseTokens(r: Reader, expected: number, what: string): Uint8Array[] {
+  const n = r.count(4 + TOKEN_BYTES, what);
+  if (n !== expected) throw new MessageFormatError(`${what}: ${n} for ${expected} entries`);
+  const out: Uint8Array[] = [];
+  for (let i = 0; i < n; i++) {
+    const len = r.u32(what);
+    if (len !== TOKEN_BYTES) throw new MessageFormatError(`${what}: a token is ${TOKEN_BYTES} bytes, got ${len}`);
+    out.push(r.take(len, what));
+  }
+  return out;
 }
 
 function parsePairs(r: Reader, who: string): [number, Uint8Array][] {
@@ -234,7 +266,9 @@ export function decode(data: Uint8Array): Message {
       for (let i = 0; i < nm; i++) {
         members.push({ party: r.u32("member"), identity: r.take(KEY, "identity"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: r.take(SIG, "signature") });
       }
-      m = { ...h, type, ciphertexts: cts, signatures: sigs, members };
+      // the optional token section: present only when the session carries identity tokens
+      const tokens = r.rest() ? { senders: parseTokens(r, cts.length, "sender tokens"), members: parseTokens(r, members.length, "member tokens") } : null;
+      m = { ...h, type, ciphertexts: cts, signatures: sigs, members, ...(tokens ? { tokens } : {}) };
       break;
     }
     case MsgType.MaskedInput: {
