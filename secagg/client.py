@@ -309,7 +309,7 @@ class ClientSession:
                 identities.add(m.identity)
         self.verified_members = len(identities)
         if self._min_verified is not None and len(identities) < self._min_verified:
-            raise CohortUnverifiedError(len(identities), self._min_verified)
+            raise CohortUnverifiedError(len(identities), self._min_verified, self._credentialed is not None)
 
     def _counts(self, identity: bytes, token: bytes) -> bool:
         """Whether a peer whose signature verified counts toward `min_verified`: always without `credentialed`,

@@ -81,10 +81,11 @@ class CohortUnverifiedError(InconsistentSetsError):
     """Fewer distinct members than this client's minimum signed their keys for this session and task
     (`ClientSession(min_verified=…)`): the cohort the server announced is not one the client can verify."""
 
-    def __init__(self, verified: int, minimum: int) -> None:
+    def __init__(self, verified: int, minimum: int, tokens: bool = False) -> None:
+        what = "signed their keys for this session and task" + (
+            " and hold an identity token from a pinned issuer" if tokens else "")
         super().__init__(
-            f"cohort: {verified} distinct members (this one included) signed their keys for this session and task, "
-            f"below this party's minimum of {minimum}"
+            f"cohort: {verified} distinct members (this one included) {what}, below this party's minimum of {minimum}"
         )
         self.verified = verified
         self.minimum = minimum

@@ -170,7 +170,8 @@ async def test_members_a_server_minted_for_itself_do_not_count(start_app_server,
     assert final["status"] == "failed" and "cohort_unverified" in final["error"], final
     (record,) = victim.client.transparency_log()
     assert record.status == "refused" and record.sent_at is None
-    assert "1 distinct members" in record.detail and "minimum of 6" in record.detail
+    assert "1 distinct members (this one included) signed their keys for this session and task and hold an identity " \
+           "token from a pinned issuer, below this party's minimum of 6" in record.detail, record.detail
 
 
 async def test_an_issuer_refusal_reaches_the_app_with_its_message(start_app_server, issuers) -> None:  # type: ignore[no-untyped-def]

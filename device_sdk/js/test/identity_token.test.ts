@@ -13,7 +13,7 @@ import {
 } from "../src/identityToken.js";
 import { SeededRandom } from "../src/randomness.js";
 import { FakeIssuer, blindSign } from "./fakeIssuer.js";
-import { ROOT } from "./helpers.js";
+import { ROOT, vectors } from "./helpers.js";
 
 const RFC = JSON.parse(readFileSync(join(ROOT, "tests", "secagg", "data", "rfc9474_vectors.json"), "utf8")) as Record<string, string>[];
 
@@ -81,24 +81,21 @@ test("RFC 9474 RSABSSA-SHA384-PSS-Deterministic known answers through the SDK's 
   assert.equal(await verifySignature(issuer, msg, sig.subarray(1)), false);
 });
 
-interface TokenVectors {
-  issuer_spki: string;
-  cases: { identity: string; token: string; ok: boolean; error: string | null }[];
-}
-
 test("Python's tokens verify in JS, and the refused ones are refused with Python's message", async () => {
-  // written by tests/support/vectors.py from secagg/identity_token.py
-  const file = JSON.parse(readFileSync(join(ROOT, "tests", "vectors", "identity_tokens.json"), "utf8")) as TokenVectors;
-  const trusted = await trustedKeys([b64decode(file.issuer_spki, "issuer_spki")]);
-  assert.ok(file.cases.some((c) => c.ok) && file.cases.some((c) => !c.ok));
-  for (const c of file.cases) {
-    const identity = b64decode(c.identity, "identity", 32);
-    const raw = b64decode(c.token, "token");
-    if (c.ok) {
+  // tests/vectors/identity_tokens.json, written by tests/support/vectors.py from secagg/identity_token.py
+  const cases = vectors("identity_tokens").cases;
+  assert.ok(cases.some((c) => c.output.error === null) && cases.some((c) => c.output.error !== null));
+  for (const { output } of cases) {
+    const trusted = await trustedKeys([unhex(output.issuer_spki as string)]);
+    assert.deepEqual([...trusted.keys()], [output.token_key_id]);
+    const identity = unhex(output.verified_identity as string);
+    const raw = unhex(output.verified_token as string);
+    if (output.error === null) {
       const t = await verifyToken(raw, identity, trusted);
       assert.deepEqual(encodeToken(t), raw, "decode ∘ encode is the identity");
     } else {
-      await assert.rejects(verifyToken(raw, identity, trusted), (exc: unknown) => exc instanceof TokenError && exc.message === c.error, `${c.error}`);
+      await assert.rejects(verifyToken(raw, identity, trusted),
+        (exc: unknown) => exc instanceof TokenError && exc.message === output.error, `${output.error}`);
     }
   }
 });
