@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -19,6 +20,7 @@ import urllib.request
 
 from device_sdk.policy import DevicePolicy
 from device_sdk.servers import parse_server_urls
+from fleet_sim.enrolment import EnrolmentSetupError, enrolments, issuer_keys
 from fleet_sim.scenarios import SCENARIOS
 from fleet_sim.simulator import make_devices, run_fleet, run_fleet_processes, write_truth
 
@@ -77,6 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", metavar="JSON",
                    help='DevicePolicy fields every device applies, e.g. \'{"require_noise": true, "min_cohort": 50}\' '
                    "(docs/device_sdk.md)")
+    p.add_argument("--issuer", metavar="URL", default=os.environ.get("FA_ISSUER_URL") or None,
+                   help="enrol every device with this identity issuer (fa-issuer) and pin its keys in the devices' "
+                        "policy (docs/identities.md); needs --app-key (default: $FA_ISSUER_URL, as fa-server reads it)")
+    p.add_argument("--app-key", metavar="FILE", default=os.environ.get("FA_APP_KEY_FILE") or None,
+                   help="the app backend's key file (`fa-issuer app-key --out FILE`): fa-sim signs each device's "
+                        "enrolment credential with it, as an app's backend would (default: $FA_APP_KEY_FILE)")
+    p.add_argument("--app", default="fa-sim", help="the app's name in the credentials (the issuer's --app NAME=…; default fa-sim)")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios with a line on each and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     args = p.parse_args(argv)
@@ -106,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             DevicePolicy(**policy)
         except (ValueError, TypeError) as exc:
             p.error(f"--policy: {exc}")
+    if bool(args.issuer) != bool(args.app_key):
+        p.error("--issuer and --app-key go together")
     why = unreachable(urls, args.connect_timeout)
     if why is not None:
         print(f"fa-sim: cannot reach the server at {args.server} after {args.connect_timeout:g} s ({why}); is fa-server "
@@ -114,19 +125,28 @@ def main(argv: list[str] | None = None) -> int:
     devices = make_devices(args.devices, args.scenario, args.seed, seeded_randomness=args.seeded_randomness)
     if args.truth_file:
         write_truth(args.truth_file, args.scenario, args.seed, devices)
+    enrolled = None
+    if args.issuer:
+        try:
+            policy = {"issuer_keys": issuer_keys(args.issuer), **(policy or {})}
+            enrolled = enrolments(args.issuer, args.app_key, args.app, devices)
+        except EnrolmentSetupError as exc:
+            print(f"fa-sim: {exc}", file=sys.stderr, flush=True)
+            return EXIT_UNREACHABLE
+    args.policy_fields = policy
     print(f"fa-sim: {args.devices} devices, scenario {args.scenario}, dropout {args.dropout}", file=sys.stderr, flush=True)
     if args.processes > 1:
         outcomes = run_fleet_processes(
             args.server, devices, args.processes, args.dropout, args.seed, args.until_idle, args.idle_seconds,
-            args.checkin_wait, args.seeded_randomness, args.split_servers, policy,
+            args.checkin_wait, args.seeded_randomness, args.split_servers, policy, enrolled,
         )
     else:
-        outcomes = asyncio.run(_run_single(args, devices)).outcomes
+        outcomes = asyncio.run(_run_single(args, devices, enrolled)).outcomes
     print(json.dumps({"outcomes": outcomes}), flush=True)
     return 0
 
 
-async def _run_single(args: argparse.Namespace, devices):  # type: ignore[no-untyped-def]
+async def _run_single(args: argparse.Namespace, devices, enrolled):  # type: ignore[no-untyped-def]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -134,7 +154,7 @@ async def _run_single(args: argparse.Namespace, devices):  # type: ignore[no-unt
     return await run_fleet(
         args.server, devices, args.dropout, args.seed, args.until_idle, args.idle_seconds, args.checkin_wait, stop,
         seeded_randomness=args.seeded_randomness, split=args.split_servers,
-        policy=json.loads(args.policy) if args.policy else None,
+        policy=args.policy_fields, enrolments=enrolled,
     )
 
 

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from device_sdk.client import KEY_META, DeviceClient, Outcome, new_connector
 from device_sdk.hooks import DeviceHooks, DropoutFn
+from device_sdk.identity import Enrolment
 from device_sdk.policy import DevicePolicy
 from fleet_sim.scenarios import generate
 from device_sdk.store import LocalStore
@@ -103,10 +104,12 @@ async def run_fleet(
     seeded_randomness: bool = False,
     split: bool = False,
     policy: dict[str, Any] | None = None,
+    enrolments: Sequence[Enrolment] | None = None,
 ) -> FleetStats:
     """Run the devices until `stop` (or idle). `server`: one URL or comma-separated URLs of processes sharing
     a database; with `split` each device starts at a different one (spread by its id), not the first.
-    `policy`: `DevicePolicy` fields every device applies (default: none of its limits)."""
+    `policy`: `DevicePolicy` fields every device applies (default: none of its limits); `enrolments`: one per
+    device, in order, when the devices enrol with an identity issuer (docs/identities.md)."""
     stop = stop or asyncio.Event()
     stats = FleetStats()
     rng = random.Random(seed)
@@ -114,7 +117,7 @@ async def run_fleet(
         clients = []
         gate = asyncio.Lock()  # the devices take turns on the CPU they share: each message leaves once computed
         unmasked = bench_unmasked()  # make bench's switch of this process (secagg.plain), never the server's word
-        for key, data in devices:
+        for i, (key, data) in enumerate(devices):
             store = LocalStore(":memory:")
             store.set_meta(KEY_META, b64e(key))
             for coll, rows in data.items():
@@ -123,6 +126,7 @@ async def run_fleet(
                 server, store, session=http, checkin_wait_s=checkin_wait_s,
                 randomness=device_randomness(key, seeded_randomness), policy=DevicePolicy(**(policy or {})),
                 hooks=DeviceHooks(dropout=dropout_policy(dropout, rng, unmasked), compute_gate=gate, unmasked=unmasked),
+                enrolment=enrolments[i] if enrolments else None,
             )
             if split:
                 client.start_at(int(client.device_id[:8], 16))
@@ -191,12 +195,12 @@ def write_truth(path: str | Path, scenario: str, seed: int, devices: Sequence[tu
 
 def _child(
     args: tuple[str, list[tuple[bytes, dict[str, list[Any]]]], float, int, bool, float, float, int, bool, bool,
-                dict[str, Any] | None],
+                dict[str, Any] | None, list[Enrolment] | None],
 ) -> dict[str, int]:
-    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent, seeded, split, policy = args
+    server, devices, dropout, seed, until_idle, idle_s, wait_s, parent, seeded, split, policy, enrolments = args
     stats = asyncio.run(
         run_fleet(server, devices, dropout, seed, until_idle, idle_s, wait_s, parent_pid=parent, seeded_randomness=seeded,
-                  split=split, policy=policy)
+                  split=split, policy=policy, enrolments=enrolments)
     )
     return stats.outcomes
 
@@ -213,8 +217,10 @@ def run_fleet_processes(
     seeded_randomness: bool = False,
     split: bool = False,
     policy: dict[str, Any] | None = None,
+    enrolments: Sequence[Enrolment] | None = None,
 ) -> dict[str, int]:
     chunks = [list(devices[i::processes]) for i in range(processes)]
+    enrolled = [list(enrolments[i::processes]) if enrolments else None for i in range(processes)]
     ctx = mp.get_context("spawn")
     stopped = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -225,7 +231,7 @@ def run_fleet_processes(
             _child,
             [
                 (server, c, dropout, seed * 1000 + i, until_idle, idle_s, checkin_wait_s, os.getpid(), seeded_randomness,
-                 split, policy)
+                 split, policy, enrolled[i])
                 for i, c in enumerate(chunks)
             ],
         )

@@ -13,10 +13,13 @@ keeps the database and the server's and fleets' logs in DIR.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
+import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +28,13 @@ from rich.console import Console
 from rich.table import Table
 
 from analyst_client.cli import AnalystClient, _flatten
+from fa_issuer.attesters import new_app_key
 from fleet_sim import deadlines as deadlines_of_this_machine
 from queries.local_run import run_locally
 from queries.registry import get_kind
 from scripts import demo_training
 from scripts.demo_training import Deadlines, Outcome, SubmitFailed
-from tests.support.devstack import Fleet, Server, fresh_database
+from tests.support.devstack import Fleet, Issuer, Server, fresh_database
 
 DEVICES = 1000
 SCENARIO = "mixed"
@@ -231,6 +235,29 @@ def run_queries(console: Console, server: Server, analyst: str, admin_client: An
     return outcomes + demo_training.run(console, server, analyst, admin_client, tmp, deadlines)
 
 
+@contextlib.contextmanager
+def identity_issuer(tmp: Path) -> Iterator[Issuer]:
+    """A real `fa-issuer` for the demo (docs/identities.md), and the app backend's key the fleets sign their
+    credentials with: exported as FA_ISSUER_URL / FA_APP_KEY_FILE, which fa-server and every fa-sim read."""
+    app_key = new_app_key()
+    key_file = tmp / "app-backend.key"
+    key_file.write_text(base64.b64encode(bytes(app_key)).decode() + "\n")
+    key_file.chmod(0o600)
+    (tmp / "issuer").mkdir(exist_ok=True)
+    issuer = Issuer(tmp / "issuer", {"fa-sim": bytes(app_key.verify_key)}).start()
+    saved = {k: os.environ.get(k) for k in ("FA_ISSUER_URL", "FA_APP_KEY_FILE")}
+    os.environ.update(FA_ISSUER_URL=issuer.url, FA_APP_KEY_FILE=str(key_file))
+    try:
+        yield issuer
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        issuer.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.demo_server", description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, help="database and logs here (default: a temporary directory, removed)")
@@ -244,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             deadlines, note = calibrate()
             console.print(note)
+            issuer = stack.enter_context(identity_issuer(tmp))
+            console.print(f"identity issuer on {issuer.url}: devices enrol with it, the server admits only them")
             url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
             fresh_database(url)
             server = Server(url, tmp / "server.log",
