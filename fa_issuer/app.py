@@ -1,7 +1,7 @@
 """The issuer's HTTP service (aiohttp): `GET /v1/issuer/keys`, `POST /v1/issuer/token`, `GET /healthz`.
 
 A token request is checked in this order, each step answering with its own status (docs/issuer.md):
-the client address's rate (429), the body (413 over 4 KiB, 415 not JSON, 400 malformed JSON, 422 a field
+the client address's rate (429), the body (413 over 4 KiB, 408 not received within 30 s, 415 not JSON, 400 malformed JSON, 422 a field
 that does not parse, named), the `token_key_id` (404), the credential (403, with the attester's reason), the
 install's quota (429 naming it, with `Retry-After`); then the blinded message is signed on a worker thread.
 Every refusal is one log line; bad input never gets a 5xx.
@@ -33,6 +33,8 @@ log = logging.getLogger("fa_issuer")
 TOKEN_TYPE = identity_token.TOKEN_TYPE
 BLINDED_MSG_BYTES = blind_rsa.MODULUS_BITS // 8
 PRUNE_EVERY_S = 3600.0
+BODY_READ_TIMEOUT_S = 30.0
+"""A request body must arrive within this (else 408): a slow sender does not hold a connection open for long."""
 FIELDS = ("credential", "token_key_id", "blinded_msg")
 
 
@@ -99,7 +101,10 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     if request.content_length is not None and request.content_length > BODY_LIMIT:
         raise HttpError(413, f"request body of {request.content_length} bytes exceeds the limit of {BODY_LIMIT} bytes")
     try:
-        raw = await request.read()
+        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+            raw = await request.read()
+    except TimeoutError:
+        raise HttpError(408, f"request body not received within {BODY_READ_TIMEOUT_S:g} s") from None
     except web.HTTPRequestEntityTooLarge:
         raise HttpError(413, f"request body exceeds the limit of {BODY_LIMIT} bytes") from None
     except web.RequestPayloadError as exc:

@@ -119,8 +119,9 @@ def cmd_credential(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fa-issuer", description="The identity issuer (docs/issuer.md).")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="fa-issuer", description="The identity issuer (docs/issuer.md).",
+                                epilog="exit codes: 0 success, 2 a configuration or usage error (one line on stderr)")
+    sub = p.add_subparsers(dest="command", required=True, help="what to do")
     kg = sub.add_parser("keygen", help="create the issuer's RSA key file (PEM, mode 0600)")
     kg.add_argument("--key", required=True, help="the file to create (never overwritten)")
     kg.set_defaults(run=cmd_keygen)
@@ -129,8 +130,8 @@ def parser() -> argparse.ArgumentParser:
     sv.add_argument("--db", help="the SQLite file of quota records (FA_ISSUER_DB_PATH)")
     sv.add_argument("--app", action="append", metavar="NAME=PUBLIC_KEY",
                     help="an app backend's Ed25519 public key, base64 (repeat for several apps; FA_ISSUER_APP_KEYS)")
-    sv.add_argument("--host")
-    sv.add_argument("--port", type=int)
+    sv.add_argument("--host", help="the address to listen on (FA_ISSUER_HOST; default 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="the port to listen on (FA_ISSUER_PORT; default 8100)")
     sv.add_argument("--tokens-per-day", type=int, help="tokens per install per rolling 24 h (default 1)")
     sv.add_argument("--rate-per-min", type=float, help="token requests per minute per address (0: no limit)")
     sv.add_argument("--burst", type=int, help="token requests one address may make at once")
@@ -140,9 +141,10 @@ def parser() -> argparse.ArgumentParser:
     ak.set_defaults(run=cmd_app_key)
     cr = sub.add_parser("credential", help="mint one enrolment credential, as an app backend does")
     cr.add_argument("--app-key", required=True, help="the app backend's private key file (`app-key --out`)")
-    cr.add_argument("--app", required=True)
-    cr.add_argument("--install", required=True)
-    cr.add_argument("--valid-days", type=float, default=DEFAULT_VALID_DAYS)
+    cr.add_argument("--app", required=True, help="the app's name, as the issuer is configured with it (--app NAME=…)")
+    cr.add_argument("--install", required=True, help="the install the credential admits (its quota's unit)")
+    cr.add_argument("--valid-days", type=float, default=DEFAULT_VALID_DAYS,
+                    help=f"days until the credential expires (default {DEFAULT_VALID_DAYS:g})")
     cr.set_defaults(run=cmd_credential)
     return p
 

@@ -14,6 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from nacl.signing import SigningKey
 
+from fa_issuer import app as issuer_app
 from fa_issuer.addresses import AddressLimiter
 from fa_issuer.keys import IssuerKey
 from secagg import blind_rsa, identity_token
@@ -224,3 +225,19 @@ async def test_one_log_line_per_refusal(start_issuer: IssuerFactory, issuer_key:
     assert "403 credential refused: expired" in lines[0]
     assert "422 token_key_id: missing" in lines[1]
     assert issuer.refusals == {403: 1, 422: 1}
+
+
+async def test_a_body_that_does_not_arrive_is_408(start_issuer: IssuerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(issuer_app, "BODY_READ_TIMEOUT_S", 0.2)
+    client, _ = await start_issuer()
+    stalled = asyncio.Event()
+
+    async def slow() -> Any:
+        yield b'{"credential": '
+        await stalled.wait()  # never set: the rest never comes
+        yield b"}"
+
+    resp = await asyncio.wait_for(
+        client.post("/v1/issuer/token", data=slow(), headers={"Content-Type": "application/json"}), 30)
+    assert resp.status == 408
+    assert "not received within" in (await resp.json())["error"]

@@ -18,6 +18,7 @@ from fa_issuer import cli, keys
 from fa_issuer.addresses import AddressLimiter, address_prefix
 from fa_issuer.attesters import AppBackendAttester
 from fa_issuer.settings import IssuerSettings, SettingsError, parse_app_key
+from tests.support.cli_help import options_without_help, parser_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,3 +130,9 @@ def test_fa_issuer_imports_neither_the_server_nor_the_device_sdk() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_fa_issuer_option_has_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = parser_of(cli.main, [], monkeypatch)
+    assert not options_without_help(parser, "fa-issuer")
+    assert "exit codes" in parser.format_help()
