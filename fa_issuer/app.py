@@ -10,8 +10,6 @@ Every refusal is one log line; bad input never gets a 5xx.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
 import time
@@ -27,6 +25,7 @@ from fa_issuer.attesters import Attester, CredentialRefused
 from fa_issuer.keys import IssuerKey
 from fa_issuer.quota import QuotaStore
 from fa_issuer.settings import BODY_LIMIT
+from queries.envelope import b64d, b64e
 from secagg import blind_rsa, identity_token
 
 log = logging.getLogger("fa_issuer")
@@ -74,25 +73,18 @@ class Issuer:
 ISSUER = web.AppKey("issuer", Issuer)
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _decode_field(body: dict[str, Any], name: str, length: int | None = None) -> bytes:
+def _decode_field(body: dict[str, Any], name: str, length: int) -> bytes:
     value = body.get(name)
     if value is None:
         raise field_error(name, "missing")
     if not isinstance(value, str):
         raise field_error(name, f"must be a base64 string, got {type(value).__name__}")
-    if length is not None and len(value) > 4 * ((length + 2) // 3):
+    if len(value) > 4 * ((length + 2) // 3):
         raise field_error(name, f"expected {length} bytes")
     try:
-        raw = base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError):
-        raise field_error(name, "not valid base64") from None
-    if length is not None and len(raw) != length:
-        raise field_error(name, f"expected {length} bytes, got {len(raw)}")
-    return raw
+        return b64d(value, name, length)
+    except ValueError as exc:
+        raise field_error(name, str(exc).removeprefix(f"{name}: ")) from None
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -126,7 +118,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 
 async def keys_route(request: web.Request) -> web.Response:
     issuer = request.app[ISSUER]
-    keys = [{"token_key_id": b64(k.token_key_id), "public_key": b64(k.public_der)} for k in issuer.keys.values()]
+    keys = [{"token_key_id": b64e(k.token_key_id), "public_key": b64e(k.public_der)} for k in issuer.keys.values()]
     return web.json_response({"token_type": TOKEN_TYPE, "keys": keys})
 
 
@@ -168,7 +160,7 @@ async def token_route(request: web.Request) -> web.Response:
     except BaseException:
         await asyncio.to_thread(issuer.quota.refund, charge)
         raise
-    return web.json_response({"blind_sig": b64(blind_sig), "remaining": charge.remaining})
+    return web.json_response({"blind_sig": b64e(blind_sig), "remaining": charge.remaining})
 
 
 async def healthz(request: web.Request) -> web.Response:

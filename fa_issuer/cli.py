@@ -30,6 +30,7 @@ from fa_issuer.app import Issuer, create_app
 from fa_issuer.attesters import SEED_BYTES, AppBackendAttester, mint_credential, new_app_key
 from fa_issuer.quota import QuotaStore, QuotaStoreError
 from fa_issuer.settings import IssuerSettings, SettingsError
+from queries.envelope import b64e
 
 EXIT_USAGE = 2
 DEFAULT_VALID_DAYS = 30.0
@@ -37,10 +38,6 @@ DEFAULT_VALID_DAYS = 30.0
 
 class CliError(Exception):
     """A failure reported as one line and exit code 2."""
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def settings_from(args: argparse.Namespace) -> IssuerSettings:
@@ -58,7 +55,7 @@ def settings_from(args: argparse.Namespace) -> IssuerSettings:
 
 def cmd_keygen(args: argparse.Namespace) -> None:
     key = keys.generate(Path(args.key))
-    print(f"wrote {args.key} (mode 0600); token_key_id {b64(key.token_key_id)}")
+    print(f"wrote {args.key} (mode 0600); token_key_id {b64e(key.token_key_id)}")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -74,24 +71,24 @@ def cmd_serve(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     url = f"http://{settings.host}:{settings.port}"
     print(f"fa-issuer serving on {url}", flush=True)
-    print(f"token_key_id {b64(key.token_key_id)}; apps {', '.join(sorted(apps))}; "
+    print(f"token_key_id {b64e(key.token_key_id)}; apps {', '.join(sorted(apps))}; "
           f"{settings.tokens_per_day} token(s) per install per 24 h", flush=True)
     web.run_app(create_app(issuer), host=settings.host, port=settings.port, print=None, access_log=None)
 
 
 def cmd_app_key(args: argparse.Namespace) -> None:
     key = new_app_key()
-    public = b64(bytes(key.verify_key))
+    public = b64e(bytes(key.verify_key))
     if args.out:
         try:
             fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as exc:
             raise CliError(f"cannot create {args.out}: {exc.strerror}") from None
         with os.fdopen(fd, "w") as f:
-            f.write(b64(bytes(key)) + "\n")
+            f.write(b64e(bytes(key)) + "\n")
         print(f"wrote the private key to {args.out}")
     else:
-        print(f"private_key {b64(bytes(key))}")
+        print(f"private_key {b64e(bytes(key))}")
     print(f"public_key {public}")
 
 
