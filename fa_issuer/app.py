@@ -152,7 +152,7 @@ async def token_route(request: web.Request) -> web.Response:
         raise HttpError(
             429,
             f"quota spent: install {admission.install!r} of app {admission.app!r} has had {charge.used} of its "
-            f"{charge.limit} token(s) per 24 hours; the next one in {charge.retry_after_header()} s",
+            f"{charge.limit} token(s) per {issuer.quota.window_s / 3600:g} hours; the next one in {charge.retry_after_header()} s",
             headers={"Retry-After": charge.retry_after_header()},
         )
     try:
