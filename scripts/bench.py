@@ -65,7 +65,8 @@ def main() -> int:
     report = {"secagg": secagg_section()}
     for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"), ("utility", "scripts/bench_utility.py"),
                          ("cluster", "scripts/bench_cluster.py"), ("device", "scripts/bench_device.py"),
-                         ("validity", "scripts/bench_validity.py"), ("js_device", "scripts/bench_js.py")):
+                         ("validity", "scripts/bench_validity.py"), ("issuer", "scripts/bench_issuer.py"),
+                         ("js_device", "scripts/bench_js.py")):
         if (ROOT / script).exists():
             report[name] = run_json(["-m", script.removesuffix(".py").replace("/", ".")], name)
     print(json.dumps(report, indent=2))

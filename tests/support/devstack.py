@@ -8,6 +8,7 @@ device_sdk: it only starts the console scripts installed next to this interprete
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -183,3 +184,57 @@ class Fleet:
     def stop(self) -> None:
         terminate(self.proc, 20)
         self.log.close()
+
+
+class Issuer:
+    """One `fa-issuer serve` process (fa_issuer, docs/issuer.md) with its own key file and database in `workdir`,
+    admitting credentials of the app backends in `apps` (name → Ed25519 public key). Started as
+    `python -m fa_issuer.cli` with this interpreter (the console script `fa-issuer` runs the same `main`)."""
+
+    def __init__(self, workdir: Path, apps: dict[str, bytes], tokens_per_day: int = 1,
+                 extra: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.key_path = workdir / "issuer-key.pem"
+        self.db_path = workdir / "issuer.db"
+        self.log_path = workdir / "issuer.log"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "fa_issuer.cli"]
+        self.apps = dict(apps)
+        self.tokens_per_day = tokens_per_day
+        self.extra = list(extra or [])
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Issuer:
+        """Create the key on first start (kept across restarts), start the process, wait for /healthz."""
+        if not self.key_path.exists():
+            out = subprocess.run([*self.command, "keygen", "--key", str(self.key_path)], capture_output=True, text=True,
+                                 env=self.env, timeout=120)
+            if out.returncode != 0:
+                raise RuntimeError(f"fa-issuer keygen failed ({out.returncode}): {out.stderr[-2000:]}")
+        apps = [arg for name, key in self.apps.items() for arg in ("--app", f"{name}={base64.b64encode(key).decode()}")]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [*self.command, "serve", "--key", str(self.key_path), "--db", str(self.db_path), "--port", str(self.port),
+             "--tokens-per-day", str(self.tokens_per_day), *apps, *self.extra],
+            stdout=log, stderr=subprocess.STDOUT, env=self.env,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"issuer exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("issuer did not become healthy")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            terminate(self.proc, 15)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
