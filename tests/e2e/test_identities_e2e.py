@@ -30,6 +30,7 @@ from fa_issuer.attesters import new_app_key
 from queries.envelope import HDR_NONCE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, PROTOCOL_VERSION, signing_payload
 from tests.e2e.harness import Fleet, Server, check_exact, fresh_database
 from tests.support.devstack import Issuer
+from tests.support.js_fleet import JsFleet, js_missing, scenario_data
 
 pytestmark = pytest.mark.e2e
 
@@ -145,4 +146,32 @@ def test_a_server_seating_identities_of_its_own_releases_nothing(tmp_path: Path)
         server.stop()
         real.stop()
         own.stop()
+    assert not server.log_has_tracebacks()
+
+
+def test_a_mixed_python_and_node_fleet_with_identity_tokens_releases_the_exact_histogram(tmp_path: Path) -> None:
+    """Ten fa-sim and ten Node devices (fleet.mjs) enrol with one issuer, pin its key and want all 20 verified and
+    credentialed: their tokens verify across the two SDKs, and the histogram is exact."""
+    missing = js_missing(browser=False)
+    assert not missing, f"the Node devices need Node and the built JS SDK (make js): {missing}"
+    app_key, app_public = _app(tmp_path, "app")
+    (tmp_path / "issuer").mkdir()
+    issuer = Issuer(tmp_path / "issuer", {"fa-sim": app_public}).start()
+    server = _server(tmp_path, {"FA_ISSUER_URL": issuer.url})
+    node = JsFleet(server.url, scenario_data("words", 31, N // 2), tmp_path, "node", seed=4, issuer=issuer.url,
+                   app_key=app_key, policy={"minCohort": N})
+    py = Fleet(server.url, N // 2, tmp_path, seed=6, extra=["--issuer", issuer.url, "--app-key", str(app_key),
+                                                             "--policy", json.dumps({"min_cohort": N})])
+    try:
+        admin = AnalystClient(server.url, server.token("admin"))
+        qid = admin.submit(SPEC)["id"]
+        final = admin.wait(qid, timeout_s=WAIT_S)
+        assert final["status"] == "succeeded", final
+        check_exact(admin, qid, SPEC, {**py.truth(), **node.truth()})
+    finally:
+        py.stop()
+        report = node.stop()
+        server.stop()
+        issuer.stop()
+    assert report.get("outcomes", {}).get("refused", 0) == 0, report
     assert not server.log_has_tracebacks()

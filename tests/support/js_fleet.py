@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fa_issuer.attesters import mint_credential
+from fa_issuer.cli import load_app_key
+from fleet_sim.enrolment import issuer_keys
 from fleet_sim.scenarios import generate
 from tests.support.browser import CHROMIUM
 from tests.support.devstack import terminate
@@ -43,7 +46,11 @@ class JsFleet:
     must list http://127.0.0.1:PORT in FA_DEVICE_CORS_ORIGINS). `stop()` returns the fleet's JSON report."""
 
     def __init__(self, server_url: str, data: list[dict[str, list[Any]]], tmp: Path, name: str, dropout: float = 0.0,
-                 seed: int = 1, checkin_wait: float = 3.0, page_port: int | None = None, pages: int = 10) -> None:
+                 seed: int = 1, checkin_wait: float = 3.0, page_port: int | None = None, pages: int = 10,
+                 issuer: str | None = None, app_key: Path | None = None, policy: dict[str, Any] | None = None) -> None:
+        """`issuer` with `app_key` (the app backend's key file): every device enrols with that `fa-issuer`, its
+        credential minted here as the app's backend would (install `js-NAME-i`), the issuer's keys pinned in its
+        policy (docs/identities.md); `policy`: more policy fields (the JS names, e.g. `minCohort`)."""
         self.truth_path = tmp / f"truth-{name}.json"
         data_path = tmp / f"data-{name}.json"
         data_path.write_text(json.dumps(data))
@@ -51,6 +58,15 @@ class JsFleet:
         self.out_path = tmp / f"{name}.json"
         args = ["--server", server_url, "--data", str(data_path), "--truth", str(self.truth_path), "--dropout", str(dropout),
                 "--seed", str(seed), "--checkin-wait", str(checkin_wait)]
+        if issuer is not None:
+            assert app_key is not None and page_port is None, "enrolment: Node fleets with an app key"
+            key, not_after = load_app_key(str(app_key)), int(time.time()) + 30 * 86400
+            creds = tmp / f"credentials-{name}.json"
+            creds.write_text(json.dumps([mint_credential(key, "fa-sim", f"js-{name}-{i}", not_after) for i in range(len(data))]))
+            policy = {"issuerKeys": issuer_keys(issuer), **(policy or {})}
+            args += ["--issuer", issuer, "--credentials", str(creds)]
+        if policy:
+            args += ["--policy", json.dumps(policy)]
         script = "fleet.mjs"
         if page_port is not None:
             script = "browser_fleet.mjs"
