@@ -30,6 +30,8 @@ in proportion to the round's length). Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import json
 import os
 import re
@@ -43,10 +45,12 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 from analyst_client.cli import AnalystClient
-from tests.support.devstack import Fleet, Server, fresh_database
+from fa_issuer.attesters import new_app_key
+from tests.support.devstack import Fleet, Issuer, Server, fresh_database
 from secagg.plain import BENCH_UNMASKED_ENV
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -143,13 +147,18 @@ def peak_rss_mb(pid: int) -> float:
 
 def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, checkins: bool = True,
               validation: str | None = None, server_env: dict[str, str] | None = None,
-              policy: dict[str, Any] | None = None) -> dict[str, Any]:
+              policy: dict[str, Any] | None = None, identities: bool = False) -> dict[str, Any]:
     """`validation` sets the spec's privacy.validation (the server's default when None); `server_env` adds settings
-    to the server's environment, `policy` is the fleet's device policy (`fa-sim --policy`)."""
+    to the server's environment, `policy` is the fleet's device policy (`fa-sim --policy`); `identities`: a real
+    `fa-issuer` beside the server, which then admits only enrolled devices, and the fleet enrols and pins its key."""
     env = {BENCH_UNMASKED_ENV: "1"} if unmasked else {}
     fleet_extra = ["--policy", json.dumps(policy)] if policy else []
-    with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s:
+    with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp_s, contextlib.ExitStack() as stack:
         tmp = Path(tmp_s)
+        if identities:
+            issuer_url, app_key_file = stack.enter_context(bench_issuer(tmp))
+            server_env = {**(server_env or {}), "FA_ISSUER_URL": issuer_url}
+            fleet_extra += ["--issuer", issuer_url, "--app-key", str(app_key_file)]
         url = f"sqlite+aiosqlite:///{tmp / 'fa.db'}"
         fresh_database(url)
         server = Server(url, tmp / "server.log", env={**env, "FA_RETRY_AFTER_S": "0.2", "FA_COHORT_FORMATION_WAIT_S": "2",
@@ -214,12 +223,28 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
                 "device_cpu_ms_per_device": round(1000 * fleet_cpu / n, 2),
                 "threat_model": (server_env or {}).get("FA_THREAT_MODEL", "semi_honest"),
                 "policy": policy or {},
+                "identity_tokens": identities,
                 "checkins_per_s": checkins_per_s,
             }
         finally:
             if fleet is not None:
                 fleet.stop()
             server.stop()
+
+
+@contextlib.contextmanager
+def bench_issuer(tmp: Path) -> Iterator[tuple[str, Path]]:
+    """A real `fa-issuer` for one round (tokens per install high enough for re-enrolling fleets) and the app
+    backend's key file the fleet signs credentials with."""
+    key = new_app_key()
+    key_file = tmp / "app.key"
+    key_file.write_text(base64.b64encode(bytes(key)).decode() + "\n")
+    (tmp / "issuer").mkdir()
+    issuer = Issuer(tmp / "issuer", {"fa-sim": bytes(key.verify_key)}, tokens_per_day=10).start()
+    try:
+        yield issuer.url, key_file
+    finally:
+        issuer.stop()
 
 
 def protocol_server_s(n: int) -> float | None:
@@ -233,21 +258,23 @@ def protocol_server_s(n: int) -> float | None:
 
 
 def verification_rounds(n: int, processes: int) -> dict[str, Any]:
-    """The same masked n-device round with the devices' cohort checks off, on (default) and on in the active model
-    (production's default), side by side in one run; differences per device against the checks off."""
+    """The same masked n-device round with the devices' cohort checks off, on (default), on in the active model
+    (production's default) and on with identity tokens (an issuer admits the fleet; each device verifies the token of
+    every peer it exchanges shares with), side by side in one run; differences per device against the checks off."""
     configs = {
         "verify_off": ({}, {"verify_cohort": False}),
         "verify_on": ({}, None),
         "verify_on_active": ({"FA_THREAT_MODEL": "active"}, None),
+        "verify_on_tokens": ({}, None),
     }
     rounds = {}
     for name, (server_env, policy) in configs.items():
         rounds[name] = one_round(n, False, processes, checkins=False, validation="none", server_env=server_env,
-                                 policy=policy)
+                                 policy=policy, identities=name == "verify_on_tokens")
         print(f"[bench_http] {name}: {rounds[name]}", file=sys.stderr, flush=True)
     base = rounds["verify_off"]
     added = {}
-    for name in ("verify_on", "verify_on_active"):
+    for name in ("verify_on", "verify_on_active", "verify_on_tokens"):
         r = rounds[name]
         added[name] = {
             "device_requests_per_device": round(r["device_requests_per_device"] - base["device_requests_per_device"], 2),
