@@ -120,7 +120,7 @@ class DevicePool:
                 return fut.result(), True
             if left.done():
                 if until is not None:
-                    await self._withdrawn.submit((device_id, until))
+                    await self._withdraw(device_id, until)
                 return None, False
             return None, True
         except asyncio.CancelledError:
@@ -136,12 +136,9 @@ class DevicePool:
         """Withdraw from a cancelled check-in (it cannot await): after its own availability is written, when it
         was cancelled while that was under way (the batch writes it regardless)."""
         async def withdraw() -> None:
-            try:
-                if marking:
-                    await self._available.wait_idle()
-                await self._withdrawn.submit((device_id, until))
-            except Exception as exc:  # the device stays available until `until`, as without the withdrawal
-                log.warning("withdrawing device %s after its check-in was cancelled failed: %s", device_id[:8], exc)
+            if marking:
+                await self._available.wait_idle()
+            await self._withdraw(device_id, until)
 
         task = asyncio.ensure_future(withdraw())
         self._background.add(task)
@@ -154,6 +151,12 @@ class DevicePool:
     async def _mark_available(self, rows: list[tuple[str, float]]) -> list[None]:
         await self.store.mark_available(rows)
         return [None] * len(rows)
+
+    async def _withdraw(self, device_id: str, until: float) -> None:
+        try:
+            await self._withdrawn.submit((device_id, until))
+        except Exception as exc:  # the device stays available until `until`, as it would without the withdrawal
+            log.warning("withdrawing device %s, whose long-poll closed, failed: %s", device_id[:8], exc)
 
     async def _withdraw_available(self, rows: list[tuple[str, float]]) -> list[None]:
         await self.store.withdraw_available(rows)
