@@ -4,18 +4,22 @@ take every available device (max 100) runs with the live fleet only and succeeds
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
-import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from analyst_client.cli import AnalystClient
-from tests.e2e.harness import SyncDevice, check_exact, server_on_fresh_sqlite
+from analytics_server.db.engine import make_engine
+from analytics_server.db.models import Cohort, CohortMember, DevicePresence
+from tests.e2e.harness import SyncDevice, check_exact
 from tests.support import deadlines
-from tests.support.devstack import Fleet
+from tests.support.devstack import Fleet, Server
 
 pytestmark = pytest.mark.e2e
 
@@ -40,11 +44,23 @@ def _open_long_poll(dev: SyncDevice, port: int) -> socket.socket:
     return sock
 
 
-def _availability(db: Path, device_ids: list[str]) -> dict[str, float]:
+def _read(db_url: str, statement: Any) -> list[Any]:
+    """Rows of `statement` in the server's database (SQLite or PostgreSQL)."""
+    async def read() -> list[Any]:
+        engine = make_engine(db_url)
+        try:
+            async with engine.connect() as con:
+                return list((await con.execute(statement)).all())
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def _availability(db_url: str, device_ids: list[str]) -> dict[str, float]:
     """The devices' `available_until` as the server stored it (0.0: withdrawn)."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
-        rows = con.execute(f"SELECT device_id, available_until FROM device_presence WHERE device_id IN "
-                           f"({','.join('?' * len(device_ids))})", device_ids).fetchall()
+    rows = _read(db_url, select(DevicePresence.device_id, DevicePresence.available_until)
+                 .where(DevicePresence.device_id.in_(device_ids)))
     return {d: float(u) for d, u in rows}
 
 
@@ -56,42 +72,39 @@ def _wait_for(read, ok, timeout_s: float):  # type: ignore[no-untyped-def]
     return got
 
 
-def test_dropped_long_polls_are_never_seated(tmp_path: Path) -> None:
-    env = {"FA_CHECKIN_MAX_WAIT_S": str(LONG_POLL_S)}
-    with server_on_fresh_sqlite(tmp_path, env=env) as srv:
-        db = tmp_path / "fa.db"
-        ghosts = [SyncDevice(srv.url) for _ in range(GHOSTS)]
-        for g in ghosts:
-            g.register()
-        ids = [g.device_id for g in ghosts]
-        socks = [_open_long_poll(g, srv.port) for g in ghosts]
-        opened = time.time()
-        try:
-            _wait_for(lambda: _availability(db, ids),
-                      lambda got: len(got) == GHOSTS and all(u > opened + LONG_POLL_S / 2 for u in got.values()),
-                      deadlines.stretch(60))
-        finally:
-            for s in socks:
-                s.close()  # mid long-poll: the client is gone
-        closed = time.monotonic()
-        _wait_for(lambda: _availability(db, ids), lambda got: all(u == 0.0 for u in got.values()),
-                  deadlines.stretch(WITHDRAWN_WITHIN_S))
-        assert time.monotonic() - closed < LONG_POLL_S / 2, "withdrawn no sooner than the long-polls would have lapsed"
+@pytest.mark.server_env({"FA_CHECKIN_MAX_WAIT_S": str(LONG_POLL_S)})
+def test_dropped_long_polls_are_never_seated(server: Server, db_url: str, tmp_path: Path) -> None:
+    ghosts = [SyncDevice(server.url) for _ in range(GHOSTS)]
+    for g in ghosts:
+        g.register()
+    ids = [g.device_id for g in ghosts]
+    socks = [_open_long_poll(g, server.port) for g in ghosts]
+    opened = time.time()
+    try:
+        _wait_for(lambda: _availability(db_url, ids),
+                  lambda got: len(got) == GHOSTS and all(u > opened + LONG_POLL_S / 2 for u in got.values()),
+                  deadlines.stretch(60))
+    finally:
+        for s in socks:
+            s.close()  # mid long-poll: the client is gone
+    closed = time.monotonic()
+    _wait_for(lambda: _availability(db_url, ids), lambda got: all(u == 0.0 for u in got.values()),
+              deadlines.stretch(WITHDRAWN_WITHIN_S))
+    assert time.monotonic() - closed < LONG_POLL_S / 2, "withdrawn no sooner than the long-polls would have lapsed"
 
-        admin = AnalystClient(srv.url, srv.token("admin"))
-        fleet = Fleet(srv.url, 12, tmp_path, seed=29)
-        try:
-            qid = admin.submit(SPEC)["id"]
-            final = admin.wait(qid, timeout_s=deadlines.stretch(180))
-            assert final["status"] == "succeeded", final
-            truth = fleet.truth()
-            res = check_exact(admin, qid, SPEC, truth)
-            assert res["result"]["clients"] >= SPEC["cohort"]["min_clients"]  # type: ignore[index]
-        finally:
-            fleet.stop()
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
-            seated = {d for (d,) in con.execute("SELECT device_id FROM cohort_members")}
-            cohorts = con.execute("SELECT status FROM cohorts").fetchall()
-        assert seated and seated <= set(truth), "a cohort seated a device whose long-poll had closed"
-        assert seated.isdisjoint(ids)
-        assert [s for (s,) in cohorts] == ["finished"], cohorts  # no ghost cohort that aborted
+    admin = AnalystClient(server.url, server.token("admin"))
+    fleet = Fleet(server.url, 12, tmp_path, seed=29)
+    try:
+        qid = admin.submit(SPEC)["id"]
+        final = admin.wait(qid, timeout_s=180)
+        assert final["status"] == "succeeded", final
+        truth = fleet.truth()
+        res = check_exact(admin, qid, SPEC, truth)
+        assert res["result"]["clients"] >= 10
+    finally:
+        fleet.stop()
+    seated = {d for (d,) in _read(db_url, select(CohortMember.device_id))}
+    cohorts = [status for (status,) in _read(db_url, select(Cohort.status))]
+    assert seated and seated <= set(truth), "a cohort seated a device whose long-poll had closed"
+    assert seated.isdisjoint(ids)
+    assert cohorts == ["finished"], cohorts  # no ghost cohort that aborted
