@@ -6,7 +6,8 @@
   are taken and renewed with conditional `UPDATE`s (`… WHERE lease_owner IS NULL OR lease_expires < now`), so
   two processes never both hold one; a process that lost its lease is fenced off by `lease_owner` checks in
   the transactions that store a cohort's result or close its masked-input phase.
-- Device presence: a check-in at any process marks the device available; the process forming a cohort claims
+- Device presence: a check-in at any process marks the device available (and the process holding its long-poll
+  withdraws it when that connection closes early); the process forming a cohort claims
   free devices with one conditional `UPDATE … RETURNING` (never seating a device twice) and stores their
   assignments in the transaction that creates the cohort.
 
@@ -21,7 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -196,6 +197,21 @@ class ClusterStore:
                 ins = ins.on_conflict_do_update(index_elements=["device_id"],
                                                 set_={"available_until": ins.excluded.available_until})
                 await s.execute(ins)
+
+    async def withdraw_available(self, rows: Sequence[tuple[str, float]]) -> None:
+        """These devices' check-in long-polls closed early (the client went away): each is no longer available,
+        provided its availability is still the `until` that long-poll wrote — a later check-in (at this or any
+        other process) has written another and keeps it. One statement for all of them (executemany)."""
+        if not rows:
+            return
+        presence = DevicePresence.__table__
+        async with self._tx() as s:
+            await s.execute(
+                update(presence)
+                .where(presence.c.device_id == bindparam("b_device"), presence.c.available_until == bindparam("b_until"))
+                .values(available_until=0.0),
+                [{"b_device": d, "b_until": until} for d, until in rows],
+            )
 
     async def presence(self, device_ids: Sequence[str]) -> dict[str, tuple[str | None, dict[str, Any] | None]]:
         """Per device with a presence row: (cohort it is claimed for, its assignment once stored)."""

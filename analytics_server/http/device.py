@@ -126,7 +126,8 @@ async def checkin(request: web.Request) -> web.Response:
     await st.auth.claim(dev.device_id, dev.headers)  # before the device can be seated in a cohort
     device_id = dev.device_id
     st.metrics.checkins += 1
-    assignment, waited = await st.pool.checkin(device_id, min(req.wait_s, st.settings.checkin_max_wait_s), arrived)
+    assignment, waited = await st.pool.checkin(device_id, min(req.wait_s, st.settings.checkin_max_wait_s), arrived,
+                                               gone=lambda: _client_gone(request))
     running = st.orchestrator.running_count()
     if assignment is not None:
         resp = CheckinResponse(assignment=assignment, queries_running=running)
@@ -142,6 +143,13 @@ async def checkin(request: web.Request) -> web.Response:
         headers={"Retry-After": str(math.ceil(retry))},
         exclude_none=True,
     )
+
+
+def _client_gone(request: web.Request) -> bool:
+    """Whether the client closed the request's connection. aiohttp does not cancel a handler whose client went
+    away (handler cancellation is off), so a long-poll asks: its device is withdrawn at once (pool.py)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def _advertise_from_checkin(st: AppState, device_id: str, keys: SecAggKeys, resp: CheckinResponse,
