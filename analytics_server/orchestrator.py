@@ -195,8 +195,12 @@ class Orchestrator:
         """Renew this process's row and leases, stop queries whose lease was lost, take over unleased ones,
         and store live progress for the other processes' status pages."""
         await self.store.heartbeat(self.process.id, self.load())
+        # only queries held before the renewal started can have lost their lease in it: one acquired while the
+        # renewal ran (its UPDATE did not see that lease yet) would otherwise be taken for lost and its task stopped,
+        # leaving the query pending under this process's lease, renewed but run by no one
+        before = set(self._held)
         held = await self.store.renew_leases(self.process.id, self.settings.lease_ttl_s)
-        for qid in list(self._held - held):
+        for qid in sorted(before - held):
             task = self.tasks.get(qid)
             if task is not None and not task.done():
                 q = await self.store.get_query(qid)

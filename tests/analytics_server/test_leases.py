@@ -111,3 +111,31 @@ async def test_cancel_elsewhere_fences_the_masked_input_close(migrated_url: str)
     assert not c.masked_input_closed
     await a.engine.dispose()
     await b.engine.dispose()
+
+
+async def test_a_query_acquired_while_the_heartbeat_renews_is_not_taken_for_lost(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    """The heartbeat's renewal may run concurrently with a query task acquiring its lease; the renewal (which did not
+    see the new lease) must not make the heartbeat stop that task (the query would stay pending forever under a
+    lease this process keeps renewing)."""
+    from analytics_server.state import STATE
+
+    server = await start_app_server()
+    orch = server.app[STATE].orchestrator
+    running = asyncio.create_task(asyncio.sleep(60))
+    renew = orch.store.renew_leases
+
+    async def renew_while_acquired(owner: str, ttl: float) -> set[str]:
+        held = await renew(owner, ttl)
+        orch.tasks["q-new"] = running  # the query task acquired its lease meanwhile
+        orch._held.add("q-new")
+        return held
+
+    orch.store.renew_leases = renew_while_acquired  # type: ignore[method-assign]
+    try:
+        await orch._heartbeat()
+        assert not running.cancelled() and not running.done() and "q-new" in orch._held
+    finally:
+        orch.store.renew_leases = renew  # type: ignore[method-assign]
+        orch.tasks.pop("q-new", None)
+        orch._held.discard("q-new")
+        running.cancel()
