@@ -105,6 +105,21 @@ def terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
             proc.wait(5)
 
 
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path, what: str, timeout_s: float) -> None:
+    """Until `url`/healthz answers 200; RuntimeError (with the log's end) if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not become healthy")
+
+
 class Server:
     """One `fa-server serve` process. With `name` it is a member of a cluster (processes sharing one
     PostgreSQL database): it advertises its own URL to devices and carries `name` as its process label. With
@@ -128,17 +143,8 @@ class Server:
             [*self.command, "serve", "--db", self.db_url, "--port", str(self.port)],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("server did not become healthy")
+        wait_healthy(self.proc, self.url, self.log_path, "server", 30)
+        return self
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -220,17 +226,8 @@ class Issuer:
              "--tokens-per-day", str(self.tokens_per_day), *apps, *self.extra],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"issuer exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("issuer did not become healthy")
+        wait_healthy(self.proc, self.url, self.log_path, "issuer", 60)
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:
