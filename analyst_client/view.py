@@ -243,6 +243,9 @@ def privacy_words(view: dict[str, Any]) -> str:
     if contributors:
         words.append(f"contributors per round: {', '.join(map(str, contributors))}.")
     words.append(f"validation: {p.get('validation') or 'none'}.")
+    if p.get("identities") == "open":
+        words.append("identities: OPEN registration — this server has no identity issuer, so anyone could have "
+                     "registered many of the contributing devices (docs/identities.md).")
     b = p.get("source_budget")
     if b:
         words.append(f"source {b['source']!r}: epsilon {eps(b['remaining_epsilon'])} of {eps(b['total_epsilon'])} left.")

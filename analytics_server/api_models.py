@@ -174,6 +174,9 @@ class Health(BaseModel):
     queries_running: int
     cohorts_running: int
     process: ProcessLabel
+    identities: Literal["issuer", "open"] = Field(
+        description="`issuer`: devices register only with an identity issuer's token; `open`: any key registers "
+                    "(demo profile without an issuer: Sybil-unsafe, docs/identities.md)")
 
 
 class ProcessInfo(ProcessLabel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -26,6 +27,7 @@ from analytics_server.state import STATE, AppState
 from secagg.clock import Clock
 
 
+log = logging.getLogger(__name__)
 OPENAPI = web.AppKey("openapi", dict)
 ACCOUNTANT_MODULE = "queries.dp.report"
 
@@ -35,7 +37,8 @@ async def healthz(request: web.Request) -> web.Response:
     p = st.process
     body = Health(status="ok", queries_running=st.orchestrator.running_count(), cohorts_running=sum(
         1 for c in st.orchestrator.cohorts.values() if c.status == "running"),
-        process=ProcessLabel(id=p.id, name=p.name, pid=p.pid, url=p.url))
+        process=ProcessLabel(id=p.id, name=p.name, pid=p.pid, url=p.url),
+        identities="issuer" if st.issuer_keys else "open")
     return web.json_response(body.model_dump())
 
 
@@ -76,7 +79,10 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         # the accountant (dp_accounting, scipy: ~1 s) loads lazily; load it now, off the loop, rather than in
         # the middle of the first query that needs it
         executor.submit(importlib.import_module, ACCOUNTANT_MODULE)
-        issuer = await issuer_keys.trusted_keys(settings.issuer_keys, settings.issuer_url)
+        issuer = await issuer_keys.for_settings(settings)
+        if not issuer:
+            log.warning("open registration: no identity issuer (FA_ISSUER_URL / FA_ISSUER_KEYS), so any key may "
+                        "register a device and anyone may register many (demo profile only; docs/identities.md)")
         auth = DeviceAuth(store, settings.signature_window_s, clock=clock, require_token=bool(issuer))
         await auth.start()
         notifier = notifier_for(settings.db_url)

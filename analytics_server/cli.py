@@ -178,6 +178,9 @@ def _run(args: argparse.Namespace) -> int:
                 raise CliError(exc.args[0] if exc.args else "no such token") from None
             print(f"revoked token {row.id} ({row.role}{', ' + row.prefix if row.prefix else ''})")
         return 0
+    problem = settings.identity_setup_error()
+    if problem:
+        raise CliError(problem)
     if not 1 <= args.workers <= 64:
         raise CliError(f"--workers: must be between 1 and 64, got {args.workers}")
     if args.workers > 1:
@@ -194,8 +197,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.workers > 1:
         return supervisor.run_workers(settings, args.workers, args.worker_ports, url)
+    from analytics_server.issuer_keys import IssuerKeysError
+
     try:
         serving.run(settings, shared_port=args.shared_port, private_port=args.private_port)
+    except IssuerKeysError as exc:  # e.g. FA_ISSUER_URL unreachable at start
+        raise CliError(str(exc)) from None
     except DB_ERRORS as exc:
         if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise CliError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None

@@ -355,6 +355,7 @@ class Orchestrator:
         if q.calibration is not None:
             block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
+        block["identities"] = "issuer" if self.settings.has_issuer() else "open"  # open: Sybil-unsafe (identities.md)
         values, warnings = uncertainty.describe(release)
         await self.store.finish_query(q.id, release.result, block, values, warnings, failure=release.failure)
 

@@ -129,7 +129,8 @@ class Settings(BaseSettings):
         default="", max_length=100_000,
         description="comma-separated base64 SubjectPublicKeyInfo DER of the identity issuer's RSA keys "
         "(docs/identities.md): registration then needs an identity token signed by one, and only devices holding one "
-        "check in; empty (and no issuer_url): devices register with a bare key",
+        "check in; the production profile needs this or issuer_url, the demo profile without either lets any key register "
+        "(open registration: Sybil-unsafe, reported in /healthz and every result)",
     )
     issuer_url: str | None = Field(
         default=None, max_length=2048,
@@ -150,6 +151,19 @@ class Settings(BaseSettings):
         if self.register_rate_per_min is not None:
             return self.register_rate_per_min
         return 60.0 if self.profile == "production" else 0.0
+
+    def has_issuer(self) -> bool:
+        return bool(self.issuer_keys.strip() or self.issuer_url)
+
+    def identity_setup_error(self) -> str | None:
+        """Why `serve` must not start with these identity settings, or None. The production profile needs an issuer;
+        the demo profile without one registers any key, says so (/healthz, results, its log) and is Sybil-unsafe
+        (docs/identities.md)."""
+        if self.profile == "production" and not self.has_issuer():
+            return ("the production profile needs an identity issuer: set FA_ISSUER_URL to a running "
+                    "`fa-issuer serve` (or FA_ISSUER_KEYS to its keys); devices then register only with its identity "
+                    "tokens (docs/identities.md)")
+        return None
 
     def effective_threat_model(self) -> Literal["semi_honest", "active"]:
         """The model cohorts run in: `threat_model`, else active in production and semi-honest in demo."""

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from device_sdk.contribution import Contribution
 from device_sdk.hooks import DeviceHooks
-from device_sdk.identity import TOKEN_META, Enrolment, issuer_key, obtain_token
+from device_sdk.identity import TOKEN_META, Enrolment, EnrolmentError, issuer_key, obtain_token
 from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
 from device_sdk.must_await import must_await
 from device_sdk.policy import Decision, DevicePolicy, Refusal, checkin_pause, decide, refuse
@@ -655,9 +655,9 @@ class DeviceClient:
             except Exception as exc:  # network, server answers, and anything a bad answer breaks: back off
                 failures += 1
                 delay = self._jitter.uniform(0, min(self.backoff_cap_s, self.backoff_base_s * 2**failures))
-                if isinstance(exc, ServerError) and exc.retry_after:
+                if isinstance(exc, (ServerError, EnrolmentError)) and exc.retry_after:
                     delay = max(delay, exc.retry_after)
-                if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ServerError)):
+                if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ServerError, EnrolmentError)):
                     log.warning("device %s: %s; retrying in %.1fs", self.device_id[:8], exc, delay)
                 else:
                     log.exception("device %s: unexpected error; retrying in %.1fs", self.device_id[:8], delay)

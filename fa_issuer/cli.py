@@ -3,6 +3,7 @@
     fa-issuer keygen --key FILE
     fa-issuer serve --key FILE --db FILE --app NAME=PUBLIC_KEY ... [--host H] [--port P] [--tokens-per-day N]
     fa-issuer app-key [--out FILE]
+    fa-issuer public-key (--key FILE | --app-key FILE)
     fa-issuer credential --app-key FILE --app NAME --install ID [--valid-days D]
 
 Settings not given as flags come from `FA_ISSUER_*` variables (fa_issuer/settings.py). A failure is one line
@@ -107,6 +108,13 @@ def load_app_key(path: str) -> SigningKey:
     return SigningKey(seed)
 
 
+def cmd_public_key(args: argparse.Namespace) -> None:
+    if args.key:
+        print(b64e(keys.load(Path(args.key)).public_der))  # what apps pin (DevicePolicy issuer_keys), FA_ISSUER_KEYS
+    else:
+        print(b64e(bytes(load_app_key(args.app_key).verify_key)))  # what `serve --app NAME=…` takes
+
+
 def cmd_credential(args: argparse.Namespace) -> None:
     key = load_app_key(args.app_key)
     try:
@@ -136,6 +144,11 @@ def parser() -> argparse.ArgumentParser:
     ak = sub.add_parser("app-key", help="print a new app backend key pair (Ed25519)")
     ak.add_argument("--out", help="write the private key to this file (mode 0600) instead of printing it")
     ak.set_defaults(run=cmd_app_key)
+    pk = sub.add_parser("public-key", help="print the public half of a key file, base64, on one line")
+    which = pk.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key", help="the issuer key file: its SubjectPublicKeyInfo, what apps pin and FA_ISSUER_KEYS lists")
+    which.add_argument("--app-key", help="an app backend's key file: its Ed25519 public key, for `serve --app NAME=…`")
+    pk.set_defaults(run=cmd_public_key)
     cr = sub.add_parser("credential", help="mint one enrolment credential, as an app backend does")
     cr.add_argument("--app-key", required=True, help="the app backend's private key file (`app-key --out`)")
     cr.add_argument("--app", required=True, help="the app's name, as the issuer is configured with it (--app NAME=…)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -18,6 +19,15 @@ TEST_SETTINGS: dict[str, Any] = {"retry_after_s": 0.5, "cohort_formation_wait_s"
                                  "spec_check_timeout_s": 60.0}
 """Short waits, so in-process fleets form cohorts and idle devices come back quickly; a spec check bound that a busy
 machine cannot hit with the tests' specs (the 5 s default guards a server's CPU; tests of that bound set their own)."""
+
+
+def fixed_issuer_keys() -> str:
+    """FA_ISSUER_KEYS of the fixed test issuer key (tests/support/data): what the production profile, which needs an
+    issuer, is given by tests whose devices do not register."""
+    from secagg import blind_rsa
+    from tests.support.vectors import issuer_test_key
+
+    return base64.b64encode(blind_rsa.public_key_der(issuer_test_key().public_key())).decode()
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +52,8 @@ async def start_app_server(migrated_url: str) -> AsyncIterator[Callable[..., Awa
     servers: list[TestServer] = []
 
     async def start(**overrides: Any) -> TestServer:
+        if overrides.get("profile") == "production" and not (overrides.get("issuer_keys") or overrides.get("issuer_url")):
+            overrides["issuer_keys"] = fixed_issuer_keys()
         server = TestServer(create_app(Settings(**{**TEST_SETTINGS, "db_url": migrated_url, **overrides})))
         await server.start_server()
         servers.append(server)

@@ -12,7 +12,9 @@ the real `fa-issuer` and its checks are tested in tests/fa_issuer/.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import cache
@@ -147,9 +149,36 @@ async def test_enrolled_devices_release_the_exact_histogram_and_keep_their_token
         await fleet.stop()
     assert final["status"] == "succeeded", final
     assert final["result"]["result"]["counts"] == {"moon": 4, "sun": 1, "star": 1}  # one vote per device
+    assert final["result"]["privacy"]["identities"] == "issuer"
     for dev in devices:
         kept = base64.b64decode(dev.store.get_meta(TOKEN_META))
         identity_token.verify(kept, dev.client.public_key, policy.trusted_issuers)
+
+
+async def test_a_demo_server_without_an_issuer_says_its_registration_is_open(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    """The demo profile without an issuer admits bare keys (design's `fa-server serve` + `fa-sim --server URL`),
+    and says so where an analyst looks: /healthz and the released privacy block (rendered by `fa` and the console)."""
+    server = await start_app_server()
+    url = str(server.make_url(""))
+    hdr = await analyst(server)
+    async with aiohttp.ClientSession() as http:
+        assert (await (await http.get(url + "/healthz")).json())["identities"] == "open"
+        fleet = Fleet(server, http)
+        for rows in WORDS:
+            fleet.add(rows, DevicePolicy())
+        final = await run_query(http, url, SPEC, hdr)
+        await fleet.stop()
+    assert final["status"] == "succeeded", final
+    assert final["result"]["privacy"]["identities"] == "open"
+    from analyst_client.view import privacy_words
+
+    assert "identities: OPEN registration" in privacy_words(final["result"])
+
+
+async def test_a_server_with_an_issuer_reports_it(start_app_server, issuers) -> None:  # type: ignore[no-untyped-def]
+    server = await start_app_server(profile="production", issuer_keys=spki("real"))
+    async with aiohttp.ClientSession() as http:
+        assert (await (await http.get(str(server.make_url("/healthz")))).json())["identities"] == "issuer"
 
 
 async def test_members_a_server_minted_for_itself_do_not_count(start_app_server, issuers) -> None:  # type: ignore[no-untyped-def]
@@ -186,6 +215,30 @@ async def test_an_issuer_refusal_reaches_the_app_with_its_message(start_app_serv
         plain = DeviceClient(str(server.make_url("")), LocalStore(), session=http)
         with pytest.raises(ServerError, match="this device has no enrolment"):
             await plain.ensure_registered()
+
+
+async def test_a_refused_enrolment_is_retried_after_the_issuers_wait_without_a_traceback(  # type: ignore[no-untyped-def]
+        start_app_server, issuers, monkeypatch, caplog) -> None:
+    """`run_forever` treats the issuer's refusal as it treats the server's: one warning line, and no next try
+    before the issuer's Retry-After (here an hour; the device's rest is recorded, not slept)."""
+    server = await start_app_server(issuer_keys=spki("real"))
+    issuers["real"].refuse = "too many token requests from this address; retry later"
+    rests: list[float] = []
+    stop = asyncio.Event()
+
+    async def rest(event: asyncio.Event, seconds: float) -> None:
+        rests.append(seconds)
+        stop.set()
+
+    monkeypatch.setattr("device_sdk.client._sleep", rest)
+    device = DeviceClient(str(server.make_url("")), LocalStore(), enrolment=Enrolment(issuers["real"].url, "install"))
+    with caplog.at_level(logging.WARNING, logger="device_sdk"):
+        await asyncio.wait_for(device.run_forever(stop), 60)
+    await device.close()
+    assert rests == [3600], rests
+    (record,) = [r for r in caplog.records if "identity issuer" in r.getMessage()]
+    assert record.levelno == logging.WARNING and record.exc_info is None, record.getMessage()
+    assert "HTTP 429: too many token requests" in record.getMessage()
 
 
 def test_pinned_issuer_keys_are_checked_when_the_policy_is_made() -> None:

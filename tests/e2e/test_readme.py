@@ -2,7 +2,8 @@
 against the live server and fleets the blocks themselves start (tests/readme_blocks.py for the markers).
 
 What differs from a person's terminal, all of it here: the session runs in a temporary folder holding a link to
-the repository's examples/; `.venv/bin` comes first on PATH; port 8000 becomes a free port; the server gets the
+the repository's examples/; `.venv/bin` comes first on PATH; ports 8000 (server) and 8100 (issuer) become free
+ports; the server gets the
 end-to-end tier's short waits (scripts/devstack.SERVER_ENV) and fails a query whose cohort has not formed within
 120 s (instead of 600 s), so a spec that does not fit the README's fleet fails the test quickly; with those short
 waits a stopped fleet's check-ins lapse sooner, so the README's pause after `kill $SIM` shrinks to `LAPSE_S`.
@@ -39,8 +40,11 @@ PAUSE = re.compile(r"^kill \$SIM; sleep (\d+)$", re.M)
 
 def test_readme_blocks_run_against_a_live_server(tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    port = free_port()
-    body = script(blocks(), sys.executable).replace("--port 8000", f"--port {port}").replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    port, issuer_port = free_port(), free_port()
+    body = script(blocks(), sys.executable)
+    for fixed, free in ((8000, port), (8100, issuer_port)):
+        assert f"--port {fixed}" in body and f"127.0.0.1:{fixed}" in body, fixed
+        body = body.replace(f"--port {fixed}", f"--port {free}").replace(f"127.0.0.1:{fixed}", f"127.0.0.1:{free}")
     pause = PAUSE.search(body)
     assert pause and int(pause[1]) > LAPSE_S, "the README no longer pauses after stopping its first fleet: update PAUSE"
     body = PAUSE.sub(f"kill $SIM; sleep {LAPSE_S:g}", body)
@@ -72,6 +76,9 @@ def test_readme_blocks_run_against_a_live_server(tmp_path: Path) -> None:
     # the acceptance check: `fa submit SPEC --wait --format json > out.json` is valid JSON (progress went to stderr)
     view = json.loads((tmp_path / "out.json").read_text())
     assert view["kind"] == "histogram" and view["result"]["counts"], view
+    assert view["privacy"]["identities"] == "issuer", view["privacy"]  # the fleet enrolled; nothing registered openly
+    issuer_log = (tmp_path / "issuer.log").read_text()
+    assert "Traceback" not in issuer_log and "open registration" not in log, issuer_log[-3000:]
     assert "query" in err and "succeeded" in err  # the progress lines were on stderr
     stats = json.loads((tmp_path / "bc_stats.json").read_text())
     assert len(stats["result"]["features"]) == 30

@@ -78,6 +78,8 @@ def test_keygen_writes_a_private_file_and_never_overwrites(tmp_path: Path, capsy
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     key = keys.load(path)
     assert base64.b64encode(key.token_key_id).decode() in capsys.readouterr().out
+    assert cli.main(["public-key", "--key", str(path)]) == 0
+    assert base64.b64decode(capsys.readouterr().out.strip()) == key.public_der
     before = path.read_bytes()
     assert cli.main(["keygen", "--key", str(path)]) == 2
     assert "refusing to overwrite" in capsys.readouterr().err
@@ -98,6 +100,8 @@ def test_app_key_and_credential_commands(tmp_path: Path, capsys: pytest.CaptureF
     cred = capsys.readouterr().out.strip()
     admission = AppBackendAttester({"notes": public}).admit(cred, now=0)
     assert (admission.app, admission.install) == ("notes", "i-1")
+    assert cli.main(["public-key", "--app-key", str(key_file)]) == 0
+    assert base64.b64decode(capsys.readouterr().out.strip()) == public
     assert cli.main(["app-key"]) == 0
     printed = capsys.readouterr().out
     seed = base64.b64decode(printed.split("private_key ")[1].split()[0])

@@ -195,10 +195,14 @@ class Fleet:
 class Issuer:
     """One `fa-issuer serve` process (fa_issuer, docs/issuer.md) with its own key file and database in `workdir`,
     admitting credentials of the app backends in `apps` (name → Ed25519 public key). Started as
-    `python -m fa_issuer.cli` with this interpreter (the console script `fa-issuer` runs the same `main`)."""
+    `python -m fa_issuer.cli` with this interpreter (the console script `fa-issuer` runs the same `main`).
+
+    `rate_per_min`: token requests per minute per address; none by default, because a simulated fleet's devices
+    all come from 127.0.0.1 (as the server's FA_REGISTER_RATE_PER_MIN is 0 in SERVER_ENV): the issuer's default
+    of 60 would enrol a 1,000-device fleet at one device a second."""
 
     def __init__(self, workdir: Path, apps: dict[str, bytes], tokens_per_day: int = 1,
-                 extra: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+                 extra: list[str] | None = None, env: dict[str, str] | None = None, rate_per_min: float = 0) -> None:
         self.workdir = workdir
         self.key_path = workdir / "issuer-key.pem"
         self.db_path = workdir / "issuer.db"
@@ -208,7 +212,7 @@ class Issuer:
         self.command = [sys.executable, "-m", "fa_issuer.cli"]
         self.apps = dict(apps)
         self.tokens_per_day = tokens_per_day
-        self.extra = list(extra or [])
+        self.extra = ["--rate-per-min", f"{rate_per_min:g}", *(extra or [])]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -1076,13 +1076,13 @@ ISSUER_TEST_KEY = Path(__file__).parent / "data" / "issuer_test_key.pem"
 """A fixed 2048-bit RSA issuer key for the identity-token vectors (a test key: it vouches for nothing)."""
 
 
-def _issuer_test_key() -> Any:
+def issuer_test_key() -> Any:
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
     return load_pem_private_key(ISSUER_TEST_KEY.read_bytes(), None)
 
 
 def _made_token(case: Json) -> tuple[bytes, Any]:
-    key = _issuer_test_key()
+    key = issuer_test_key()
     pending = identity_token.request(key.public_key(), unh(case["identity"]), SeededRandom(case["seed"].encode()))
     return pending.finalize(blind_rsa.blind_sign(key, pending.blinded_msg)).encode(), pending
 
@@ -1109,7 +1109,7 @@ def _token_case(name: str, present: str = "as made", **kw: Any) -> Json:
     ],
 )
 def identity_tokens_vectors(case: Json) -> Json:
-    key = _issuer_test_key()
+    key = issuer_test_key()
     token, pending = _made_token(case)
     shown, identity = bytearray(token), unh(case["identity"])
     match case["present"]:

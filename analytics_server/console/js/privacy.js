@@ -51,6 +51,9 @@ export function describePrivacy(view) {
   sentences.push(validation === "proofs"
     ? "Validation: each device proved its masked contribution valid (bounded), and invalid ones were left out."
     : "Validation: none — the device SDK bounds each contribution, but the server cannot check a modified device's input.");
+  if (p.identities === "open") {
+    sentences.push("Identities: open registration — this server has no identity issuer, so anyone could have registered many of the contributing devices.");
+  }
   const b = p.source_budget;
   if (b) {
     sentences.push(`Source “${b.source}” has ε = ${fmt.eps(b.remaining_epsilon)} and δ = ${fmt.delta(b.remaining_delta)} ` +
