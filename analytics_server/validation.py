@@ -105,8 +105,7 @@ def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], 
     if asked == "proofs" and not supported:
         raise ValidationError(
             f"privacy.validation: {kind.name} cannot prove the contributions of this query's rounds "
-            "(proofs cover histogram, heavy_hitters, feature_stats and sign-vote training rounds; clipped model "
-            "updates, evaluations and label counts have none); use \"none\" — the server still refuses sums no "
+            "(its `validity` has no statement for them); use \"none\" — the server still refuses sums no "
             "honest cohort could produce"
         )
     if asked == "none" and supported and require:

@@ -1,5 +1,6 @@
 """Validity-proof benchmark (`make bench`): device proving time, proof bytes and server verification time per
-device for a 16-bucket histogram (with and without distributed noise), 9 sign votes and a 1,000-entry
+device for a 16-bucket histogram (with and without distributed noise), 9 sign votes, a FedAvg clipped update of
+the 9-weight frecency model (each entry within ±U, its weight in [0, W]) and a 1,000-entry
 heavy-hitters round; then a 1,000-device histogram round over HTTP with proofs and without
 (scripts/bench_http.py's machinery). Prints one JSON object.
 
@@ -44,6 +45,23 @@ def _noisy_statement(buckets: int, t_min: int, max_clients: int) -> tuple[Statem
                 "encoding_scale": noise["encoding_scale"], "noise_bound": st.noise_bound}
 
 
+def _clipped_update() -> tuple[list[int], Statement]:
+    """A FedAvg round's clipped update of the 9-weight frecency model (weighting `examples`, default precision): the
+    statement the training kind derives from the task, and an in-range vector."""
+    from queries.training import frecency
+
+    kind = get_kind("training")
+    params = kind.parse_params({**frecency.example_params(rounds=1, eval_every=0), "client": {"lr": 0.1},
+                                "server_optimizer": {"name": "fedavg", "lr": 1.0}, "weighting": "examples"})
+    plan = kind.plan_round(params, kind.initial_state(params), 0)
+    assert plan is not None
+    st = kind.validity(plan.task)
+    assert st is not None
+    values = [((i * 7919) % (2 * seg.high + 1)) - seg.high if seg.low < 0 else seg.high // 2
+              for seg in st.segments for i in range(seg.size)]
+    return values, st
+
+
 def measure(name: str, statement: Statement, values: list[int], noise: list[int] | None, repeat: int) -> dict[str, Any]:
     prove_s, verify_s = [], []
     for _ in range(repeat):
@@ -80,6 +98,8 @@ def main() -> int:
     cases.append({**measure("histogram_16_skellam_eps1_tmin1000", st, one, noise, args.repeat), "noise": info})
     votes = [1, -1, 0, 1, 1, -1, 0, 0, 1]
     cases.append(measure("sign_votes_9", Statement((Signs(9),)), votes, None, args.repeat))
+    update, update_statement = _clipped_update()
+    cases.append(measure("fedavg_update_9_weights_weighted", update_statement, update, None, args.repeat))
     hh = [0] * 1000
     hh[417] = 1
     cases.append(measure("heavy_hitters_1000_one_vote", Statement((Bits(1000, 1),)), hh, None, max(1, args.repeat // 2)))

@@ -5,8 +5,9 @@ bends the devices whose local rows hold a `BENT` marker ("__bent__:<attack>"; th
 through a context variable set around `DeviceClient._run_assignment`), each as an attacker who knows the protocol
 would:
 
-- vote_twice, vote_1000, negative, noise_beyond_bound: masks a bent vector (two votes, a vote of 1,000, a −1
-  entry, a noise entry far beyond B) with a proof made by a prover whose own checks are switched off — the
+- vote_twice, vote_1000, negative, noise_beyond_bound, beyond_range, negative_weight: masks a bent vector (two
+  votes, a vote of 1,000, a −1 entry, a noise entry far beyond B, a model update's entry 3× its bound, a model
+  update's weight below 0) with a proof made by a prover whose own checks are switched off — the
   proof verifies for what the commitment holds, so the cheat is caught by the opening check after unmasking;
 - forged: sends random bytes of the right length as its proof (caught when the masked input arrives);
 - replayed: sends a valid proof made for another party of the cohort (caught when the masked input arrives).
@@ -27,10 +28,12 @@ from queries.envelope import Assignment
 from secagg.validity import ProofContext, blind_limbs, proof_size
 from secagg.validity import proof as proof_module
 from secagg.validity import statement as statement_module
+from secagg.validity.statement import Ranged
 
 BENT = "__bent__:"
 _ROWS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("bent_rows", default=[])
-ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "forged", "replayed")
+ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "beyond_range", "negative_weight", "forged",
+           "replayed")
 
 
 def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001, ANN202
@@ -74,9 +77,17 @@ def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], dr
         x[0] = -1
     elif attack == "noise_beyond_bound":
         noise[0] = 50 * max(statement.noise_bound, 1) + 1000
+    elif attack in ("beyond_range", "negative_weight"):  # an update entry 3× its clip bound; a weight below 0
+        ranged = [(seg, at) for seg, at in zip(statement.segments, statement.offsets()) if isinstance(seg, Ranged)]
+        seg, at = ranged[0] if attack == "beyond_range" else ranged[1]
+        x[at] = 3 * seg.high + 1 if attack == "beyond_range" else -seg.high  # within the ring: the SDK refuses wider
     else:
         raise ValueError(attack)
-    proof, blind = _unchecked_prove(statement, ctx, x.tolist(), noise.tolist() if statement.noise_bound else None,
+    proved = x.copy()  # a range's bit decomposition cannot hold a value outside it: prove the vector clipped into it
+    for seg, at in zip(statement.segments, statement.offsets()):
+        if isinstance(seg, Ranged):
+            proved[at:at + seg.size] = np.clip(proved[at:at + seg.size], seg.low, seg.high)
+    proof, blind = _unchecked_prove(statement, ctx, proved.tolist(), noise.tolist() if statement.noise_bound else None,
                                     draws.validity)
     content = x * s + noise
     return np.concatenate([content, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof

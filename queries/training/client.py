@@ -220,8 +220,10 @@ def clip_l2(v: np.ndarray, c: float) -> np.ndarray:
 
 
 def _capped_mean(losses: np.ndarray, cap: float) -> float:
-    """Mean per-example loss with each loss capped at `cap` (an overflowed, NaN loss counts as the cap)."""
-    return float(np.mean(np.minimum(np.nan_to_num(np.asarray(losses, dtype=np.float64), nan=cap, posinf=cap), cap)))
+    """Mean per-example loss with each loss in [0, cap] (an overflowed, NaN loss counts as the cap; a negative one as
+    0: the evaluation round's entries are in [0, 1], which its validity statement proves)."""
+    arr = np.nan_to_num(np.asarray(losses, dtype=np.float64), nan=cap, posinf=cap, neginf=0.0)
+    return float(np.mean(np.clip(arr, 0.0, cap)))
 
 
 def _weight(n: int, cap: int) -> float:

@@ -49,7 +49,7 @@ from queries.training.blackbox import BlackBoxModel
 from queries.training.optimizers import adam_step, apply_safeguards, fedavg_step, initial_optimizer_state, rprop_step
 from queries.training.params import AdamSpec, FedAvgSpec, Resolved, RPropSpec, TrainingParams, resolve
 from queries.training.task import EvalTask, LabelCountsTask, PhaseTask, Scaler, TrainingTask, TrainTask
-from secagg.validity.statement import Signs, Statement
+from secagg.validity.statement import Ranged, Segment, Signs, Statement
 
 Phase = Literal["label_counts", "eval", "train", "done"]
 DIVERGENCE_FACTOR = 3.0
@@ -168,6 +168,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                             [{"x": [0.1, -0.2, 0.3], "y": 1}, {"x": [0.0, 0.5, -0.1], "y": 0}]),)
     template = TRAINING_TEMPLATE
     Task = TrainingTask
+    supports_proofs = True
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Under distributed DP, defaults that converge: `weighting` "uniform" (each device's clipped update
@@ -261,12 +262,26 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         return client.contribute(self.parse_task(task).root, rows, rng)
 
     def validity(self, task: TrainingTask | Mapping[str, Any]) -> Statement | None:
-        """Sign-vote training rounds: every entry in {−1, 0, +1}. Clipped updates, evaluations and label counts
-        carry no proof (out of scope: the server's plausibility check still bounds their aggregate)."""
+        """What one device's vector of this round may hold (`encoding`'s layouts), entry by entry: sign votes in
+        {−1, 0, +1}; a clipped update's entries in [−U, U] (an L∞ bound: the clipped update has ‖q‖₂ ≤ U + √d, so a
+        cheater can reach at most √d times an honest device's L2 norm, never more), its weight in [0, W] (never
+        negative: a negative weight would shrink the denominator and amplify the step) and its clip entries in
+        [0, B]; evaluation entries and label shares in [0, U]."""
         t = self.parse_task(task).root
-        if not isinstance(t, TrainTask) or t.votes != "sign":
-            return None
-        return Statement((Signs(len(t.weights)),))
+        u = encoding.unit(t.precision_bits)
+        if isinstance(t, LabelCountsTask):
+            return Statement((Ranged(t.n_classes, 0, u),))
+        if isinstance(t, EvalTask):
+            return Statement((Ranged(encoding.eval_layout(len(t.metrics)).dim, 0, u),))
+        d = len(t.weights)
+        if t.votes == "sign":
+            return Statement((Signs(d),))
+        segments: list[Segment] = [Ranged(d, -u, u)]
+        if t.weighting == "examples":
+            segments.append(Ranged(1, 0, encoding.weight_unit(t.precision_bits, t.weight_share)))
+        if t.clip_entries:
+            segments.append(Ranged(t.clip_entries, 0, encoding.count_unit(t.precision_bits, t.count_share)))
+        return Statement(tuple(segments))
 
     def task_sensitivity(self, task: TrainingTask | Mapping[str, Any]) -> tuple[float, float]:
         """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""

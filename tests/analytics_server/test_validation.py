@@ -147,7 +147,7 @@ async def test_a_device_that_masks_another_vector_is_detected(
         assert p["delta_calibrated"] == pytest.approx(0.99e-6) and p["validation_rounds"][0]["noise_bound"] >= 1
 
 
-async def test_specs_name_the_validation_field(start_app_server: Any) -> None:
+async def test_specs_name_the_validation_field(start_app_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     server = await start_app_server(require_validation=True)
     url = str(server.make_url(""))
     hdr = {"Authorization": f"Bearer {await server.app[STATE].store.create_token('admin')}"}
@@ -156,13 +156,19 @@ async def test_specs_name_the_validation_field(start_app_server: Any) -> None:
                 "privacy": {"validation": "proofs"}}
     async with aiohttp.ClientSession() as http:
         r = await http.post(url + "/v1/queries", json=training, headers=hdr)
-        assert r.status == 422 and "privacy.validation" in (await r.text())
+        assert r.status == 201, await r.text()  # clipped model updates prove their bounds
+        with monkeypatch.context() as m:  # a kind without a statement for its rounds
+            m.setattr(get_kind("training"), "validity", lambda task: None)
+            r = await http.post(url + "/v1/queries", json=training, headers=hdr)
+            assert r.status == 422 and "privacy.validation: training cannot prove" in (await r.text())
+            r = await http.post(url + "/v1/queries", json={**training, "privacy": {}}, headers=hdr)
+            assert r.status == 201  # "none" by default for such a kind, even where proofs are required
+        r = await http.post(url + "/v1/queries", json={**training, "privacy": {"validation": "none"}}, headers=hdr)
+        assert r.status == 422 and "FA_REQUIRE_VALIDATION" in (await r.text())
         r = await http.post(url + "/v1/queries", json=_spec("none"), headers=hdr)
         assert r.status == 422 and "FA_REQUIRE_VALIDATION" in (await r.text())
         r = await http.post(url + "/v1/queries", json=_spec("maybe"), headers=hdr)
         assert r.status == 422 and "validation" in (await r.text())
-        r = await http.post(url + "/v1/queries", json={**training, "privacy": {}}, headers=hdr)
-        assert r.status == 201  # no proofs for clipped updates: "none" by default, even where proofs are required
 
 
 async def test_the_default_follows_support_and_cost(start_app_server: Any) -> None:

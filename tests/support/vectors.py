@@ -675,7 +675,8 @@ def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
     "Each query kind's device encoding (`contribute(task, rows, rng)`) of given rows, before noise and masking. "
     "`rng` is queries.kind.contribution_generator(SeededRandom(seed)) (numpy PCG64); `uses_rng` says whether the vector depends on it "
     "(stochastic rounding, local SGD) — a port reproduces those vectors only with the same generator, and checks "
-    "the deterministic ones byte for byte.",
+    "the deterministic ones byte for byte. `statement`: the canonical bytes (secagg.validity.Statement.encode) of the "
+    "validity statement the kind derives from the task (what the device proves; null: none).",
     [
         _kind_case("histogram", {"buckets": ["moon", "sun", "star"]}, ["moon", "sun", "moon", "comet"]),
         _kind_case("histogram", {"buckets": ["a", "b", "c", "d"], "max_contributions_per_device": 2,
@@ -709,7 +710,9 @@ def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
 def kind_encodings_vectors(case: Json) -> Json:
     vec = _kind_vector(case, unh(case["seed"]))
     other = _kind_vector(case, unh(case["seed"]) + b"/other")
-    return {"vector": big(vec), "dim": int(vec.shape[0]), "uses_rng": bool(not np.array_equal(vec, other))}
+    statement = get_kind(case["kind"]).validity(case["task"])
+    return {"vector": big(vec), "dim": int(vec.shape[0]), "uses_rng": bool(not np.array_equal(vec, other)),
+            "statement": None if statement is None else statement.encode().hex()}
 
 
 def _typed_kinds() -> list[str]:

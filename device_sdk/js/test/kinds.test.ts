@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { utf8 } from "../src/bytes.js";
+import { hex, utf8 } from "../src/bytes.js";
 import { QueryKindError } from "../src/kinds/kind.js";
 import { getKind } from "../src/kinds/registry.js";
 import { isHoldout } from "../src/kinds/training/training.js";
@@ -36,6 +36,7 @@ test("kind encodings: every case of the known-answer vectors", async () => {
     assert.ok(vec.reduce((a, v) => a + Math.abs(v), 0) <= l1 * (1 + 1e-9));
     assert.ok(Math.sqrt(vec.reduce((a, v) => a + v * v, 0)) <= l2 * (1 + 1e-9));
     const st = kind.validity(input.task);
+    assert.equal(st === null ? null : hex(st.encode()), output.statement, `${input.kind}: the statement Python derives`);
     if (st && !output.uses_rng) assert.equal(st.check(vec.map(BigInt)), null);
   }
   assert.ok(exact >= 9, `${exact} deterministic cases`);

@@ -8,7 +8,7 @@ import { RandomSource, randbelow, random } from "../../randomness.js";
 import { sha256 } from "../../webcrypto.js";
 import { utf8 } from "../../bytes.js";
 import { npMean } from "../../pyjson.js";
-import { Signs, Statement } from "../../validity/statement.js";
+import { Ranged, Signs, Statement } from "../../validity/statement.js";
 import { DeviceKind, QueryKindError, Task, stochasticRound } from "../kind.js";
 import { parseTask } from "../taskSchema.js";
 import { BlackBoxObjective, getScoringFunction } from "./blackbox.js";
@@ -84,7 +84,8 @@ function normBucket(norm: number, clipNorm: number): number {
   return NORM_BUCKETS - 1;
 }
 
-const cappedMean = (losses: number[], cap: number): number => npMean(losses.map((l) => (Number.isNaN(l) || l === Infinity ? cap : Math.min(l, cap))));
+const cappedMean = (losses: number[], cap: number): number =>
+  npMean(losses.map((l) => (Number.isNaN(l) || l === Infinity ? cap : Math.min(Math.max(l, 0), cap))));
 const weightOf = (n: number, cap: number): number => Math.min(n, cap) / cap;
 
 /** The task as queries/training/task.py's TrainingTask (a union tagged by `phase`, checked against its schema). */
@@ -137,7 +138,7 @@ function bounds(task: Task): [number, number] {
 
 export const training: DeviceKind = {
   name: "training",
-  supportsProofs: false,
+  supportsProofs: true,
   async contribute(task, rows, rng) {
     const t = parse(task);
     const fn = getScoringFunction(t.model.name);
@@ -196,8 +197,16 @@ export const training: DeviceKind = {
     return bounds(task);
   },
   validity(task) {
+    // queries/training/kind.py's validity: sign votes in {−1, 0, +1}; a clipped update's entries in [−U, U], its
+    // weight in [0, W], its clip entries in [0, B]; evaluation entries and label shares in [0, U]
     const t = parse(task);
-    if (t.phase !== "train" || t.votes !== "sign") return null;
-    return new Statement([Signs(t.weights.length)]);
+    const u = unit(t.precision_bits);
+    if (t.phase === "label_counts") return new Statement([Ranged(t.n_classes, 0, u)]);
+    if (t.phase === "eval") return new Statement([Ranged(5 + t.metrics.length, 0, u)]);
+    if (t.votes === "sign") return new Statement([Signs(t.weights.length)]);
+    const segments = [Ranged(t.weights.length, -u, u)];
+    if (t.weighting === "examples") segments.push(Ranged(1, 0, weightUnit(t.precision_bits, t.weight_share)));
+    if (t.clip_entries) segments.push(Ranged(t.clip_entries, 0, countUnit(t.precision_bits, t.count_share)));
+    return new Statement(segments);
   },
 };
