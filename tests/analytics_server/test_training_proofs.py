@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 
 from analytics_server.state import STATE
-from device_sdk.client import DeviceClient
-from device_sdk.store import LocalStore
 from queries.local_run import run_locally
 from queries.registry import get_kind
 from tests.bent_device import BENT, bend
+from tests.device_sdk.fleet import Fleet, analyst
 
 PARAMS: dict[str, Any] = {"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0,
                           "holdout_fraction": 0.0, "client": {"epochs": 1, "batch_size": 0, "lr": 1.0},
@@ -36,16 +35,6 @@ def _rows(rng: np.random.Generator, n: int) -> list[list[dict[str, Any]]]:
     return out
 
 
-def _start(http: aiohttp.ClientSession, url: str, data: list[list[Any]], stop: asyncio.Event,
-           ) -> tuple[list[DeviceClient], list[asyncio.Task[None]]]:
-    clients = []
-    for rows in data:
-        store = LocalStore()
-        store.add_many("examples", rows)
-        clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
-    return clients, [asyncio.create_task(c.run_forever(stop)) for c in clients]
-
-
 @pytest.mark.parametrize("attack", ["beyond_range", "negative_weight"])
 async def test_a_bent_model_update_is_caught_and_the_round_completes_without_it(
         start_app_server: Any, monkeypatch: pytest.MonkeyPatch, attack: str) -> None:
@@ -53,21 +42,22 @@ async def test_a_bent_model_update_is_caught_and_the_round_completes_without_it(
     server = await start_app_server(cohort_formation_wait_s=0.0)
     url = str(server.make_url(""))
     st = server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = await analyst(server)
     rng = np.random.default_rng(3)
     first, later = _rows(rng, 2), _rows(rng, 3)
-    stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         r = await http.post(url + "/v1/queries", json=SPEC, headers=hdr)
         assert r.status == 201, await r.text()
         qid = (await r.json())["id"]
-        _, tasks = _start(http, url, [[BENT + attack, *first[0]]] + first[1:] + [first[0]], stop)
+        fleet = Fleet(server, http)
+        for rows in [[BENT + attack, *first[0]], *first]:
+            fleet.add(rows, source="examples")
         for _ in range(600):
             if st.metrics.cheating_detected:
                 break
             await asyncio.sleep(0.1)
         assert st.metrics.cheating_detected == 1
-        more, more_tasks = _start(http, url, later, stop)
+        fresh = [fleet.add(rows, source="examples") for rows in later]
         for _ in range(900):
             status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
             if status["status"] not in ("pending", "running"):
@@ -76,11 +66,10 @@ async def test_a_bent_model_update_is_caught_and_the_round_completes_without_it(
         assert status["status"] == "succeeded", status
         res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
         contributors = (await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json())
-        stop.set()
-        await asyncio.gather(*tasks, *more_tasks)
-    rows = {c.device_id: r for c, r in zip(more, later)}
+        await fleet.stop()
+    rows = {dev.client.device_id: r for dev, r in zip(fresh, later)}
     assert sorted(contributors["rounds"]["0"]) == sorted(rows)  # the fresh cohort: no device of the caught one
     assert res["privacy"]["validation"] == "proofs"
     expected, _ = run_locally(get_kind("training"), PARAMS, later)
-    # the same honest updates, up to their stochastic rounding (2^-16 of the clip bound per entry and device)
+    # the same honest updates, up to their stochastic rounding (2^-20 of the clip bound per entry and device)
     np.testing.assert_allclose(res["result"]["weights"], expected["weights"], atol=1e-3)
