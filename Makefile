@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 # busy; the tests' deadlines leave room for two neighbours. `make test E2E_WORKERS=0` runs them one at a time.
 test: $(STAMP) chromium js
 	@$(MAKE) --no-print-directory -j2 --output-sync=target js-test typecheck in-process
-	$(PY) -m pytest -q -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder -m e2e tests/e2e tests/fa_issuer $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 -m e2e tests/e2e tests/fa_issuer $(PYTEST_ARGS)
 
 # mypy over the packages and the test machinery ([tool.mypy] in pyproject.toml: strict on secagg/ and queries/).
 typecheck: $(STAMP)

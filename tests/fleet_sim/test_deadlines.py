@@ -31,8 +31,9 @@ def test_a_real_measurement_is_positive_and_says_what_it_measured() -> None:
 
 @pytest.fixture
 def busy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A machine that measures as BUSY."""
+    """A machine that measures as BUSY, with a load average that implies no slowdown of its own."""
     monkeypatch.setattr(fitted, "speed", lambda: BUSY)
+    monkeypatch.setattr(fitted, "load_slowdown", lambda: 0.5)
 
 
 def _spec(**privacy: Any) -> dict[str, Any]:
@@ -65,3 +66,38 @@ def test_an_idle_machine_and_bad_input_are_left_alone(busy: None, monkeypatch: p
     monkeypatch.setattr(fitted, "speed", lambda: IDLE)
     spec = _spec()
     assert fitted.fit(spec, lambda: "none") is spec and fitted.stretch(100) == 100
+
+
+def test_a_measurement_taken_in_a_quiet_second_does_not_hide_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fitted, "speed", lambda: IDLE)
+    monkeypatch.setattr(fitted.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    monkeypatch.setattr(fitted.os, "cpu_count", lambda: 2)
+    assert fitted.slowdown() == pytest.approx(8.0 / (2 * fitted.REFERENCE_LOAD_PER_CORE)) and fitted.slowdown() > 1
+    monkeypatch.setattr(fitted.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert fitted.slowdown() == 1.0
+
+
+def test_a_long_wait_is_stretched_by_the_load_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    factors = iter([1.0, 1.0, 3.0, 3.0, 3.0, 3.0])
+    monkeypatch.setattr(fitted, "slowdown", lambda: next(factors))
+    asked: list[float] = []
+
+    def never(seconds: float) -> str:
+        asked.append(seconds)
+        raise TimeoutError
+
+    with pytest.raises(TimeoutError, match="still running after"):
+        fitted.stretched_wait(never, 100, "still running")
+    # 100 reference seconds in 30 s slices; the machine got 3× slower after the second slice
+    assert asked == [30.0, 30.0, 90.0, 30.0]
+
+    calls: list[float] = []
+
+    def second_slice_answers(seconds: float) -> str:
+        calls.append(seconds)
+        if len(calls) < 2:
+            raise TimeoutError
+        return "done"
+
+    factors = iter([2.0, 2.0])
+    assert fitted.stretched_wait(second_slice_answers, 100, "x") == "done" and calls == [60.0, 60.0]
