@@ -163,8 +163,16 @@ def format_result(view: dict[str, Any], fmt: str = "table", spec: dict[str, Any]
             parts.append("\n" + render_table(view, t, plot, width))
         else:
             parts.append(f"{t.get('title') or t.get('name')}: {len(t.get('rows') or [])} rows (--format json)")
-    warnings = [f"warning: {w.get('path') or ''} {w.get('message')}".replace("  ", " ") for w in view.get("warnings") or []]
-    return "\n".join([f"{kind} result (query {view.get('id', '?')})", *parts, *warnings, "", privacy_words(view)])
+    trust = [f"WARNING — {w.get('message')}" for w in view.get("warnings") or [] if is_trust_warning(w)]
+    warnings = [f"warning: {w.get('path') or ''} {w.get('message')}".replace("  ", " ")
+                for w in view.get("warnings") or [] if not is_trust_warning(w)]
+    return "\n".join([f"{kind} result (query {view.get('id', '?')})", *trust, *parts, *warnings, "", privacy_words(view)])
+
+
+def is_trust_warning(warning: dict[str, Any]) -> bool:
+    """A warning about what the result can be trusted for (`privacy.validation`: no validity proofs), shown above
+    the values rather than among the per-value warnings."""
+    return str(warning.get("path") or "").startswith("privacy.")
 
 
 def _cell_text(view: dict[str, Any], column: dict[str, Any], cell: dict[str, Any]) -> str:

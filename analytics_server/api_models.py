@@ -160,6 +160,8 @@ class TokenCreated(BaseModel):
 class Contributors(BaseModel):
     query_id: str
     rounds: dict[str, list[str]] = Field(description="round index → device ids whose input is in the round's sum")
+    excluded: dict[str, str] = Field(default_factory=dict, description="device id → why it was left out of the "
+                                     "rest of the query (its validity proof was refused)")
 
 
 class ProcessLabel(BaseModel):

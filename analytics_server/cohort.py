@@ -234,8 +234,10 @@ class CohortRuntime:
                 raise HttpError(409, f"conflicting message: {exc}") from None
             except InvalidInputError as exc:
                 self.metrics.proofs_refused += 1
-                log.warning("cohort %s: %s", self.id, exc)
-                raise HttpError(422, f"masked input refused: {exc}; this device is dropped from the cohort") from None
+                log.warning("cohort %s: device %s excluded from query %s: %s", self.id, device_id, self.query_id, exc)
+                await self.store.exclude_device(self.query_id, device_id, f"validity proof refused: {exc}")
+                raise HttpError(422, f"masked input refused: {exc}; this device is dropped from the cohort and "
+                                     "left out of the rest of the query") from None
             except (SecAggError, ValueError) as exc:
                 raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest

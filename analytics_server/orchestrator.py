@@ -356,18 +356,22 @@ class Orchestrator:
             block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
         block["identities"] = "issuer" if self.settings.has_issuer() else "open"  # open: Sybil-unsafe (identities.md)
+        block["devices_excluded"] = len(await self.store.excluded_devices(q.id))  # refused proofs (validation.md)
         values, warnings = uncertainty.describe(release)
+        warnings = validation.trust_warnings(block) + warnings
         await self.store.finish_query(q.id, release.result, block, values, warnings, failure=release.failure)
 
     # -- cohorts --------------------------------------------------------------------------------
 
     async def _eligible(self, rnd: Round, plan: RoundPlan, seated: set[str]) -> list[str]:
-        """Free devices without a seat in the round that passed the round's sampling coin (a keyed function of
-        the round's stored secret and the device id, so the same after a restart; cached per round)."""
+        """Free devices without a seat in the round, not excluded from the query (a refused validity proof), that
+        passed the round's sampling coin (a keyed function of the round's stored secret and the device id, so the
+        same after a restart; cached per round)."""
         coins = self._coins.setdefault(rnd.id, {})
+        excluded = await self.store.excluded_devices(rnd.query_id)
         out = []
         for d in await self.store.available_devices():
-            if d in seated:
+            if d in seated or d in excluded:
                 continue
             if plan.sample_rate < 1.0:
                 if d not in coins:

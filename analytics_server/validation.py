@@ -276,3 +276,16 @@ def privacy_fields(spec: QuerySpec, statements: list[Statement | None]) -> dict[
             out["truncation_delta"] = split.truncation
             out["delta_calibrated"] = split.calibration
     return out
+
+
+UNVALIDATED = ("no device proved its contribution (validation \"none\"): one modified device could have moved any "
+               "value here as far as the server's plausibility check lets through — up to a whole cohort's worth of "
+               "contributions — and nothing would show it; ask for \"validation\": \"proofs\" (docs/validation.md)")
+
+
+def trust_warnings(block: dict[str, Any]) -> list[dict[str, Any]]:
+    """The warnings every result without validity proofs carries first (under `privacy.validation`, which the
+    console and `fa` show above the values, never folded)."""
+    if block.get("validation") == "proofs":
+        return []
+    return [{"path": "privacy.validation", "message": UNVALIDATED}]

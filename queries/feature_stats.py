@@ -58,7 +58,7 @@ from queries.release import release_threshold
 from queries.spec import PrivacySpec
 from queries.table import Cell, Chart, Column, ResultTable, num_cell
 from queries.uncertainty import Z95, fmt, interval
-from secagg.validity.statement import Bits, Ranged, Statement
+from secagg.validity.statement import Bits, Ranged, Relation, Statement
 
 # Limits of a feature_stats spec (docs/feature_stats.md, "Limits"): the second round's vector has
 # len(features)·(1 + bins) ≤ 1,001,000 entries.
@@ -487,15 +487,25 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
 
     def validity(self, task: FeatureStatsTask | Mapping[str, Any]) -> Statement:
         """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
-        entry within what `max_examples` examples can add: counts, first moments, histogram bins and second
-        moments each in [0, max_examples·2^scale_exp]."""
+        entry within what `max_examples` examples can add ([0, max_examples·2^scale_exp]), linked per feature
+        as the examples link them (each example adds at most 2^K to a moment and exactly 2^K to its count and
+        to one bin): a first moment at most its count; with bins, the bins adding up to at most the bound and
+        the second moment at most the bins' sum (the round's count). A device cannot claim moments without the
+        rows that make them (docs/validation.md)."""
         t = self.parse_task(task).root
         if isinstance(t, RowCountsTask):
             return Statement((Bits(row_counts_layout(len(t.grid)).dim, 1),))
         f, top = len(t.features), t.max_examples << t.scale_exp
-        if not isinstance(t, SecondMomentsTask):  # counts, first moments
-            return Statement((Ranged(f, 0, top), Ranged(f, 0, top)))
-        return Statement(tuple(Ranged(n, 0, top) for n in (f, f * t.bins) if n))  # second moments, then the bins
+        if not isinstance(t, SecondMomentsTask):  # counts, then first moments
+            return Statement((Ranged(f, 0, top), Ranged(f, 0, top)),
+                             relations=tuple(Relation(((j, 1), (f + j, -1)), 0, top) for j in range(f)))
+        if not t.bins:
+            return Statement((Ranged(f, 0, top),))
+        relations = []
+        for j in range(f):  # second moments, then the bins feature-major
+            bins = tuple((f + j * t.bins + b, 1) for b in range(t.bins))
+            relations += [Relation(bins, 0, top), Relation(bins + ((j, -1),), 0, top)]
+        return Statement((Ranged(f, 0, top), Ranged(f * t.bins, 0, top)), relations=tuple(relations))
 
     def decode_round(
         self,

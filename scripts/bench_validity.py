@@ -62,6 +62,20 @@ def _clipped_update() -> tuple[list[int], Statement]:
     return values, st
 
 
+def _feature_moments() -> tuple[list[int], Statement]:
+    """A feature_stats first-moments round over 2 features, at most 100 rows per device: counts and first moments
+    with each moment linked to its count (the relations), and a device's in-range vector (50 rows)."""
+    kind = get_kind("feature_stats")
+    params = kind.parse_params({"features": [{"name": "age", "lower": 0.0, "upper": 100.0},
+                                             {"name": "income", "lower": 0.0, "upper": 1e5}],
+                                "max_examples_per_device": 100})
+    plan = kind.plan_round(params, kind.initial_state(params), 0)
+    assert plan is not None
+    st = kind.validity(plan.task)
+    unit = st.segments[0].high // 100  # type: ignore[union-attr]
+    return [50 * unit, 50 * unit, 20 * unit, 45 * unit], st
+
+
 def measure(name: str, statement: Statement, values: list[int], noise: list[int] | None, repeat: int) -> dict[str, Any]:
     prove_s, verify_s = [], []
     for _ in range(repeat):
@@ -100,6 +114,8 @@ def main() -> int:
     cases.append(measure("sign_votes_9", Statement((Signs(9),)), votes, None, args.repeat))
     update, update_statement = _clipped_update()
     cases.append(measure("fedavg_update_9_weights_weighted", update_statement, update, None, args.repeat))
+    moments, moments_statement = _feature_moments()
+    cases.append(measure("feature_stats_first_moments_2_features_linked", moments_statement, moments, None, args.repeat))
     hh = [0] * 1000
     hh[417] = 1
     cases.append(measure("heavy_hitters_1000_one_vote", Statement((Bits(1000, 1),)), hh, None, max(1, args.repeat // 2)))

@@ -9,6 +9,9 @@ would:
   votes, a vote of 1,000, a −1 entry, a noise entry far beyond B, a model update's entry 3× its bound, a model
   update's weight below 0) with a proof made by a prover whose own checks are switched off — the
   proof verifies for what the commitment holds, so the cheat is caught by the opening check after unmasking;
+- zero_count (feature_stats): claims no rows and every moment at its largest — each entry within its range, the
+  relations broken (a first moment above its count, a second moment above the bins' sum) — with the proof a
+  prover without checks makes for it (valid for a statement without relations; refused with them);
 - forged: sends random bytes of the right length as its proof (caught when the masked input arrives);
 - replayed: sends a valid proof made for another party of the cohort (caught when the masked input arrives).
 """
@@ -32,8 +35,8 @@ from secagg.validity.statement import Ranged
 
 BENT = "__bent__:"
 _ROWS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("bent_rows", default=[])
-ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "beyond_range", "negative_weight", "forged",
-           "replayed")
+ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "beyond_range", "negative_weight", "zero_count",
+           "forged", "replayed")
 
 
 def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001, ANN202
@@ -81,8 +84,19 @@ def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], dr
         ranged = [(seg, at) for seg, at in zip(statement.segments, statement.offsets()) if isinstance(seg, Ranged)]
         seg, at = ranged[0] if attack == "beyond_range" else ranged[1]
         x[at] = 3 * seg.high + 1 if attack == "beyond_range" else -seg.high  # within the ring: the SDK refuses wider
+    elif attack == "zero_count":
+        ranged = [(seg, at) for seg, at in zip(statement.segments, statement.offsets()) if isinstance(seg, Ranged)]
+        first, _ = ranged[0]
+        if len(ranged) == 2 and ranged[1][0].size == first.size:  # first moments: counts 0, first moments at the top
+            x[first.size:2 * first.size] = first.high
+        else:  # second moments: at the top, no bins
+            x[:first.size] = first.high
     else:
         raise ValueError(attack)
+    if attack == "zero_count":  # every entry in range: prove the lie itself (a statement without relations takes it)
+        proof, blind = _unchecked_prove(statement, ctx, x.tolist(), noise.tolist() if statement.noise_bound else None,
+                                        draws.validity)
+        return np.concatenate([x * s + noise, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof
     proved = x.copy()  # a range's bit decomposition cannot hold a value outside it: prove the vector clipped into it
     for seg, at in zip(statement.segments, statement.offsets()):
         if isinstance(seg, Ranged):

@@ -111,6 +111,18 @@ class CohortMember(Base):
     contributed: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class QueryExclusion(Base):
+    """A device left out of every later cohort of a query: its validity proof was refused there (a device that
+    sent a proof that does not verify is misbehaving; docs/validation.md, "Cheaters")."""
+
+    __tablename__ = "query_exclusions"
+
+    query_id: Mapped[str] = mapped_column(ForeignKey("queries.id"), primary_key=True)
+    device_id: Mapped[str] = mapped_column(ForeignKey("devices.id"), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Device(Base):
     __tablename__ = "devices"
 

@@ -45,6 +45,7 @@ from analytics_server.db.models import (
     PrivacyBudget,
     PrivacyCharge,
     Query,
+    QueryExclusion,
     Round,
     Token,
 )
@@ -295,15 +296,8 @@ class Store(ClusterStore, ReportStore):
         is left out. `rows` must not repeat a pair."""
         if not rows:
             return set()
-        dialect = self.engine.dialect.name
-        if dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as upsert
-        elif dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as upsert  # type: ignore[assignment]
-        else:  # pragma: no cover - only SQLite and PostgreSQL are supported
-            raise RuntimeError(f"nonce ledger: unsupported database dialect {dialect}")
         stmt = (
-            upsert(Nonce.__table__)  # the Core table: the ORM's bulk-values path costs ~10× more per row
+            self._upsert()(Nonce.__table__)  # the Core table: the ORM's bulk-values path costs ~10× more per row
             .values([{"device_id": d, "nonce": n, "expires_at": e} for d, n, e in rows])
             .on_conflict_do_nothing(index_elements=["device_id", "nonce"])
             .returning(Nonce.__table__.c.device_id, Nonce.__table__.c.nonce)
@@ -651,6 +645,20 @@ class Store(ClusterStore, ReportStore):
             secret = (await s.execute(select(Round.sampling_secret).where(Round.id == round_id))).scalar_one()
         assert secret is not None
         return bytes(secret)
+
+    async def exclude_device(self, query_id: str, device_id: str, reason: str) -> None:
+        """Leave `device_id` out of every later cohort of the query (kept once: a second reason is not stored)."""
+        stmt = self._upsert()(QueryExclusion.__table__).values(
+            query_id=query_id, device_id=device_id, reason=reason[:2000], created_at=now()).on_conflict_do_nothing()
+        async with self._tx() as s:
+            await s.execute(stmt)
+
+    async def excluded_devices(self, query_id: str) -> dict[str, str]:
+        """The devices excluded from the query, with why."""
+        async with self.sessions() as s:
+            rows = (await s.execute(select(QueryExclusion.device_id, QueryExclusion.reason)
+                                    .where(QueryExclusion.query_id == query_id))).all()
+        return {d: r for d, r in rows}
 
     async def round_members(self, round_id: int) -> set[str]:
         async with self.sessions() as s:

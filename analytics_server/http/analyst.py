@@ -387,7 +387,8 @@ async def contributors(request: web.Request) -> web.Response:
     token = await require_token(request, st.store, ADMIN)
     q = await _query_or_404(st, request.match_info["id"], token)
     rounds = await st.store.contributors(q.id)
-    return json_model(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()}))
+    return json_model(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()},
+                                   excluded=await st.store.excluded_devices(q.id)))
 
 
 @routes.get("/v1/cluster")

@@ -9,10 +9,10 @@ Fiat–Shamir, and the commitment blinding folded into the masked vector. See do
 """
 
 from secagg.validity.proof import InvalidProof, commitment_of, opening_holds, proof_size, prove, verify
-from secagg.validity.statement import LIMB_BITS, LIMBS, Bits, Ranged, Signs, Statement, StatementError, blind_limbs, limbs_value
+from secagg.validity.statement import LIMB_BITS, LIMBS, Bits, Ranged, Relation, Signs, Statement, StatementError, blind_limbs, limbs_value
 from secagg.validity.transcript import ProofContext
 
 __all__ = [
-    "LIMBS", "LIMB_BITS", "Bits", "InvalidProof", "ProofContext", "Ranged", "Signs", "Statement", "StatementError",
+    "LIMBS", "LIMB_BITS", "Bits", "InvalidProof", "ProofContext", "Ranged", "Relation", "Signs", "Statement", "StatementError",
     "blind_limbs", "commitment_of", "limbs_value", "opening_holds", "proof_size", "prove", "verify",
 ]

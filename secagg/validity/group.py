@@ -141,6 +141,14 @@ def sum_generator() -> bytes:
     return _na.crypto_core_ed25519_from_uniform(hashlib.sha512(GENERATOR_DOMAIN + b"S").digest()[:32])
 
 
+@functools.lru_cache(maxsize=None)
+def relation_generator(index: int) -> bytes:
+    """H_index, the generator of a statement's relation `index` (SHA-512(domain ‖ "R" ‖ index as 8 bytes BE))."""
+    if index < 0:
+        raise ValueError(f"relation index must be ≥ 0, got {index}")
+    return _na.crypto_core_ed25519_from_uniform(hashlib.sha512(GENERATOR_DOMAIN + b"R" + index.to_bytes(8, "big")).digest()[:32])
+
+
 def random_scalar(source: RandomSource) -> int:
     """A uniform scalar in [1, ℓ) from the injected randomness source."""
     return 1 + source.randbelow(ORDER - 1)

@@ -13,6 +13,12 @@ What a proof holds, segment by segment (G_i: entry i's generator, G_Σ: the sum 
 - `Ranged(size, low, high)`: per entry bit commitments D_ij = b_ij·G_i + q_ij·B of x_i − low in
   `range_weights(high − low)` (2-branch OR each); entry i's commitment is Σ_j w_j·D_ij + low·G_i.
 - noise (B > 0): the same as `Ranged(dim, −B, B)` over all entries, giving N = Σ e_i·G_i + ρ_e·B.
+- `Relation(terms, low, high)` k (statements with relations): a ranged entry i named by relations commits its
+  bits under the base G_i + Σ_k coef_ki·H_k instead of G_i (H_k: relation k's generator), so its commitment
+  X_i carries x_i·coef_ki·H_k; the relation's value T_k = Σ coef_ki·x_i gets bit commitments
+  F_kj = b_kj·H_k + q_kj·B of T_k − low in `range_weights(high − low)` (2-branch OR each), R_k = Σ_j w_j·F_kj +
+  low·H_k; then one linear proof that V = Σ_ranged X_i − Σ_k R_k = Σ y_i·G_i + ρ·B over the ranged entries'
+  generators: V has no H_k component, so every T_k is the relation's value and lies in [low, high].
 
 The device's point is K = s·Σ_segments V + N = Σ (s·x_i + e_i)·G_i + ρ·B. Wire form: the challenge c
 (32 bytes), every commitment point in the order above (32 bytes each), then the scalars of every
@@ -77,6 +83,11 @@ def proof_shape(statement: Statement) -> tuple[int, int]:
     if statement.noise_bound:
         k = len(range_weights(2 * statement.noise_bound))
         points, scalars = points + statement.dim * k, scalars + statement.dim * k * _or_scalars(2)
+    for rel in statement.relations:
+        k = len(range_weights(rel.high - rel.low))
+        points, scalars = points + k, scalars + k * _or_scalars(2)
+    if statement.relations:
+        scalars += len(statement.ranged_indices()) + 1
     return points, scalars
 
 
@@ -102,13 +113,32 @@ def weighted_total(columns: list[list[bytes]], weights: list[int]) -> bytes:
     return g.total([g.mul(w, g.total(col)) for w, col in zip(weights, columns)])
 
 
-def _prove_ranged(b: _Builder, gens: list[bytes], start: int, values: Sequence[int], low: int, high: int, source: RandomSource) -> tuple[bytes, int]:
-    """Bit commitments and OR proofs of values ∈ [low, high] over generators G_start… → (the commitment to
-    the values' sum vector, its blinding)."""
+def relation_bases(statement: Statement) -> list[bytes]:
+    """Per entry, the base its bits are committed under: G_i, plus Σ_k coef_ki·H_k for the relations naming it."""
+    bases = g.generators(statement.dim)
+    for k, rel in enumerate(statement.relations):
+        h = g.relation_generator(k)
+        for i, coef in rel.terms:
+            bases[i] = g.add(bases[i], g.mul(coef, h))
+    return bases
+
+
+def _shift_base(statement: Statement, start: int, size: int, bases: list[bytes]) -> bytes:
+    """Σ of the bases of entries start…start+size−1 (what `low` multiplies)."""
+    named = {i for rel in statement.relations for i, _ in rel.terms}
+    if any(start <= i < start + size for i in named):
+        return g.total(bases[start : start + size])
+    return g.generator_sum(start, size)
+
+
+def _prove_ranged(b: _Builder, bases: list[bytes], shift_base: bytes, values: Sequence[int], low: int, high: int,
+                  source: RandomSource) -> tuple[bytes, int]:
+    """Bit commitments and OR proofs of values ∈ [low, high] under the given per-entry bases → (the commitment
+    to the values' sum vector, its blinding)."""
     weights = range_weights(high - low)
     columns: list[list[bytes]] = [[] for _ in weights]
     blind = 0
-    for gen, value in zip(gens, values):
+    for gen, value in zip(bases, values):
         for j, (w, bit) in enumerate(zip(weights, decompose(int(value) - low, high - low))):
             q = g.random_scalar(source)
             d = g.commit(bit, q, gen)
@@ -116,7 +146,7 @@ def _prove_ranged(b: _Builder, gens: list[bytes], start: int, values: Sequence[i
             b.provers.append(OrProver.start(d, [None, gen], bit, q, source))
             columns[j].append(d)
             blind += w * q
-    shift = [g.mul(low, g.generator_sum(start, len(gens)))] if low else []
+    shift = [g.mul(low, shift_base)] if low else []
     return g.total([weighted_total(columns, weights)] + shift), blind % g.ORDER
 
 
@@ -189,14 +219,32 @@ def prove(statement: Statement, context: ProofContext, values: Sequence[int], no
                 value_blind += r
         else:
             ranged_later.append((seg, at))
+    bases = relation_bases(statement) if statement.relations else gens
+    ranged_points, ranged_blind = [], 0
     for seg, at in ranged_later:
-        point, blind = _prove_ranged(b, gens[at : at + seg.size], at, values[at : at + seg.size], seg.low, seg.high, source)
-        b.value_points.append(point)
-        value_blind += blind
+        point, blind = _prove_ranged(b, bases[at : at + seg.size], _shift_base(statement, at, seg.size, bases),
+                                     values[at : at + seg.size], seg.low, seg.high, source)
+        ranged_points.append(point)
+        ranged_blind += blind
     noise_point, noise_blind = g.IDENTITY, 0
     if statement.noise_bound:
         assert noise is not None  # checked above: a noise bound requires a noise vector
-        noise_point, noise_blind = _prove_ranged(b, gens, 0, noise, -statement.noise_bound, statement.noise_bound, source)
+        noise_point, noise_blind = _prove_ranged(b, gens, g.generator_sum(0, statement.dim), noise,
+                                                 -statement.noise_bound, statement.noise_bound, source)
+    for k, rel in enumerate(statement.relations):
+        h = g.relation_generator(k)
+        point, blind = _prove_ranged(b, [h], h, [rel.value([int(v) for v in values])], rel.low, rel.high, source)
+        ranged_points.append(g.neg(point))
+        ranged_blind -= blind
+    if ranged_later:
+        v_ranged = g.total(ranged_points)
+        if statement.relations:
+            indices = statement.ranged_indices()
+            lp = LinearProver.start([gens[i] for i in indices], [int(values[i]) for i in indices],
+                                    ranged_blind % g.ORDER, source)
+            b.provers.append((lp, [gens[i] for i in indices], v_ranged))
+        b.value_points.append(v_ranged)
+        value_blind += ranged_blind
     t = Transcript(context, statement.encode())
     for p in b.points:
         t.append(b"C", p)
@@ -271,15 +319,16 @@ class _Check:
     generators: list[bytes] = field(default_factory=list)
 
 
-def _read_ranged(r: _Reader, checks: list[_Check], gens: list[bytes], start: int, low: int, high: int, what: str) -> bytes:
+def _read_ranged(r: _Reader, checks: list[_Check], bases: list[bytes], shift_base: bytes, low: int, high: int,
+                 what: str) -> bytes:
     weights = range_weights(high - low)
     columns: list[list[bytes]] = [[] for _ in weights]
-    for i, gen in enumerate(gens):
+    for i, gen in enumerate(bases):
         for j in range(len(weights)):
             d = r.point(f"{what} entry {i} bit commitment")
             checks.append(_Check("or", d, [None, gen]))
             columns[j].append(d)
-    shift = [g.mul(low, g.generator_sum(start, len(gens)))] if low else []
+    shift = [g.mul(low, shift_base)] if low else []
     return g.total([weighted_total(columns, weights)] + shift)
 
 
@@ -323,12 +372,21 @@ def verify(statement: Statement, context: ProofContext, proof: bytes) -> bytes:
                 value_points.append(c)
         else:
             ranged_later.append((seg, at))
-    for seg, at in ranged_later:
-        value_points.append(_read_ranged(r, checks, gens[at : at + seg.size], at, seg.low, seg.high, f"range segment at {at}"))
+    bases = relation_bases(statement) if statement.relations else gens
+    ranged_points = [_read_ranged(r, checks, bases[at : at + seg.size], _shift_base(statement, at, seg.size, bases),
+                                  seg.low, seg.high, f"range segment at {at}") for seg, at in ranged_later]
     noise_point = g.IDENTITY
     if statement.noise_bound:
         B = statement.noise_bound
-        noise_point = _read_ranged(r, checks, gens, 0, -B, B, "noise")
+        noise_point = _read_ranged(r, checks, gens, g.generator_sum(0, statement.dim), -B, B, "noise")
+    for k, rel in enumerate(statement.relations):
+        h = g.relation_generator(k)
+        ranged_points.append(g.neg(_read_ranged(r, checks, [h], h, rel.low, rel.high, f"relation {k}")))
+    if ranged_later:
+        v_ranged = g.total(ranged_points)
+        if statement.relations:
+            checks.append(_Check("linear", v_ranged, generators=[gens[i] for i in statement.ranged_indices()]))
+        value_points.append(v_ranged)
     challenge = r.challenge
     t = Transcript(context, statement.encode())
     for i in range(proof_shape(statement)[0]):

@@ -7,6 +7,8 @@ and the noise bound B of the round. The device's masked content is s·x + e, whe
 - for every segment of x: `Bits(size, max_ones)` every entry 0 or 1 and at most `max_ones` of them 1
   (votes), `Signs(size)` every entry in {−1, 0, +1}, `Ranged(size, low, high)` every entry in [low, high];
 - for the noise (when B > 0): every entry of e in [−B, B];
+- for every `Relation(terms, low, high)`: low ≤ Σ coef·x_index ≤ high over entries of `Ranged` segments (a
+  feature's first moment at most its count, histogram bins that add up to at most the rows' bound);
 
 and commits to s·x + e as one point K = Σ (s·x_i + e_i)·G_i + ρ·B, whose blinding ρ the device adds to the
 masked vector as `LIMBS` limbs of `LIMB_BITS` bits (`blind_limbs`), so the unmasked sum opens Σ K over
@@ -84,6 +86,27 @@ class Ranged:
 
 Segment = Bits | Signs | Ranged
 
+MAX_RELATION_COEF = 1 << 16
+"""|coef| of a relation's term stays below this, so Σ coef·x_i over a statement's entries never reaches ℓ."""
+
+
+@dataclass(frozen=True)
+class Relation:
+    """low ≤ Σ coef·x[index] ≤ high over (index, coef) terms; every index in a `Ranged` segment."""
+
+    terms: tuple[tuple[int, int], ...]
+    low: int
+    high: int
+    TAG = 4
+
+    def value(self, values: list[int]) -> int:
+        return sum(coef * int(values[i]) for i, coef in self.terms)
+
+    def encode(self) -> bytes:
+        out = [struct.pack(">BII", self.TAG, len(self.terms), 2)]
+        out += [struct.pack(">Iq", i, coef) for i, coef in self.terms]
+        return b"".join(out + [struct.pack(">qq", self.low, self.high)])
+
 
 def range_weights(width: int) -> list[int]:
     """Weights w_j of a k-bit decomposition that reaches exactly [0, width]: 1, 2, …, 2^(k−2), then
@@ -112,6 +135,8 @@ class Statement:
     """s: the device sends s·x + e."""
     noise_bound: int = 0
     """B: every noise entry lies in [−B, B]; 0 when the round has no noise."""
+    relations: tuple[Relation, ...] = ()
+    """Linear constraints across entries of `Ranged` segments."""
 
     def __post_init__(self) -> None:
         if not self.segments:
@@ -128,13 +153,30 @@ class Statement:
             raise StatementError(f"statement: encoding scale {self.encoding_scale} out of range")
         if self.noise_bound < 0 or (2 * self.noise_bound).bit_length() > MAX_RANGE_BITS:
             raise StatementError(f"statement: noise bound {self.noise_bound} out of range")
+        ranged = set(self.ranged_indices())
+        for k, rel in enumerate(self.relations):
+            indices = [i for i, _ in rel.terms]
+            if not rel.terms or len(set(indices)) != len(indices):
+                raise StatementError(f"statement: relation {k} has no terms or repeats an entry")
+            if not set(indices) <= ranged:
+                raise StatementError(f"statement: relation {k} names an entry outside the ranged segments")
+            if any(coef == 0 or abs(coef) >= MAX_RELATION_COEF for _, coef in rel.terms):
+                raise StatementError(f"statement: relation {k} has a coefficient 0 or beyond ±2^16")
+            if (rel.high < rel.low or (rel.high - rel.low).bit_length() > MAX_RANGE_BITS
+                    or max(abs(rel.low), abs(rel.high)).bit_length() > MAX_RANGE_BITS):
+                raise StatementError(f"statement: relation {k}'s range [{rel.low}, {rel.high}] is empty or too wide")
 
     @property
     def dim(self) -> int:
         return sum(s.size for s in self.segments)
 
     def with_noise(self, encoding_scale: int, noise_bound: int) -> Statement:
-        return Statement(self.segments, encoding_scale, noise_bound)
+        return Statement(self.segments, encoding_scale, noise_bound, self.relations)
+
+    def ranged_indices(self) -> list[int]:
+        """The entries of the `Ranged` segments, in order (the entries a relation may name)."""
+        return [at + i for seg, at in zip(self.segments, self.offsets()) if isinstance(seg, Ranged)
+                for i in range(seg.size)]
 
     def offsets(self) -> list[int]:
         out, at = [], 0
@@ -151,6 +193,10 @@ class Statement:
             why = seg.check(values[at : at + seg.size])
             if why:
                 return f"entries {at}..{at + seg.size - 1}: {why}"
+        for k, rel in enumerate(self.relations):
+            total = rel.value(values)
+            if not rel.low <= total <= rel.high:
+                return f"relation {k}: {total} is outside [{rel.low}, {rel.high}]"
         return None
 
     def max_abs(self) -> int:
@@ -172,6 +218,10 @@ class Statement:
                 total += 3 * seg.size
             else:
                 total += 2 * seg.size * len(range_weights(seg.high - seg.low))
+        for rel in self.relations:
+            total += 2 * len(range_weights(rel.high - rel.low))
+        if self.relations:  # the linear proof: one multiplication per ranged entry and the blinding
+            total += len(self.ranged_indices()) + 1
         bits = noise_bits if noise_bits is not None else len(range_weights(2 * self.noise_bound))
         return total + 2 * self.dim * bits
 
@@ -182,6 +232,7 @@ class Statement:
             params = seg.params()
             out.append(struct.pack(">BII", seg.TAG, seg.size, len(params)))
             out += [struct.pack(">q", p) for p in params]
+        out += [rel.encode() for rel in self.relations]  # none: the bytes of a statement without relations
         return b"".join(out)
 
 

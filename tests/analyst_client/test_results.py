@@ -97,3 +97,15 @@ def test_frame_needs_pandas_only_when_called(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(ImportError, match=r"pip install 'fed-analytics\[pandas\]'"):
         frame(_histogram())
+
+
+def test_a_result_without_proofs_says_so_above_its_values() -> None:
+    from analytics_server.validation import trust_warnings
+
+    view = _histogram()
+    view["privacy"]["validation"] = "none"
+    view["warnings"] = trust_warnings(view["privacy"]) + [{"path": "/counts/other", "message": "wide"}]
+    lines = format_result(view, "table").splitlines()
+    assert lines[0].startswith("histogram result") and lines[1].startswith("WARNING — no device proved")
+    assert any(line.startswith("warning: /counts/other") for line in lines[2:])
+    assert trust_warnings({"validation": "proofs"}) == []

@@ -77,6 +77,10 @@ async def test_honest_fleet_result_is_the_same_with_and_without_proofs(app_serve
     assert results["proofs"]["privacy"]["validation"] == "proofs"
     assert results[None]["privacy"]["validation"] == "proofs"  # the default for histograms
     assert results["none"]["privacy"]["validation"] == "none"
+    # a result without proofs says so first, in its warnings (the console and `fa` show it above the values)
+    assert results["none"]["warnings"][0]["path"] == "privacy.validation"
+    assert "no device proved" in results["none"]["warnings"][0]["message"]
+    assert not any(w["path"] == "privacy.validation" for w in results["proofs"]["warnings"] + results[None]["warnings"])
 
 
 @pytest.mark.parametrize("attack", ["forged", "replayed"])

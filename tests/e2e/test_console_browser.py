@@ -179,6 +179,11 @@ def _run(url: str, token: str, api: AnalystClient, tmp_path: Path) -> None:
             s.goto(f"#/q/{other}")
             page.wait_for_selector("[data-testid=result] .result")
             s.shot(shots / f"{kind}.png")
+            trust = page.locator("[data-testid=trust-warning]")  # no proofs: said above the values, never folded
+            if api.result(other)["privacy"]["validation"] == "proofs":
+                assert trust.count() == 0, kind
+            else:
+                assert trust.count() == 1 and "no device proved" in trust.inner_text(), kind
         res = api.result(others["feature_stats"])["result"]
         s.goto(f"#/q/{others['feature_stats']}")
         page.wait_for_selector("[data-testid=values]")

@@ -21,8 +21,10 @@ from secagg.validity import (
     InvalidProof,
     ProofContext,
     Ranged,
+    Relation,
     Signs,
     Statement,
+    StatementError,
     blind_limbs,
     commitment_of,
     limbs_value,
@@ -64,7 +66,14 @@ def statement_and_values(draw: st.DrawFn) -> tuple[Statement, list[int], list[in
         segments.append(seg)
         values += vals
     bound = draw(st.sampled_from([0, 0, 1, 7, 40]))
-    statement = Statement(tuple(segments), draw(st.sampled_from([1, 4])), bound)
+    ranged = Statement(tuple(segments)).ranged_indices()
+    relations = []
+    for _ in range(draw(st.integers(0, 2)) if ranged else 0):
+        picked = draw(st.lists(st.sampled_from(ranged), min_size=1, max_size=4, unique=True))
+        terms = tuple((i, draw(st.sampled_from([-2, -1, 1, 3]))) for i in picked)
+        total = sum(coef * values[i] for i, coef in terms)
+        relations.append(Relation(terms, total - draw(st.integers(0, 40)), total + draw(st.integers(0, 40))))
+    statement = Statement(tuple(segments), draw(st.sampled_from([1, 4])), bound, tuple(relations))
     noise = draw(st.lists(st.integers(-bound, bound), min_size=len(values), max_size=len(values))) if bound else None
     return statement, values, noise
 
@@ -97,6 +106,45 @@ def test_range_decomposition_reaches_exactly_0_to_width(width: int, value: int) 
 def test_the_prover_refuses_an_invalid_contribution(statement: Statement, values: list[int], noise: list[int] | None) -> None:
     with pytest.raises(ValueError):
         prove(statement, CTX, values, noise, SeededRandom(b"p"))
+
+
+LINKED = Statement((Ranged(2, 0, 100), Ranged(3, 0, 100)), 1, 0,
+                   (Relation(((0, 1), (1, -1)), 0, 100), Relation(((2, 1), (3, 1), (4, 1)), 0, 100)))
+"""feature_stats' shape: a first moment (entry 1) at most its count (entry 0); bins (2..4) adding up to at most 100."""
+
+
+@pytest.mark.parametrize("values", [[10, 11, 0, 0, 0], [0, 100, 0, 0, 0], [50, 20, 40, 40, 40], [0, 0, 100, 0, 1]])
+def test_a_contribution_that_breaks_a_relation_is_refused_and_cannot_be_bent_past_it(values: list[int]) -> None:
+    """Every entry within its range, a relation broken (a first moment above its count, bins summing past the
+    bound): the honest prover refuses; a prover with its checks off makes a proof that does not verify, or whose
+    commitment does not open to the bent vector."""
+    assert LINKED.check(values) is not None and "relation" in str(LINKED.check(values))
+    with pytest.raises(ValueError, match="relation"):
+        prove(LINKED, CTX, values, None, SeededRandom(b"r"))
+    proof, blind = _unchecked_prove(LINKED, CTX, values, None, SeededRandom(b"cheat"))
+    try:
+        k = verify(LINKED, CTX, proof)
+    except InvalidProof:
+        return
+    assert not opening_holds([k], values, blind)
+
+
+def test_relations_verify_bind_the_statement_and_refuse_bad_shapes() -> None:
+    values = [30, 30, 10, 0, 90]
+    proof, blind = prove(LINKED, CTX, values, None, SeededRandom(b"linked"))
+    assert verify(LINKED, CTX, proof) == commitment_of(LINKED, values, None, blind)
+    unlinked = Statement(LINKED.segments, 1, 0)
+    assert LINKED.encode().startswith(unlinked.encode()) and LINKED.encode() != unlinked.encode()
+    loose = Statement(LINKED.segments, 1, 0, (Relation(((0, 1), (1, -1)), 0, 100), Relation(((2, 1), (3, 1), (4, 1)), 0, 101)))
+    with pytest.raises(InvalidProof):
+        verify(loose, CTX, proof)  # another bound: another statement
+    for bad in ((), ((0, 1), (0, 1)), ((5, 1),), ((0, 0),), ((0, 1 << 16),)):
+        with pytest.raises(StatementError, match="relation 0"):
+            Statement(LINKED.segments, 1, 0, (Relation(bad, 0, 1),))
+    with pytest.raises(StatementError, match="outside the ranged"):
+        Statement((Bits(2, 1), Ranged(1, 0, 3)), 1, 0, (Relation(((0, 1),), 0, 1),))
+    with pytest.raises(StatementError, match="empty or too wide"):
+        Statement(LINKED.segments, 1, 0, (Relation(((0, 1),), 5, 4),))
 
 
 STATEMENT = Statement((Bits(6, 1), Signs(2)), 2, 3)

@@ -882,14 +882,17 @@ _SEGMENTS = {"bits": validity.Bits, "signs": validity.Signs, "ranged": validity.
 
 def _statement(spec: Json) -> validity.Statement:
     segs = tuple(_SEGMENTS[s[0]](*s[1:]) for s in spec["segments"])
-    return validity.Statement(segs, spec.get("encoding_scale", 1), spec.get("noise_bound", 0))
+    relations = tuple(validity.Relation(tuple((i, c) for i, c in terms), low, high)
+                      for terms, low, high in spec.get("relations", []))
+    return validity.Statement(segs, spec.get("encoding_scale", 1), spec.get("noise_bound", 0), relations)
 
 
 @topic(
     "validity",
     "Validity proofs (secagg/validity, docs/validation.md): the generators (G_i = from_uniform(SHA-512(domain ‖ "
     "'G' ‖ i as u64 BE)[:32]), G_Σ, the base point B), the context (session id, query id, round, party, task digest) "
-    "and statement bytes of the transcript, and for a seeded prover "
+    "and statement bytes of the transcript (relations: [[[index, coef], …], low, high], each with its generator "
+    "H_k = from_uniform(SHA-512(domain ‖ 'R' ‖ k as u64 BE)[:32])), and for a seeded prover "
     "(SeededRandom(seed): every blinding and nonce by `randbelow(ℓ − 1) + 1`, in proof order) the proof bytes, its "
     "commitment K = Σ (s·x_i + e_i)·G_i + ρ·B, ρ and its 16-bit limbs. Scalars are 32 bytes little-endian.",
     [
@@ -902,6 +905,11 @@ def _statement(spec: Json) -> validity.Statement:
         {"statement": {"segments": [["ranged", 2, -3, 10]], "encoding_scale": 4, "noise_bound": 5},
          "values": [-3, 10], "noise": [5, -5],
          "context": _validity_context(1, 2, "3"), "seed": h(b"validity/3")},
+        {"statement": {"segments": [["bits", 2, 1], ["ranged", 2, 0, 9], ["ranged", 3, -2, 6]], "encoding_scale": 2,
+                       "noise_bound": 3,
+                       "relations": [[[[2, 1], [3, -1]], 0, 9], [[[4, 1], [5, 1], [6, 2]], -1, 12], [[[3, 3]], 6, 27]]},
+         "values": [0, 1, 7, 4, -2, 5, 3], "noise": [3, -3, 0, 1, 2, -1, 0],
+         "context": _validity_context(3, 5, "4"), "seed": h(b"validity/4")},
     ],
 )
 def validity_vectors(case: Json) -> Json:
@@ -914,6 +922,7 @@ def validity_vectors(case: Json) -> Json:
     return {
         "generators": [h(vgroup.generator(i)) for i in range(statement.dim)],
         "sum_generator": h(vgroup.sum_generator()),
+        "relation_generators": [h(vgroup.relation_generator(k)) for k in range(len(statement.relations))],
         "base_point": h(vgroup.mul_base(1)),
         "transcript_domain": vtranscript.DOMAIN.decode(),
         "context_bytes": h(ctx.encode()),

@@ -8,12 +8,19 @@ import { barsWithIntervals, linesWithBands } from "./charts.js";
 import { h, table } from "./dom.js";
 import * as fmt from "./format.js";
 
+// Warnings about what the whole result can be trusted for (`privacy.validation`: no validity proofs) stand above
+// the values as an alert, never folded among the per-value ones.
+const isTrust = (w) => typeof w.path === "string" && w.path.startsWith("privacy.");
+
 export function renderResult(view) {
-  const warnings = (view.warnings || []).map((w) =>
+  const trust = (view.warnings || []).filter(isTrust).map((w) =>
+    h("p", { class: "trust-warning", role: "alert", "data-testid": "trust-warning" }, h("strong", {}, "Warning: "), w.message));
+  const warnings = (view.warnings || []).filter((w) => !isTrust(w)).map((w) =>
     h("li", {}, w.path ? h("code", {}, w.path) : null, w.path ? " " : null, w.message));
   const list = warnings.length ? h("ul", { class: "warnings", "data-testid": "warnings" }, warnings) : null;
   const tables = Array.isArray(view.table) ? view.table : [];
   return h("div", { class: "result", dataset: { kind: view.kind } },
+    trust,
     warnings.length > 3  // many (a noisy training run warns per evaluation): folded, with the count
       ? h("details", { class: "warnings-fold" }, h("summary", {}, `${warnings.length} warnings from the server about these values`), list)
       : list,

@@ -8,12 +8,13 @@ import { hex, unhex, utf8 } from "../src/bytes.js";
 import { SeededRandom } from "../src/randomness.js";
 import * as g from "../src/validity/group.js";
 import { InvalidProof, ProofContext, TRANSCRIPT_DOMAIN, commitmentOf, encodeContext, proofSize, prove, verify } from "../src/validity/proof.js";
-import { Bits, Ranged, Segment, Signs, Statement, blindLimbs } from "../src/validity/statement.js";
+import { Bits, Ranged, Segment, Signs, Statement, StatementError, blindLimbs, relation } from "../src/validity/statement.js";
 import { vectors } from "./helpers.js";
 
 function statement(spec: any): Statement {
   const segs: Segment[] = spec.segments.map((s: any[]) => (s[0] === "bits" ? Bits(s[1], s[2]) : s[0] === "signs" ? Signs(s[1]) : Ranged(s[1], BigInt(s[2]), BigInt(s[3]))));
-  return new Statement(segs, BigInt(spec.encoding_scale ?? 1), BigInt(spec.noise_bound ?? 0));
+  const relations = (spec.relations ?? []).map(([terms, low, high]: [[number, number][], number, number]) => relation(terms, low, high));
+  return new Statement(segs, BigInt(spec.encoding_scale ?? 1), BigInt(spec.noise_bound ?? 0), relations);
 }
 
 test("validity: generators, transcript bytes, seeded proofs and commitments match the vectors", async () => {
@@ -25,6 +26,7 @@ test("validity: generators, transcript bytes, seeded proofs and commitments matc
     };
     assert.deepEqual((await g.generators(st.dim)).map((p) => hex(p.toBytes())), output.generators);
     assert.equal(hex((await g.sumGenerator()).toBytes()), output.sum_generator);
+    assert.deepEqual(await Promise.all(st.relations.map(async (_, k) => hex((await g.relationGenerator(k)).toBytes()))), output.relation_generators);
     assert.equal(hex(g.mulBase(1n).toBytes()), output.base_point);
     assert.equal(hex(encodeContext(ctx)), output.context_bytes);
     assert.equal(new TextDecoder().decode(TRANSCRIPT_DOMAIN), output.transcript_domain);
@@ -51,4 +53,15 @@ test("validity: a false statement cannot be proved", async () => {
   const st = new Statement([Bits(3, 1)]);
   const ctx = { sessionId: new Uint8Array(16), queryId: "q", round: 0, party: 1 };
   await assert.rejects(prove(st, ctx, [1n, 1n, 0n], null, new SeededRandom(utf8("x"))), /does not satisfy/);
+});
+
+test("validity: a contribution that breaks a relation cannot be proved; bad relations are refused", async () => {
+  const st = new Statement([Ranged(2, 0n, 100n)], 1n, 0n, [relation([[0, 1], [1, -1]], 0n, 100n)]);
+  const ctx = { sessionId: new Uint8Array(16), queryId: "q", round: 0, party: 1 };
+  await assert.rejects(prove(st, ctx, [10n, 11n], null, new SeededRandom(utf8("x"))), /relation 0/);
+  const [proof] = await prove(st, ctx, [11n, 10n], null, new SeededRandom(utf8("x")));
+  await verify(st, ctx, proof);
+  assert.throws(() => new Statement([Bits(2, 1), Ranged(1, 0n, 3n)], 1n, 0n, [relation([[0, 1]], 0n, 1n)]), StatementError);
+  assert.throws(() => new Statement([Ranged(2, 0n, 3n)], 1n, 0n, [relation([[0, 1], [0, 1]], 0n, 1n)]), StatementError);
+  assert.throws(() => new Statement([Ranged(2, 0n, 3n)], 1n, 0n, [relation([[0, 0]], 0n, 1n)]), StatementError);
 });

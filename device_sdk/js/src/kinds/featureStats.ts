@@ -4,7 +4,7 @@
  * stochastically (unbiased) with the kind's random source. */
 
 import { RandomSource, randbelow } from "../randomness.js";
-import { Bits, Ranged, Statement } from "../validity/statement.js";
+import { Bits, Ranged, Statement, relation } from "../validity/statement.js";
 import { DeviceKind, QueryKindError, Task, stochasticRound } from "./kind.js";
 import { parseTask } from "./taskSchema.js";
 
@@ -138,7 +138,17 @@ export const featureStats: DeviceKind = {
     if (t.stage === "row_counts") return new Statement([Bits(t.grid.length + 1, 1)]);
     const f = t.features.length;
     const top = BigInt(t.max_examples) << BigInt(t.scale_exp);
-    if (t.stage === "first_moments") return new Statement([Ranged(f, 0n, top), Ranged(f, 0n, top)]);
-    return new Statement([f, f * t.bins].filter((n) => n > 0).map((n) => Ranged(n, 0n, top)));
+    // per feature as the examples link them (queries/feature_stats.py `validity`): a first moment at most its
+    // count; with bins, the bins adding up to at most the bound and the second moment at most their sum
+    const ranged = (n: number) => Ranged(n, 0n, top);
+    if (t.stage === "first_moments") {
+      return new Statement([ranged(f), ranged(f)], 1n, 0n, Array.from({ length: f }, (_, j) => relation([[j, 1], [f + j, -1]], 0n, top)));
+    }
+    if (!t.bins) return new Statement([ranged(f)]);
+    const relations = Array.from({ length: f }, (_, j) => {
+      const bins: [number, number][] = Array.from({ length: t.bins }, (_, b) => [f + j * t.bins + b, 1]);
+      return [relation(bins, 0n, top), relation([...bins, [j, -1]], 0n, top)];
+    }).flat();
+    return new Statement([ranged(f), ranged(f * t.bins)], 1n, 0n, relations);
   },
 };

@@ -101,6 +101,18 @@ export async function sumGenerator(): Promise<Point> {
   return sumGen;
 }
 
+const relationGens = new Map<number, Promise<Point>>();
+
+/** H_k, the generator of a statement's relation k (SHA-512(domain ‖ "R" ‖ k as u64 BE), first 32 bytes). */
+export function relationGenerator(k: number): Promise<Point> {
+  let h = relationGens.get(k);
+  if (!h) {
+    h = sha512(concat(GENERATOR_DOMAIN, utf8("R"), u64be(BigInt(k)))).then((d) => fromUniform(d.subarray(0, 32)));
+    relationGens.set(k, h);
+  }
+  return h;
+}
+
 export async function randomScalar(source: ByteSource): Promise<bigint> {
   return 1n + (await randbelow(source, ORDER - 1n));
 }

@@ -10,7 +10,7 @@ import { ByteSource } from "../randomness.js";
 import { sha512 } from "../webcrypto.js";
 import * as g from "./group.js";
 import { Point } from "./group.js";
-import { Segment, Statement, decompose, rangeWeights } from "./statement.js";
+import { Segment, Statement, decompose, rangeWeights, relationValue } from "./statement.js";
 
 export const TRANSCRIPT_DOMAIN = utf8("fa-validity/v2/transcript");
 
@@ -138,6 +138,12 @@ export function proofShape(st: Statement): [number, number] {
     points += st.dim * k;
     scalars += st.dim * k * orScalars(2);
   }
+  for (const r of st.relations) {
+    const k = rangeWeights(r.high - r.low).length;
+    points += k;
+    scalars += k * orScalars(2);
+  }
+  if (st.relations.length) scalars += st.rangedIndices().length + 1;
   return [points, scalars];
 }
 
@@ -154,6 +160,16 @@ interface Builder {
 
 function weightedTotal(columns: Point[][], weights: bigint[]): Point {
   return g.total(weights.map((w, j) => g.mul(w, g.total(columns[j]))));
+}
+
+/** Per entry, the base its bits are committed under: G_i, plus Σ_k coef_ki·H_k for the relations naming it. */
+async function relationBases(st: Statement, gens: Point[]): Promise<Point[]> {
+  const bases = [...gens];
+  for (let k = 0; k < st.relations.length; k++) {
+    const h = await g.relationGenerator(k);
+    for (const [i, c] of st.relations[k].terms) bases[i] = bases[i].add(g.mul(c, h));
+  }
+  return bases;
 }
 
 async function proveRanged(b: Builder, gens: Point[], values: bigint[], low: bigint, high: bigint, source: ByteSource): Promise<[Point, bigint]> {
@@ -244,13 +260,31 @@ export async function prove(st: Statement, context: ProofContext, values: bigint
       }
     } else rangedLater.push([seg, at]);
   }
+  const bases = st.relations.length ? await relationBases(st, gens) : gens;
+  const rangedPoints: Point[] = [];
+  let rangedBlind = 0n;
   for (const [seg, at] of rangedLater) {
-    const [point, blind] = await proveRanged(b, gens.slice(at, at + seg.size), values.slice(at, at + seg.size), seg.low, seg.high, source);
-    b.valuePoints.push(point);
-    valueBlind += blind;
+    const [point, blind] = await proveRanged(b, bases.slice(at, at + seg.size), values.slice(at, at + seg.size), seg.low, seg.high, source);
+    rangedPoints.push(point);
+    rangedBlind += blind;
   }
   let noiseBlind = 0n;
   if (st.noiseBound) [, noiseBlind] = await proveRanged(b, gens, noise as bigint[], -st.noiseBound, st.noiseBound, source);
+  for (let k = 0; k < st.relations.length; k++) {
+    const r = st.relations[k];
+    const [point, blind] = await proveRanged(b, [await g.relationGenerator(k)], [relationValue(r, values)], r.low, r.high, source);
+    rangedPoints.push(point.negate());
+    rangedBlind -= blind;
+  }
+  if (rangedLater.length) {
+    const vRanged = g.total(rangedPoints);
+    if (st.relations.length) {
+      const indices = st.rangedIndices();
+      b.provers.push(await LinearProver.start(indices.map((i) => gens[i]), indices.map((i) => values[i]), g.smod(rangedBlind), source));
+    }
+    b.valuePoints.push(vRanged);
+    valueBlind += rangedBlind;
+  }
   const t = new Transcript(context, st.encode());
   for (const p of b.points) t.append("C", p.toBytes());
   for (const pr of b.provers) for (const a of pr instanceof OrProver ? pr.announcements : [pr.announcement]) t.append("A", a.toBytes());
@@ -335,8 +369,18 @@ export async function verify(st: Statement, context: ProofContext, proof: Uint8A
       });
     } else rangedLater.push([seg, offsets[n]]);
   }
-  for (const [seg, at] of rangedLater) valuePoints.push(readRanged(gens.slice(at, at + seg.size), seg.low, seg.high, `range segment at ${at}`));
+  const bases = st.relations.length ? await relationBases(st, gens) : gens;
+  const rangedPoints = rangedLater.map(([seg, at]) => readRanged(bases.slice(at, at + seg.size), seg.low, seg.high, `range segment at ${at}`));
   const noisePoint = st.noiseBound ? readRanged(gens, -st.noiseBound, st.noiseBound, "noise") : g.IDENTITY;
+  for (let k = 0; k < st.relations.length; k++) {
+    const r = st.relations[k];
+    rangedPoints.push(readRanged([await g.relationGenerator(k)], r.low, r.high, `relation ${k}`).negate());
+  }
+  if (rangedLater.length) {
+    const vRanged = g.total(rangedPoints);
+    if (st.relations.length) checks.push({ kind: "linear", point: vRanged, gens: st.rangedIndices().map((i) => gens[i]) });
+    valuePoints.push(vRanged);
+  }
   const t = new Transcript(context, st.encode());
   for (let i = 0; i < nPoints; i++) t.append("C", proof.subarray(32 + 32 * i, 64 + 32 * i));
   for (const chk of checks) {

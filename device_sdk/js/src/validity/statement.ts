@@ -36,6 +36,23 @@ function segmentCheck(s: Segment, values: bigint[]): string | null {
   return bad === undefined ? null : `an entry (${bad}) is outside [${s.low}, ${s.high}]`;
 }
 
+export const MAX_RELATION_COEF = 1n << 16n;
+
+/** low ≤ Σ coef·x[index] ≤ high over entries of `Ranged` segments (secagg/validity/statement.py `Relation`). */
+export interface Relation {
+  terms: [number, bigint][];
+  low: bigint;
+  high: bigint;
+}
+
+export const relation = (terms: [number, bigint | number][], low: bigint | number, high: bigint | number): Relation => ({
+  terms: terms.map(([i, c]) => [i, BigInt(c)]),
+  low: BigInt(low),
+  high: BigInt(high),
+});
+
+export const relationValue = (r: Relation, values: bigint[]): bigint => r.terms.reduce((a, [i, c]) => a + c * values[i], 0n);
+
 /** Weights of a k-bit decomposition that reaches exactly [0, width]. */
 export function rangeWeights(width: bigint): bigint[] {
   if (width <= 0n) return [];
@@ -59,7 +76,7 @@ export function decompose(value: bigint, width: bigint): bigint[] {
 }
 
 export class Statement {
-  constructor(readonly segments: Segment[], readonly encodingScale: bigint = 1n, readonly noiseBound: bigint = 0n) {
+  constructor(readonly segments: Segment[], readonly encodingScale: bigint = 1n, readonly noiseBound: bigint = 0n, readonly relations: Relation[] = []) {
     if (!segments.length) throw new StatementError("statement: no segments");
     for (const s of segments) {
       if (s.size < 1) throw new StatementError("statement: a segment has no entries");
@@ -74,6 +91,23 @@ export class Statement {
     }
     if (encodingScale < 1n || encodingScale >= 1n << 32n) throw new StatementError(`statement: encoding scale ${encodingScale} out of range`);
     if (noiseBound < 0n || bitLength(2n * noiseBound) > MAX_RANGE_BITS) throw new StatementError(`statement: noise bound ${noiseBound} out of range`);
+    const ranged = new Set(this.rangedIndices());
+    const abs = (v: bigint): bigint => (v < 0n ? -v : v);
+    relations.forEach((r, k) => {
+      const indices = r.terms.map(([i]) => i);
+      if (!indices.length || new Set(indices).size !== indices.length) throw new StatementError(`statement: relation ${k} has no terms or repeats an entry`);
+      if (indices.some((i) => !ranged.has(i))) throw new StatementError(`statement: relation ${k} names an entry outside the ranged segments`);
+      if (r.terms.some(([, c]) => c === 0n || abs(c) >= MAX_RELATION_COEF)) throw new StatementError(`statement: relation ${k} has a coefficient 0 or beyond ±2^16`);
+      if (r.high < r.low || bitLength(r.high - r.low) > MAX_RANGE_BITS || bitLength(abs(r.low) > abs(r.high) ? abs(r.low) : abs(r.high)) > MAX_RANGE_BITS) {
+        throw new StatementError(`statement: relation ${k}'s range [${r.low}, ${r.high}] is empty or too wide`);
+      }
+    });
+  }
+
+  /** The entries of the `Ranged` segments, in order (the entries a relation may name). */
+  rangedIndices(): number[] {
+    const offs = this.offsets();
+    return this.segments.flatMap((s, n) => (s.kind === "ranged" ? Array.from({ length: s.size }, (_, i) => offs[n] + i) : []));
   }
 
   get dim(): number {
@@ -81,7 +115,7 @@ export class Statement {
   }
 
   withNoise(encodingScale: bigint, noiseBound: bigint): Statement {
-    return new Statement(this.segments, encodingScale, noiseBound);
+    return new Statement(this.segments, encodingScale, noiseBound, this.relations);
   }
 
   offsets(): number[] {
@@ -101,6 +135,11 @@ export class Statement {
       const why = segmentCheck(s, values.slice(offs[i], offs[i] + s.size));
       if (why) return `entries ${offs[i]}..${offs[i] + s.size - 1}: ${why}`;
     }
+    for (let k = 0; k < this.relations.length; k++) {
+      const r = this.relations[k];
+      const v = relationValue(r, values);
+      if (v < r.low || v > r.high) return `relation ${k}: ${v} is outside [${r.low}, ${r.high}]`;
+    }
     return null;
   }
 
@@ -109,6 +148,9 @@ export class Statement {
     for (const s of this.segments) {
       const params = segmentParams(s);
       parts.push(Uint8Array.of(s.tag), u32be(s.size), u32be(params.length), ...params.map(i64be));
+    }
+    for (const r of this.relations) {
+      parts.push(Uint8Array.of(4), u32be(r.terms.length), u32be(2), ...r.terms.flatMap(([i, c]) => [u32be(i), i64be(c)]), i64be(r.low), i64be(r.high));
     }
     return concat(...parts);
   }
