@@ -17,7 +17,7 @@ from analytics_server.state import STATE
 from queries.local_run import run_locally
 from queries.registry import get_kind
 from tests.bent_device import BENT, bend
-from tests.device_sdk.fleet import Fleet, analyst
+from tests.device_sdk.fleet import Fleet, analyst, query_end
 
 PARAMS: dict[str, Any] = {"features": [{"name": "age", "lower": 0.0, "upper": 100.0}], "bins": 4,
                           "max_examples_per_device": 5}
@@ -55,13 +55,9 @@ async def test_a_device_claiming_moments_without_rows_is_caught(
             await asyncio.sleep(0.1)
         assert st.metrics.proofs_refused >= 1  # the first moments: a moment above its count
         fresh = [fleet.add(rows, source="examples") for rows in later]
-        for _ in range(1200):
-            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-            if status["status"] not in ("pending", "running"):
-                break
-            await asyncio.sleep(0.1)
+        status = await query_end(http, url, qid, hdr, timeout_s=120)
         assert status["status"] == "succeeded", status
-        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        res = status["result"]
         listing = await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json()
         contributors = listing["rounds"]
         await fleet.stop()

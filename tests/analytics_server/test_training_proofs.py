@@ -17,7 +17,7 @@ from analytics_server.state import STATE
 from queries.local_run import run_locally
 from queries.registry import get_kind
 from tests.bent_device import BENT, bend
-from tests.device_sdk.fleet import Fleet, analyst
+from tests.device_sdk.fleet import Fleet, analyst, query_end
 
 PARAMS: dict[str, Any] = {"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0,
                           "holdout_fraction": 0.0, "client": {"epochs": 1, "batch_size": 0, "lr": 1.0},
@@ -58,13 +58,9 @@ async def test_a_bent_model_update_is_caught_and_the_round_completes_without_it(
             await asyncio.sleep(0.1)
         assert st.metrics.cheating_detected == 1
         fresh = [fleet.add(rows, source="examples") for rows in later]
-        for _ in range(900):
-            status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
-            if status["status"] not in ("pending", "running"):
-                break
-            await asyncio.sleep(0.1)
+        status = await query_end(http, url, qid, hdr, timeout_s=90)
         assert status["status"] == "succeeded", status
-        res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
+        res = status["result"]
         contributors = (await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json())
         await fleet.stop()
     rows = {dev.client.device_id: r for dev, r in zip(fresh, later)}

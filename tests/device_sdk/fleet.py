@@ -86,7 +86,12 @@ async def run_query(http: aiohttp.ClientSession, url: str, spec: dict[str, Any],
     """Submit `spec` and poll until it ends; its final status (with `result` when it succeeded)."""
     r = await http.post(url + "/v1/queries", json=spec, headers=hdr)
     assert r.status == 201, await r.text()
-    qid = (await r.json())["id"]
+    return await query_end(http, url, (await r.json())["id"], hdr, timeout_s)
+
+
+async def query_end(http: aiohttp.ClientSession, url: str, qid: str, hdr: dict[str, str],
+                    timeout_s: float = 60) -> dict[str, Any]:
+    """Poll query `qid` until it ends; its final status (with `result` when it succeeded)."""
     status: dict[str, Any] = {}
     for _ in range(int(timeout_s * 10)):
         status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
