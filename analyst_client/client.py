@@ -160,7 +160,8 @@ class AnalystClient:
             if st["status"] in TERMINAL:
                 return st
             if time.monotonic() > deadline:
-                raise TimeoutError(f"query {query_id} still {st['status']} after {timeout_s:.0f} s")
+                progress = json.dumps(st.get("progress") or {}, separators=(",", ":"))[:400]
+                raise TimeoutError(f"query {query_id} still {st['status']} after {timeout_s:.0f} s (progress: {progress})")
             time.sleep(poll_s)
 
     # -- budgets, fleet, tokens -----------------------------------------------------------------
