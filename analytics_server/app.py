@@ -98,11 +98,19 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         pool.start()
         await orch.start()
 
-    async def cleanup(app: web.Application) -> None:
+    async def shutdown(app: web.Application) -> None:
+        """Before aiohttp waits for the open requests: cohorts abort (their long-polls answer 410) and check-in
+        long-polls end, so no handler is still waiting when the requests are cancelled."""
         st: AppState | None = app.get(STATE)
         if st is None:
             return
         await st.orchestrator.stop()
+        st.pool.drain()
+
+    async def cleanup(app: web.Application) -> None:
+        st: AppState | None = app.get(STATE)
+        if st is None:
+            return
         await st.pool.stop()
         await st.orchestrator.notifier.stop()
         await st.auth.stop()
@@ -110,6 +118,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         await st.store.engine.dispose()
 
     app.on_startup.append(startup)
+    app.on_shutdown.append(shutdown)
     app.on_cleanup.append(cleanup)
     app.router.add_routes(analyst.routes)
     app.router.add_routes(device.routes)

@@ -64,6 +64,8 @@ class DevicePool:
         self.withdrawn = 0
         """Long-polls this process ended because their connection closed, withdrawing their devices' availability
         (unless a newer check-in had already replaced it)."""
+        self._draining: asyncio.Future[None] | None = None
+        """Set at shutdown (`drain`): every open long-poll ends at once and new ones do not wait."""
         self._presence: Batcher[str, tuple[str | None, dict[str, Any] | None]] = Batcher(self._read_presence)
         self.lag_s = 0.0
         """Smoothed time from a check-in's arrival to its availability being written."""
@@ -79,6 +81,19 @@ class DevicePool:
                 task.cancel()
         for fut in self._waiters.values():
             fut.cancel()
+
+    def drain(self) -> None:
+        """Shutdown, before aiohttp waits for the handlers: end every open long-poll now (each answers "nothing
+        yet"), so none is still running when the handlers are cancelled (aiohttp 3.14 can then log an
+        InvalidStateError traceback from its own shutdown)."""
+        draining = self._drain_future()
+        if not draining.done():
+            draining.set_result(None)
+
+    def _drain_future(self) -> asyncio.Future[None]:
+        if self._draining is None:
+            self._draining = asyncio.get_running_loop().create_future()
+        return self._draining
 
     def waiting(self) -> int:
         return len(self._waiters)
@@ -111,17 +126,18 @@ class DevicePool:
                 await self._available.submit((device_id, until))
                 marking = False
                 self.lag_s += LAG_SMOOTHING * (self.clock.monotonic() - arrived - self.lag_s)
-            if wait_s <= 0:
+            draining = self._drain_future()
+            if wait_s <= 0 or draining.done():
                 return None, False
             if not left.done() and gone is not None and gone():
                 left.set_result(None)
             if not left.done():
-                await asyncio.wait((fut, left), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait((fut, left, draining), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             if fut.cancelled():  # a newer check-in of this device replaced this long-poll
                 raise asyncio.CancelledError
             if fut.done():
                 return fut.result(), True
-            if left.done():
+            if left.done() or draining.done():  # gone, or this process is stopping: not seatable here any more
                 if until is not None:
                     await self._withdraw(device_id, until)
                 return None, False

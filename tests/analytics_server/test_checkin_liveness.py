@@ -175,3 +175,50 @@ async def test_pool_ends_a_gone_long_poll_and_bounds_a_normal_one(migrated_url: 
         assert pool.withdrawn == 1
     finally:
         await store.engine.dispose()
+
+
+async def test_a_draining_pool_ends_open_long_polls_and_takes_no_new_ones(migrated_url: str) -> None:
+    store = Store(make_engine(migrated_url))
+    pool = DevicePool(store, Notifier(), fresh_s=1.0)
+    try:
+        poll = asyncio.create_task(pool.checkin("d1", 60, gone=lambda: False))
+        await _until(lambda: _until_of(store, ["d1"]), lambda got: got.get("d1", 0.0) > time.time() + 20, 10.0)
+        pool.drain()
+        assert await asyncio.wait_for(poll, 10.0) == (None, False)  # at once, not after its 30–60 s
+        assert await _until_of(store, ["d1"]) == {"d1": 0.0}  # withdrawn: this process will not seat it
+        assert await asyncio.wait_for(pool.checkin("d2", 60), 10.0) == (None, False)
+        assert pool.waiting() == 0
+    finally:
+        await store.engine.dispose()
+
+
+async def test_shutdown_answers_the_open_long_polls_before_cancelling_requests(migrated_url: str) -> None:
+    """`fa-server` stopping with check-in long-polls open: each is answered (no assignment) before aiohttp waits
+    for the open requests; none is left to be cancelled (aiohttp 3.14 can log an InvalidStateError traceback when
+    it cancels one late in its shutdown)."""
+    app = create_app(Settings(**{**TEST_SETTINGS, "db_url": migrated_url, "checkin_max_wait_s": LONG_POLL_S}))
+    runner = web.AppRunner(app)  # shutdown_timeout 60 s: without the drain, cleanup waits the long-polls out
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}"
+    devices = [SignedDevice() for _ in range(3)]
+    cleaned = False
+    try:
+        async with aiohttp.ClientSession() as http:
+            for d in devices:
+                assert (await d.post_json(http, url, "/v1/device/register", {"public_key": b64e(d.public)}))[0] == 201
+            polls = [asyncio.create_task(d.post_json(http, url, "/v1/device/checkin", {"wait_s": LONG_POLL_S}))
+                     for d in devices]
+            await _until(lambda: asyncio.sleep(0, app[STATE].pool.waiting()), lambda n: n == len(devices), 30.0)
+            started = time.monotonic()
+            await runner.cleanup()
+            cleaned = True
+            answers = await asyncio.gather(*polls)
+            took = time.monotonic() - started
+        assert [status for status, _ in answers] == [200] * len(devices), answers
+        assert all("assignment" not in body and body["retry_after"] > 0 for _, body in answers), answers
+        assert took < LONG_POLL_S / 2, f"shutdown waited {took:.1f} s for the long-polls"  # each lasts ≥ 30 s
+    finally:
+        if not cleaned:
+            await runner.cleanup()

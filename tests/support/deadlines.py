@@ -88,9 +88,10 @@ def stretch(timeout_s: float) -> float:
 
 def fit(spec: Any, settled_validation: Any) -> Any:
     """`spec` with its cohort's phase deadline multiplied by `slowdown()` (0.1 s steps). `settled_validation()`
-    returns the validation the server chooses for `spec` as it is (None: it could not say); a spec with a noisy
-    mechanism and no `privacy.validation` of its own gets that value pinned, or is left as it is when there is
-    none. A spec without a numeric deadline (a bad-input test, the server's default) is returned as it is."""
+    returns the validation the server chooses for `spec` as it is (None: it could not say); a spec without a
+    `privacy.validation` of its own gets that value pinned (the server's default weighs the proofs' cost against the
+    phase deadline, so a stretched deadline could otherwise turn proofs on that the test's fleets cannot compute in
+    time: one Node process proving for 100 devices), or is left as it is when there is none. A spec without a numeric deadline (a bad-input test, the server's default) is returned as it is."""
     cohort = spec.get("cohort") if isinstance(spec, dict) else None
     if not isinstance(cohort, dict):
         return spec
@@ -101,8 +102,8 @@ def fit(spec: Any, settled_validation: Any) -> Any:
     if factor <= 1.0:
         return spec
     fitted = {**spec, "cohort": {**cohort, "phase_timeout_s": round(given * factor, 1)}}
-    privacy = spec.get("privacy")
-    if isinstance(privacy, dict) and privacy.get("mechanism", "none") != "none" and "validation" not in privacy:
+    privacy = spec.get("privacy", {})
+    if isinstance(privacy, dict) and "validation" not in privacy:
         settled = settled_validation()
         if settled is None:
             return spec
