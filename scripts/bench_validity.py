@@ -1,5 +1,5 @@
-"""Validity-proof benchmark (`make bench`): device proving time, proof bytes and server verification time per
-device for a 16-bucket histogram (with and without distributed noise), 9 sign votes, a FedAvg clipped update of
+"""Validity-proof benchmark (`make bench`): device proving time (Python, and the JS SDK's through
+device_sdk/js/scripts/bench_validity.mjs), proof bytes and server verification time per device for a 16-bucket histogram (with and without distributed noise), 9 sign votes, a FedAvg clipped update of
 the 9-weight frecency model (each entry within ±U, its weight in [0, W]) and a 1,000-entry
 heavy-hitters round; then a 1,000-device histogram round over HTTP with proofs and without
 (scripts/bench_http.py's machinery). Prints one JSON object.
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -76,6 +78,24 @@ def _feature_moments() -> tuple[list[int], Statement]:
     return [50 * unit, 50 * unit, 20 * unit, 45 * unit], st
 
 
+JS_BENCH = ROOT / "device_sdk" / "js" / "scripts" / "bench_validity.mjs"
+
+
+def js_proving(cases: list[tuple[str, Statement, list[int], list[int] | None, int]]) -> dict[str, Any]:
+    """The same cases proved by the JS SDK (device_sdk/js/scripts/bench_validity.mjs, one Node process): per case the
+    median ms, or why it could not run (no Node, SDK not built: `make js`)."""
+    if shutil.which("node") is None or not (ROOT / "device_sdk" / "js" / "dist" / "src" / "validity" / "proof.js").exists():
+        return {"skipped": "node or the built JS SDK (make js) missing"}
+    payload = {"cases": [{"case": n, "statement": st.to_json(), "values": v, "noise": e, "repeat": r}
+                         for n, st, v, e, r in cases]}
+    run = subprocess.run(["node", str(JS_BENCH)], input=json.dumps(payload), capture_output=True, text=True,
+                         cwd=JS_BENCH.parent.parent, timeout=1800)
+    if run.returncode != 0:
+        raise RuntimeError(f"bench_validity.mjs failed: {run.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(run.stdout)
+    return out
+
+
 def measure(name: str, statement: Statement, values: list[int], noise: list[int] | None, repeat: int) -> dict[str, Any]:
     prove_s, verify_s = [], []
     for _ in range(repeat):
@@ -103,23 +123,29 @@ def main() -> int:
     ap.add_argument("--devices", type=int, default=1000)
     ap.add_argument("--no-http", action="store_true")
     args = ap.parse_args()
-    cases = []
     one = [0] * 16
     one[3] = 1
-    cases.append(measure("histogram_16_no_noise", Statement((Bits(16, 1),)), one, None, args.repeat))
     st, info = _noisy_statement(16, 1000, 1000)
     noise = [((i * 7) % (2 * st.noise_bound + 1)) - st.noise_bound for i in range(16)]
-    cases.append({**measure("histogram_16_skellam_eps1_tmin1000", st, one, noise, args.repeat), "noise": info})
-    votes = [1, -1, 0, 1, 1, -1, 0, 0, 1]
-    cases.append(measure("sign_votes_9", Statement((Signs(9),)), votes, None, args.repeat))
     update, update_statement = _clipped_update()
-    cases.append(measure("fedavg_update_9_weights_weighted", update_statement, update, None, args.repeat))
     moments, moments_statement = _feature_moments()
-    cases.append(measure("feature_stats_first_moments_2_features_linked", moments_statement, moments, None, args.repeat))
     hh = [0] * 1000
     hh[417] = 1
-    cases.append(measure("heavy_hitters_1000_one_vote", Statement((Bits(1000, 1),)), hh, None, max(1, args.repeat // 2)))
-    out: dict[str, Any] = {"per_device": cases}
+    specs: list[tuple[str, Statement, list[int], list[int] | None, int]] = [
+        ("histogram_16_no_noise", Statement((Bits(16, 1),)), one, None, args.repeat),
+        ("histogram_16_skellam_eps1_tmin1000", st, one, noise, args.repeat),
+        ("sign_votes_9", Statement((Signs(9),)), [1, -1, 0, 1, 1, -1, 0, 0, 1], None, args.repeat),
+        ("fedavg_update_9_weights_weighted", update_statement, update, None, args.repeat),
+        ("feature_stats_first_moments_2_features_linked", moments_statement, moments, None, args.repeat),
+        ("heavy_hitters_1000_one_vote", Statement((Bits(1000, 1),)), hh, None, max(1, args.repeat // 2)),
+    ]
+    cases = [measure(*spec) for spec in specs]
+    cases[1]["noise"] = info
+    js = js_proving(specs)
+    for case in cases:  # the JS SDK's proving time beside Python's, same statement and vector
+        got = [c for c in js.get("cases", []) if c["case"] == case["case"]]
+        case["device_prove_ms_js"] = got[0]["device_prove_ms"] if got else None
+    out: dict[str, Any] = {"per_device": cases, "js": {k: v for k, v in js.items() if k != "cases"}}
     if not args.no_http:
         from scripts.bench_http import one_round
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from secagg.validity.group import ORDER
 
@@ -184,6 +185,23 @@ class Statement:
             out.append(at)
             at += seg.size
         return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form the test vectors and the JS benchmark use: segments as ["bits", size, max_ones],
+        ["signs", size] or ["ranged", size, low, high]; relations as [[[index, coef], …], low, high]."""
+        segments = [["bits", g.size, g.max_ones] if isinstance(g, Bits) else ["signs", g.size] if isinstance(g, Signs)
+                    else ["ranged", g.size, g.low, g.high] for g in self.segments]
+        return {"segments": segments, "encoding_scale": self.encoding_scale, "noise_bound": self.noise_bound,
+                "relations": [[[list(t) for t in r.terms], r.low, r.high] for r in self.relations]}
+
+    @staticmethod
+    def from_json(spec: dict[str, Any]) -> Statement:
+        """The statement of `to_json`'s form (encoding_scale, noise_bound and relations optional)."""
+        kinds: dict[str, Any] = {"bits": Bits, "signs": Signs, "ranged": Ranged}
+        segments = tuple(kinds[g[0]](*g[1:]) for g in spec["segments"])
+        relations = tuple(Relation(tuple((int(i), int(c)) for i, c in terms), low, high)
+                          for terms, low, high in spec.get("relations", []))
+        return Statement(segments, spec.get("encoding_scale", 1), spec.get("noise_bound", 0), relations)
 
     def check(self, values: list[int]) -> str | None:
         """Why `values` (the kind's vector x) does not satisfy the statement, or None."""

@@ -4,6 +4,8 @@ aggregation session that drops a party whose proof fails."""
 
 from __future__ import annotations
 
+import json
+
 import os
 
 import numpy as np
@@ -85,6 +87,13 @@ def test_honest_proofs_verify_and_commit_to_the_masked_content(case, seed: bytes
     proof, blind = prove(statement, CTX, values, noise, SeededRandom(seed))
     assert len(proof) == proof_size(statement)
     assert verify(statement, CTX, proof) == commitment_of(statement, values, noise, blind)
+
+
+@given(statement_and_values())
+def test_a_statement_survives_its_json_form(case) -> None:  # type: ignore[no-untyped-def]
+    statement = case[0]
+    back = Statement.from_json(json.loads(json.dumps(statement.to_json())))
+    assert back == statement and back.encode() == statement.encode()
 
 
 @pytest.mark.parametrize(("width", "value"), [(w, v) for w in (1, 2, 5, 8, 100, 255, 256) for v in (0, 1, w // 2, w - 1, w)])

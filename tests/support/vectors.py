@@ -877,16 +877,6 @@ def _validity_context(round_: int, party: int, label: str) -> Json:
             "task_digest": h(hashlib.sha256(b"validity/task/" + label.encode()).digest())}
 
 
-_SEGMENTS = {"bits": validity.Bits, "signs": validity.Signs, "ranged": validity.Ranged}
-
-
-def _statement(spec: Json) -> validity.Statement:
-    segs = tuple(_SEGMENTS[s[0]](*s[1:]) for s in spec["segments"])
-    relations = tuple(validity.Relation(tuple((i, c) for i, c in terms), low, high)
-                      for terms, low, high in spec.get("relations", []))
-    return validity.Statement(segs, spec.get("encoding_scale", 1), spec.get("noise_bound", 0), relations)
-
-
 @topic(
     "validity",
     "Validity proofs (secagg/validity, docs/validation.md): the generators (G_i = from_uniform(SHA-512(domain ‖ "
@@ -913,7 +903,7 @@ def _statement(spec: Json) -> validity.Statement:
     ],
 )
 def validity_vectors(case: Json) -> Json:
-    statement = _statement(case["statement"])
+    statement = validity.Statement.from_json(case["statement"])
     c = case["context"]
     ctx = validity.ProofContext(unh(c["session_id"]), c["query_id"], c["round"], c["party"], unh(c["task_digest"]))
     proof, blind = validity.prove(statement, ctx, case["values"], case["noise"], SeededRandom(unh(case["seed"])))

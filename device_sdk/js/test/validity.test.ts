@@ -8,14 +8,10 @@ import { hex, unhex, utf8 } from "../src/bytes.js";
 import { SeededRandom } from "../src/randomness.js";
 import * as g from "../src/validity/group.js";
 import { InvalidProof, ProofContext, TRANSCRIPT_DOMAIN, commitmentOf, encodeContext, proofSize, prove, verify } from "../src/validity/proof.js";
-import { Bits, Ranged, Segment, Signs, Statement, StatementError, blindLimbs, relation } from "../src/validity/statement.js";
+import { Bits, Ranged, Statement, StatementError, blindLimbs, relation, statementFromJson } from "../src/validity/statement.js";
 import { vectors } from "./helpers.js";
 
-function statement(spec: any): Statement {
-  const segs: Segment[] = spec.segments.map((s: any[]) => (s[0] === "bits" ? Bits(s[1], s[2]) : s[0] === "signs" ? Signs(s[1]) : Ranged(s[1], BigInt(s[2]), BigInt(s[3]))));
-  const relations = (spec.relations ?? []).map(([terms, low, high]: [[number, number][], number, number]) => relation(terms, low, high));
-  return new Statement(segs, BigInt(spec.encoding_scale ?? 1), BigInt(spec.noise_bound ?? 0), relations);
-}
+const statement = statementFromJson;
 
 test("validity: generators, transcript bytes, seeded proofs and commitments match the vectors", async () => {
   for (const { input, output } of vectors("validity").cases) {

@@ -162,3 +162,17 @@ export function blindLimbs(blind: bigint): number[] {
   const mask = (1n << BigInt(LIMB_BITS)) - 1n;
   return Array.from({ length: LIMBS }, (_, k) => Number((blind >> BigInt(LIMB_BITS * k)) & mask));
 }
+
+/** A statement in the JSON form of secagg/validity/statement.py's `Statement.to_json` (the test vectors', the
+ * benchmark's): segments ["bits", size, maxOnes] | ["signs", size] | ["ranged", size, low, high]; relations
+ * [[[index, coef], …], low, high]. */
+export function statementFromJson(spec: { segments: unknown[][]; encoding_scale?: number | string; noise_bound?: number | string; relations?: [[number, number | string][], number | string, number | string][] }): Statement {
+  const segs: Segment[] = spec.segments.map((s) => {
+    if (s[0] === "bits") return Bits(Number(s[1]), Number(s[2] ?? 1));
+    if (s[0] === "signs") return Signs(Number(s[1]));
+    if (s[0] === "ranged") return Ranged(Number(s[1]), BigInt(s[2] as number), BigInt(s[3] as number));
+    throw new StatementError(`statement: unknown segment ${JSON.stringify(s[0])}`);
+  });
+  const relations = (spec.relations ?? []).map(([terms, low, high]) => relation(terms.map(([i, c]) => [i, BigInt(c)]), BigInt(low), BigInt(high)));
+  return new Statement(segs, BigInt(spec.encoding_scale ?? 1), BigInt(spec.noise_bound ?? 0), relations);
+}
