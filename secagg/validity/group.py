@@ -105,7 +105,13 @@ def total(points: list[bytes]) -> bytes:
 
 
 def commit(value: int, blind: int, generator: bytes) -> bytes:
-    """Pedersen commitment value·G + blind·B (value may be negative: taken modulo ℓ)."""
+    """Pedersen commitment value·G + blind·B (value may be negative: taken modulo ℓ). The prover only commits to
+    values in {−1, 0, 1} (bits, one-hot flags, sign votes): for those the same curve operations run whatever the
+    value (one base-point multiplication, one negation, one addition), so proving time does not tell a device's
+    bits or its −1 votes apart (a −1 used to cost a full multiplication, a 0 one addition fewer)."""
+    if value in (-1, 0, 1):
+        negated = neg(generator)
+        return add(mul_base(blind), (IDENTITY, generator, negated)[value])
     base = mul_base(blind)
     if value % ORDER == 0:
         return base

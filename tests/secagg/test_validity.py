@@ -4,9 +4,12 @@ aggregation session that drops a party whose proof fails."""
 
 from __future__ import annotations
 
+import collections
 import json
 
 import os
+
+from typing import Any
 
 import numpy as np
 import pytest
@@ -287,3 +290,41 @@ def test_a_session_drops_the_party_whose_proof_fails() -> None:
     total = server.result.vector.astype(np.int64)
     assert total[:3].tolist() == expected.tolist()
     assert opening_holds([commitments[p] for p in (1, 2, 3)], total[:3].tolist(), limbs_value(total[3:].tolist()))
+
+
+class _CountingSodium:
+    """nacl.bindings with every call counted by name (the curve operations a prover runs)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.calls = real, collections.Counter[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.real, name)
+
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return fn(*args)
+
+        return counted
+
+
+@pytest.mark.parametrize(("statement", "witnesses", "noise"), [
+    (Statement((Signs(3),)), [[-1, -1, -1], [0, 0, 0], [1, 1, 1], [1, 0, -1]], None),
+    (Statement((Bits(5, 1),)), [[0, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 1]], None),
+    (Statement((Bits(4, 2),)), [[0, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 1]], None),
+    (Statement((Ranged(2, -7, 9),), 3, 6), [[-7, -7], [9, 9], [0, 1]], [[6, -6], [0, 0], [-1, 5]]),
+])
+def test_proving_runs_the_same_curve_operations_whatever_the_contribution(
+    monkeypatch: pytest.MonkeyPatch, statement: Statement, witnesses: list[list[int]], noise: list[list[int]] | None
+) -> None:
+    """What a device proves must not show in how long proving takes: the same libsodium calls, as many of each, for
+    every valid vector of a statement (a −1 vote or a 1 bit used to cost a scalar multiplication more)."""
+    prove(statement, CTX, witnesses[0], noise[0] if noise else None, SeededRandom(b"warm"))  # generators cached
+    counting = _CountingSodium(group._na)
+    monkeypatch.setattr(group, "_na", counting)
+    seen = []
+    for i, values in enumerate(witnesses):
+        counting.calls.clear()
+        prove(statement, CTX, values, noise[i] if noise else None, SeededRandom(b"ops"))
+        seen.append(dict(counting.calls))
+    assert all(ops == seen[0] for ops in seen), seen

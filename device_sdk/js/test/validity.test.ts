@@ -61,3 +61,24 @@ test("validity: a contribution that breaks a relation cannot be proved; bad rela
   assert.throws(() => new Statement([Ranged(2, 0n, 3n)], 1n, 0n, [relation([[0, 1], [0, 1]], 0n, 1n)]), StatementError);
   assert.throws(() => new Statement([Ranged(2, 0n, 3n)], 1n, 0n, [relation([[0, 0]], 0n, 1n)]), StatementError);
 });
+
+test("validity: a commitment to −1, 0 or 1 runs the same curve operations whatever the value", async () => {
+  // what a device proves must not show in how long proving takes (a 1 bit or a −1 vote used to cost a multiplication)
+  const [gen] = await g.generators(1);
+  const blind = 123456789n;
+  const seen: string[] = [];
+  for (const v of [-1n, 0n, 1n]) {
+    const calls: string[] = [];
+    const traced = new Proxy(gen, {
+      get(target, name, receiver) {
+        const got = Reflect.get(target, name, receiver);
+        return typeof got === "function" ? (...a: unknown[]) => (calls.push(String(name)), got.apply(target, a)) : got;
+      },
+    });
+    const c = g.commit(v, blind, traced);
+    const expected = v === 0n ? g.mulBase(blind) : g.mulBase(blind).add(v === 1n ? gen : gen.negate());
+    assert.ok(c.equals(expected));
+    seen.push(calls.join(","));
+  }
+  assert.deepEqual(seen, ["negate", "negate", "negate"]);
+});

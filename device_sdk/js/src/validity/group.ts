@@ -77,8 +77,14 @@ export function total(points: Point[]): Point {
   return points.reduce((acc, p) => acc.add(p), IDENTITY);
 }
 
-/** value·G + blind·B. */
+/** value·G + blind·B. The prover only commits to values in {−1, 0, 1} (bits, one-hot flags, sign votes): for those the
+ * same curve operations run whatever the value (one base-point multiplication, one negation, one addition), so proving
+ * time does not tell a device's bits or its −1 votes apart (a 1 or a −1 used to cost a full multiplication). */
 export function commit(value: bigint, blind: bigint, generator: Point): Point {
+  if (value === 0n || value === 1n || value === -1n) {
+    const choices = [IDENTITY, generator, generator.negate()];
+    return mulBase(blind).add(choices[value === -1n ? 2 : Number(value)]);
+  }
   const base = mulBase(blind);
   return smod(value) === 0n ? base : mul(value, generator).add(base);
 }
