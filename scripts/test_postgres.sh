@@ -33,4 +33,4 @@ trap cleanup EXIT
 echo "[test-postgres] PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT"
 
 export FA_TEST_POSTGRES_URL="postgresql+asyncpg://postgres@127.0.0.1:$PORT/fa_test"
-"$PY" -m pytest tests/e2e -m postgres -q -p no:cacheprovider "$@"
+"$PY" -m pytest tests/e2e -m postgres -q -p no:cacheprovider --durations=10 "$@"
