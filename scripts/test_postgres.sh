@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make test-postgres`: install PostgreSQL and HAProxy (Debian packages, scripts/install_postgres.sh) if needed, start a throw-away local
 # cluster, create a database, and run the PostgreSQL variants of the end-to-end tests (-m postgres) against
-# it, including the many-process tests (tests/e2e/test_cluster.py, behind a real HAProxy).
+# it, including the many-process tests (tests/e2e/test_cluster.py, behind a real HAProxy). They run on PG_WORKERS
+# pytest-xdist workers (default 2), a module at a time, each worker on a database of its own
+# (tests/support/pg_local.py `worker_database`); PG_WORKERS=0 runs them one at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -28,9 +30,10 @@ trap cleanup EXIT
 
 "${AS[@]}" "$PGBIN/initdb" -D "$PGDATA" -A trust -U postgres >/dev/null
 "${AS[@]}" "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w \
-  -o "-p $PORT -k $PGDATA -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off" start >/dev/null
+  -o "-p $PORT -k $PGDATA -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off" start >/dev/null
 "${AS[@]}" "$PGBIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres fa_test
 echo "[test-postgres] PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT"
 
 export FA_TEST_POSTGRES_URL="postgresql+asyncpg://postgres@127.0.0.1:$PORT/fa_test"
-"$PY" -m pytest tests/e2e -m postgres -q -p no:cacheprovider --durations=10 "$@"
+"$PY" -m pytest tests/e2e -m postgres -q -p no:cacheprovider -n "${PG_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+  --durations=10 "$@"

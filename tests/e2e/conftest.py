@@ -23,6 +23,7 @@ import pytest
 from analyst_client.client import AnalystClient, ApiError, PreviewUnavailable
 from tests.e2e.harness import Server, fresh_database
 from tests.support import deadlines
+from tests.support.pg_local import worker_database
 
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 collect_ignore = [] if PG_URL else ["test_cluster.py"]
@@ -75,7 +76,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    url = PG_URL if request.param == "postgres" else f"sqlite+aiosqlite:///{tmp_path / 'fa.db'}"
+    url = worker_database(PG_URL) if PG_URL and request.param == "postgres" else f"sqlite+aiosqlite:///{tmp_path / 'fa.db'}"
     assert url is not None
     fresh_database(url)
     return url

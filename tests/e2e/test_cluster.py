@@ -29,6 +29,7 @@ from queries.envelope import b64e
 from tests.e2e.cluster import Cluster, HAProxy, sse_events
 from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, check_exact, cli, free_port, free_port_run, fresh_database
 from tests.support.devstack import BIN
+from tests.support.pg_local import worker_database
 from tests.e2e.test_training_e2e import training_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -40,7 +41,7 @@ HIST = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "
 
 @pytest.fixture
 def pg_url() -> str:
-    url = os.environ["FA_TEST_POSTGRES_URL"]
+    url = worker_database(os.environ["FA_TEST_POSTGRES_URL"])
     fresh_database(url)
     return url
 

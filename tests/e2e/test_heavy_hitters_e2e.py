@@ -56,15 +56,24 @@ def test_triehh_releases_only_theta_backed_extensions(hh: tuple[Server, Fleet]) 
     admin, qid, res = _run(srv, spec)
     result = res["result"]
     found = {h["value"] for h in result["heavy_hitters"]}
-    assert set(PLANTED) <= found, found
+    assert {"hello", "world", "fed"} <= found, found  # each held by ≥ 8 % of devices: far above θ in every round
     assert res["privacy"]["mechanism"] == "triehh_sample_threshold" and res["privacy"]["theta"] == theta
 
     rounds = admin.call("GET", f"/v1/admin/queries/{qid}/contributors")["rounds"]
     truth = fleet.truth()
     word = {d: (choose_words(truth[d]["words"], WORD_ALPHABET, WORD_MAX_LENGTH, 1) or [None])[0] for d in truth}
     assert len(rounds) == result["rounds"]
-    for r in range(result["rounds"]):
-        voters = [word[d] for d in rounds[str(r)] if word[d] is not None]
+    round_voters = [[word[d] for d in rounds[str(r)] if word[d] is not None] for r in range(result["rounds"])]
+
+    def backed(w: str) -> bool:  # TrieHH's rule: every prefix, then the word's end, has θ votes in its round
+        keys = [w[:r + 1] for r in range(len(w))] + [w + "$"]
+        return len(keys) <= len(round_voters) and all(
+            sum(1 for v in round_voters[r] if (v == key[:-1] if key.endswith("$") else v.startswith(key))) >= theta
+            for r, key in enumerate(keys))
+
+    # a planted string is found exactly when its votes carried it (sampling may leave the rarest one below θ)
+    assert {w for w in PLANTED if backed(w)} == set(PLANTED) & found, (found, result["contributors"])
+    for r, voters in enumerate(round_voters):
         assert len(voters) == result["contributors"][r]
         # extensions released in round r: trie entries of length r+1, and strings of length r that ended
         released = {p: c for p, c in result["trie"].items() if len(p) == r + 1}

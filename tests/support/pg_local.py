@@ -1,17 +1,25 @@
-"""A throw-away local PostgreSQL cluster for benchmarks (Debian's `postgresql` package; `make test-postgres`
-installs it). `with local_postgres() as url:` gives a `postgresql+asyncpg://` URL to an empty database and
-removes the cluster afterwards."""
+"""PostgreSQL for tests and benchmarks (Debian's `postgresql` package; `make test-postgres` installs it).
+
+`with local_postgres() as url:` gives a `postgresql+asyncpg://` URL to an empty database of a throw-away local cluster
+and removes the cluster afterwards; `worker_database(url)` gives each pytest-xdist worker a database of its own on
+the cluster `make test-postgres` started (tests migrate theirs from scratch, so workers must not share one)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import glob
 import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+
+import asyncpg
+from sqlalchemy.engine import make_url
 
 from tests.support.devstack import free_port
 
@@ -65,3 +73,28 @@ def postgres_cpu_seconds() -> float:
         except (OSError, ValueError, IndexError):
             continue
     return total
+
+
+@functools.cache
+def worker_database(url: str) -> str:
+    """`url` itself outside pytest-xdist; under it, the same cluster's database `<name>_<worker>` (created on first
+    use)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return url
+    parsed = make_url(url)
+    name = f"{parsed.database}_{worker}"
+
+    async def create() -> None:
+        conn = await asyncpg.connect(host=parsed.host, port=parsed.port, user=parsed.username,
+                                     password=parsed.password, database=parsed.database)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        except asyncpg.DuplicateDatabaseError:
+            pass
+        finally:
+            await conn.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the caller may be inside an event loop
+        pool.submit(asyncio.run, create()).result()
+    return parsed.set(database=name).render_as_string(hide_password=False)
