@@ -20,13 +20,14 @@ $(STAMP): pyproject.toml constraints.txt
 	 { echo "[venv] pip install failed; its output is in $(PIP_LOG)" >&2; tail -n 20 $(PIP_LOG) >&2; exit 1; }
 	touch $(STAMP)
 
-# The whole suite: the JS unit tests and mypy beside the in-process tiers (two pytest-xdist workers), then the end-to-end
+# The whole suite: the in-process tiers (two pytest-xdist workers, started first: they take longest) beside the JS unit
+# tests, then mypy; then the end-to-end
 # tier (tests/e2e and the issuer's real-process tests in tests/fa_issuer) on three workers, a module at a time,
 # longest modules first (tests/e2e/conftest.py). An end-to-end test
 # spends part of its time waiting (cohort formation, phase deadlines, restarts), so three at once keep both cores
 # busy; the tests' deadlines leave room for two neighbours. `make test E2E_WORKERS=0` runs them one at a time.
 test: $(STAMP) chromium js
-	@$(MAKE) --no-print-directory -j2 --output-sync=target js-test typecheck in-process
+	@$(MAKE) --no-print-directory -j2 --output-sync=target in-process js-test typecheck
 	$(PY) -m pytest -q -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 -m e2e tests/e2e tests/fa_issuer $(PYTEST_ARGS)
 
 # mypy over the packages and the test machinery ([tool.mypy] in pyproject.toml: strict on secagg/ and queries/).
