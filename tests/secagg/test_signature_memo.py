@@ -50,6 +50,16 @@ def test_a_long_payload_is_checked_every_time(opens: list[bytes]) -> None:
     assert len(opens) == 3
 
 
+def test_benchmarks_check_every_signature(opens: list[bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(crypto.BENCH_EVERY_VERIFY_ENV, "1")
+    sk, pk = _key()
+    payload = crypto.keys_payload(b"\x03" * 32, b"\x04" * 32)
+    sig = crypto.sign(sk, payload)
+    for _ in range(3):
+        crypto.verify(pk, sig, payload, "keys")
+    assert len(opens) == 3
+
+
 @settings(max_examples=60, deadline=None)
 @given(payload=st.binary(max_size=300), flip=st.integers(0, 64 * 8 - 1), which=st.sampled_from(["sig", "payload", "key"]))
 def test_a_remembered_valid_signature_never_vouches_for_other_bytes(payload: bytes, flip: int, which: str) -> None:
