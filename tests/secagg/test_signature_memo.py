@@ -32,32 +32,20 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return calls
 
 
-def test_a_verdict_on_the_same_bytes_is_looked_up(opens: list[bytes]) -> None:
+@pytest.mark.parametrize("payload, every_verify, opened", [
+    (crypto.keys_payload(b"\x01" * 32, b"\x02" * 32), False, 1),  # the same bytes: libsodium once
+    (b"x" * (crypto.MEMO_PAYLOAD_MAX + 1), False, 3),  # a long payload: checked every time
+    (crypto.keys_payload(b"\x03" * 32, b"\x04" * 32), True, 3),  # benchmarks: every check is a device's own
+], ids=["short", "long", "benchmark"])
+def test_repeated_checks_of_the_same_bytes(opens: list[bytes], monkeypatch: pytest.MonkeyPatch, payload: bytes,
+                                           every_verify: bool, opened: int) -> None:
+    if every_verify:
+        monkeypatch.setenv(crypto.BENCH_EVERY_VERIFY_ENV, "1")
     sk, pk = _key()
-    payload = crypto.keys_payload(b"\x01" * 32, b"\x02" * 32)
-    sig = crypto.sign(sk, payload)
-    for _ in range(100):
-        crypto.verify(pk, sig, payload, "keys")
-    assert len(opens) == 1
-
-
-def test_a_long_payload_is_checked_every_time(opens: list[bytes]) -> None:
-    sk, pk = _key()
-    payload = b"x" * (crypto.MEMO_PAYLOAD_MAX + 1)
-    sig = crypto.sign(sk, payload)
-    for _ in range(3):
-        crypto.verify(pk, sig, payload, "long")
-    assert len(opens) == 3
-
-
-def test_benchmarks_check_every_signature(opens: list[bytes], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(crypto.BENCH_EVERY_VERIFY_ENV, "1")
-    sk, pk = _key()
-    payload = crypto.keys_payload(b"\x03" * 32, b"\x04" * 32)
     sig = crypto.sign(sk, payload)
     for _ in range(3):
         crypto.verify(pk, sig, payload, "keys")
-    assert len(opens) == 3
+    assert len(opens) == opened
 
 
 @settings(max_examples=60, deadline=None)
