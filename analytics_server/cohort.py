@@ -217,9 +217,9 @@ class CohortRuntime:
         if self.validation is not None and phase == Phase.MASKED_INPUT and phase == self.phase:
             if party not in self.session.expected():  # dropped, or its proof was refused: no more verifying for it
                 raise HttpError(410, f"party {party} was dropped from cohort {self.id}")
-            # proofs take milliseconds to seconds: verified in the executor, outside the lock (the session finds
-            # the result when it accepts the message)
-            await asyncio.get_running_loop().run_in_executor(self.executor, self.validation.preverify, party, data)
+            # verified in batches in the executor, outside the lock (the session finds the result when it accepts
+            # the message)
+            await self.validation.preverify(party, data, self.executor)
         async with self._lock:
             if party not in self.session.expected():  # before the phase check: a late answer learns it was dropped
                 raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")

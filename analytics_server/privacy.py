@@ -107,23 +107,6 @@ def stored_calibration(data: dict[str, Any] | None) -> dp.QueryCalibration | Non
     return None if data is None else dp.QueryCalibration.from_dict(data)
 
 
-def estimated_calibration(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any) -> dp.QueryCalibration | None:
-    """A cheap stand-in for `check_and_calibrate` (no accountant, no policy check; None without noise): the
-    analyst's noise multiplier, else the Gaussian floor (`queries.dp.floor`, the smallest z any accounting allows
-    over the kind's round bound — a few % below the calibrated one). For decisions that only need the noise's
-    order of magnitude before calibrating (`validation.settle_default`); raises ValueError on a bad privacy block."""
-    mech = spec.privacy.mechanism
-    if mech == "none":
-        return None
-    from queries.dp.floor import gaussian_floor
-
-    assert spec.privacy.epsilon is not None  # PrivacySpec requires epsilon (and delta) with a noisy mechanism
-    delta = DeltaSplit.of(spec).calibration
-    rounds = kind.rounds_upper_bound(params)
-    z = spec.privacy.noise_multiplier or gaussian_floor(float(spec.privacy.epsilon), delta, rounds)
-    return dp.QueryCalibration(mech, float(spec.privacy.epsilon), delta, rounds, spec.cohort.min_clients, 1.0, z)
-
-
 def budget_allows(calibration: dp.QueryCalibration | None, rounds_run: float) -> bool:
     """Whether noisy rounds of total weight `rounds_run` (unit rounds: the sum of their `privacy_weight`s) fit
     the query's ε (always true without noise, and for a z calibrated over the kind's round bound whose rounds'

@@ -80,13 +80,10 @@ def check_spec(raw: Any, settings: Settings, with_preview: bool = False) -> Chec
         plans = noise_plan.preview_rounds(kind, params, kind.initial_state(params), spec.cohort.min_clients)
     except noise_plan.NoisePlanError:
         plans = []  # reported by the noise plan check below
-    asked = spec.privacy.validation
     try:
         spec = validation.resolve(spec, kind, plans, settings.validation_required())
     except validation.ValidationError as exc:
         raise HttpError(422, str(exc), [{"field": "privacy.validation", "message": str(exc)}]) from None
-    # proofs by default would cost too much: none, with the whole δ for the noise — decided before calibrating
-    spec = validation.settle_default(spec, kind, params, plans, asked, settings.validation_required())
     try:
         calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
     except privacy.PrivacyPolicyError as exc:

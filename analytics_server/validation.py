@@ -1,22 +1,24 @@
 """The one place where validity proofs (`privacy.validation`, docs/validation.md) plug into the server.
 
-- Submit (`resolve`): a spec's validation mode — "proofs" by default when the kind can prove its rounds'
-  contributions, refused when asked of a kind that cannot, and required by the production profile
-  (`FA_REQUIRE_VALIDATION`).
+- Submit (`resolve`): a spec's validation mode — "proofs" by default, in every profile, when the kind can prove its
+  rounds' contributions; refused when asked of a kind that cannot; "none" refused by the production profile
+  (`FA_REQUIRE_VALIDATION`) for a kind that can.
 - Calibration: with proofs and noise, a share of δ pays for the devices' noise being truncated at the tail
   bound B; the noise is calibrated for the rest (`analytics_server.delta_split` owns that split).
 - Rounds (`round_statement`, `round_bits`): the statement every contribution proves, with the encoding scale
   and B (`noise_bound`); the ring is widened so the blinding limbs and the worst valid sum cannot wrap.
-- Cohorts (`CohortValidation`): verifies each masked input's proof as it arrives (a party whose proof fails is
-  dropped) and, after unmasking, that the sum opens the contributors' commitments.
+- Cohorts (`CohortValidation`): verifies the masked inputs' proofs in batches as they arrive (a party whose proof
+  fails is dropped) and, after unmasking, that the sum opens the contributors' commitments.
 - Every round, with or without proofs (`implausible`): the server refuses a sum that no cohort of honest
   devices plus noise within its tail bound could produce, and says why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,14 +43,9 @@ from secagg.validity import (
     opening_holds,
     proof_size,
     verify,
+    verify_batch,
 )
 
-VERIFY_S_PER_BRANCH = 150e-6
-"""Server time to verify one OR branch (about two libsodium scalar multiplications on a shared core)."""
-DEFAULT_PHASE_SHARE = 0.25
-"""Proofs are the default (outside the production profile) when verifying one cohort's proofs takes at most this
-share of `cohort.phase_timeout_s` (estimated with VERIFY_S_PER_BRANCH); costlier queries default to "none" and may
-ask for proofs. The production profile uses proofs wherever the kind supports them."""
 IMPLAUSIBLE_LOG_PROB = math.log(1e-12)
 """A sum entry is implausible when honest noise exceeds it with probability below 1e-12 (over all entries)."""
 
@@ -62,44 +59,9 @@ def supports_proofs(kind: QueryKind[Any, Any], plans: list[RoundPlan]) -> bool:
     return bool(plans) and all(kind.validity(p.task) is not None for p in plans)
 
 
-def proof_cost(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plans: list[RoundPlan],
-               calibration: dp.QueryCalibration | None) -> int:
-    """OR branches to verify one cohort's proofs in the query's most expensive round (the rounds planned at submit
-    with their noise bounds, and the kind's largest statement with the widest of those bounds)."""
-    statements = [round_statement(spec, kind, p, privacy.round_noise(calibration, p), calibration) for p in plans]
-    noise_bits = max((len(range_weights(2 * st.noise_bound)) for st in statements if st is not None), default=0)
-    costs = [st.branches() for st in statements if st is not None]
-    largest = kind.largest_validity(params)
-    if largest is not None:
-        costs.append(largest.branches(noise_bits))
-    return max(costs, default=0) * spec.cohort.max_clients
-
-
-def settle_default(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, plans: list[RoundPlan],
-                   asked: str | None, require: bool) -> QuerySpec:
-    """An unset validation that `resolve` made "proofs": "none" instead when not required and verifying a cohort's
-    proofs would take more than DEFAULT_PHASE_SHARE of a phase. Decided before calibrating (the caller calibrates
-    once, for the settled spec's δ split): the proofs' cost at the noise of `privacy.estimated_calibration` (the
-    analyst's z, else the Gaussian floor, a few % below the calibrated z). The cost is an estimate anyway; right at
-    the limit the decision can differ from one at the calibrated noise (a smaller z can need a larger encoding
-    scale, so the estimated cost may be a little above or below: 1 of 648 noisy histogram specs on a grid of
-    buckets, cohorts, phases, mechanisms and ε, at 0.51 s estimated vs 0.42 s calibrated against a 0.5 s limit)."""
-    if asked is not None or require or not uses_proofs(spec):
-        return spec
-    try:
-        estimate = privacy.estimated_calibration(spec, kind, params)
-        seconds = proof_cost(spec, kind, params, plans, estimate) * VERIFY_S_PER_BRANCH
-    except ValueError:
-        return spec  # a privacy block the calibration refuses: check_and_calibrate reports it, naming the field
-    if seconds <= DEFAULT_PHASE_SHARE * spec.cohort.phase_timeout_s:
-        return spec
-    return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": "none"})})
-
-
 def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], require: bool) -> QuerySpec:
     """The spec with `privacy.validation` set: refuses "proofs" for a kind that cannot prove these rounds, and
-    (when `require`) "none" for a kind that can. Unset: "proofs" when supported (`settle_default` then weighs the
-    cost, before the noise is calibrated)."""
+    (when `require`) "none" for a kind that can. Unset: "proofs" whenever supported, in every profile."""
     supported = supports_proofs(kind, plans)
     asked = spec.privacy.validation
     if asked == "proofs" and not supported:
@@ -166,9 +128,17 @@ def assignment_block(statement: Statement | None) -> dict[str, Any] | None:
     return {"mode": "proofs", "noise_bound": statement.noise_bound, "limbs": LIMBS, "limb_bits": LIMB_BITS}
 
 
+MAX_BATCH = 256
+"""Most proofs verified together (a batch's fixed-generator work is shared; a failing batch is halved)."""
+
+
 @dataclass
 class CohortValidation:
-    """Proof checks of one cohort: each masked input's proof, then the opening of the unmasked sum."""
+    """Proof checks of one cohort: each masked input's proof, then the opening of the unmasked sum.
+
+    Proofs are verified in batches (`secagg.validity.verify_batch`): a masked input waits while the batch before it is
+    checked, then goes with every input that arrived meanwhile, so a burst of arrivals shares the work on the fixed
+    generators and a lone arrival is checked at once."""
 
     statement: Statement
     query_id: str
@@ -177,32 +147,61 @@ class CohortValidation:
     task_digest: bytes = bytes(32)
     commitments: dict[int, bytes] = field(default_factory=dict)
     _verified: dict[tuple[int, bytes], bytes | str] = field(default_factory=dict)
+    _pending: list[tuple[int, bytes, asyncio.Future[None]]] = field(default_factory=list)
+    _worker: asyncio.Task[None] | None = None
 
     @property
     def proof_bytes(self) -> int:
         return proof_size(self.statement)
 
+    def _context(self, party: int) -> ProofContext:
+        return ProofContext(self.session_id, self.query_id, self.round, party, self.task_digest)
+
+    @staticmethod
+    def _key(party: int, proof: bytes) -> tuple[int, bytes]:
+        return party, hashlib.sha256(proof).digest()
+
     def _check(self, party: int, proof: bytes) -> bytes | str:
-        key = (party, hashlib.sha256(proof).digest())
+        key = self._key(party, proof)
         done = self._verified.get(key)
         if done is None:
-            ctx = ProofContext(self.session_id, self.query_id, self.round, party, self.task_digest)
             try:
-                done = verify(self.statement, ctx, proof)
+                done = verify(self.statement, self._context(party), proof)
             except InvalidProof as exc:
                 done = str(exc)
             self._verified[key] = done
         return done
 
-    def preverify(self, party: int, message: bytes) -> None:
-        """Verify the proof a masked-input message carries (pure and thread-safe: run it off the event loop and
-        outside the cohort's lock; `validator` then finds the result)."""
+    def _verify_batch(self, batch: list[tuple[int, bytes]]) -> None:
+        results = verify_batch([(self.statement, self._context(party), proof) for party, proof in batch])
+        for (party, proof), result in zip(batch, results):
+            self._verified[self._key(party, proof)] = result if isinstance(result, bytes) else str(result)
+
+    async def preverify(self, party: int, message: bytes, executor: Executor | None) -> None:
+        """Verify the proof a masked-input message carries, in a batch with the others arriving, in `executor` and
+        outside the cohort's lock; `validator` then finds the result."""
         try:
             msg = decode(message)
         except MessageFormatError:
             return
-        if isinstance(msg, MaskedInputProved) and msg.party == party:
-            self._check(party, msg.proof)
+        if not isinstance(msg, MaskedInputProved) or msg.party != party or self._key(party, msg.proof) in self._verified:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((party, msg.proof, done))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain(executor))
+        await asyncio.shield(done)
+
+    async def _drain(self, executor: Executor | None) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            try:
+                await loop.run_in_executor(executor, self._verify_batch, [(p, proof) for p, proof, _ in batch])
+            finally:  # a failure here leaves the results unset: `validator` then verifies that proof alone
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
 
     def validator(self, party: int, proof: bytes) -> None:
         """The secure-aggregation session's input validator: InvalidInputError unless the proof verifies."""

@@ -147,8 +147,10 @@ def peak_rss_mb(pid: int) -> float:
 
 def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, checkins: bool = True,
               validation: str | None = None, server_env: dict[str, str] | None = None,
-              policy: dict[str, Any] | None = None, identities: bool = False) -> dict[str, Any]:
-    """`validation` sets the spec's privacy.validation (the server's default when None); `server_env` adds settings
+              policy: dict[str, Any] | None = None, identities: bool = False, buckets: int = 4,
+              noise: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A `buckets`-bucket histogram round (the first four words of the fleet, then unused ones), with `noise` (a
+    privacy block's mechanism, ε, δ) when given. `validation` sets the spec's privacy.validation (the server's default when None); `server_env` adds settings
     to the server's environment, `policy` is the fleet's device policy (`fa-sim --policy`); `identities`: a real
     `fa-issuer` beside the server, which then admits only enrolled devices, and the fleet enrols and pins its key."""
     env = {BENCH_UNMASKED_ENV: "1"} if unmasked else {}
@@ -184,10 +186,12 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
             c1 = metric(server.url, "fa_device_checkins_total")
             while metric(server.url, "fa_device_checkins_total") < c1 + n and time.monotonic() < deadline:
                 time.sleep(0.5)
-            spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star", "cloud"]},
-                    "cohort": {"min_clients": int(n * 0.8), "max_clients": n, "phase_timeout_s": 300}}
+            words = ["moon", "sun", "star", "cloud"] + [f"word{i}" for i in range(max(0, buckets - 4))]
+            spec: dict[str, Any] = {"kind": "histogram", "source": "words", "params": {"buckets": words[:buckets]},
+                                    "cohort": {"min_clients": int(n * 0.8), "max_clients": n, "phase_timeout_s": 300},
+                                    "privacy": dict(noise or {})}
             if validation is not None:
-                spec["privacy"] = {"validation": validation}
+                spec["privacy"]["validation"] = validation
             assert server.proc is not None
             requests_before = metric(server.url, "fa_http_responses_total", 'route="device"')
             sampler = CpuSampler(server.proc.pid)
@@ -207,6 +211,8 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
                 "devices": n,
                 "masking": not unmasked,
                 "validation": res.get("privacy", {}).get("validation"),
+                "buckets": buckets,
+                "noise": noise or {},
                 "dropout": dropout,
                 "cohorts": cohorts,
                 "status": final["status"],

@@ -31,7 +31,7 @@ from queries.envelope import Assignment
 from secagg.validity import ProofContext, blind_limbs, proof_size
 from secagg.validity import proof as proof_module
 from secagg.validity import statement as statement_module
-from secagg.validity.statement import Ranged
+from secagg.validity.statement import Ranged, Signs
 
 BENT = "__bent__:"
 _ROWS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("bent_rows", default=[])
@@ -97,10 +97,14 @@ def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], dr
         proof, blind = _unchecked_prove(statement, ctx, x.tolist(), noise.tolist() if statement.noise_bound else None,
                                         draws.validity)
         return np.concatenate([x * s + noise, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof
-    proved = x.copy()  # a range's bit decomposition cannot hold a value outside it: prove the vector clipped into it
+    proved = x.copy()  # a proof of the bent vector itself is refused: prove a valid one (no votes, ranges clipped)
     for seg, at in zip(statement.segments, statement.offsets()):
         if isinstance(seg, Ranged):
             proved[at:at + seg.size] = np.clip(proved[at:at + seg.size], seg.low, seg.high)
+        elif isinstance(seg, Signs):
+            proved[at:at + seg.size] = np.clip(proved[at:at + seg.size], -1, 1)
+        else:
+            proved[at:at + seg.size] = 0
     proof, blind = _unchecked_prove(statement, ctx, proved.tolist(), noise.tolist() if statement.noise_bound else None,
                                     draws.validity)
     content = x * s + noise

@@ -8,8 +8,9 @@ little-endian.
 Generators: the blinding generator is Ed25519's standard base point B (libsodium multiplies it from a
 precomputed table, five times faster than another point); the value generators G_i (one per vector entry)
 are hashed to the group with `crypto_core_ed25519_from_uniform` (Elligator 2 with the cofactor cleared) from
-SHA-512(GENERATOR_DOMAIN ‖ "G" ‖ i as 8 bytes big-endian), first 32 bytes. Nobody knows a discrete-log
-relation between B and the G_i, which is what makes the commitments binding.
+SHA-512(GENERATOR_DOMAIN ‖ "G" ‖ i as 8 bytes big-endian), first 32 bytes, and so are the bit-vector proof's
+g_k, h_k ("g", "h") and its polynomial generator ("t"). Nobody knows a discrete-log relation among them, which
+is what makes the commitments binding.
 
 `decode_point` checks every point received from outside with `crypto_core_ed25519_is_valid_point`
 (canonical, on the curve, in the prime-order subgroup, not of small order) and `decode_scalar` refuses
@@ -104,20 +105,6 @@ def total(points: list[bytes]) -> bytes:
     return acc
 
 
-def commit(value: int, blind: int, generator: bytes) -> bytes:
-    """Pedersen commitment value·G + blind·B (value may be negative: taken modulo ℓ). The prover only commits to
-    values in {−1, 0, 1} (bits, one-hot flags, sign votes): for those the same curve operations run whatever the
-    value (one base-point multiplication, one negation, one addition), so proving time does not tell a device's
-    bits or its −1 votes apart (a −1 used to cost a full multiplication, a 0 one addition fewer)."""
-    if value in (-1, 0, 1):
-        negated = neg(generator)
-        return add(mul_base(blind), (IDENTITY, generator, negated)[value])
-    base = mul_base(blind)
-    if value % ORDER == 0:
-        return base
-    return add(mul(value, generator), base)
-
-
 @functools.lru_cache(maxsize=None)
 def _generator(index: int) -> bytes:
     seed = hashlib.sha512(GENERATOR_DOMAIN + b"G" + index.to_bytes(8, "big")).digest()[:32]
@@ -135,24 +122,25 @@ def generators(count: int) -> list[bytes]:
     return [_generator(i) for i in range(count)]
 
 
-@functools.lru_cache(maxsize=256)
-def generator_sum(start: int, count: int) -> bytes:
-    """G_start + … + G_(start+count−1)."""
-    return total([_generator(i) for i in range(start, start + count)])
+def _hashed(label: bytes) -> bytes:
+    return _na.crypto_core_ed25519_from_uniform(hashlib.sha512(GENERATOR_DOMAIN + label).digest()[:32])
 
 
 @functools.lru_cache(maxsize=None)
-def sum_generator() -> bytes:
-    """G_Σ, the generator of a vote count (`Bits` segments with a count bound)."""
-    return _na.crypto_core_ed25519_from_uniform(hashlib.sha512(GENERATOR_DOMAIN + b"S").digest()[:32])
+def _bit_generator(label: bytes, index: int) -> bytes:
+    return _hashed(label + index.to_bytes(8, "big"))
+
+
+def bit_generators(count: int) -> tuple[list[bytes], list[bytes]]:
+    """(g_0…g_(count−1), h_0…h_(count−1)): the generators of a bit-vector proof's bits and their complements,
+    SHA-512(domain ‖ "g" or "h" ‖ k as 8 bytes big-endian), first 32 bytes, through `from_uniform`."""
+    return [_bit_generator(b"g", k) for k in range(count)], [_bit_generator(b"h", k) for k in range(count)]
 
 
 @functools.lru_cache(maxsize=None)
-def relation_generator(index: int) -> bytes:
-    """H_index, the generator of a statement's relation `index` (SHA-512(domain ‖ "R" ‖ index as 8 bytes BE))."""
-    if index < 0:
-        raise ValueError(f"relation index must be ≥ 0, got {index}")
-    return _na.crypto_core_ed25519_from_uniform(hashlib.sha512(GENERATOR_DOMAIN + b"R" + index.to_bytes(8, "big")).digest()[:32])
+def inner_product_generator() -> bytes:
+    """The generator the bit-vector proof commits its polynomial's coefficients under (SHA-512(domain ‖ "t"))."""
+    return _hashed(b"t")
 
 
 def random_scalar(source: RandomSource) -> int:

@@ -1,160 +1,141 @@
-"""Proving and verifying that one device's contribution satisfies its round's `Statement`, and the opening
-check that binds the proofs to the securely aggregated sum.
+"""Proving and verifying that one device's contribution satisfies its round's `Statement`, batch verification
+of a cohort's proofs, and the opening check that binds the proofs to the securely aggregated sum.
 
-What a proof holds, segment by segment (G_i: entry i's generator, G_Σ: the sum generator, B: the base point):
-- `Bits(size, 1)` (one vote): one commitment V = Σ x_i·G_i + r·B and a (size + 1)-branch OR proof that
-  V − G_j = r·B for some entry j, or V = r·B (no vote): x is zero or one unit vector.
-- `Bits(size, m ≥ size)`: per entry C_i = x_i·G_i + r_i·B with a 2-branch OR proof (offsets 0, G_i).
-- `Bits(size, 1 < m < size)`: per entry C_i = x_i·(G_i + G_Σ) + r_i·B with a 2-branch OR proof; the count
-  S = Σ x_i as bit commitments E_j = b_j·G_Σ + q_j·B (`range_weights(m)`, 2-branch OR each); the segment's
-  commitment V = Σ C_i − Σ w_j·E_j, and a linear proof that V = Σ y_i·G_i + ρ·B for known y, ρ: V has no
-  G_Σ component, so Σ x_i = S ≤ m.
-- `Signs(size)`: per entry C_i with a 3-branch OR proof (offsets 0, G_i, −G_i).
-- `Ranged(size, low, high)`: per entry bit commitments D_ij = b_ij·G_i + q_ij·B of x_i − low in
-  `range_weights(high − low)` (2-branch OR each); entry i's commitment is Σ_j w_j·D_ij + low·G_i.
-- noise (B > 0): the same as `Ranged(dim, −B, B)` over all entries, giving N = Σ e_i·G_i + ρ_e·B.
-- `Relation(terms, low, high)` k (statements with relations): a ranged entry i named by relations commits its
-  bits under the base G_i + Σ_k coef_ki·H_k instead of G_i (H_k: relation k's generator), so its commitment
-  X_i carries x_i·coef_ki·H_k; the relation's value T_k = Σ coef_ki·x_i gets bit commitments
-  F_kj = b_kj·H_k + q_kj·B of T_k − low in `range_weights(high − low)` (2-branch OR each), R_k = Σ_j w_j·F_kj +
-  low·H_k; then one linear proof that V = Σ_ranged X_i − Σ_k R_k = Σ y_i·G_i + ρ·B over the ranged entries'
-  generators: V has no H_k component, so every T_k is the relation's value and lies in [low, high].
+The statement is a bit vector a ∈ {0,1}^n with a public linear map to the committed entries and public linear
+constraints (`secagg.validity.layout`: c_i = s·x_i + e_i = Σ_k M_ik·a_k + o_i, Σ_k W_jk·a_k = v_j). The proof is
+the range-proof argument of Bulletproofs (Bünz, Bootle, Boneh, Poelstra, Wuille, Maxwell, "Bulletproofs: Short
+Proofs for Confidential Transactions and More", IEEE S&P 2018, §4.1–4.2) with the inner-product argument left out
+(the two vectors l, r are sent, so the verifier's work on the fixed generators folds into one sum per cohort),
+generalised from one value to a vector commitment:
 
-The device's point is K = s·Σ_segments V + N = Σ (s·x_i + e_i)·G_i + ρ·B. Wire form: the challenge c
-(32 bytes), every commitment point in the order above (32 bytes each), then the scalars of every
-sub-proof in the same order (32 bytes each: an n-branch OR proof sends c_0…c_{n−2} and z_0…z_{n−1}; the
-last branch challenge is c minus the others; a linear proof sends its responses then its blinding
-response). The length is exact for the statement (`proof_size`).
+- K = Σ c_i·G_i + ρ·B (the device's commitment, opened by the unmasked sum), A = α·B + Σ_k (a_k·g_k + (a_k − 1)·h_k),
+  S = ρ_S·B + Σ_k (sL_k·g_k + sR_k·h_k), S2 = σ·B + Σ_i (M·sL)_i·G_i;
+- challenges y, z, w (Fiat–Shamir over context, statement, K, A, S, S2); with g'_k = g_k + w·Ĝ_k
+  (Ĝ_k = M_ik·G_i, the generator bit k feeds through), A + w·(K − O) = (α + wρ)·B + ⟨a, g'⟩ + ⟨a − 1, h⟩ and
+  S + w·S2 commits sL under g' too (O = Σ o_i·G_i);
+- l(X) = a − z·1 + sL·X, r(X) = y^n∘(a − 1 + z·1 + sR·X) + Σ_j z^(2+j)·W_j, t(X) = ⟨l(X), r(X)⟩ = t0 + t1·X + t2·X²
+  with t0 = (z − z²)·⟨1, y^n⟩ − Σ_j z^(3+j)·⟨1, W_j⟩ + Σ_j z^(2+j)·v_j exactly when a is binary and meets every
+  constraint; T1 = t1·g_t + τ1·B, T2 = t2·g_t + τ2·B; challenge x;
+- the prover sends l = l(x), r = r(x), τ_x = τ1·x + τ2·x², μ = α + wρ + x·(ρ_S + wσ). The verifier checks
+  (i)  (⟨l, r⟩ − t0)·g_t + τ_x·B − x·T1 − x²·T2 = 0, and
+  (ii) A + w·K + x·S + xw·S2 − μ·B − Σ_k (l_k + z)·g_k + Σ_k (z + y^(−k)·(Σ_j z^(2+j)·W_jk − r_k))·h_k
+       − w·Σ_i ((M·(l + z·1))_i + o_i)·G_i = 0.
 
-Verification recomputes every announcement, hashes the transcript and compares with c. After unmasking,
-`opening_holds` checks Σ_u K_u = Σ_i Y_i·G_i + R·B for the contributors' summed vector Y and summed
-blinding R (from the limbs).
+Wire form: K, A, S, S2, T1, T2 (32 bytes each), τ_x, μ, l_0…l_(n−1), r_0…r_(n−1) (32 bytes each, little-endian
+below ℓ). After unmasking, `opening_holds` checks Σ_u K_u = Σ_i Y_i·G_i + R·B for the contributors' summed vector Y
+and summed blinding R (from the limbs). docs/validation.md has the soundness and zero-knowledge arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from secagg.randomness import RandomSource
+from secagg.randomness import OsRandom, RandomSource
 from secagg.validity import group as g
-from secagg.validity.sigma import LinearProver, Offset, OrProver, linear_announcement, or_announcements
-from secagg.validity.statement import Bits, Ranged, Signs, Statement, decompose, range_weights
+from secagg.validity.layout import Layout, layout, witness
+from secagg.validity.statement import Statement
 from secagg.validity.transcript import ProofContext, Transcript
+
+ORDER = g.ORDER
+POINTS = 6
+"""K, A, S, S2, T1, T2."""
+
 
 class InvalidProof(ValueError):
     """A validity proof that does not verify (or does not decode); the message says which part."""
 
 
-# -- shape ---------------------------------------------------------------------------------------------
-
-
-def _or_scalars(branches: int) -> int:
-    return 2 * branches - 1
-
-
-def _bits_mode(seg: Bits) -> str:
-    if seg.max_ones == 1:
-        return "one_hot"
-    if seg.max_ones >= seg.size:
-        return "bits"
-    return "counted"
-
-
-def proof_shape(statement: Statement) -> tuple[int, int]:
-    """(points, scalars) of a proof of `statement`, besides the challenge."""
-    points = scalars = 0
-    ranged = [s for s in statement.segments if isinstance(s, Ranged)]
-    for seg in statement.segments:
-        if isinstance(seg, Bits):
-            mode = _bits_mode(seg)
-            if mode == "one_hot":
-                points, scalars = points + 1, scalars + _or_scalars(seg.size + 1)
-            else:
-                points, scalars = points + seg.size, scalars + seg.size * _or_scalars(2)
-                if mode == "counted":
-                    k = len(range_weights(seg.max_ones))
-                    points, scalars = points + k, scalars + k * _or_scalars(2) + seg.size + 1
-        elif isinstance(seg, Signs):
-            points, scalars = points + seg.size, scalars + seg.size * _or_scalars(3)
-    for seg in ranged:
-        k = len(range_weights(seg.high - seg.low))
-        points, scalars = points + seg.size * k, scalars + seg.size * k * _or_scalars(2)
-    if statement.noise_bound:
-        k = len(range_weights(2 * statement.noise_bound))
-        points, scalars = points + statement.dim * k, scalars + statement.dim * k * _or_scalars(2)
-    for rel in statement.relations:
-        k = len(range_weights(rel.high - rel.low))
-        points, scalars = points + k, scalars + k * _or_scalars(2)
-    if statement.relations:
-        scalars += len(statement.ranged_indices()) + 1
-    return points, scalars
-
-
 def proof_size(statement: Statement) -> int:
-    points, scalars = proof_shape(statement)
-    return g.SCALAR_BYTES + g.POINT_BYTES * points + g.SCALAR_BYTES * scalars
+    return g.POINT_BYTES * POINTS + g.SCALAR_BYTES * (2 + 2 * layout(statement).n)
 
 
-# -- proving -------------------------------------------------------------------------------------------
+def _challenges(t: Transcript, labels: bytes) -> list[int]:
+    out = []
+    for label in labels:
+        t.append(b"challenge", bytes([label]))
+        c = t.challenge()
+        if c == 0:  # probability 2^-252; no valid proof uses a zero challenge
+            raise InvalidProof("proof: a zero challenge")
+        out.append(c)
+    return out
 
 
-@dataclass
-class _Builder:
-    points: list[bytes] = field(default_factory=list)
-    provers: list[OrProver | tuple[LinearProver, list[bytes], bytes]] = field(default_factory=list)
-    value_points: list[bytes] = field(default_factory=list)
-    """Commitments whose sum is Σ_segments V (scaled by s later)."""
-    blind: int = 0
+def _start(statement: Statement, context: ProofContext, points: Sequence[bytes]) -> tuple[Transcript, list[int]]:
+    """The transcript over K, A, S, S2 and the challenges y, z, w."""
+    t = Transcript(context, statement.encode())
+    for label, p in zip((b"K", b"A", b"S", b"S2"), points):
+        t.append(label, p)
+    return t, _challenges(t, b"yzw")
 
 
-def weighted_total(columns: list[list[bytes]], weights: list[int]) -> bytes:
-    """Σ_j w_j·(Σ columns[j]): one scalar multiplication per weight, additions for the rest."""
-    return g.total([g.mul(w, g.total(col)) for w, col in zip(weights, columns)])
+def _constraint_terms(lay: Layout, z: int) -> list[int]:
+    """Per bit, Σ_j z^(2+j)·W_jk."""
+    out = [0] * lay.n
+    zj = z * z % ORDER
+    for terms, _ in lay.constraints:
+        for k, w in terms:
+            out[k] = (out[k] + zj * w) % ORDER
+        zj = zj * z % ORDER
+    return out
 
 
-def relation_bases(statement: Statement) -> list[bytes]:
-    """Per entry, the base its bits are committed under: G_i, plus Σ_k coef_ki·H_k for the relations naming it."""
-    bases = g.generators(statement.dim)
-    for k, rel in enumerate(statement.relations):
-        h = g.relation_generator(k)
-        for i, coef in rel.terms:
-            bases[i] = g.add(bases[i], g.mul(coef, h))
-    return bases
+def _t0(lay: Layout, y: int, z: int) -> int:
+    """t(0) of a valid witness: (z − z²)·⟨1, y^n⟩ − Σ_j z^(3+j)·⟨1, W_j⟩ + Σ_j z^(2+j)·v_j."""
+    ysum, yk = 0, 1
+    for _ in range(lay.n):
+        ysum += yk
+        yk = yk * y % ORDER
+    out = (z - z * z) * ysum
+    zj = z * z % ORDER
+    for terms, v in lay.constraints:
+        out += zj * (v - z * sum(w for _, w in terms))
+        zj = zj * z % ORDER
+    return out % ORDER
 
 
-def _shift_base(statement: Statement, start: int, size: int, bases: list[bytes]) -> bytes:
-    """Σ of the bases of entries start…start+size−1 (what `low` multiplies)."""
-    named = {i for rel in statement.relations for i, _ in rel.terms}
-    if any(start <= i < start + size for i in named):
-        return g.total(bases[start : start + size])
-    return g.generator_sum(start, size)
+def _powers(base: int, n: int) -> list[int]:
+    out, acc = [], 1
+    for _ in range(n):
+        out.append(acc)
+        acc = acc * base % ORDER
+    return out
 
 
-def _prove_ranged(b: _Builder, bases: list[bytes], shift_base: bytes, values: Sequence[int], low: int, high: int,
-                  source: RandomSource) -> tuple[bytes, int]:
-    """Bit commitments and OR proofs of values ∈ [low, high] under the given per-entry bases → (the commitment
-    to the values' sum vector, its blinding)."""
-    weights = range_weights(high - low)
-    columns: list[list[bytes]] = [[] for _ in weights]
-    blind = 0
-    for gen, value in zip(bases, values):
-        for j, (w, bit) in enumerate(zip(weights, decompose(int(value) - low, high - low))):
-            q = g.random_scalar(source)
-            d = g.commit(bit, q, gen)
-            b.points.append(d)
-            b.provers.append(OrProver.start(d, [None, gen], bit, q, source))
-            columns[j].append(d)
-            blind += w * q
-    shift = [g.mul(low, shift_base)] if low else []
-    return g.total([weighted_total(columns, weights)] + shift), blind % g.ORDER
+def _entry_sums(lay: Layout, dim: int, vector: Sequence[int]) -> list[int]:
+    """(M·vector)_i per entry."""
+    out = [0] * dim
+    for k, (i, m) in enumerate(zip(lay.entry, lay.coef)):
+        if i >= 0:
+            out[i] += m * vector[k]
+    return [v % ORDER for v in out]
+
+
+def _scaled(digit: int, p: bytes) -> bytes:
+    """digit·P: an addition's worth of work for a bit (P or the identity), a multiplication for anything else
+    (only a prover with its checks off has other digits)."""
+    return (g.IDENTITY, p)[digit] if digit in (0, 1) else g.mul(digit, p)
+
+
+def _weighted_bits(lay: Layout, bits: Sequence[int], gens: Sequence[bytes]) -> tuple[bytes, bytes]:
+    """Σ_k bits_k·M_k·G_entry(k) as (W, C) with the sum W − C: grouped by coefficient m, P_m = g_t + Σ bits_k·G_entry(k)
+    (one addition per bit, of G or of the identity), W = Σ m·P_m and C = (Σ m)·g_t. The same libsodium calls whatever
+    the bits: no partial sum is the identity (which libsodium and `group.total` would short-cut), and the
+    coefficients are public."""
+    start = g.inner_product_generator()
+    groups: dict[int, bytes] = {}
+    for k, (i, m) in enumerate(zip(lay.entry, lay.coef)):
+        if i >= 0:
+            groups[m] = g.add(groups.get(m, start), _scaled(bits[k], gens[i]))
+    return g.total([g.mul(m, p) for m, p in groups.items()]), g.mul(sum(groups), start)
 
 
 def prove(statement: Statement, context: ProofContext, values: Sequence[int], noise: Sequence[int] | None,
           source: RandomSource) -> tuple[bytes, int]:
     """The proof that `values` (x) and `noise` (e) satisfy `statement`, and the blinding ρ of
     K = Σ (s·x_i + e_i)·G_i + ρ·B that the device adds to its masked vector (`blind_limbs`).
-    ValueError when the inputs do not satisfy the statement (an honest device never proves a false one)."""
+    ValueError when the inputs do not satisfy the statement (an honest device never proves a false one).
+    Randomness, in this order: ρ, α, ρ_S, σ, sL_0…sL_(n−1), sR_0…sR_(n−1), τ1, τ2 (each `random_scalar`)."""
     why = statement.check([int(v) for v in values])
     if why:
         raise ValueError(f"contribution: does not satisfy its statement: {why}")
@@ -165,105 +146,48 @@ def prove(statement: Statement, context: ProofContext, values: Sequence[int], no
             raise ValueError(f"noise: an entry exceeds the bound {statement.noise_bound}")
     elif noise is not None and any(int(e) for e in noise):
         raise ValueError("noise: the statement allows none")
-    gens = g.generators(statement.dim)
-    b = _Builder()
-    value_blind = 0
-    ranged_later: list[tuple[Ranged, int]] = []
-    for seg, at in zip(statement.segments, statement.offsets()):
-        sg, sv = gens[at : at + seg.size], [int(v) for v in values[at : at + seg.size]]
-        if isinstance(seg, Bits):
-            mode = _bits_mode(seg)
-            if mode == "one_hot":
-                r = g.random_scalar(source)
-                hot = next((i for i, v in enumerate(sv) if v), None)
-                v_point = g.commit(1 if hot is not None else 0, r, sg[hot] if hot is not None else gens[0])
-                b.points.append(v_point)
-                b.provers.append(OrProver.start(v_point, [None, *sg], 0 if hot is None else hot + 1, r, source))
-                b.value_points.append(v_point)
-                value_blind += r
-                continue
-            sigma = g.sum_generator() if mode == "counted" else None
-            seg_points, seg_blind = [], 0
-            for gen, v in zip(sg, sv):
-                base = g.add(gen, sigma) if sigma else gen
-                r = g.random_scalar(source)
-                c = g.commit(v, r, base)
-                b.points.append(c)
-                b.provers.append(OrProver.start(c, [None, base], v, r, source))
-                seg_points.append(c)
-                seg_blind += r
-            if mode == "counted":
-                assert sigma is not None
-                weights = range_weights(seg.max_ones)
-                for w, bit in zip(weights, decompose(sum(sv), seg.max_ones)):
-                    q = g.random_scalar(source)
-                    e = g.commit(bit, q, sigma)
-                    b.points.append(e)
-                    b.provers.append(OrProver.start(e, [None, sigma], bit, q, source))
-                    seg_points.append(g.neg(g.mul(w, e)))
-                    seg_blind -= w * q
-                v_seg = g.total(seg_points)
-                lp = LinearProver.start(sg, sv, seg_blind % g.ORDER, source)
-                b.provers.append((lp, sg, v_seg))
-                b.value_points.append(v_seg)
-            else:
-                b.value_points.extend(seg_points)
-            value_blind += seg_blind
-        elif isinstance(seg, Signs):
-            for gen, v in zip(sg, sv):
-                r = g.random_scalar(source)
-                c = g.commit(v, r, gen)
-                b.points.append(c)
-                b.provers.append(OrProver.start(c, [None, gen, g.neg(gen)], {0: 0, 1: 1, -1: 2}[v], r, source))
-                b.value_points.append(c)
-                value_blind += r
-        else:
-            ranged_later.append((seg, at))
-    bases = relation_bases(statement) if statement.relations else gens
-    ranged_points, ranged_blind = [], 0
-    for seg, at in ranged_later:
-        point, blind = _prove_ranged(b, bases[at : at + seg.size], _shift_base(statement, at, seg.size, bases),
-                                     values[at : at + seg.size], seg.low, seg.high, source)
-        ranged_points.append(point)
-        ranged_blind += blind
-    noise_point, noise_blind = g.IDENTITY, 0
-    if statement.noise_bound:
-        assert noise is not None  # checked above: a noise bound requires a noise vector
-        noise_point, noise_blind = _prove_ranged(b, gens, g.generator_sum(0, statement.dim), noise,
-                                                 -statement.noise_bound, statement.noise_bound, source)
-    for k, rel in enumerate(statement.relations):
-        h = g.relation_generator(k)
-        point, blind = _prove_ranged(b, [h], h, [rel.value([int(v) for v in values])], rel.low, rel.high, source)
-        ranged_points.append(g.neg(point))
-        ranged_blind -= blind
-    if ranged_later:
-        v_ranged = g.total(ranged_points)
-        if statement.relations:
-            indices = statement.ranged_indices()
-            lp = LinearProver.start([gens[i] for i in indices], [int(values[i]) for i in indices],
-                                    ranged_blind % g.ORDER, source)
-            b.provers.append((lp, [gens[i] for i in indices], v_ranged))
-        b.value_points.append(v_ranged)
-        value_blind += ranged_blind
-    t = Transcript(context, statement.encode())
-    for p in b.points:
-        t.append(b"C", p)
-    for pr in b.provers:
-        ann = pr.announcements if isinstance(pr, OrProver) else [pr[0].announcement]
-        for a in ann:
-            t.append(b"A", a)
-    challenge = t.challenge()
-    scalars: list[int] = []
-    for pr in b.provers:
-        if isinstance(pr, OrProver):
-            cs, zs = pr.finish(challenge)
-            scalars += cs[:-1] + zs
-        else:
-            zs, s = pr[0].finish(challenge)
-            scalars += zs + [s]
-    s = statement.encoding_scale
-    rho = (s * value_blind + noise_blind) % g.ORDER
-    wire = g.scalar_bytes(challenge) + b"".join(b.points) + b"".join(g.scalar_bytes(x) for x in scalars)
+    return _prove_bits(statement, context, witness(statement, values, noise), source)
+
+
+def _prove_bits(statement: Statement, context: ProofContext, a: Sequence[int], source: RandomSource) -> tuple[bytes, int]:
+    """The proof for bits `a` in `layout(statement)` order (no check that they are bits or meet the constraints:
+    `prove` checks the contribution; the tests use this directly to show a false statement does not verify)."""
+    lay = layout(statement)
+    n, dim = lay.n, statement.dim
+    gens = g.generators(dim)
+    gv, hv = g.bit_generators(n)
+    rho, alpha, rho_s, sigma = (g.random_scalar(source) for _ in range(4))
+    s_l = [g.random_scalar(source) for _ in range(n)]
+    s_r = [g.random_scalar(source) for _ in range(n)]
+    tau1, tau2 = g.random_scalar(source), g.random_scalar(source)
+    offsets = [g.mul(o, gens[i]) for i, o in enumerate(lay.offsets) if o % ORDER]
+    weighted, correction = _weighted_bits(lay, a, gens)
+    k_point = g.total([g.mul_base(rho), weighted, *offsets, g.neg(correction)])  # ρ·B first: never the identity
+    a_point = g.total([g.mul_base(alpha)] + [(g.neg(hv[k]), gv[k])[a[k]] if a[k] in (0, 1)
+                                             else g.add(g.mul(a[k], gv[k]), g.mul(a[k] - 1, hv[k])) for k in range(n)])
+    s_point = g.total([g.mul_base(rho_s)] + [g.mul(x, p) for x, p in zip(s_l, gv)] + [g.mul(x, p) for x, p in zip(s_r, hv)])
+    ms_l = _entry_sums(lay, dim, s_l)
+    s2_point = g.total([g.mul_base(sigma)] + [g.mul(v, gens[i]) for i, v in enumerate(ms_l) if v])
+    t, (y, z, w) = _start(statement, context, (k_point, a_point, s_point, s2_point))
+    yp = _powers(y, n)
+    cz = _constraint_terms(lay, z)
+    l0 = [(ak - z) % ORDER for ak in a]
+    r0 = [(yp[k] * (a[k] - 1 + z) + cz[k]) % ORDER for k in range(n)]
+    r1 = [yp[k] * s_r[k] % ORDER for k in range(n)]
+    t1 = sum(l0[k] * r1[k] + s_l[k] * r0[k] for k in range(n)) % ORDER
+    t2 = sum(s_l[k] * r1[k] for k in range(n)) % ORDER
+    gt = g.inner_product_generator()
+    t1_point = g.add(g.mul(t1, gt), g.mul_base(tau1)) if t1 else g.mul_base(tau1)
+    t2_point = g.add(g.mul(t2, gt), g.mul_base(tau2)) if t2 else g.mul_base(tau2)
+    t.append(b"T1", t1_point)
+    t.append(b"T2", t2_point)
+    (x,) = _challenges(t, b"x")
+    l_vec = [(l0[k] + x * s_l[k]) % ORDER for k in range(n)]
+    r_vec = [(r0[k] + x * r1[k]) % ORDER for k in range(n)]
+    tau_x = (tau1 * x + tau2 * x * x) % ORDER
+    mu = (alpha + w * rho + x * (rho_s + w * sigma)) % ORDER
+    wire = b"".join([k_point, a_point, s_point, s2_point, t1_point, t2_point]
+                    + [g.scalar_bytes(v) for v in [tau_x, mu, *l_vec, *r_vec]])
     assert len(wire) == proof_size(statement)
     return wire, rho
 
@@ -279,135 +203,134 @@ def commitment_of(statement: Statement, values: Sequence[int], noise: Sequence[i
 # -- verifying -----------------------------------------------------------------------------------------
 
 
-class _Reader:
-    def __init__(self, data: bytes, statement: Statement) -> None:
-        if len(data) != proof_size(statement):
-            raise InvalidProof(f"proof: {len(data)} bytes, expected {proof_size(statement)} for this round's statement")
-        points, _ = proof_shape(statement)
-        self.data = data
-        self.challenge = self._scalar_at(0, "challenge")
-        self.point_at = g.SCALAR_BYTES
-        self.scalar_at = g.SCALAR_BYTES + g.POINT_BYTES * points
-
-    def _scalar_at(self, pos: int, what: str) -> int:
-        try:
-            return g.decode_scalar(self.data[pos : pos + g.SCALAR_BYTES], what)
-        except g.GroupError as exc:
-            raise InvalidProof(str(exc)) from None
-
-    def point(self, what: str) -> bytes:
-        raw = self.data[self.point_at : self.point_at + g.POINT_BYTES]
-        self.point_at += g.POINT_BYTES
-        try:
-            return g.decode_point(raw, what)
-        except g.GroupError as exc:
-            raise InvalidProof(str(exc)) from None
-
-    def scalars(self, n: int, what: str) -> list[int]:
-        out = [self._scalar_at(self.scalar_at + i * g.SCALAR_BYTES, what) for i in range(n)]
-        self.scalar_at += n * g.SCALAR_BYTES
-        return out
-
-
 @dataclass
-class _Check:
-    """One sub-proof to verify once every point is read."""
+class _Terms:
+    """One proof's share of the batch equation, already weighted by its random factors."""
 
-    kind: str  # "or" | "linear"
-    point: bytes
-    offsets: list[Offset] = field(default_factory=list)
-    generators: list[bytes] = field(default_factory=list)
-
-
-def _read_ranged(r: _Reader, checks: list[_Check], bases: list[bytes], shift_base: bytes, low: int, high: int,
-                 what: str) -> bytes:
-    weights = range_weights(high - low)
-    columns: list[list[bytes]] = [[] for _ in weights]
-    for i, gen in enumerate(bases):
-        for j in range(len(weights)):
-            d = r.point(f"{what} entry {i} bit commitment")
-            checks.append(_Check("or", d, [None, gen]))
-            columns[j].append(d)
-    shift = [g.mul(low, shift_base)] if low else []
-    return g.total([weighted_total(columns, weights)] + shift)
+    k_point: bytes
+    points: list[tuple[int, bytes]]
+    g_coef: list[int]
+    h_coef: list[int]
+    entry_coef: list[int]
+    base: int
+    gt: int
 
 
-def verify(statement: Statement, context: ProofContext, proof: bytes) -> bytes:
+def _decode(statement: Statement, proof: bytes) -> tuple[list[bytes], list[int]]:
+    size = proof_size(statement)
+    if len(proof) != size:
+        raise InvalidProof(f"proof: {len(proof)} bytes, expected {size} for this round's statement")
+    names = ("K", "A", "S", "S2", "T1", "T2")
+    try:
+        points = [g.decode_point(proof[32 * i : 32 * i + 32], f"proof {names[i]}") for i in range(POINTS)]
+        at = 32 * POINTS
+        scalars = [g.decode_scalar(proof[at + 32 * j : at + 32 * j + 32], "proof scalar")
+                   for j in range((size - at) // 32)]
+    except g.GroupError as exc:
+        raise InvalidProof(str(exc)) from None
+    return points, scalars
+
+
+def _terms(statement: Statement, context: ProofContext, proof: bytes, source: RandomSource) -> _Terms:
+    lay = layout(statement)
+    n = lay.n
+    (k_point, a_point, s_point, s2_point, t1_point, t2_point), scalars = _decode(statement, proof)
+    tau_x, mu = scalars[0], scalars[1]
+    l_vec, r_vec = scalars[2 : 2 + n], scalars[2 + n :]
+    t, (y, z, w) = _start(statement, context, (k_point, a_point, s_point, s2_point))
+    t.append(b"T1", t1_point)
+    t.append(b"T2", t2_point)
+    (x,) = _challenges(t, b"x")
+    beta, beta2 = g.random_scalar(source), g.random_scalar(source)
+    t_hat = sum(lk * rk for lk, rk in zip(l_vec, r_vec)) % ORDER
+    cz = _constraint_terms(lay, z)
+    yinv = pow(y, -1, ORDER)
+    g_coef = [-beta * (lk + z) % ORDER for lk in l_vec]
+    h_coef, yk = [], 1
+    for k in range(n):
+        h_coef.append(beta * (z + yk * (cz[k] - r_vec[k])) % ORDER)
+        yk = yk * yinv % ORDER
+    lz = [(lk + z) % ORDER for lk in l_vec]
+    entry = _entry_sums(lay, statement.dim, lz)
+    bw = beta * w % ORDER
+    entry_coef = [-bw * (entry[i] + lay.offsets[i]) % ORDER for i in range(statement.dim)]
+    points = [(beta, a_point), (bw, k_point), (beta * x, s_point), (bw * x, s2_point),
+              (-beta2 * x, t1_point), (-beta2 * x * x, t2_point)]
+    return _Terms(k_point, points, g_coef, h_coef, entry_coef, (beta2 * tau_x - beta * mu) % ORDER,
+                  beta2 * (t_hat - _t0(lay, y, z)) % ORDER)
+
+
+def _holds(batch: Sequence[_Terms]) -> bool:
+    """Whether the batch's weighted equations sum to the identity: one multiplication per proof point and one per
+    fixed generator the batch uses (the g_k, h_k, G_i, g_t; B from libsodium's table)."""
+    n = max((len(b.g_coef) for b in batch), default=0)
+    dim = max((len(b.entry_coef) for b in batch), default=0)
+    gc, hc, ec = [0] * n, [0] * n, [0] * dim
+    base = gt = 0
+    terms: list[bytes] = []
+    for b in batch:
+        for k, v in enumerate(b.g_coef):
+            gc[k] += v
+        for k, v in enumerate(b.h_coef):
+            hc[k] += v
+        for i, v in enumerate(b.entry_coef):
+            ec[i] += v
+        base += b.base
+        gt += b.gt
+        terms += [g.mul(c, p) for c, p in b.points]
+    gv, hv = g.bit_generators(n)
+    gens = g.generators(dim)
+    terms += [g.mul(c, p) for c, p in zip(gc, gv)] + [g.mul(c, p) for c, p in zip(hc, hv)]
+    terms += [g.mul(c, p) for c, p in zip(ec, gens)]
+    terms += [g.mul_base(base), g.mul(gt, g.inner_product_generator())]
+    return g.total(terms) == g.IDENTITY
+
+
+def verify_batch(items: Sequence[tuple[Statement, ProofContext, bytes]],
+                 source: RandomSource | None = None) -> list[bytes | InvalidProof]:
+    """Per item, K (the device's commitment) when its proof verifies, else the InvalidProof saying why. The proofs
+    are checked together (each equation weighted by fresh random scalars from `source`, the OS by default, so a
+    batch with an invalid proof sums to the identity with probability 2^-252); a failing batch is halved until the
+    invalid proofs are found."""
+    rng = source or OsRandom()
+    out: list[bytes | InvalidProof] = []
+    ready: list[tuple[int, _Terms]] = []
+    for at, (statement, context, proof) in enumerate(items):
+        try:
+            terms = _terms(statement, context, bytes(proof), rng)
+        except InvalidProof as exc:
+            out.append(exc)
+            continue
+        out.append(terms.k_point)
+        ready.append((at, terms))
+
+    def search(part: list[tuple[int, _Terms]], known_bad: bool) -> None:
+        if not part:
+            return
+        if not known_bad and _holds([t for _, t in part]):
+            return
+        if len(part) == 1:
+            out[part[0][0]] = InvalidProof("proof: the bit-vector proof does not verify (forged, altered, made for "
+                                           "another session, round, party or statement, or of an invalid vector)")
+            return
+        half = len(part) // 2
+        first, second = part[:half], part[half:]
+        first_holds = _holds([t for _, t in first])
+        if not first_holds:
+            search(first, True)
+        search(second, first_holds)
+
+    search(ready, False)
+    return out
+
+
+def verify(statement: Statement, context: ProofContext, proof: bytes, source: RandomSource | None = None) -> bytes:
     """K, the device's commitment to s·x + e, when `proof` proves `statement` in `context`; InvalidProof
     otherwise."""
-    r = _Reader(bytes(proof), statement)
-    gens = g.generators(statement.dim)
-    checks: list[_Check] = []
-    value_points: list[bytes] = []
-    ranged_later: list[tuple[Ranged, int]] = []
-    for n, (seg, at) in enumerate(zip(statement.segments, statement.offsets())):
-        sg = gens[at : at + seg.size]
-        if isinstance(seg, Bits):
-            mode = _bits_mode(seg)
-            if mode == "one_hot":
-                v = r.point(f"segment {n} commitment")
-                checks.append(_Check("or", v, [None, *sg]))
-                value_points.append(v)
-                continue
-            sigma = g.sum_generator() if mode == "counted" else None
-            seg_points = []
-            for i, gen in enumerate(sg):
-                c = r.point(f"segment {n} entry {i} commitment")
-                checks.append(_Check("or", c, [None, g.add(gen, sigma) if sigma else gen]))
-                seg_points.append(c)
-            if mode == "counted":
-                for w in range_weights(seg.max_ones):
-                    e = r.point(f"segment {n} count bit commitment")
-                    checks.append(_Check("or", e, [None, sigma]))
-                    seg_points.append(g.neg(g.mul(w, e)))
-                v_seg = g.total(seg_points)
-                checks.append(_Check("linear", v_seg, generators=sg))
-                value_points.append(v_seg)
-            else:
-                value_points.extend(seg_points)
-        elif isinstance(seg, Signs):
-            for i, gen in enumerate(sg):
-                c = r.point(f"segment {n} entry {i} commitment")
-                checks.append(_Check("or", c, [None, gen, g.neg(gen)]))
-                value_points.append(c)
-        else:
-            ranged_later.append((seg, at))
-    bases = relation_bases(statement) if statement.relations else gens
-    ranged_points = [_read_ranged(r, checks, bases[at : at + seg.size], _shift_base(statement, at, seg.size, bases),
-                                  seg.low, seg.high, f"range segment at {at}") for seg, at in ranged_later]
-    noise_point = g.IDENTITY
-    if statement.noise_bound:
-        B = statement.noise_bound
-        noise_point = _read_ranged(r, checks, gens, g.generator_sum(0, statement.dim), -B, B, "noise")
-    for k, rel in enumerate(statement.relations):
-        h = g.relation_generator(k)
-        ranged_points.append(g.neg(_read_ranged(r, checks, [h], h, rel.low, rel.high, f"relation {k}")))
-    if ranged_later:
-        v_ranged = g.total(ranged_points)
-        if statement.relations:
-            checks.append(_Check("linear", v_ranged, generators=[gens[i] for i in statement.ranged_indices()]))
-        value_points.append(v_ranged)
-    challenge = r.challenge
-    t = Transcript(context, statement.encode())
-    for i in range(proof_shape(statement)[0]):
-        t.append(b"C", bytes(r.data[g.SCALAR_BYTES + i * g.POINT_BYTES : g.SCALAR_BYTES + (i + 1) * g.POINT_BYTES]))
-    for chk in checks:
-        if chk.kind == "or":
-            n_br = len(chk.offsets)
-            cs = r.scalars(n_br - 1, "branch challenge")
-            zs = r.scalars(n_br, "response")
-            cs.append((challenge - sum(cs)) % g.ORDER)
-            for a in or_announcements(chk.point, chk.offsets, cs, zs):
-                t.append(b"A", a)
-        else:
-            zs = r.scalars(len(chk.generators), "linear response")
-            (s_resp,) = r.scalars(1, "linear blinding response")
-            t.append(b"A", linear_announcement(chk.generators, chk.point, challenge, zs, s_resp))
-    if t.challenge() != challenge:
-        raise InvalidProof("proof: the challenge does not match the transcript (forged, altered, or made for another "
-                           "session, round, party or statement)")
-    s = statement.encoding_scale
-    return g.total([g.mul(s, g.total(value_points)), noise_point])
+    (result,) = verify_batch([(statement, context, proof)], source)
+    if isinstance(result, InvalidProof):
+        raise result
+    return result
 
 
 def opening_holds(commitments: Sequence[bytes], summed: Sequence[int], summed_blind: int) -> bool:

@@ -222,27 +222,6 @@ class Statement:
         most = max(max(abs(s.low), abs(s.high)) if isinstance(s, Ranged) else 1 for s in self.segments)
         return self.encoding_scale * most + self.noise_bound
 
-    def branches(self, noise_bits: int | None = None) -> int:
-        """OR-proof branches a verifier checks (≈ one scalar multiplication each): the cost of a proof. The noise
-        takes `noise_bits` bits per entry when given, else those of the statement's bound."""
-        total = 0
-        for seg in self.segments:
-            if isinstance(seg, Bits):
-                if seg.max_ones == 1:
-                    total += seg.size + 1
-                else:
-                    total += 2 * seg.size + (3 * seg.size + 2 * len(range_weights(seg.max_ones)) if seg.max_ones < seg.size else 0)
-            elif isinstance(seg, Signs):
-                total += 3 * seg.size
-            else:
-                total += 2 * seg.size * len(range_weights(seg.high - seg.low))
-        for rel in self.relations:
-            total += 2 * len(range_weights(rel.high - rel.low))
-        if self.relations:  # the linear proof: one multiplication per ranged entry and the blinding
-            total += len(self.ranged_indices()) + 1
-        bits = noise_bits if noise_bits is not None else len(range_weights(2 * self.noise_bound))
-        return total + 2 * self.dim * bits
-
     def encode(self) -> bytes:
         """Canonical bytes of the statement (bound into every proof's transcript)."""
         out = [struct.pack(">IIQQ", len(self.segments), self.dim, self.encoding_scale, self.noise_bound)]

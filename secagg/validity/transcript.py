@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from secagg.validity.group import ORDER
 
-DOMAIN = b"fa-validity/v2/transcript"
+DOMAIN = b"fa-validity/v3/transcript"
 
 
 @dataclass(frozen=True)

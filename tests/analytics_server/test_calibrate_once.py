@@ -1,7 +1,7 @@
-"""The submit-time check calibrates a spec's noise exactly once, after settling its validation default: a
-spec whose proofs would cost too much by default gets "none" and a calibration for its whole δ, a cheap one
-keeps proofs and a calibration for δ less the truncation share — each the same as `dp.calibrate_query` gives
-directly for that δ — and what is stored is the calibration's JSON (`to_dict`)."""
+"""The submit-time check calibrates a spec's noise exactly once, after settling its validation mode: proofs (the
+default for every kind in every profile) get a calibration for δ less the truncation share, "none" (asked, where
+the profile allows it) one for the whole δ — each the same as `dp.calibrate_query` gives directly for that δ — and
+what is stored is the calibration's JSON (`to_dict`)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,16 @@ from typing import Any
 
 import pytest
 
-from analytics_server import noise_plan, privacy, spec_check, validation
+from analytics_server import privacy, spec_check
 from analytics_server.delta_split import TRUNCATION_DELTA_SHARE
 from analytics_server.settings import Settings
 from queries import dp
-from queries.registry import get_kind
-from queries.spec import QuerySpec
 
 EXPENSIVE = {"kind": "heavy_hitters", "source": "words",
              "params": {"mode": "secagg", "max_length": 4, "max_frontier": 32},
              "privacy": {"mechanism": "skellam", "epsilon": 4.0, "delta": 1e-6},
              "cohort": {"min_clients": 400, "max_clients": 500}}
-"""A full heavy-hitters frontier with noise: proofs would take more than a quarter of a phase to verify
-(the same spec as tests/analytics_server/test_validation.py's default test)."""
+"""A full heavy-hitters frontier with noise (the spec that defaulted to "none" by cost before the bit-vector proofs)."""
 CHEAP = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star"]},
          "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
          "cohort": {"min_clients": 3, "max_clients": 50, "phase_timeout_s": 5}}
@@ -47,36 +44,25 @@ def spies(monkeypatch: pytest.MonkeyPatch) -> tuple[Spy, Spy]:
     return checks, fits
 
 
-def test_settled_to_none_calibrates_once_for_the_whole_delta(spies: tuple[Spy, Spy]) -> None:
+def test_a_costly_spec_keeps_proofs_by_default_in_the_demo_profile(spies: tuple[Spy, Spy]) -> None:
+    """A full noisy heavy-hitters frontier used to default to "none" in the demo profile (its OR proofs cost too
+    much to verify); proofs are the default for every kind in every profile now, calibrated once for δ less the
+    truncation share."""
     checks, fits = spies
     checked = spec_check.check_spec(EXPENSIVE, Settings())
-    assert checked.spec.privacy.validation == "none"  # settle_default's "no proofs" branch
+    assert checked.spec.privacy.validation == "proofs"
     assert (checks.calls, fits.calls) == (1, 1)
     fits.calls = 0
-    expected = fits.real("skellam", 4.0, 1e-6, rounds=checked.rounds_upper_bound, t_min=400)
+    expected = fits.real("skellam", 4.0, 1e-6 * (1 - TRUNCATION_DELTA_SHARE), rounds=checked.rounds_upper_bound, t_min=400)
     assert checked.calibration == expected
-    assert isinstance(checked.calibration, dp.QueryCalibration)
 
 
-def test_the_cheap_default_settles_the_same_as_with_the_real_calibration(spies: tuple[Spy, Spy]) -> None:
-    """The decision uses an estimate of the noise (the Gaussian floor): for the expensive spec the proofs' cost at
-    the calibrated noise (what the check used to compute) is over the limit too."""
-    checks, _ = spies
-    kind = get_kind("heavy_hitters")
-    settings = Settings()
-    spec = QuerySpec.model_validate(EXPENSIVE)
-    spec = spec.model_copy(update={"params": kind.bind_privacy(spec.params, spec.privacy)})
-    params = kind.parse_params(spec.params)
-    plans = noise_plan.preview_rounds(kind, params, kind.initial_state(params), 400)
-    spec = validation.resolve(spec, kind, plans, False)
-    assert spec.privacy.validation == "proofs"
-    real = checks.real(spec, kind, params, "demo")
-    limit = validation.DEFAULT_PHASE_SHARE * spec.cohort.phase_timeout_s
-    assert validation.proof_cost(spec, kind, params, plans, real) * validation.VERIFY_S_PER_BRANCH > limit
-    estimate = privacy.estimated_calibration(spec, kind, params)
-    assert estimate is not None and real is not None and estimate.noise_multiplier <= real.noise_multiplier
-    settled = validation.settle_default(spec, kind, params, plans, None, settings.validation_required())
-    assert settled.privacy.validation == "none"
+def test_none_where_the_profile_allows_it_calibrates_for_the_whole_delta(spies: tuple[Spy, Spy]) -> None:
+    _, fits = spies
+    asked = {**EXPENSIVE, "privacy": {**EXPENSIVE["privacy"], "validation": "none"}}
+    checked = spec_check.check_spec(asked, Settings())
+    assert checked.spec.privacy.validation == "none"
+    assert checked.calibration == fits.real("skellam", 4.0, 1e-6, rounds=checked.rounds_upper_bound, t_min=400)
 
 
 def test_kept_proofs_calibrate_once_for_delta_less_truncation(spies: tuple[Spy, Spy]) -> None:

@@ -175,13 +175,14 @@ async def test_specs_name_the_validation_field(start_app_server: Any, monkeypatc
         assert r.status == 422 and "validation" in (await r.text())
 
 
-async def test_the_default_follows_support_and_cost(start_app_server: Any) -> None:
-    """Proofs by default for a cheap histogram; "none" by default when a cohort's proofs would cost more than
-    a quarter of a phase to verify (a full heavy-hitters frontier with noise) unless the server requires proofs."""
+async def test_proofs_are_the_default_in_every_profile(start_app_server: Any) -> None:
+    """Proofs by default for a cheap histogram and for a full heavy-hitters frontier with noise (which defaulted to
+    "none" by cost before the bit-vector proofs), whether or not the server requires them; "none" is refused only
+    where the profile requires proofs."""
     hh = {"kind": "heavy_hitters", "source": "words", "params": {"mode": "secagg", "max_length": 4, "max_frontier": 32},
           "privacy": {"mechanism": "skellam", "epsilon": 4.0, "delta": 1e-6},
           "cohort": {"min_clients": 400, "max_clients": 500}}
-    for required, expected in ((False, "none"), (True, "proofs")):
+    for required in (False, True):
         server = await start_app_server(require_validation=required)
         url = str(server.make_url(""))
         store = server.app[STATE].store
@@ -189,6 +190,9 @@ async def test_the_default_follows_support_and_cost(start_app_server: Any) -> No
         async with aiohttp.ClientSession() as http:
             expensive = await _submit(http, url, hdr, hh)
             cheap = await _submit(http, url, hdr, _spec())
-        assert (await store.get_query(expensive)).spec["privacy"]["validation"] == expected, required
+            unproved = _spec("none")
+            async with http.post(f"{url}/v1/queries", json=unproved, headers=hdr) as resp:
+                assert resp.status == (422 if required else 201), await resp.text()
+        assert (await store.get_query(expensive)).spec["privacy"]["validation"] == "proofs", required
         assert (await store.get_query(cheap)).spec["privacy"]["validation"] == "proofs"
         await server.close()

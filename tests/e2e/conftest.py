@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from analyst_client.client import AnalystClient, ApiError, PreviewUnavailable
+from analyst_client.client import AnalystClient
 from tests.e2e.harness import Server, fresh_database
 from tests.support import deadlines
 from tests.support.pg_local import worker_database
@@ -97,14 +97,8 @@ def fitted_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
     """`AnalystClient.submit` with the spec's phase deadline fitted to the machine now; every `wait` stretched."""
     submit, wait = AnalystClient.submit, AnalystClient.wait
 
-    def settled_validation(client: AnalystClient, spec: dict[str, Any]) -> Any:
-        try:
-            return client.preview(spec)["privacy"].get("validation")
-        except (ApiError, PreviewUnavailable):
-            return None
-
     def fitted_submit(self: AnalystClient, spec: dict[str, Any]) -> dict[str, Any]:
-        fitted = deadlines.fit(spec, lambda: settled_validation(self, spec))
+        fitted = deadlines.fit(spec)
         created = submit(self, fitted)
         if fitted is not spec:  # shown with the test's output when it fails
             print(f"[deadlines] query {created['id']}: phase_timeout_s {spec['cohort']['phase_timeout_s']} → "

@@ -44,31 +44,20 @@ def _spec(**privacy: Any) -> dict[str, Any]:
 def test_a_busy_machine_stretches_deadlines_and_waits(busy: None) -> None:
     factor = BUSY.per_party_s / fitted.REFERENCE_PER_PARTY_S
     spec = _spec()
-    out = fitted.fit(spec, lambda: "none")
+    out = fitted.fit(spec)
     assert out["cohort"]["phase_timeout_s"] == round(20 * factor, 1) > 20
-    assert out["privacy"]["validation"] == "none"  # the default the server chose at 20 s, not at the stretched deadline
+    assert out["privacy"] == spec["privacy"]  # nothing else changed
     assert spec["cohort"]["phase_timeout_s"] == 20  # not mutated
     assert fitted.stretch(100) == pytest.approx(100 * factor)
-
-
-def test_a_fitted_spec_keeps_the_validation_the_server_chose_for_it(busy: None) -> None:
-    noisy = _spec(mechanism="skellam", epsilon=1.0, delta=1e-6)
-    out = fitted.fit(noisy, lambda: "none")
-    assert out["privacy"]["validation"] == "none" and out["cohort"]["phase_timeout_s"] > 20
-    assert fitted.fit(noisy, lambda: None) is noisy  # the server could not say: the test's spec as written
-    own = _spec(mechanism="skellam", epsilon=1.0, delta=1e-6, validation="proofs")
-    assert fitted.fit(own, lambda: pytest.fail("asked"))["privacy"]["validation"] == "proofs"
-    bare = {k: v for k, v in _spec().items() if k != "privacy"}  # no privacy block: the server's default pinned too
-    assert fitted.fit(bare, lambda: "proofs")["privacy"] == {"validation": "proofs"}
 
 
 def test_an_idle_machine_and_bad_input_are_left_alone(busy: None, monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ({**_spec(), "cohort": {"phase_timeout_s": "5"}}, {**_spec(), "cohort": {"phase_timeout_s": True}},
                 {"cohort": [1]}, [1, 2], {**_spec(), "cohort": {"min_clients": 3}}):
-        assert fitted.fit(bad, lambda: "none") is bad
+        assert fitted.fit(bad) is bad
     monkeypatch.setattr(fitted, "speed", lambda: IDLE)
     spec = _spec()
-    assert fitted.fit(spec, lambda: "none") is spec and fitted.stretch(100) == 100
+    assert fitted.fit(spec) is spec and fitted.stretch(100) == 100
 
 
 def test_a_measurement_taken_in_a_quiet_second_does_not_hide_the_load(monkeypatch: pytest.MonkeyPatch) -> None:

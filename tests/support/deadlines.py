@@ -11,10 +11,8 @@ a long wait is stretched slice by slice as it goes (`stretched_wait`), not once 
 tests/e2e/conftest.py applies these to every `AnalystClient.submit`/`wait` in the end-to-end tier, and stretches each
 test's pytest timeout alike.
 
-A longer phase deadline can change one decision of the server: whether validity proofs are on by default (they
-are when their verification fits in the phase). So a fitted spec pins `privacy.validation` to what the server
-decides for the spec as the test wrote it (asked through `POST /v1/queries/preview`): the test still tests what
-it wrote.
+A longer phase deadline changes nothing else the server decides (validity proofs are the default whatever the
+deadline), so the test still tests what it wrote.
 """
 
 from __future__ import annotations
@@ -86,12 +84,9 @@ def stretch(timeout_s: float) -> float:
     return timeout_s * slowdown()
 
 
-def fit(spec: Any, settled_validation: Any) -> Any:
-    """`spec` with its cohort's phase deadline multiplied by `slowdown()` (0.1 s steps). `settled_validation()`
-    returns the validation the server chooses for `spec` as it is (None: it could not say); a spec without a
-    `privacy.validation` of its own gets that value pinned (the server's default weighs the proofs' cost against the
-    phase deadline, so a stretched deadline could otherwise turn proofs on that the test's fleets cannot compute in
-    time: one Node process proving for 100 devices), or is left as it is when there is none. A spec without a numeric deadline (a bad-input test, the server's default) is returned as it is."""
+def fit(spec: Any) -> Any:
+    """`spec` with its cohort's phase deadline multiplied by `slowdown()` (0.1 s steps). A spec without a numeric
+    deadline (a bad-input test, the server's default) is returned as it is."""
     cohort = spec.get("cohort") if isinstance(spec, dict) else None
     if not isinstance(cohort, dict):
         return spec
@@ -101,11 +96,4 @@ def fit(spec: Any, settled_validation: Any) -> Any:
     factor = slowdown()
     if factor <= 1.0:
         return spec
-    fitted = {**spec, "cohort": {**cohort, "phase_timeout_s": round(given * factor, 1)}}
-    privacy = spec.get("privacy", {})
-    if isinstance(privacy, dict) and "validation" not in privacy:
-        settled = settled_validation()
-        if settled is None:
-            return spec
-        fitted["privacy"] = {**privacy, "validation": settled}
-    return fitted
+    return {**spec, "cohort": {**cohort, "phase_timeout_s": round(given * factor, 1)}}

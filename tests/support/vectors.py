@@ -53,6 +53,7 @@ from secagg.server import ServerSession
 from queries.spec import QuerySpec
 from secagg import validity
 from secagg.validity import group as vgroup
+from secagg.validity import layout as vlayout
 from secagg.validity import transcript as vtranscript
 
 VECTORS = ROOT / "tests" / "vectors"
@@ -880,11 +881,13 @@ def _validity_context(round_: int, party: int, label: str) -> Json:
 @topic(
     "validity",
     "Validity proofs (secagg/validity, docs/validation.md): the generators (G_i = from_uniform(SHA-512(domain ‖ "
-    "'G' ‖ i as u64 BE)[:32]), G_Σ, the base point B), the context (session id, query id, round, party, task digest) "
-    "and statement bytes of the transcript (relations: [[[index, coef], …], low, high], each with its generator "
-    "H_k = from_uniform(SHA-512(domain ‖ 'R' ‖ k as u64 BE)[:32])), and for a seeded prover "
-    "(SeededRandom(seed): every blinding and nonce by `randbelow(ℓ − 1) + 1`, in proof order) the proof bytes, its "
-    "commitment K = Σ (s·x_i + e_i)·G_i + ρ·B, ρ and its 16-bit limbs. Scalars are 32 bytes little-endian.",
+    "'G' ‖ i as u64 BE)[:32]); the bit-vector proof's g_k, h_k with 'g', 'h' and its polynomial generator g_t = "
+    "from_uniform(SHA-512(domain ‖ 't')[:32]); the base point B), the context (session id, query id, round, party, "
+    "task digest) and statement bytes of the transcript (relations: [[[index, coef], …], low, high]), the statement's "
+    "bit layout (per bit its entry, −1 for slack bits, and coefficient; per entry its offset; per constraint its "
+    "[[bit, weight], …] and right-hand side) and the witness bits, and for a seeded prover (SeededRandom(seed): ρ, α, "
+    "ρ_S, σ, sL, sR, τ1, τ2 each by `randbelow(ℓ − 1) + 1`, in that order) the proof bytes, its commitment "
+    "K = Σ (s·x_i + e_i)·G_i + ρ·B, ρ and its 16-bit limbs. Scalars are 32 bytes little-endian.",
     [
         {"statement": {"segments": [["bits", 4, 1]]}, "values": [0, 0, 1, 0], "noise": None,
          "context": _validity_context(0, 3, "0"), "seed": h(b"validity/0")},
@@ -909,10 +912,16 @@ def validity_vectors(case: Json) -> Json:
     proof, blind = validity.prove(statement, ctx, case["values"], case["noise"], SeededRandom(unh(case["seed"])))
     k = validity.verify(statement, ctx, proof)
     assert k == validity.commitment_of(statement, case["values"], case["noise"], blind)
+    lay = vlayout.layout(statement)
+    gv, hv = vgroup.bit_generators(lay.n)
     return {
         "generators": [h(vgroup.generator(i)) for i in range(statement.dim)],
-        "sum_generator": h(vgroup.sum_generator()),
-        "relation_generators": [h(vgroup.relation_generator(k)) for k in range(len(statement.relations))],
+        "bit_generators": [h(p) for p in gv],
+        "complement_generators": [h(p) for p in hv],
+        "inner_product_generator": h(vgroup.inner_product_generator()),
+        "layout": {"entry": list(lay.entry), "coef": [str(c) for c in lay.coef], "offsets": [str(o) for o in lay.offsets],
+                   "constraints": [[[[k, str(w)] for k, w in terms], str(v)] for terms, v in lay.constraints]},
+        "witness": vlayout.witness(statement, case["values"], case["noise"]),
         "base_point": h(vgroup.mul_base(1)),
         "transcript_domain": vtranscript.DOMAIN.decode(),
         "context_bytes": h(ctx.encode()),

@@ -2,11 +2,14 @@
  *
  * Curve arithmetic is @noble/curves' (audited); scalars are BigInts modulo ℓ. The one thing ported here is the
  * mapping libsodium's `crypto_core_ed25519_from_uniform` applies to 32 bytes (Elligator 2 on Curve25519, the
- * birational map to Ed25519 with the x sign taken from the top input bit, and the cofactor cleared), so that the value
- * generators G_i hash to the same points as on the Python side — checked against tests/vectors/validity.json. Its
- * field operations are modular BigInt arithmetic modulo p = 2^255 − 19, nothing more. */
+ * birational map to Ed25519 with the x sign taken from the top input bit, and the cofactor cleared), so that the
+ * generators hash to the same points as on the Python side — checked against tests/vectors/validity.json: the value
+ * generators G_i (SHA-512(domain ‖ "G" ‖ i as u64 BE)[:32]), the bit-vector proof's g_k, h_k ("g", "h" ‖ k) and its
+ * polynomial generator g_t ("t"). Its field operations are modular BigInt arithmetic modulo p = 2^255 − 19, on public
+ * inputs only. */
 
-import { mod, pow } from "@noble/curves/abstract/modular.js";
+import { pippenger } from "@noble/curves/abstract/curve.js";
+import { invert, mod, pow } from "@noble/curves/abstract/modular.js";
 import { ed25519 } from "@noble/curves/ed25519.js";
 
 import { bigFromLE, bigToLE, concat, u64be, utf8 } from "../bytes.js";
@@ -26,7 +29,7 @@ const A = 486662n;
 const fmod = (a: bigint): bigint => mod(a, FP);
 const fpow = (b: bigint, e: bigint): bigint => pow(b, e, FP);
 
-const finv = (a: bigint): bigint => fpow(a, FP - 2n); // 0 ↦ 0, as libsodium's fe25519_invert
+const finv = (a: bigint): bigint => (a === 0n ? 0n : invert(a, FP)); // 0 ↦ 0, as libsodium's fe25519_invert (public inputs: a generator's hash)
 const SQRTM1 = fpow(2n, (FP - 1n) / 4n);
 
 /** libsodium's fe25519_unchecked_sqrt: x^((p+3)/8), or that times √−1 when it squares to −x. */
@@ -73,20 +76,15 @@ export function mulBase(x: bigint): Point {
   return x === 0n ? IDENTITY : BASE.multiply(x);
 }
 
-export function total(points: Point[]): Point {
-  return points.reduce((acc, p) => acc.add(p), IDENTITY);
+/** Σ scalars_j·points_j by noble's Pippenger (bucket) method. Its point-operation count depends only on how many
+ * terms there are, but its bucket indices (memory accesses) follow the scalars: for random scalars (a prover's sL, sR)
+ * and public ones (a verifier's), never for a device's bits or values. */
+export function msm(points: Point[], scalars: bigint[]): Point {
+  return pippenger(P, points, scalars.map(smod));
 }
 
-/** value·G + blind·B. The prover only commits to values in {−1, 0, 1} (bits, one-hot flags, sign votes): for those the
- * same curve operations run whatever the value (one base-point multiplication, one negation, one addition), so proving
- * time does not tell a device's bits or its −1 votes apart (a 1 or a −1 used to cost a full multiplication). */
-export function commit(value: bigint, blind: bigint, generator: Point): Point {
-  if (value === 0n || value === 1n || value === -1n) {
-    const choices = [IDENTITY, generator, generator.negate()];
-    return mulBase(blind).add(choices[value === -1n ? 2 : Number(value)]);
-  }
-  const base = mulBase(blind);
-  return smod(value) === 0n ? base : mul(value, generator).add(base);
+export function total(points: Point[]): Point {
+  return points.reduce((acc, p) => acc.add(p), IDENTITY);
 }
 
 // G_i by index, each derived once; the promise is stored before any await, so concurrent proofs (several devices in
@@ -100,23 +98,32 @@ export function generators(count: number): Promise<Point[]> {
   return Promise.all(gens.slice(0, count));
 }
 
-let sumGen: Point | null = null;
-
-export async function sumGenerator(): Promise<Point> {
-  sumGen ??= fromUniform((await sha512(concat(GENERATOR_DOMAIN, utf8("S")))).subarray(0, 32));
-  return sumGen;
+function hashed(label: Uint8Array): Promise<Point> {
+  return sha512(concat(GENERATOR_DOMAIN, label)).then((h) => fromUniform(h.subarray(0, 32)));
 }
 
-const relationGens = new Map<number, Promise<Point>>();
+// g_k and h_k by index, each derived once (promises stored before any await, as for the G_i)
+const bitGens: Promise<Point>[] = [];
+const complementGens: Promise<Point>[] = [];
+const G_LABEL = utf8("g");
+const H_LABEL = utf8("h");
 
-/** H_k, the generator of a statement's relation k (SHA-512(domain ‖ "R" ‖ k as u64 BE), first 32 bytes). */
-export function relationGenerator(k: number): Promise<Point> {
-  let h = relationGens.get(k);
-  if (!h) {
-    h = sha512(concat(GENERATOR_DOMAIN, utf8("R"), u64be(BigInt(k)))).then((d) => fromUniform(d.subarray(0, 32)));
-    relationGens.set(k, h);
+/** (g_0…g_(count−1), h_0…h_(count−1)): the generators of a bit-vector proof's bits and their complements,
+ * from_uniform(SHA-512(domain ‖ "g" or "h" ‖ k as u64 BE)[:32]). */
+export async function bitGenerators(count: number): Promise<[Point[], Point[]]> {
+  for (let k = bitGens.length; k < count; k++) {
+    bitGens.push(hashed(concat(G_LABEL, u64be(BigInt(k)))));
+    complementGens.push(hashed(concat(H_LABEL, u64be(BigInt(k)))));
   }
-  return h;
+  return [await Promise.all(bitGens.slice(0, count)), await Promise.all(complementGens.slice(0, count))];
+}
+
+let innerProductGen: Promise<Point> | null = null;
+
+/** g_t, the generator the bit-vector proof commits its polynomial's coefficients under (SHA-512(domain ‖ "t")). */
+export function innerProductGenerator(): Promise<Point> {
+  innerProductGen ??= hashed(utf8("t"));
+  return innerProductGen;
 }
 
 export async function randomScalar(source: ByteSource): Promise<bigint> {
