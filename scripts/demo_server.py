@@ -220,7 +220,8 @@ def run_queries(console: Console, server: Server, analyst: str, admin_client: An
             console.rule(demo["title"])
             step = f"query: {demo['step']}"
             try:
-                qid, res = demo_training.submit(console, server.url, analyst, admin_client, tmp, demo["spec"], deadlines)
+                qid, res = demo_training.submit(console, server.url, analyst, admin_client, tmp, demo["spec"], deadlines,
+                                                 processes=FLEET_PROCESSES)
                 ok, check, reason = compare(console, admin_client, qid, demo["spec"], truth, res)
                 outcomes.append(Outcome(step, ok, check, reason))
             except SubmitFailed as exc:

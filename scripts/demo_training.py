@@ -29,6 +29,7 @@ from analyst_client import cli as analyst_cli
 from analyst_client.cli import AnalystClient
 from fleet_sim.scenarios import generate
 from fleet_sim.scenarios.datasets import breast_cancer_split
+from tests.support import proving
 from tests.support.devstack import Fleet, Server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -76,6 +77,10 @@ class Deadlines:
         return {**spec, "cohort": cohort}
 
 
+FLEET_PROVING_CAP_S = 30.0
+"""The demo keeps validity proofs on while its fleet proves for one cohort within this (tests/support/proving.py)."""
+
+
 class _Tee(io.TextIOBase):
     """stderr that is also kept: the CLI's progress stays on the terminal, its last `fa:` line is the reason."""
 
@@ -106,13 +111,15 @@ def _cli_submit(console: Console, server_url: str, token: str, path: Path) -> tu
 
 
 def submit(console: Console, server_url: str, token: str, admin: AnalystClient, tmp: Path, spec: dict[str, Any],
-           deadlines: Deadlines) -> tuple[str, dict[str, Any]]:
+           deadlines: Deadlines, processes: int = 1) -> tuple[str, dict[str, Any]]:
     """Submit through the `fa` CLI code path with the calibrated deadlines and wait; on failure once more with
     doubled deadlines. (query id, the whole answer of GET …/result); SubmitFailed with the reason otherwise."""
     path = tmp / "spec.json"
     reason = ""
     for attempt, factor in enumerate((1.0, 2.0)):
-        sent = deadlines.apply(spec, factor)
+        sent, note = proving.fit(deadlines.apply(spec, factor), processes, FLEET_PROVING_CAP_S)
+        if note and attempt == 0:
+            console.print(f"[dim]{note}[/dim]")
         path.write_text(json.dumps(sent))
         code, reason = _cli_submit(console, server_url, token, path)
         if code == 130:  # Ctrl-C: the CLI stopped following; so does the demo
@@ -185,7 +192,7 @@ def frecency_demo(console: Console, server: Server, token: str, admin: AnalystCl
             "cohort": {"min_clients": 250, "max_clients": FRECENCY_DEVICES, "phase_timeout_s": 15}}
     fleet = Fleet(server.url, FRECENCY_DEVICES, tmp, scenario="frecency", seed=3, extra=["--processes", "2"])
     try:
-        _, out = submit(console, server.url, token, admin, tmp, spec, deadlines)
+        _, out = submit(console, server.url, token, admin, tmp, spec, deadlines, processes=2)
     finally:
         fleet.stop()
     res = out["result"]

@@ -9,6 +9,8 @@ the longest modules first (`LONGEST_FIRST`), so that no long module starts last 
 Every query submitted through `AnalystClient` gets cohort phase deadlines fitted to the machine as it is then
 (`fitted_deadlines`, tests/support/deadlines.py): never shorter than the test wrote, longer when the machine is
 too busy for the test's fleets to answer in time; the client's `wait` for that query stretches by the same factor.
+A spec that does not name its validation mode gets phases long enough for its fleet to prove, or "none" when the
+simulated fleet could not prove for a cohort in `FLEET_PROVING_CAP_S` (tests/support/proving.py).
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import pytest
 
 from analyst_client.client import AnalystClient
 from tests.e2e.harness import Server, fresh_database
-from tests.support import deadlines
+from tests.support import deadlines, proving
 from tests.support.pg_local import worker_database
 
+FLEET_PROVING_CAP_S = 20.0
+"""A spec without a validation of its own keeps the server's default (proofs) while one fleet process proves for a
+cohort within this; beyond it the test's fleet could not keep up, and the spec asks for "none"
+(tests/support/proving.py). The validation tests name their mode."""
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 collect_ignore = [] if PG_URL else ["test_cluster.py"]
 """Many processes need PostgreSQL: the cluster tests exist only under `make test-postgres`."""
@@ -99,6 +105,9 @@ def fitted_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def fitted_submit(self: AnalystClient, spec: dict[str, Any]) -> dict[str, Any]:
         fitted = deadlines.fit(spec)
+        fitted, note = proving.fit(fitted, 1, FLEET_PROVING_CAP_S)
+        if note:
+            print(f"[proofs] {note}")
         created = submit(self, fitted)
         if fitted is not spec:  # shown with the test's output when it fails
             print(f"[deadlines] query {created['id']}: phase_timeout_s {spec['cohort']['phase_timeout_s']} → "
