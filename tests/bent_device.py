@@ -7,8 +7,10 @@ would:
 
 - vote_twice, vote_1000, negative, noise_beyond_bound, beyond_range, negative_weight: masks a bent vector (two
   votes, a vote of 1,000, a −1 entry, a noise entry far beyond B, a model update's entry 3× its bound, a model
-  update's weight below 0) with a proof made by a prover whose own checks are switched off — the
-  proof verifies for what the commitment holds, so the cheat is caught by the opening check after unmasking;
+  update's weight below 0) behind a valid proof (of the vector without its votes, its ranges clipped), so the cheat
+  is caught by the opening check after unmasking;
+- "<any of those>+proved": the same bent vector proved by the real prover with its checks switched off — a bit that
+  is not a bit, a count or range broken — so the proof is refused when the masked input arrives;
 - zero_count (feature_stats): claims no rows and every moment at its largest — each entry within its range, the
   relations broken (a first moment above its count, a second moment above the bins' sum) — with the proof a
   prover without checks makes for it (valid for a statement without relations; refused with them);
@@ -35,6 +37,7 @@ from secagg.validity.statement import Ranged, Signs
 
 BENT = "__bent__:"
 _ROWS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("bent_rows", default=[])
+PROVED = "+proved"
 ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "beyond_range", "negative_weight", "zero_count",
            "forged", "replayed")
 
@@ -53,6 +56,8 @@ def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001
 
 def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], draws: Any,
                       digest: bytes = bytes(32)) -> tuple[np.ndarray, bytes]:
+    proved_lie = attack.endswith(PROVED)  # "<attack>+proved": the honest prover's proof of the bent vector itself
+    attack = attack.removesuffix(PROVED)
     honest_rows = [r for r in rows if not (isinstance(r, str) and r.startswith(BENT))]
     vec, proof = device_validity.masked_content(a, kind, kind.contribute(a.task, honest_rows, draws.kind), draws, digest)
     assert proof is not None, "the cohort does not validate inputs"
@@ -93,7 +98,7 @@ def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], dr
             x[:first.size] = first.high
     else:
         raise ValueError(attack)
-    if attack == "zero_count":  # every entry in range: prove the lie itself (a statement without relations takes it)
+    if attack == "zero_count" or proved_lie:  # prove the lie itself (a statement without relations took zero_count)
         proof, blind = _unchecked_prove(statement, ctx, x.tolist(), noise.tolist() if statement.noise_bound else None,
                                         draws.validity)
         return np.concatenate([x * s + noise, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof
