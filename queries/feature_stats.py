@@ -372,7 +372,8 @@ FEATURE_STATS_TEMPLATE = KindTemplate(
                                 {"name": "sessions", "lower": 0, "upper": 20}],
                    "max_examples_per_device": 3, "bins": 4},
         "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
-        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+        # 60 s: a simulated fleet proves each device's moments (about 700 bits, ~0.1 s) before it can answer
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 60},
     },
     {
         "params.features": "each feature's name in the device rows and public clipping bounds: values "
