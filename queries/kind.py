@@ -344,6 +344,12 @@ class QueryKind(DeviceKind[Any], Generic[P, S]):
             raise QueryKindError(f"state: not a stored {self.name} state ({exc.error_count()} errors)") from None
         return state
 
+    def largest_validity(self, params: P) -> Statement | None:
+        """Optional hook: the largest statement any round of the query can have (what a device may have to prove when
+        later rounds grow, e.g. a heavy-hitters frontier; tests/support/proving.py sizes a simulated fleet's proving
+        time with it). Default None: the rounds planned at submit are representative."""
+        return None
+
     @abstractmethod
     def initial_state(self, params: P) -> S:
         """The state before the first round."""

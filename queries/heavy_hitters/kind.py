@@ -288,6 +288,10 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
         t = self.parse_task(task)
         return Statement((Bits(len(t.frontier) * (len(t.alphabet) + 1), t.max_words),))
 
+    def largest_validity(self, params: HeavyHittersParams) -> Statement:
+        """A full frontier: `max_frontier` prefixes."""
+        return Statement((Bits(params.max_frontier * params.width, params.max_words_per_device),))
+
     def threshold(
         self, params: HeavyHittersParams, plan: RoundPlan, contributors: int, noise: AggregateNoise | None = None
     ) -> float:

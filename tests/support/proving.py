@@ -21,9 +21,10 @@ PHASE_MARGIN = 2.0
 
 
 def proving_seconds(spec: dict[str, Any]) -> float:
-    """One simulated device's time to prove its contribution to the heaviest round the spec plans at submit: the
-    server's own statement for that round (its checks, calibration and noise bound), proved once here. 0 when the
-    server would refuse the spec or run it without proofs."""
+    """One simulated device's time to prove its contribution to the heaviest round of the spec: the server's own
+    statements for the rounds it plans at submit (their checks, calibration and noise bound) and the kind's
+    `largest_validity` (a full heavy-hitters frontier), each proved once here. 0 when the server would refuse the spec
+    or run it without proofs."""
     from analytics_server import noise_plan, privacy, spec_check, validation
     from analytics_server.settings import Settings
     from secagg.randomness import OsRandom
@@ -37,12 +38,16 @@ def proving_seconds(spec: dict[str, Any]) -> float:
         return 0.0
     kind, params = checked.kind, checked.params
     plans = noise_plan.preview_rounds(kind, params, kind.initial_state(params), checked.spec.cohort.min_clients)
+    statements = [st for plan in plans
+                  if (st := validation.round_statement(checked.spec, kind, plan,
+                                                       privacy.round_noise(checked.calibration, plan),
+                                                       checked.calibration)) is not None]
+    largest = kind.largest_validity(params)
+    if largest is not None and statements:  # later rounds grow (a heavy-hitters frontier): at the widest noise bound
+        widest = max(statements, key=lambda st: st.noise_bound)
+        statements.append(largest.with_noise(widest.encoding_scale, widest.noise_bound))
     worst = 0.0
-    for plan in plans:
-        st = validation.round_statement(checked.spec, kind, plan, privacy.round_noise(checked.calibration, plan),
-                                        checked.calibration)
-        if st is None:
-            continue
+    for st in statements:
         values = [seg.low if isinstance(seg, Ranged) else 0 for seg in st.segments for _ in range(seg.size)]
         if st.check(values) is not None:
             continue
