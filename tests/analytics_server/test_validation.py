@@ -17,7 +17,7 @@ from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from tests.bent_device import BENT, bend
+from tests.bent_device import BENT, PROVED, bend
 
 BUCKETS = ["moon", "sun", "star"]
 
@@ -196,3 +196,43 @@ async def test_proofs_are_the_default_in_every_profile(start_app_server: Any) ->
         assert (await store.get_query(expensive)).spec["privacy"]["validation"] == "proofs", required
         assert (await store.get_query(cheap)).spec["privacy"]["validation"] == "proofs"
         await server.close()
+
+
+DEFAULT_SPECS: dict[str, dict[str, Any]] = {
+    "histogram": {"kind": "histogram", "source": "words", "params": {"buckets": BUCKETS}},
+    "heavy_hitters": {"kind": "heavy_hitters", "source": "words",
+                      "params": {"mode": "secagg", "max_length": 3, "alphabet": "mnorstu", "max_frontier": 4}},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEFAULT_SPECS))
+async def test_with_the_default_spec_a_device_proving_two_votes_is_refused_and_left_out(
+        start_app_server: Any, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """No `validation` field: the server asks every device for a proof. A device proving its bent vector (two votes
+    where one is allowed) is refused when its masked input arrives and left out of the rest of the query, which
+    completes with the honest devices' result (feature_stats: test_feature_stats_proofs.py; clipped updates:
+    test_training_proofs.py)."""
+    bend(monkeypatch)
+    server = await start_app_server(cohort_formation_wait_s=0.0)
+    url = str(server.make_url(""))
+    st = server.app[STATE]
+    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    honest = [[str(w) for w in np.random.default_rng(5).choice(BUCKETS, size=2)] for _ in range(4)]
+    spec = {**DEFAULT_SPECS[kind], "cohort": {"min_clients": 4, "max_clients": 5, "phase_timeout_s": 5}}
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as http:
+        qid = await _submit(http, url, hdr, spec)
+        clients, tasks = await _fleet(http, url, honest + [[BENT + "vote_twice" + PROVED, "moon", "sun"]], stop)
+        res = await _wait(http, url, hdr, qid, limit_s=90)
+        stop.set()
+        await asyncio.gather(*tasks)
+        listing = await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json()
+    cheater = clients[-1].device_id
+    assert res["privacy"]["validation"] == "proofs" and res["privacy"]["devices_excluded"] == 1  # the default
+    assert st.metrics.proofs_refused >= 1 and st.metrics.cheating_detected == 0
+    assert list(listing["excluded"]) == [cheater] and listing["excluded"][cheater].startswith("validity proof refused")
+    assert all(cheater not in ids for ids in listing["rounds"].values())
+    if kind == "histogram":
+        rows = {c.device_id: r for c, r in zip(clients, honest)}
+        expected, _ = run_locally(get_kind(kind), spec["params"], [rows[d] for d in listing["rounds"]["0"]])
+        assert res["result"] == expected
