@@ -16,7 +16,7 @@ import pytest
 from analytics_server.state import STATE
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from tests.bent_device import BENT, bend
+from tests.bent_device import BENT, PROVED, bend
 from tests.device_sdk.fleet import Fleet, analyst, query_end
 
 PARAMS: dict[str, Any] = {"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0,
@@ -69,3 +69,36 @@ async def test_a_bent_model_update_is_caught_and_the_round_completes_without_it(
     expected, _ = run_locally(get_kind("training"), PARAMS, later)
     # the same honest updates, up to their stochastic rounding (2^-20 of the clip bound per entry and device)
     np.testing.assert_allclose(res["result"]["weights"], expected["weights"], atol=1e-3)
+
+
+async def test_a_sign_vote_beyond_plus_minus_one_is_refused_with_the_default_spec(
+        start_app_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rprop on secure sign votes, no `validation` field: a device that proves a vote of 1,000 (the real prover with
+    its checks off) is refused when its masked input arrives and left out; the round completes without it and the
+    released step equals the honest devices' votes."""
+    bend(monkeypatch)
+    params = {**PARAMS, "server_optimizer": {"name": "rprop"}}
+    server = await start_app_server(cohort_formation_wait_s=0.0)
+    url = str(server.make_url(""))
+    st = server.app[STATE]
+    hdr = await analyst(server)
+    honest = _rows(np.random.default_rng(4), 3)
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(url + "/v1/queries", json={**SPEC, "params": params,
+                                                       "cohort": {"min_clients": 3, "max_clients": 4, "phase_timeout_s": 10}},
+                            headers=hdr)
+        assert r.status == 201, await r.text()
+        qid = (await r.json())["id"]
+        fleet = Fleet(server, http)
+        devices = [fleet.add(rows, source="examples") for rows in honest]
+        cheater = fleet.add([BENT + "vote_1000" + PROVED, *honest[0]], source="examples")
+        status = await query_end(http, url, qid, hdr, timeout_s=90)
+        listing = await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json()
+        await fleet.stop()
+    assert status["status"] == "succeeded", status
+    res = status["result"]
+    assert res["privacy"]["validation"] == "proofs" and st.metrics.proofs_refused >= 1
+    assert list(listing["excluded"]) == [cheater.client.device_id]
+    assert sorted(listing["rounds"]["0"]) == sorted(d.client.device_id for d in devices)
+    expected, _ = run_locally(get_kind("training"), params, honest)
+    np.testing.assert_allclose(res["result"]["weights"], expected["weights"], atol=1e-9)
