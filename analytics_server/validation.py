@@ -32,7 +32,7 @@ from queries.spec import QuerySpec
 from secagg.encoding import bits_for
 from secagg.errors import InvalidInputError, MessageFormatError
 from secagg.messages import MaskedInputProved, decode
-from secagg.validity.statement import range_weights
+from secagg.validity.layout import layout
 from secagg.validity import (
     LIMB_BITS,
     LIMBS,
@@ -130,6 +130,9 @@ def assignment_block(statement: Statement | None) -> dict[str, Any] | None:
 
 MAX_BATCH = 256
 """Most proofs verified together (a batch's fixed-generator work is shared; a failing batch is halved)."""
+MAX_BATCH_BITS = 1 << 17
+"""…and at most this many statement bits in one batch: a batch keeps three scalars per bit of every proof until it is
+checked (for bisection), about 100 bytes each, so ≈ 40 MB at most whatever the statement."""
 
 
 @dataclass
@@ -194,8 +197,9 @@ class CohortValidation:
 
     async def _drain(self, executor: Executor | None) -> None:
         loop = asyncio.get_running_loop()
+        size = max(1, min(MAX_BATCH, MAX_BATCH_BITS // max(1, layout(self.statement).n)))
         while self._pending:
-            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            batch, self._pending = self._pending[:size], self._pending[size:]
             try:
                 await loop.run_in_executor(executor, self._verify_batch, [(p, proof) for p, proof, _ in batch])
             finally:  # a failure here leaves the results unset: `validator` then verifies that proof alone

@@ -55,3 +55,19 @@ async def test_arrivals_are_checked_in_batches_with_a_verdict_each(monkeypatch: 
     sizes.clear()
     await checks.preverify(5, _message(5, proofs[5]), None)  # known already: not checked again
     assert sizes == []
+
+
+async def test_a_batch_holds_at_most_max_batch_bits_of_statements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big statements make small batches: a batch keeps every proof's per-bit scalars until it is checked."""
+    from secagg.validity.layout import layout
+
+    checks = validation.CohortValidation(STATEMENT, "q", 0, SESSION)
+    monkeypatch.setattr(validation, "MAX_BATCH_BITS", 3 * layout(STATEMENT).n)
+    sizes: list[int] = []
+    real = validation.verify_batch
+    monkeypatch.setattr(validation, "verify_batch", lambda items, *a: sizes.append(len(items)) or real(items, *a))
+    proofs = {p: prove(STATEMENT, ProofContext(SESSION, "q", 0, p), [0] * 8, [0] * 8, SeededRandom(b"%d" % p))[0]
+              for p in range(1, 11)}
+    with ThreadPoolExecutor(2) as pool:
+        await asyncio.gather(*(checks.preverify(p, _message(p, proof), pool) for p, proof in proofs.items()))
+    assert sum(sizes) == 10 and max(sizes) == 3
