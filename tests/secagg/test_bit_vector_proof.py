@@ -115,3 +115,19 @@ def test_a_malformed_proof_in_a_batch_is_refused_alone(batch) -> None:  # type: 
     results = verify_batch(items)
     assert isinstance(results[2], InvalidProof) and "bytes, expected" in str(results[2])
     assert [r for i, r in enumerate(results) if i != 2] == [batch[i][2] for i in (0, 1, 3)]
+
+
+def test_two_proofs_altered_to_cancel_each_other_are_both_refused(batch) -> None:  # type: ignore[no-untyped-def]
+    """μ of one proof raised by δ, of another lowered by δ: with equal weights the batch equation would still sum to
+    the identity; the verifier's random weights catch both (and bisection names exactly these two)."""
+    (ctx1, p1, _), (ctx2, p2, _) = batch[0], batch[1]
+    at = 32 * 7  # μ, the second scalar after the six points
+
+    def shifted(proof: bytes, delta: int) -> bytes:
+        mu = (int.from_bytes(proof[at : at + 32], "little") + delta) % ORDER
+        return proof[:at] + mu.to_bytes(32, "little") + proof[at + 32 :]
+
+    items = [(BATCH_STATEMENT, ctx1, shifted(p1, 12345)), (BATCH_STATEMENT, ctx2, shifted(p2, -12345))]
+    items += [(BATCH_STATEMENT, ctx, proof) for ctx, proof, _ in batch[2:6]]
+    results = verify_batch(items, OsRandom())
+    assert [isinstance(r, InvalidProof) for r in results] == [True, True, False, False, False, False]
