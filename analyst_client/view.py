@@ -246,8 +246,9 @@ def privacy_words(view: dict[str, Any]) -> str:
                  "not the totals); no epsilon bounds what they reveal."]
     else:
         words = [f"privacy: {p['mechanism']} noise added on the devices; every sum covered at least t_min = {t_min} "
-                 f"devices; spent epsilon = {eps(p.get('epsilon_spent', p.get('epsilon')))} of {eps(p.get('epsilon'))}, "
-                 f"delta = {delta(p.get('delta'))}."]
+                 f"devices; epsilon = {eps(p.get('epsilon'))} (guaranteed and charged), delta = {delta(p.get('delta'))}."]
+        if p.get("epsilon_note"):
+            words.append(f"({p['epsilon_note']}.)")
     if contributors:
         words.append(f"contributors per round: {', '.join(map(str, contributors))}.")
     words.append(f"validation: {p.get('validation') or 'none'}.")

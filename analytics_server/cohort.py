@@ -111,6 +111,8 @@ class CohortSpec:
     """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
     assignments: dict[str, Assignment] = field(default_factory=dict)
     """Each member's assignment envelope (the runtime keeps its own copy of the mapping)."""
+    shortfall_note: str = ""
+    """Appended to an abort for too few survivors: why the cohort needs that many (its noise shares' size)."""
 
 
 class CohortRuntime:
@@ -172,6 +174,7 @@ class CohortRuntime:
         self.validation = spec.validation
         self.sum_check = spec.sum_check
         self.kind_dim = spec.kind_dim
+        self.shortfall_note = spec.shortfall_note
         self.withdrawn: set[int] = set()
         """Parties whose device refused the assignment (its own policy): no phase waits for them."""
         self.refusals: Counter[str] = Counter()
@@ -328,7 +331,8 @@ class CohortRuntime:
                     try:
                         out = await loop.run_in_executor(self.executor, self.session.close_phase)
                     except AbortError as exc:
-                        await self._end_aborted(str(exc))
+                        short = self.shortfall_note if exc.have < exc.needed and not exc.detail else ""
+                        await self._end_aborted(str(exc) + short)
                         return
                     try:
                         await self._record_closed(closing)

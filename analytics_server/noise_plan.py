@@ -92,7 +92,7 @@ def _check_round(
             f"cohort.max_clients: round {r} needs {need} contributors but cohort.max_clients is {spec.cohort.max_clients}"
         )
     try:
-        noise = privacy.round_noise(calibration, plan)
+        noise = privacy.round_noise(calibration, plan, spec)
     except ValueError as exc:
         raise NoisePlanError(f"privacy.epsilon: round {r}: no noise can be planned: {exc}") from None
     if noise is not None:

@@ -41,7 +41,7 @@ from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from queries import dp, uncertainty
 from queries.envelope import Assignment, AssignmentPrivacy, b64e
-from queries.kind import QueryKind, RoundPlan
+from queries.kind import AggregateNoise, QueryKind, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
 from queries.task_digest import task_digest
@@ -302,7 +302,7 @@ class Orchestrator:
             if (cal := _calibration(q)) is not None and rnd.contributors < cal.t_min:
                 raise QueryFailed(f"round {index}: {rnd.contributors} contributors, fewer than t_min; nothing released")
             aggregate = privacy.unscale(rnd.noise, vec_from_bytes(rnd.aggregate))  # ÷ encoding scale
-            noise = privacy.aggregate_noise(rnd.noise, rnd.contributors)
+            noise = await self._realized_noise(q, spec, rnd, plan)
             decode = functools.partial(kind.decode_round, params, state, plan, aggregate, rnd.contributors, noise)
             try:  # kinds may do real work here (model updates): keep it off the event loop
                 state = await asyncio.get_running_loop().run_in_executor(self.executor, decode)
@@ -314,11 +314,21 @@ class Orchestrator:
                      extra=fields(event="round.decoded", query_id=q.id, round=index - 1, contributors=rnd.contributors))
             self._coins.pop(rnd.id, None)
 
+    async def _finished_cohorts(self, rnd: Round) -> list[tuple[int, int]]:
+        """(devices, contributors) of each finished cohort of the round: what sized and drew its noise."""
+        if rnd.noise is None:
+            return []
+        return [(c.n, c.contributors) for c in await self.store.cohorts_of_round(rnd.id) if c.status == "finished"]
+
+    async def _realized_noise(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan) -> AggregateNoise | None:
+        """The noise in the round's aggregate as its finished cohorts drew it (each sized for its own t_c)."""
+        return privacy.realized_noise(spec, _calibration(q), plan, rnd.noise, await self._finished_cohorts(rnd))
+
     async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
         need = round_need(spec, plan, _calibration(q))  # every sum the server sees covers ≥ t_min noise shares
         if need > spec.cohort.max_clients:
             raise QueryFailed(f"round {index} needs {need} clients but cohort.max_clients is {spec.cohort.max_clients}")
-        noise = privacy.round_noise(_calibration(q), plan)
+        noise = privacy.round_noise(_calibration(q), plan, spec)
         try:
             bits = privacy.choose_bits(spec.cohort.max_clients, plan, noise)
             statement = validation.round_statement(spec, get_kind(spec.kind), plan, noise, _calibration(q))
@@ -346,10 +356,13 @@ class Orchestrator:
         budget = None
         if q.calibration is not None:
             budget = (await self.store.get_budget(spec.source, self.settings.default_budget())).to_dict()
-        block = privacy.privacy_block(spec, _calibration(q), noises, contributors, bits, thresholds, budget, purposes)
+        stored = [await self.store.get_round(q.id, i) for i in range(len(noises))]
+        realized = [None if r is None else privacy.realized_block(
+            spec, _calibration(q), RoundPlan(**r.plan), r.noise, await self._finished_cohorts(r)) for r in stored]
+        block = privacy.privacy_block(
+            spec, _calibration(q), noises, contributors, bits, thresholds, budget, purposes, realized)
         plans = []
-        for i in range(len(noises)):
-            r = await self.store.get_round(q.id, i)
+        for r in stored:
             plans.append(validation.round_statement(spec, kind, RoundPlan(**r.plan), r.noise, _calibration(q)) if r else None)
         block.update(validation.privacy_fields(spec, plans))
         if q.calibration is not None:
@@ -503,24 +516,27 @@ class Orchestrator:
         that pins the issuer's keys counts toward its floor only peers whose token it verified)."""
         n, threat = len(members), self.settings.effective_threat_model()
         cohort_id = session_id.hex()
+        # shares sized for this cohort's t_c, and at least t_c survivors to unmask (queries/dp/plan.py)
+        t_c, noise = privacy.cohort_noise(spec, _calibration(q), plan, rnd.noise, n)
+        need = max(rnd.need, t_c or 0)
         statement = None if self.unmasked else validation.round_statement(
-            spec, get_kind(spec.kind), plan, rnd.noise, _calibration(q))
+            spec, get_kind(spec.kind), plan, noise, _calibration(q))
         checks = None
         if statement is not None:
             checks = validation.CohortValidation(statement, q.id, rnd.index, session_id)
         dim = validation.cohort_dim(plan, statement)
         if self.unmasked:
-            cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=rnd.need)
+            cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=need)
             mode = "plain"
         else:
             cfg = SecAggConfig(
-                session_id=session_id, n=n, dim=dim, bits=rnd.bits, threat_model=threat, min_survivors=rnd.need
+                session_id=session_id, n=n, dim=dim, bits=rnd.bits, threat_model=threat, min_survivors=need
             )
             mode = "secagg"
         peer_ids = neighbour_identity_keys(cfg, members, keys) if mode == "secagg" else {}
-        noise_block = privacy.device_noise_block(rnd.noise)
+        noise_block = privacy.device_noise_block(noise)
         privacy_block = AssignmentPrivacy.model_validate(
-            privacy.assignment_privacy(spec, _calibration(q), plan, q.rounds_upper_bound)
+            privacy.assignment_privacy(spec, _calibration(q), plan, q.rounds_upper_bound, t_c)
         )
         secagg_dict = cfg.to_dict()
         assignments = {
@@ -551,7 +567,7 @@ class Orchestrator:
         if checks is not None:
             checks.task_digest = digest
         if mode == "plain":
-            session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, rnd.need)
+            session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, need)
         else:
             ids = {p: keys[d] for d, p in members.items()}
             held = {p: tokens[d] for d, p in members.items() if tokens and d in tokens}
@@ -561,8 +577,12 @@ class Orchestrator:
             )
         cohort_spec = CohortSpec(
             mode=mode, secagg_dict=secagg_dict, task_digest=digest, validation=checks,
-            sum_check=functools.partial(validation.implausible, plan=plan, noise=rnd.noise, statement=statement),
+            sum_check=functools.partial(validation.implausible, plan=plan, noise=noise, statement=statement),
             kind_dim=plan.dim, assignments=assignments,
+            shortfall_note="" if t_c is None or t_c <= rnd.need else (
+                f": the noise shares were sized for {t_c} contributors (a cohort of {n} less "
+                f"cohort.dropout_allowance {spec.cohort.dropout_allowance:g}); raise cohort.dropout_allowance if "
+                "more devices than that drop out"),
         )
         return CohortRuntime(
             cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,

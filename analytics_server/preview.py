@@ -5,8 +5,9 @@ are planned exactly as the noise-plan check plans them (`noise_plan.preview_roun
 all-zero aggregate over the round's minimum number of contributors), each round's noise is calibrated as the
 orchestrator will calibrate it (`privacy.round_noise`: weight, encoding scale), and the kind turns the rounds'
 noise into the expected std of each value it releases (`QueryKind.preview`). The stds are at the minimum
-number of contributors: a larger cohort adds noise shares, so the released std can be up to
-√(max_clients / t_min) larger for the sums (and smaller for means, whose counts grow too).
+number of contributors: a larger cohort sizes its shares for itself less `cohort.dropout_allowance`
+(`privacy.cohort_noise`), so the sums' std is at most 1/√(1 − allowance) larger (and means' smaller, whose
+counts grow).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def build(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, calibration: 
     rounds = []
     for plan in noise_plan.preview_rounds(kind, params, kind.initial_state(params), need):
         contributors = noise_plan.round_need(spec, plan, calibration)
-        noise = privacy.round_noise(calibration, plan)
+        noise = privacy.round_noise(calibration, plan, spec)
         std = 0.0 if noise is None else dp.PlannedNoise.from_dict(noise).std_released(contributors)
         rounds.append(RoundPreview(plan, std, contributors))
     try:

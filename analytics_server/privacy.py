@@ -133,12 +133,62 @@ def encoding_scale(noise: dict[str, Any] | None) -> int:
     return 1 if noise is None else int(noise.get("encoding_scale", 1))
 
 
-def round_noise(calibration: dp.QueryCalibration | None, plan: RoundPlan) -> dict[str, Any] | None:
-    """Stored noise of one round (None without noise): `RoundNoise` fields for s·Δ plus `encoding_scale` s
-    (`queries.dp.plan`), for the round's privacy weight."""
+def round_noise(
+    calibration: dp.QueryCalibration | None, plan: RoundPlan, spec: QuerySpec | None = None
+) -> dict[str, Any] | None:
+    """Stored noise of one round (None without noise): `RoundNoise` fields for s·Δ with shares sized for t_min,
+    plus `encoding_scale` s (`queries.dp.plan`), for the round's privacy weight. With `spec`, s suits every cohort
+    the spec allows (`cohort_noise` sizes each cohort's shares for its own t_c)."""
     if calibration is None:
         return None
-    return dp.plan_noise(calibration, plan).to_dict()
+    largest = None
+    if spec is not None:
+        largest = dp.cohort_threshold(calibration.t_min, spec.cohort.max_clients, spec.cohort.dropout_allowance)
+    return dp.plan_noise(calibration, plan, largest).to_dict()
+
+
+def cohort_noise(
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dict[str, Any] | None, n: int
+) -> tuple[int | None, dict[str, Any] | None]:
+    """(t_c, noise) of a cohort of `n` devices in a round with stored `noise`: every share sized for
+    t_c = max(t_min, n − ⌈a·n⌉) contributors (`queries.dp.cohort_threshold`), the fewest survivors its devices
+    unmask for. (None, None) without noise."""
+    if calibration is None or noise is None:
+        return None, None
+    t = dp.cohort_threshold(calibration.t_min, n, spec.cohort.dropout_allowance)
+    return t, dp.cohort_noise(calibration, plan, dp.PlannedNoise.from_dict(noise), t).to_dict()
+
+
+def realized_noise(
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dict[str, Any] | None,
+    cohorts: list[tuple[int, int]],
+) -> AggregateNoise | None:
+    """The noise in a round's aggregate summed over its finished cohorts, each (devices n, contributors): what
+    the kind decodes with and the result reports. None without noise."""
+    if calibration is None or noise is None:
+        return None
+    if not cohorts:
+        return aggregate_noise(noise, 0)
+    parts = []
+    for n, contributors in cohorts:
+        _, own = cohort_noise(spec, calibration, plan, noise, n)
+        assert own is not None
+        parts.append((dp.PlannedNoise.from_dict(own), contributors))
+    return dp.combined_noise(parts)
+
+
+def realized_block(
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dict[str, Any] | None,
+    cohorts: list[tuple[int, int]],
+) -> dict[str, Any] | None:
+    """For a result's privacy block: the round's realized noise std in released units and, per finished cohort,
+    its devices, contributors and the contributors its shares were sized for."""
+    got = realized_noise(spec, calibration, plan, noise, cohorts)
+    if got is None or not cohorts:
+        return None
+    sized = [{"devices": n, "contributors": c, "shares_sized_for": cohort_noise(spec, calibration, plan, noise, n)[0]}
+             for n, c in cohorts]
+    return {"std": got.std, "cohorts": sized}
 
 
 def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -154,14 +204,16 @@ def _affordable(calibration: dp.QueryCalibration) -> int:
 
 
 def assignment_privacy(
-    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, rounds_upper_bound: int
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, rounds_upper_bound: int,
+    t: int | None = None,
 ) -> dict[str, Any]:
     """The `privacy` block of an assignment (`queries.envelope.AssignmentPrivacy`): the public parameters from
     which a device recomputes the noise floor it accepts and charges its own ledger (docs/device_sdk.md).
 
     `rounds` is what the query's (ε, δ) covers: the calibrated rounds, or — with the analyst's own noise
     multiplier — the rounds that fit ε (the orchestrator stops before any later one); `weight` the unit rounds
-    this round spends (its `privacy_weight`)."""
+    this round spends (its `privacy_weight`); `t_min` the contributors the cohort's shares are sized for (`t`,
+    the cohort's t_c; default the query's t_min), which the device holds the survivors to."""
     validation = getattr(spec.privacy, "validation", None) or "none"
     sensitivities = {"l1_sensitivity": plan.l1_sensitivity, "l2_sensitivity": plan.l2_sensitivity}
     if calibration is None:
@@ -172,7 +224,7 @@ def assignment_privacy(
         # δ: the query's whole δ — with proofs the noise is calibrated for part of it, the rest pays for truncating
         # the noise at its bound (analytics_server.validation)
         "mechanism": cal.mechanism, "epsilon": cal.epsilon, "delta": total_delta(spec, cal.delta), "rounds": max(1, rounds),
-        "t_min": cal.t_min, **sensitivities, "validation": validation, "weight": plan.privacy_weight,
+        "t_min": max(cal.t_min, t or 0), **sensitivities, "validation": validation, "weight": plan.privacy_weight,
     }
 
 
@@ -216,6 +268,7 @@ def privacy_block(
     thresholds: dict[str, Any] | None = None,
     epsilon_spent_source: dict[str, float] | None = None,
     purposes: list[str | None] | None = None,
+    realized: list[dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """The `privacy` object of a result (dp.privacy_block plus the server's extras).
 
@@ -225,7 +278,10 @@ def privacy_block(
     With noise, σ/μ and sensitivities are those of the scaled encoding; `encoding_scale` per round says by
     what the aggregate was divided, `noise_std_released` is the noise std in released units, and
     `privacy_weight`/`budget_share` what part of the query's budget the round spent (with its `purpose`, as the
-    kind planned it; `budget_split` lists them when the rounds' shares differ).
+    kind planned it; `budget_split` lists them when the rounds' shares differ). `realized_std` (per round): the noise
+    std of the sum as its cohorts drew it (`realized_noise`) as "std", and "cohorts" — each cohort's devices,
+    contributors and the contributors its shares were sized for (`cohort_noise`); `noise_std_released` is then that
+    std instead of the t_min-sized shares' std over the contributors.
     """
     if calibration is None:
         block = dict(dp.privacy_block(None, [None] * len(contributors), contributors, thresholds, bits=bits))
@@ -234,11 +290,14 @@ def privacy_block(
         rounds = [None if n is None else dp.RoundNoise.from_dict(n) for n in noises]
         block = dict(dp.privacy_block(cal, rounds, contributors, thresholds, bits=bits))
         purposes = purposes or [None] * len(noises)
-        for entry, n, c, purpose in zip(block.get("noise", []), noises, contributors, purposes):
+        drawn = realized or [None] * len(noises)
+        for entry, n, c, purpose, real in zip(block.get("noise", []), noises, contributors, purposes, drawn):
             if entry is not None and n is not None:
                 s = encoding_scale(n)
                 entry["encoding_scale"] = s
-                entry["noise_std_released"] = dp.RoundNoise.from_dict(n).std(c) / s
+                entry["noise_std_released"] = dp.RoundNoise.from_dict(n).std(c) / s if real is None else real["std"]
+                if real is not None:
+                    entry["cohorts"] = real["cohorts"]
                 if purpose:
                     entry["purpose"] = purpose
         entries = [e for e in block.get("noise", []) if e is not None]

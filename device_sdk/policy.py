@@ -285,8 +285,9 @@ def decide(
     if spent > p.rounds * (1 + 1e-9):
         return refuse(a, "privacy_unverifiable", f"round {a.round} (weight {p.weight:g}) would bring the rounds this device "
                       f"contributed to to {spent:g} unit rounds, beyond the {p.rounds} the query's ε covers")
-    public = p.model_dump(exclude={"l1_sensitivity", "l2_sensitivity", "weight"})  # the query's, not the round's
-    first = None if history.privacy is None else {k: v for k, v in history.privacy.items() if k != "weight"}
+    # the query's, not the round's or the cohort's: t_min is the cohort's t_c (its shares' size, checked below)
+    public = p.model_dump(exclude={"l1_sensitivity", "l2_sensitivity", "weight", "t_min"})
+    first = None if history.privacy is None else {k: v for k, v in history.privacy.items() if k not in ("weight", "t_min")}
     if first is not None and first != public:
         return refuse(a, "privacy_unverifiable", f"the query's privacy parameters changed since this device's first "
                       f"contribution ({first} → {public})")

@@ -40,7 +40,7 @@ from queries.kind import (
 )
 from queries.release import count_threshold, release_threshold
 from queries.table import Cell, Chart, Column, ResultTable, num_cell
-from queries.uncertainty import interval
+from queries.selective import released_interval
 from secagg.validity.statement import Bits, Statement
 
 # Limits of a histogram spec (listed with every kind's in docs/security/spec.md).
@@ -268,7 +268,8 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
             "threshold": state.threshold,
         }
         noise_std = {value_path("counts", name): state.noise_std for name in counts} if state.noise_std else {}
-        intervals = {value_path("counts", name): interval(float(v), state.noise_std, 0.0)  # a count is never below 0
+        # released because it reached the threshold: the interval is conditional on that (queries/selective.py)
+        intervals = {value_path("counts", name): released_interval(float(v), state.noise_std, state.threshold)
                      for name, v in counts.items()} if state.noise_std else {}
         advice = ("raise privacy.epsilon, lower max_contributions_per_device, or include more devices "
                   "(cohort.min_clients)")

@@ -7,7 +7,8 @@ device sampling and every device's `contribute`, so a seeded generator reproduce
 
 With a `privacy` block, the run is calibrated and noised exactly as the server does it
 (`queries.dp.calibrate_query` over the kind's `rounds_upper_bound` with t_min, `queries.dp.plan_noise` per
-round with its weight and encoding scale): each device multiplies its vector by the encoding scale and adds
+round with its weight and encoding scale, and the round's devices as one cohort whose shares are sized for its
+t_c, `queries.dp.cohort_noise`): each device multiplies its vector by the encoding scale and adds
 its own noise share drawn from `noise_source` (the device SDK's `add_noise`), the sum is unscaled, and the
 kind decodes with the round's `AggregateNoise` — so thresholds, noise stds and intervals are the server's.
 """
@@ -22,7 +23,7 @@ import numpy as np
 
 from queries import dp  # lazy: the accountant loads only when a noisy run calibrates
 from queries.kind import QueryKind, Release
-from queries.spec import PrivacySpec
+from queries.spec import DEFAULT_DROPOUT_ALLOWANCE, PrivacySpec
 from secagg.randomness import ByteSource, OsRandom
 
 if TYPE_CHECKING:
@@ -56,9 +57,11 @@ def run_query(
     noise_source: ByteSource | None = None,
     noise: NoiseFn | None = None,
     max_rounds: int = 1000,
+    dropout_allowance: float = DEFAULT_DROPOUT_ALLOWANCE,
 ) -> LocalRun:
     """Run the query over `devices` (one list of rows each). `privacy`: calibrate and add distributed noise
-    as the server would, with t_min (default: every device) as the minimum number of contributors.
+    as the server would, with t_min (default: every device) as the minimum number of contributors and each round's
+    devices as one cohort (shares sized for `queries.dp.cohort_threshold` of them with `dropout_allowance`).
     `noise` (without `privacy`): add this share to every vector while the kind decodes as if exact."""
     spec = PrivacySpec.model_validate(privacy) if isinstance(privacy, dict) else privacy
     if spec is not None:
@@ -78,12 +81,15 @@ def run_query(
         plan = kind.plan_round(params, state, r)
         if plan is None:
             break
-        planned = dp.plan_noise(cal, plan) if cal is not None else None
+        chosen = [rows for rows in devices if plan.sample_rate >= 1.0 or rng.random() < plan.sample_rate]
+        planned = None
+        if cal is not None:
+            planned = dp.plan_noise(cal, plan, dp.cohort_threshold(cal.t_min, len(devices), dropout_allowance))
+            t_c = dp.cohort_threshold(cal.t_min, len(chosen), dropout_allowance)
+            planned = dp.cohort_noise(cal, plan, planned, t_c)
         total = np.zeros(plan.dim, dtype=np.int64)
         count = 0
-        for rows in devices:
-            if plan.sample_rate < 1.0 and rng.random() >= plan.sample_rate:
-                continue
+        for rows in chosen:
             vec = kind.contribute(plan.task, rows, rng)
             if planned is not None:
                 share = dp.sample_noise(planned.noise.mechanism, planned.noise.per_device_scale, plan.dim, source)

@@ -55,6 +55,10 @@ class PrivacySpec(BaseModel):
         return self
 
 
+DEFAULT_DROPOUT_ALLOWANCE = 0.15
+MAX_DROPOUT_ALLOWANCE = 0.5
+
+
 class CohortSpec(BaseModel):
     """How many devices a round needs, how large one cohort may be, and the per-phase deadline."""
 
@@ -63,6 +67,10 @@ class CohortSpec(BaseModel):
     min_clients: int = Field(default=10, ge=2, le=MAX_CLIENTS)
     max_clients: int = Field(default=1000, ge=2, le=MAX_CLIENTS)
     phase_timeout_s: float = Field(default=30.0, gt=0, le=MAX_PHASE_TIMEOUT_S)
+    dropout_allowance: float = Field(default=DEFAULT_DROPOUT_ALLOWANCE, ge=0, le=MAX_DROPOUT_ALLOWANCE)
+    """The share of a cohort that may drop out after its noise is drawn: each of n devices sizes its noise share for
+    n − ⌈a·n⌉ contributors (never fewer than min_clients) and unmasks only when that many survive, so the released
+    noise is at most 1/√(1 − a) times what the survivors need (`queries.dp.cohort_threshold`)."""
     formation_timeout_s: float | None = Field(default=None, gt=0, le=86400)
     """Fail the query when its next cohort has not formed after this long (default: the server's
     FA_COHORT_FORMATION_TIMEOUT_S); an unspent privacy charge is then refunded."""

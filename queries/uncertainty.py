@@ -5,7 +5,8 @@ the warnings an analyst must read before using the numbers.
 the result (`GET /v1/queries/{id}/result`: `uncertainty`, `warnings`) and the in-process runner returns:
 
 - `uncertainty[pointer] = {"std": s, "ci95": [lo, hi]}` for every value in `release.noise_std`: the kind's own
-  interval when it gave one (clamped values, ratios), else value ± 1.96·s. The noise of the distributed
+  interval when it gave one (clamped values, ratios, counts released above a threshold — conditional on the
+  release, `queries.selective`), else value ± 1.96·s. The noise of the distributed
   mechanisms is a sum of many independent integer shares, so the normal quantile is accurate at the sizes
   where a release is useful; derived values (means, variances) use the delta method.
 - `warnings`: the kind's own, then one per value whose interval is wider than the value itself (|hi − lo| >

@@ -36,7 +36,7 @@ _SERVER_SIDE: dict[str, tuple[str, ...]] = {
         "rounds_affordable",
         "suggest_scale",
     ),
-    "queries.dp.plan": ("PlannedNoise", "plan_noise"),
+    "queries.dp.plan": ("PlannedNoise", "cohort_noise", "cohort_threshold", "combined_noise", "plan_noise"),
     "queries.dp.ledger": ("Budget", "PrivacyCost", "PrivacyPolicy", "compose_costs", "compose_rdp"),
     "queries.dp.report": ("privacy_block",),
     "queries.dp.tails": (
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         suggest_scale,
     )
     from queries.dp.ledger import Budget, PrivacyCost, PrivacyPolicy, compose_costs, compose_rdp
-    from queries.dp.plan import PlannedNoise, plan_noise
+    from queries.dp.plan import PlannedNoise, cohort_noise, cohort_threshold, combined_noise, plan_noise
     from queries.dp.report import privacy_block
     from queries.dp.tails import (
         apply_count_threshold,
@@ -100,6 +100,9 @@ __all__ = [
     "calibrate_query",
     "check_min_contributors",
     "choose_bits",
+    "cohort_noise",
+    "cohort_threshold",
+    "combined_noise",
     "compose_costs",
     "compose_rdp",
     "confidence_halfwidth",

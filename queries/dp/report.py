@@ -53,8 +53,14 @@ def privacy_block(
         "sample_rate": cal.sample_rate,
         "noise_multiplier": cal.noise_multiplier,
         "epsilon_spent": epsilon_spent(cal, min(sum(n.weight for n in noises_per_round if n is not None), cal.rounds)),
+        "epsilon_charged": cal.epsilon,
         "noise": per_round,
     }
+    if block["epsilon_spent"] < cal.epsilon * (1 - 1e-9):
+        block["epsilon_note"] = (
+            f"the {rounds_run} rounds that ran account for ε = {block['epsilon_spent']:.3g} by themselves, but the "
+            f"guarantee and the source's charge stay at ε = {cal.epsilon:g}: the noise was calibrated for "
+            f"{cal.rounds} rounds and how many ran depended on the data")
     first = next((n for n in noises_per_round if n is not None), None)
     if first is not None:  # the headline numbers of the first noisy round (single-round kinds: the only one)
         block["sigma" if first.mechanism == "discrete_gaussian" else "mu"] = first.total_scale

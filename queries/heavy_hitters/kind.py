@@ -47,7 +47,8 @@ from queries.kind import (
 from queries.release import release_threshold
 from queries.spec import PrivacySpec
 from queries.table import Cell, Chart, Column, ResultTable, num_cell
-from queries.uncertainty import interval, value_at
+from queries.selective import released_interval
+from queries.uncertainty import value_at
 from secagg.validity.statement import Bits, Statement
 
 # Limits of a heavy_hitters spec (docs/heavy_hitters.md, "Limits"): a round's vector has at most
@@ -378,16 +379,21 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
         def round_std(depth: int) -> float:
             return state.noise_std[depth] if depth < len(state.noise_std) else 0.0
 
-        noise_std: dict[str, float] = {}
+        def round_tau(depth: int) -> float | None:
+            return state.thresholds[depth] if depth < len(state.thresholds) else None
+
+        selected: dict[str, tuple[float, float | None]] = {}
         for i, (value, _) in enumerate(hitters):  # a whole string of length L was counted as an extension
             depth = len(value) - 1 if len(value) == params.max_length else len(value)
             if round_std(depth) > 0:
-                noise_std[value_path("heavy_hitters", i, "count")] = round_std(depth)
+                selected[value_path("heavy_hitters", i, "count")] = (round_std(depth), round_tau(depth))
         for prefix in trie:  # a prefix of length d + 1 was counted in round d
             if round_std(len(prefix) - 1) > 0:
-                noise_std[value_path("trie", prefix)] = round_std(len(prefix) - 1)
+                selected[value_path("trie", prefix)] = (round_std(len(prefix) - 1), round_tau(len(prefix) - 1))
+        noise_std = {p: std for p, (std, _) in selected.items()}
         advice = "raise privacy.epsilon or include more devices (cohort.min_clients)"
-        intervals = {p: interval(float(_count_at(result, p)), std, 0.0) for p, std in noise_std.items()}  # counts ≥ 0
+        # every count was kept because it reached its round's threshold: intervals conditional on that
+        intervals = {p: released_interval(float(_count_at(result, p)), std, tau) for p, (std, tau) in selected.items()}
         return Release(result, {"release_thresholds": state.thresholds}, noise_std, intervals=intervals, advice=advice,
                        auxiliary=("/trie",))
 

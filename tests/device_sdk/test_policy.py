@@ -26,22 +26,24 @@ EMPTY = QueryHistory(None, __import__("collections").Counter(), 0)
 
 
 def assignment(mechanism: str = "skellam", epsilon: float = 1.0, delta: float = 1e-6, n: int = 8, t_min: int = 5,
-               rounds: int = 1, round_: int = 0, source: str = "words", k: int = 1, **changes: Any) -> Assignment:
-    """An assignment as the real server builds it (calibration, round noise, privacy block)."""
+               rounds: int = 1, round_: int = 0, source: str = "words", k: int = 1, allowance: float = 0.5,
+               **changes: Any) -> Assignment:
+    """An assignment as the real server builds it for a cohort of n (calibration, the cohort's noise sized for its
+    t_c, privacy block); the allowance keeps t_c = t_min for the default cohort of 8 (n − ⌈4⌉ < 5)."""
     spec = QuerySpec.model_validate({
         "kind": "histogram", "source": source, "params": {"buckets": ["a", "b", "c"], "max_contributions_per_device": k},
         "privacy": {"mechanism": mechanism} if mechanism == "none" else {"mechanism": mechanism, "epsilon": epsilon, "delta": delta},
-        "cohort": {"min_clients": t_min, "max_clients": max(n, t_min)}})
+        "cohort": {"min_clients": t_min, "max_clients": max(n, t_min), "dropout_allowance": allowance}})
     params = HISTOGRAM.parse_params(spec.params)
     plan = HISTOGRAM.plan_round(params, HISTOGRAM.initial_state(params), round_)
     cal = None if mechanism == "none" else dp.calibrate_query(mechanism, epsilon, delta, rounds, t_min)
-    noise = privacy.round_noise(cal, plan)
+    t_c, noise = privacy.cohort_noise(spec, cal, plan, privacy.round_noise(cal, plan, spec), n)
     wire = {
         "query_id": "q1", "round": round_, "cohort_id": os.urandom(16).hex(), "party_id": 1, "kind": "histogram",
         "source": source, "task": plan.task,
         "secagg": SecAggConfig(session_id=os.urandom(16), n=n, dim=plan.dim, bits=40, min_survivors=t_min).to_dict(),
         "threat_model": "semi_honest", "phase_timeout_s": 5, "noise": privacy.device_noise_block(noise),
-        "privacy": privacy.assignment_privacy(spec, cal, plan, rounds),
+        "privacy": privacy.assignment_privacy(spec, cal, plan, rounds, t_c),
     }
     return Assignment.model_validate({**wire, **changes})
 
@@ -144,6 +146,11 @@ def test_charging_once_per_query_and_again_for_a_second_seat_in_one_round() -> N
     assert reason(capped) == "epsilon_per_day"
     changed = verdict(DevicePolicy(), assignment(rounds=3, epsilon=2.0), QueryHistory(public, Counter({0: 1}), 1))
     assert reason(changed) == "privacy_unverifiable"
+    # each cohort sizes its shares for itself: a later round's cohort of another size has another t_min (t_c), which is
+    # no change of the query's parameters; the device holds that cohort to its own t_c and floor
+    larger = verdict(DevicePolicy(), assignment(rounds=3, round_=1, n=40), QueryHistory(public, Counter({0: 1}), 1))
+    assert isinstance(larger, Decision) and larger.epsilon_charge == 0.0 and larger.min_survivors == 20  # 40 − ⌈0.5·40⌉
+    assert larger.noise_floor is not None and larger.noise_floor < first.noise_floor / 3  # type: ignore[union-attr]
 
 
 def test_participation_cap_and_min_survivors() -> None:

@@ -33,9 +33,10 @@ export function describePrivacy(view) {
       `integer noise before masking, so each sum the server saw over at least t_min = ${tmin} devices already carried ` +
       `the full noise` + (stdText ? ` (standard deviation ${stdText} on each released count).` : "."));
     sentences.push(
-      `The query spent ε = ${fmt.eps(p.epsilon_spent ?? p.epsilon)} of its ε = ${fmt.eps(p.epsilon)} with δ = ${fmt.delta(p.delta)}` +
+      `The query guarantees (and was charged) ε = ${fmt.eps(p.epsilon)} with δ = ${fmt.delta(p.delta)}` +
       (p.rounds_calibrated ? `, calibrated for ${p.rounds_calibrated} round${p.rounds_calibrated === 1 ? "" : "s"}` : "") +
-      (p.accountant ? ` and composed with the ${p.accountant} accountant.` : "."));
+      (p.accountant ? ` and composed with the ${p.accountant} accountant.` : ".") +
+      (p.epsilon_note ? ` Note: ${p.epsilon_note}.` : ""));
   }
   if (contributors.length) {
     sentences.push(contributors.length === 1
@@ -63,7 +64,7 @@ export function describePrivacy(view) {
     sentences.map((s) => h("p", {}, s)),
     facts([
       ["mechanism", p.mechanism],
-      ["ε (target / spent)", p.mechanism === "none" ? "unbounded" : `${fmt.eps(p.epsilon)} / ${fmt.eps(p.epsilon_spent)}`],
+      ["ε (guaranteed and charged / rounds run alone)", p.mechanism === "none" ? "unbounded" : `${fmt.eps(p.epsilon)} / ${fmt.eps(p.epsilon_spent)}`],
       ["δ", p.mechanism === "none" ? "–" : fmt.delta(p.delta)],
       ["t_min (fewest devices in any sum)", p.t_min ?? p.min_clients],
       ["noise multiplier", p.noise_multiplier !== undefined ? fmt.num(p.noise_multiplier, 3) : null],

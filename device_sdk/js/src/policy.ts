@@ -246,9 +246,10 @@ export function decide(policy: DevicePolicy, a: Assignment, kind: DeviceKind, hi
   if (spent > p.rounds * (1 + 1e-9)) {
     return refuse(a, "privacy_unverifiable", `round ${a.round} (weight ${p.weight}) would bring the rounds this device contributed to to ${spent} unit rounds, beyond the ${p.rounds} the query's ε covers`);
   }
-  const { l1_sensitivity: _l1, l2_sensitivity: _l2, weight: _w, ...publicParams } = p;
+  // the query's, not the round's or the cohort's: t_min is the cohort's t_c (its shares' size, checked below)
+  const { l1_sensitivity: _l1, l2_sensitivity: _l2, weight: _w, t_min: _t, ...publicParams } = p;
   if (history.privacy !== null) {
-    const { weight: _fw, ...first } = history.privacy;
+    const { weight: _fw, t_min: _ft, ...first } = history.privacy;
     if (sortedJson(first) !== sortedJson(publicParams)) return refuse(a, "privacy_unverifiable", "the query's privacy parameters changed since this device's first contribution");
   }
   let own: [number, number] | null;

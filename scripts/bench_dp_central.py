@@ -1,0 +1,161 @@
+"""`make bench` section "dp_central": the product's error against a central Gaussian mechanism at equal (ε, δ) and
+per-device bound, over ≥ 100 repetitions, for histogram counts and feature means.
+
+Histogram counts (ε = 1, δ = 1e-6, one vote per device, t_min = min_clients = 100): cohorts of 100, 200 and 400
+devices. Each repetition draws every device's noise share with the device SDK's sampler, sized for the cohort
+(`queries.dp.cohort_noise`, the default dropout allowance) and, for contrast, for t_min alone (the sizing before
+cohort-sized noise); the error is the summed noise over the encoding scale, per bucket. Central: the tight analytic
+Gaussian (Balle–Wang, dp_accounting) for the same (ε, δ) and L2 sensitivity 1.
+
+Feature means (the audit's workload: 400 devices holding 1–3 rows, ε = 2, δ = 1e-6, two features, at most 3 rows
+per device, t_min = 100): `queries.local_run.run_query` runs the feature_stats kind in process exactly as the server
+plans and noises it (all three rounds, post-processing included); the error is the released mean against the true
+mean over the contributors' rows. Central: one Gaussian release of (row count, Σ (x − lower)/(upper − lower) per
+feature) with the whole (ε, δ) — each device moves every coordinate by at most 3, so the L2 sensitivity is 3·√(1 + F)
+— and mean = lower + (upper − lower)·sum/count; it spends nothing on variances, which feature_stats also releases.
+
+Interval coverage near the release threshold: for a 16-bucket histogram round (ε = 1, cohort of 400, the product's
+noise and threshold), noisy counts c + N drawn conditioned on reaching the threshold τ (inverse-CDF sampling of the
+Skellam law), for true counts from 0 to τ + 3σ; the share of released counts whose 95 % interval covers c, for the
+release-conditional interval the product reports (`queries.selective`) and for the plain value ± 1.96·σ.
+
+Prints one JSON object: RMSE and ratio (product / central) per case, and the coverage table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+import numpy as np
+from dp_accounting.gaussian_mechanism import get_sigma_gaussian
+
+from queries import dp
+from queries.local_run import run_query
+from queries.registry import get_kind
+from queries.spec import DEFAULT_DROPOUT_ALLOWANCE
+from secagg.randomness import SeededRandom
+
+DELTA = 1e-6
+T_MIN = 100
+REPS = 100
+BUCKETS = 16
+FEATURES = [{"name": "age", "lower": 18.0, "upper": 90.0}, {"name": "score", "lower": 0.0, "upper": 10.0}]
+MAX_ROWS = 3
+
+
+def histogram_counts(cohort: int, reps: int) -> dict[str, object]:
+    kind = get_kind("histogram")
+    params = kind.parse_params({"buckets": [f"b{i}" for i in range(BUCKETS)], "max_contributions_per_device": 1})
+    plan = kind.plan_round(params, kind.initial_state(params), 0)
+    assert plan is not None
+    cal = dp.calibrate_query("skellam", 1.0, DELTA, 1, T_MIN)
+    t_c = dp.cohort_threshold(T_MIN, cohort, DEFAULT_DROPOUT_ALLOWANCE)
+    planned = dp.plan_noise(cal, plan, t_c)
+    sized = {"cohort": dp.cohort_noise(cal, plan, planned, t_c), "t_min": planned}
+    rng = SeededRandom(f"bench-dp-central-{cohort}".encode())
+    errors: dict[str, list[np.ndarray]] = {k: [] for k in sized}
+    for name, noise in sized.items():
+        for _ in range(reps):
+            total = np.zeros(plan.dim, dtype=np.int64)
+            for _ in range(cohort):
+                total += np.asarray(dp.sample_noise("skellam", noise.noise.per_device_scale, plan.dim, rng), dtype=np.int64)
+            errors[name].append(noise.unscale(total).astype(np.float64))
+    central = get_sigma_gaussian(1.0, DELTA)
+    out: dict[str, object] = {"cohort": cohort, "t_min": T_MIN, "shares_sized_for": t_c, "repetitions": reps,
+                              "central_sigma": round(central, 4)}
+    for name, errs in errors.items():
+        rmse = float(np.sqrt(np.mean(np.square(np.concatenate(errs)))))
+        out[f"rmse_{name}_sized"] = round(rmse, 4)
+        out[f"ratio_{name}_sized"] = round(rmse / central, 4)
+    return out
+
+
+def _devices(rng: np.random.Generator, n: int) -> list[list[dict[str, float]]]:
+    return [[{"age": float(np.clip(rng.normal(40, 12), 18, 90)), "score": float(rng.uniform(2, 6))}
+             for _ in range(int(rng.integers(1, MAX_ROWS + 1)))] for _ in range(n)]
+
+
+def feature_means(devices_n: int, epsilon: float, reps: int) -> dict[str, object]:
+    kind = get_kind("feature_stats")
+    privacy = {"mechanism": "skellam", "epsilon": epsilon, "delta": DELTA}
+    sigma = get_sigma_gaussian(epsilon, DELTA) * MAX_ROWS * math.sqrt(1 + len(FEATURES))
+    noise_rng = SeededRandom(b"bench-dp-central-means")
+    product: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
+    central: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
+    data_rng = np.random.default_rng(7)
+    for r in range(reps):
+        devices = _devices(data_rng, devices_n)
+        run = run_query(kind, {"features": FEATURES, "max_examples_per_device": MAX_ROWS}, devices, privacy=privacy,
+                        t_min=T_MIN, rng=np.random.default_rng(r), noise_source=noise_rng)
+        count = sum(len(d) for d in devices)
+        noisy_count = count + data_rng.normal(0, sigma)
+        for f in FEATURES:
+            x = np.array([row[f["name"]] for d in devices for row in d])
+            truth = float(x.mean())
+            product[f["name"]].append(run.result["features"][f["name"]]["mean"] - truth)
+            width = f["upper"] - f["lower"]
+            noisy_sum = float(((x - f["lower"]) / width).sum()) + data_rng.normal(0, sigma)
+            central[f["name"]].append(f["lower"] + width * noisy_sum / max(noisy_count, 1.0) - truth)
+    out: dict[str, object] = {"devices": devices_n, "rows_per_device": [1, MAX_ROWS], "epsilon": epsilon,
+                              "t_min": T_MIN, "repetitions": reps}
+    for f in FEATURES:
+        p = float(np.sqrt(np.mean(np.square(product[f["name"]]))))
+        c = float(np.sqrt(np.mean(np.square(central[f["name"]]))))
+        out[f["name"]] = {"rmse_product": round(p, 5), "rmse_central": round(c, 5), "ratio": round(p / c, 4)}
+    return out
+
+
+def threshold_coverage(draws: int) -> dict[str, object]:
+    from scipy.stats import skellam
+
+    from queries.kind import AggregateNoise
+    from queries.release import release_threshold
+    from queries.selective import selective_interval
+    from queries.uncertainty import Z95
+
+    kind = get_kind("histogram")
+    params = kind.parse_params({"buckets": [f"b{i}" for i in range(BUCKETS)], "max_contributions_per_device": 1})
+    plan = kind.plan_round(params, kind.initial_state(params), 0)
+    assert plan is not None
+    cal = dp.calibrate_query("skellam", 1.0, DELTA, 1, T_MIN)
+    t_c = dp.cohort_threshold(T_MIN, 400, DEFAULT_DROPOUT_ALLOWANCE)
+    own = dp.cohort_noise(cal, plan, dp.plan_noise(cal, plan, t_c), t_c)
+    noise = own.aggregate_noise(400)
+    tau = release_threshold(noise, 400, plan.dim, params.false_release_rate, params.min_release_count)
+    sigma = noise.std
+    s = own.scale
+    half = own.noise.per_device_scale * 400 / 2  # the summed shares: Skellam(μ/2, μ/2) in the scaled encoding
+    law = skellam(half, half)
+    rng = np.random.default_rng(31)
+    rows = []
+    for c in sorted({0, int(tau // 2), int(tau - sigma), int(tau), int(tau + sigma), int(tau + 3 * sigma)}):
+        # released: unscale(s·c + N) = ⌊(s·c + N + s/2) / s⌋ ≥ τ, i.e. N ≥ s·τ − s/2 − s·c (integers)
+        floor = law.cdf(math.ceil(s * tau - s / 2 - s * c) - 1)
+        u = np.minimum(floor + (1 - floor) * rng.random(draws), np.nextafter(1.0, 0.0))
+        ys = np.floor((s * c + law.ppf(u) + s // 2) / s)
+        sel = sum(lo <= c <= hi for lo, hi in (selective_interval(float(y), sigma, tau, 0.0) for y in ys)) / draws
+        plain = sum(y - Z95 * sigma <= c <= y + Z95 * sigma for y in ys) / draws
+        rows.append({"true_count": c, "coverage_conditional": round(sel, 4), "coverage_plain": round(plain, 4)})
+    return {"threshold": tau, "noise_std": round(sigma, 3), "draws_per_count": draws, "rows": rows,
+            "min_coverage_conditional": min(r["coverage_conditional"] for r in rows)}
+
+
+def main() -> None:
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else REPS
+    started = time.perf_counter()
+    out = {
+        "histogram_counts": [histogram_counts(n, reps) for n in (T_MIN, 2 * T_MIN, 4 * T_MIN)],
+        "feature_means": feature_means(400, 2.0, reps),
+        "threshold_coverage": threshold_coverage(20 * reps),
+        "dropout_allowance": DEFAULT_DROPOUT_ALLOWANCE,
+        "seconds": 0.0,
+    }
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
