@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import math
 
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
-
 from queries.uncertainty import Z95
+
+# scipy is imported where an interval is computed (the server, at finalize): devices import the kinds, not scipy
 
 ALPHA = 0.05
 """1 − the intervals' confidence."""
@@ -34,6 +33,8 @@ SPAN = 40.0
 
 def _log_g(c: float, y: float, sigma: float, cut: float) -> float:
     """log P(Y ≥ y | Y ≥ cut) for Y ~ N(c, σ²)."""
+    from scipy.special import log_ndtr
+
     return float(log_ndtr((c - y) / sigma) - log_ndtr((c - cut) / sigma))
 
 
@@ -46,6 +47,8 @@ def selective_interval(
         raise ValueError(f"selective_interval: the observation {observed!r} was not released at threshold {threshold!r}")
     if std <= 0:
         return observed, observed
+    from scipy.optimize import brentq
+
     cut = threshold - 0.5
     lo_c, hi_c = observed - SPAN * std, observed + SPAN * std
     ends = []

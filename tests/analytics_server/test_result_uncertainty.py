@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
+from queries.selective import released_interval
 from queries.uncertainty import Z95
 from tests.device_sdk.test_client import _run_query
 
@@ -42,8 +43,9 @@ async def test_noisy_result_has_intervals_and_warnings(app_server: TestServer) -
     assert set(res["uncertainty"]) == {f"/counts/{b}" for b in res["result"]["counts"]} != set()
     for path, u in res["uncertainty"].items():
         value = res["result"]["counts"][path.rsplit("/", 1)[1]]
-        lo, hi = u["ci95"]  # counts are released non-negative, and so are their intervals' lower ends
-        assert u["std"] == std and max(0.0, value - Z95 * std) == pytest.approx(lo) and lo <= value < hi
+        lo, hi = u["ci95"]  # released because it reached the threshold: the interval is conditional on that
+        assert u["std"] == std and (lo, hi) == pytest.approx(released_interval(value, std, res["result"]["threshold"]))
+        assert 0.0 <= lo <= value and hi <= value + Z95 * std  # selection only pulls the interval down
     # eight devices at ε = 1: every count is swamped by its noise, and the answer says so with what to change
     assert {w["path"] for w in res["warnings"]} == set(res["uncertainty"])
     assert all("privacy.epsilon" in w["message"] for w in res["warnings"])
