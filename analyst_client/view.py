@@ -402,10 +402,15 @@ def format_preview(p: dict[str, Any], width: int = 120) -> str:
     ]
     values = p.get("values") or []
     if values:
-        lines.append(_table("expected noise of each released value", [("value", "left"), ("std", "right"),
-                                                                      ("± 95 %", "right"), ("note", "left")],
-                            [[v.get("path", ""), num(v.get("std"), 3), num(v.get("ci95_halfwidth"), 3), v.get("note") or ""]
-                             for v in values], None, width))
+        def spread(v: dict[str, Any]) -> str:
+            r = v.get("std_range")
+            return f"{num(r[0], 3)} – {num(r[1], 3)}" if r else ""
+
+        lines.append(_table("expected noise of each released value (std at min_clients; range over cohort sizes and data)",
+                            [("value", "left"), ("std", "right"), ("± 95 %", "right"), ("std range", "right"),
+                             ("note", "left")],
+                            [[v.get("path", ""), num(v.get("std"), 3), num(v.get("ci95_halfwidth"), 3), spread(v),
+                              v.get("note") or ""] for v in values], None, width))
     for w in p.get("warnings") or []:
         lines.append(f"warning: {(w.get('path') + ': ') if w.get('path') else ''}{w.get('message')}")
     return "\n".join(lines)

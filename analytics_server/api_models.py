@@ -120,10 +120,13 @@ class PreviewBudget(BaseModel):
 
 
 class PreviewValue(_OmitNone):
-    OMIT_NONE = ("note",)
+    OMIT_NONE = ("note", "std_range", "ci95_halfwidth_range")
     path: str = Field(description="JSON Pointer into the result (representative where paths depend on the data)")
-    std: float
+    std: float = Field(description="expected noise std at the minimum of contributors")
     ci95_halfwidth: float
+    std_range: list[float] | None = Field(default=None, description="[least, largest] std over the cohort sizes the "
+                                          "spec allows and what the data may be (rows per device, a data-chosen bound)")
+    ci95_halfwidth_range: list[float] | None = None
     note: str | None = None
 
 

@@ -560,7 +560,10 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         """Counts and bins carry their round's noise; a mean's and a variance's noise depend on the data, so they
         are given for `contributors` devices each holding `bound` rows, with the mean mid-range (b = ¼); a mean
         near a bound makes the variance's noise up to 4× larger. With the bound chosen from the data the
-        rounds are planned at `max_examples_limit` (the most it can choose): every std is then an upper bound."""
+        rounds are planned at `max_examples_limit` (the most it can choose): every std is then an upper bound.
+        `std_range` says how far the data can move each std: rows per device from 1 to the bound (means and
+        variances: n from `contributors` to `contributors`·bound), and a bound chosen from the data from 1 to
+        `max_examples_limit` (the moment rounds' noise scales with it)."""
         by_stage = {self.parse_task(r.plan.task).root.stage: r for r in rounds}
         first, second, counts = by_stage.get("first_moments"), by_stage.get("second_moments"), by_stage.get("row_counts")
         values: list[ExpectedValue] = []
@@ -583,19 +586,30 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             if counts is not None:
                 for b in range(counts.plan.dim):
                     values.append(ExpectedValue(value_path("contribution_bound", "devices_by_rows", "counts", b), counts.std))
+        chosen = 1.0 / bound if params.bound_from_data else 1.0  # the least bound the data may choose, over the most
+        rows = (first.contributors, n)  # every device with 1 row … with `bound` rows
+
+        def spread(worst: float) -> tuple[float, float]:
+            """(least, largest) of a mean's or variance's std that is `worst` with one row per device: the least has
+            `bound` rows on every device (a bound b chosen from the data scales the noise by b/bound and allows b
+            rows, so the least is the same)."""
+            return worst * rows[0] / rows[1], worst
+
         for spec in params.features:
             r = spec.upper - spec.lower
             path = functools.partial(value_path, "features", spec.name)
             mean_std = r / n * s1 * math.sqrt(1.25)
-            values.append(ExpectedValue(path("count"), s1))
-            values.append(ExpectedValue(path("mean"), mean_std, assumed))
+            values.append(ExpectedValue(path("count"), s1, std_range=(s1 * chosen, s1) if chosen < 1 else None))
+            values.append(ExpectedValue(path("mean"), mean_std, assumed,
+                                        std_range=spread(r / rows[0] * s1 * math.sqrt(1.25))))
             if Z95 * mean_std > 0.05 * r:
                 warnings.append(ReleaseWarning(path("mean"), f"the mean's 95 % interval is expected to be ±{Z95 * mean_std:.4g}, "
                                                              f"more than 5 % of [lower, upper] ({assumed}): raise privacy.epsilon, "
                                                              "narrow lower/upper, or include more devices"))
             if second is not None:
                 var_std = r * r * 0.25 * s2 / n
-                values.append(ExpectedValue(path("var"), var_std, assumed))
+                values.append(ExpectedValue(path("var"), var_std, assumed,
+                                            std_range=spread(r * r * 0.25 * s2 / rows[0])))
                 if Z95 * var_std > r * r / 16:
                     warnings.append(ReleaseWarning(path("var"), f"the variance's 95 % interval is expected to be "
                                                                 f"±{Z95 * var_std:.4g}, wider than a typical variance in "

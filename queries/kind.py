@@ -171,6 +171,9 @@ class ExpectedValue:
     """JSON Pointer into the result; representative where the paths depend on the data (say so in `note`)."""
     std: float
     note: str | None = None
+    std_range: tuple[float, float] | None = None
+    """Where the std depends on the data (rows per device, a bound chosen from the data): its least and largest
+    value over what the data may be; None when `std` does not depend on the data."""
 
 
 def task_error(exc: ValidationError, tagged: bool = False) -> QueryKindError:

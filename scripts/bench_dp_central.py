@@ -19,7 +19,12 @@ noise and threshold), noisy counts c + N drawn conditioned on reaching the thres
 Skellam law), for true counts from 0 to τ + 3σ; the share of released counts whose 95 % interval covers c, for the
 release-conditional interval the product reports (`queries.selective`) and for the plain value ± 1.96·σ.
 
-Prints one JSON object: RMSE and ratio (product / central) per case, and the coverage table.
+Preview against realized: `POST /v1/queries/preview`'s planner (`analytics_server.preview.build`) for the same
+specs (min_clients = 100, max_clients = the cohort): the histogram's realized RMSE over the preview's std, and for the
+feature means whether the realized RMSE lies in the preview's `std_range` (its std is at min_clients with every
+device holding the full bound; the range spans cohort sizes and rows per device).
+
+Prints one JSON object: RMSE and ratio (product / central) per case, the coverage table, the preview ratios.
 """
 
 from __future__ import annotations
@@ -133,9 +138,10 @@ def threshold_coverage(draws: int) -> dict[str, object]:
     rows = []
     for c in sorted({0, int(tau // 2), int(tau - sigma), int(tau), int(tau + sigma), int(tau + 3 * sigma)}):
         # released: unscale(s·c + N) = ⌊(s·c + N + s/2) / s⌋ ≥ τ, i.e. N ≥ s·τ − s/2 − s·c (integers)
-        floor = law.cdf(math.ceil(s * tau - s / 2 - s * c) - 1)
-        u = np.minimum(floor + (1 - floor) * rng.random(draws), np.nextafter(1.0, 0.0))
-        ys = np.floor((s * c + law.ppf(u) + s // 2) / s)
+        first = math.ceil(s * tau - s / 2 - s * c)
+        ks = np.arange(first, first + int(60 * math.sqrt(2 * half)) + 10)  # the truncated law's support, ±60σ
+        pmf = law.pmf(ks)
+        ys = np.floor((s * c + rng.choice(ks, size=draws, p=pmf / pmf.sum()) + s // 2) / s)
         sel = sum(lo <= c <= hi for lo, hi in (selective_interval(float(y), sigma, tau, 0.0) for y in ys)) / draws
         plain = sum(y - Z95 * sigma <= c <= y + Z95 * sigma for y in ys) / draws
         rows.append({"true_count": c, "coverage_conditional": round(sel, 4), "coverage_plain": round(plain, 4)})
@@ -143,13 +149,53 @@ def threshold_coverage(draws: int) -> dict[str, object]:
             "min_coverage_conditional": min(r["coverage_conditional"] for r in rows)}
 
 
+def _preview(spec: dict[str, object]) -> dict[str, dict[str, object]]:
+    from analytics_server import preview, privacy
+    from queries.spec import QuerySpec
+
+    qspec = QuerySpec.model_validate(spec)
+    kind = get_kind(qspec.kind)
+    params = kind.parse_params(qspec.params)
+    cal = privacy.check_and_calibrate(qspec, kind, params, "demo")
+    return {v["path"]: v for v in preview.build(qspec, kind, params, cal).values}
+
+
+def preview_vs_realized(counts: list[dict[str, object]], means: dict[str, object]) -> dict[str, object]:
+    rows = []
+    for case in counts:
+        n = int(case["cohort"])  # type: ignore[call-overload]
+        spec = {"kind": "histogram", "source": "s", "params": {"buckets": [f"b{i}" for i in range(BUCKETS)],
+                                                               "max_contributions_per_device": 1},
+                "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": DELTA, "validation": "none"},
+                "cohort": {"min_clients": T_MIN, "max_clients": max(n, T_MIN)}}
+        v = _preview(spec)["/counts/b0"]
+        rows.append({"cohort": n, "preview_std": round(v["std"], 4), "realized_rmse": case["rmse_cohort_sized"],
+                     "realized_over_preview": round(float(case["rmse_cohort_sized"]) / v["std"], 4)})  # type: ignore[arg-type]
+    spec = {"kind": "feature_stats", "source": "s", "params": {"features": FEATURES, "max_examples_per_device": MAX_ROWS},
+            "privacy": {"mechanism": "skellam", "epsilon": means["epsilon"], "delta": DELTA, "validation": "none"},
+            "cohort": {"min_clients": T_MIN, "max_clients": means["devices"]}}
+    seen = _preview(spec)
+    mean_rows = []
+    for f in FEATURES:
+        v = seen[f"/features/{f['name']}/mean"]
+        got = means[f["name"]]["rmse_product"]  # type: ignore[index]
+        lo, hi = v.get("std_range", [v["std"], v["std"]])
+        mean_rows.append({"feature": f["name"], "preview_std_at_min_clients": round(v["std"], 4),
+                          "preview_std_range": [round(lo, 4), round(hi, 4)], "realized_rmse": got,
+                          "in_range": bool(lo <= got <= hi), "realized_over_preview": round(got / v["std"], 4)})
+    return {"histogram_counts": rows, "feature_means": mean_rows}
+
+
 def main() -> None:
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else REPS
     started = time.perf_counter()
+    counts = [histogram_counts(n, reps) for n in (T_MIN, 2 * T_MIN, 4 * T_MIN)]
+    means = feature_means(400, 2.0, 3 * reps)
     out = {
-        "histogram_counts": [histogram_counts(n, reps) for n in (T_MIN, 2 * T_MIN, 4 * T_MIN)],
-        "feature_means": feature_means(400, 2.0, reps),
+        "histogram_counts": counts,
+        "feature_means": means,
         "threshold_coverage": threshold_coverage(20 * reps),
+        "preview_vs_realized": preview_vs_realized(counts, means),
         "dropout_allowance": DEFAULT_DROPOUT_ALLOWANCE,
         "seconds": 0.0,
     }

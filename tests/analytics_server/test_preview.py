@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -14,8 +15,10 @@ from analytics_server import privacy
 from analytics_server.state import STATE
 from analyst_client.cli import AnalystClient
 from queries import dp
+from queries.local_run import run_query
 from queries.registry import get_kind
 from queries.spec import QuerySpec
+from secagg.randomness import SeededRandom
 
 HIST = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "a/b"]},
         "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
@@ -98,3 +101,36 @@ async def test_analyst_client_preview(app_server: TestServer) -> None:
     body = await asyncio.get_running_loop().run_in_executor(None, client.preview, {**HIST, "privacy": {"mechanism": "none"}})
     assert body["privacy"]["epsilon"] is None and body["t_min"] is None
     assert all(v["std"] == 0 for v in body["values"]) and "exact" in body["warnings"][0]["message"]
+
+
+async def test_preview_ranges_cover_what_the_run_realizes(app_server: TestServer) -> None:
+    """The preview's std is at min_clients; its `std_range` spans the cohort sizes the spec allows and what the data
+    decides. A histogram's realized std for a full cohort of max_clients = 4·min_clients is within 20 % of the
+    preview's std (shares sized for the cohort) and is the range's upper end; a feature mean realized over 400 devices
+    holding 1–3 rows (in process, the server's noise) lies inside its range."""
+    token = await app_server.app[STATE].store.create_token("analyst")
+    status, body = await _post(app_server, HIST, token)
+    assert status == 200, body
+    spec = QuerySpec.model_validate({**HIST, "privacy": {**HIST["privacy"], "validation": body["privacy"]["validation"]}})
+    kind = get_kind("histogram")
+    params = kind.parse_params(spec.params)
+    cal = privacy.check_and_calibrate(spec, kind, params, "demo")
+    plan = kind.plan_round(params, kind.initial_state(params), 0)
+    _, own = privacy.cohort_noise(spec, cal, plan, privacy.round_noise(cal, plan, spec), 400)
+    realized = dp.PlannedNoise.from_dict(own).std_released(400)
+    for v in body["values"]:
+        assert realized / v["std"] <= 1.2 and v["std_range"] == pytest.approx([v["std"], realized])
+
+    stats = {**STATS, "params": {"features": [{"name": "age", "lower": 18, "upper": 90}], "max_examples_per_device": 3},
+             "privacy": {**STATS["privacy"], "validation": "none"}, "cohort": {"min_clients": 100, "max_clients": 400}}
+    status, body = await _post(app_server, stats, token)
+    assert status == 200, body
+    mean = next(v for v in body["values"] if v["path"] == "/features/age/mean")
+    rng = np.random.default_rng(5)
+    devices = [[{"age": float(np.clip(rng.normal(40, 12), 18, 90))} for _ in range(int(rng.integers(1, 4)))]
+               for _ in range(400)]
+    run = run_query(get_kind("feature_stats"), stats["params"], devices, privacy=stats["privacy"], t_min=100,
+                    rng=np.random.default_rng(6), noise_source=SeededRandom(b"preview-range"))
+    got = run.release.noise_std["/features/age/mean"]
+    lo, hi = mean["std_range"]
+    assert lo <= got <= hi and hi > 2 * lo, (lo, got, hi)

@@ -164,6 +164,8 @@ function renderPreview(el, p) {
       { label: "value", cell: (v) => h("code", {}, v.path) },
       { label: "expected noise std", class: "num", cell: (v) => fmt.num(v.std, 3) },
       { label: "± 95 %", class: "num", cell: (v) => fmt.num(v.ci95_halfwidth, 3) },
+      { label: "std range (cohort sizes, data)", class: "num",
+        cell: (v) => v.std_range ? `${fmt.num(v.std_range[0], 3)} – ${fmt.num(v.std_range[1], 3)}` : "" },
       { label: "", cell: (v) => v.note || "" },
     ], values, { "aria-label": "expected noise per released value" }) : null,
     (p.warnings || []).length ? h("ul", { class: "warnings" }, p.warnings.map((w) =>
