@@ -172,3 +172,22 @@ def test_rounds_with_different_contributors_describe_the_first_rounds_population
     got = KIND.finalize(params, state).result["features"]["age"]
     assert got["count"] == 200 and got["mean"] == pytest.approx(45.0)
     assert got["var"] == pytest.approx(625.0, rel=1e-6) and got["histogram"]["counts"] == [100, 100]
+
+
+def test_means_share_moves_the_budget_between_the_moment_rounds() -> None:
+    """`means_share` is the first moments' share of the moment rounds' budget: the round weights follow it (they
+    still sum to the rounds), the means' noise falls and the variances' rises; out-of-range shares are refused."""
+    fixed = {"features": FEATURES, "max_examples_per_device": 3}
+    default, means = KIND.parse_params(fixed), KIND.parse_params({**fixed, "means_share": 0.85})
+    assert default.weights() == pytest.approx([1.2, 0.8]) and means.weights() == pytest.approx([1.7, 0.3])
+    chosen = KIND.parse_params({"features": FEATURES, "means_share": 0.85})
+    assert sum(chosen.weights()) == pytest.approx(3) and chosen.weights()[1] == pytest.approx(3 * 0.9 * 0.85)
+    for bad in (0.0, 0.05, 0.99, "0.8"):
+        with pytest.raises(Exception, match="means_share"):
+            KIND.parse_params({**fixed, "means_share": bad})
+    devices = _devices(9, 300)
+    runs = {share: run_query(KIND, {**fixed, "means_share": share}, devices, privacy=SKELLAM, t_min=300,
+                             rng=np.random.default_rng(0), noise_source=SeededRandom(b"share")) for share in (0.6, 0.85)}
+    std = {share: (r.release.noise_std["/features/age/mean"], r.release.noise_std["/features/age/var"])
+           for share, r in runs.items()}
+    assert std[0.85][0] < std[0.6][0] * 0.9 and std[0.85][1] > std[0.6][1] * 1.4
