@@ -79,7 +79,7 @@ class TrainingState:
     class_weights: list[float] | None = None
     label_shares: list[float] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
-    """One entry per evaluation: round, loss, eval_loss, clients, accuracy?, metrics…"""
+    """One entry per evaluation: round, loss (only with a holdout), eval_loss, clients, accuracy?, metrics…"""
     best: BestEval | None = None
     bad_evals: int = 0
     stop_reason: str | None = None
@@ -392,8 +392,14 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             return r * scale, scale * sigma_u / weight * math.sqrt(1 + r * r)
 
         raw: dict[str, tuple[float, float, float]] = {}  # name → (value, std, upper limit)
-        raw["loss"] = (*ratio(float(vals["train_loss"]), wt, lc), lc)
-        raw["eval_loss"] = (*ratio(float(vals["eval_loss"]), we, lc), lc)
+        if params.holdout_fraction > 0:
+            raw["loss"] = (*ratio(float(vals["train_loss"]), wt, lc), lc)
+            raw["eval_loss"] = (*ratio(float(vals["eval_loss"]), we, lc), lc)
+        else:  # every row is both a training and an evaluation row: the two sums estimate one loss, released once
+            total = float(vals["train_loss"]) + float(vals["eval_loss"])
+            weight = max(float(vals["train_weight"]) + float(vals["eval_weight"]), 2 * floor)
+            r = total / weight
+            raw["eval_loss"] = (r * lc, lc * math.sqrt(2) * sigma_u / weight * math.sqrt(1 + r * r), lc)
         has_acc = isinstance(res.model, BlackBoxModel) and res.model.correct is not None
         has_acc = has_acc or (not isinstance(res.model, BlackBoxModel) and res.model.n_classes is not None)
         if has_acc:
@@ -503,8 +509,11 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                 if params.weighting == "examples":
                     note += f"; with examples weighting the noise grows as devices hold fewer than client.max_examples ({params.client.max_examples}) rows"
                 loss_std = params.loss_cap * sigma_u / n * math.sqrt(1 + 0.01)
-                values.append(ExpectedValue(value_path("history", 0, "eval_loss"), loss_std, note))
-                values.append(ExpectedValue(value_path("history", 0, "loss"), loss_std, note))
+                if params.holdout_fraction > 0:
+                    values.append(ExpectedValue(value_path("history", 0, "eval_loss"), loss_std, note))
+                    values.append(ExpectedValue(value_path("history", 0, "loss"), loss_std, note))
+                else:  # one loss over every row, from both sums
+                    values.append(ExpectedValue(value_path("history", 0, "eval_loss"), loss_std / math.sqrt(2), note))
                 classifier = (res.model.correct is not None) if isinstance(res.model, BlackBoxModel) else (res.model.n_classes is not None)
                 if classifier:
                     acc_std = sigma_u / n * math.sqrt(1.5)

@@ -191,3 +191,19 @@ def test_readme_dp_example_reaches_central_auc() -> None:
         auc = roc_auc_score(sp.y_test, TrainedModel(run.result).scores(sp.X_test))
         assert run.result["stop_reason"] == "completed" and run.result["features"] == sp.feature_names
         assert auc >= central - 0.03, (seed, auc, central)
+
+
+def test_without_a_holdout_the_loss_is_released_once_from_both_sums() -> None:
+    """holdout_fraction 0: every row is a training and an evaluation row, so the two noisy sums estimate one loss. It
+    is released once (eval_loss, no duplicate `loss` series) from both sums, with about 1/√2 the noise of one."""
+    devices = _devices(4, n=60)
+    runs = {}
+    for holdout in (0.0, 0.5):
+        runs[holdout] = run_query(KIND, _params(holdout_fraction=holdout), devices, privacy=DG, t_min=60,
+                                  rng=np.random.default_rng(1), noise_source=SeededRandom(b"holdout"))
+    without, held = runs[0.0], runs[0.5]
+    assert all("loss" not in e and "eval_loss" in e for e in without.result["history"])
+    assert all("loss" in e for e in held.result["history"])
+    one = without.release.noise_std["/history/0/eval_loss"]
+    two = held.release.noise_std["/history/0/eval_loss"]
+    assert one < 0.8 * two, (one, two)
