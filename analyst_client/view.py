@@ -68,9 +68,20 @@ def round_to_noise(value: float | None, half: float | None) -> tuple[str, str | 
     return _fixed(value, step), _fixed(half, step)
 
 
+ASYMMETRY = 0.1
+"""An interval whose ends differ in distance from the value by more than this share of its half-width is shown as
+[lo, hi], not ± (a clamped value, a count released above a threshold): "0.00 ± 0.99" would claim negative values."""
+
+
 def with_interval(value: float | None, u: Uncertainty | None) -> str:
     text, half = round_to_noise(value, u.half if u else None)
-    return text if half is None else f"{text} ± {half}"
+    if half is None or u is None or value is None:
+        return text
+    if abs((u.hi - value) - (value - u.lo)) > ASYMMETRY * u.half:
+        lo, _ = round_to_noise(u.lo, u.half)
+        hi, _ = round_to_noise(u.hi, u.half)
+        return f"{text} [{lo}, {hi}]"
+    return f"{text} ± {half}"
 
 
 def interval(u: Uncertainty | None) -> str:

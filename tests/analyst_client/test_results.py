@@ -53,15 +53,18 @@ def test_training_history_is_one_row_per_round_with_a_sparkline_and_the_weights_
     history = [{"round": r, "loss": 1.0 / (r + 1), "eval_loss": 1.1 / (r + 1), "accuracy": 0.5 + r / 40, "clients": 50}
                for r in (0, 5, 10)]
     view = _view("training", {"history": history, "weights": [0.1] * 31, "model": {"name": "logistic"}, "rounds": 10},
-                 {"/history/1/accuracy": {"std": 0.01, "ci95": [0.6, 0.64]}})
+                 {"/history/1/accuracy": {"std": 0.01, "ci95": [0.605, 0.645]}})
     columns, data = rows(view)
     assert columns[:2] == ["round", "loss"] and "accuracy_ci95_lo" in columns and columns[-1] == "clients"
-    assert len(data) == 3 and data[1]["accuracy_ci95_lo"] == 0.6 and data[0]["accuracy_ci95_lo"] is None
+    assert len(data) == 3 and data[1]["accuracy_ci95_lo"] == 0.605 and data[0]["accuracy_ci95_lo"] is None
     wcols, weights = rows(view, section="weights")
     assert len(weights) == 31 and weights[0]["weight"] == 0.1
     text = format_result(view, "table", plot=True)
     assert "history, one row per evaluation round" in text and "0.625 ± 0.020" in text and "▁" in text
     assert "weights: 31 rows" in text and "history[" not in text
+    # an interval not centred on its value (clamped at a bound, a count released above a threshold) shows its ends
+    clamped = {**view, "uncertainty": {"/history/1/accuracy": {"std": 0.01, "ci95": [0.6, 0.64]}}}
+    assert "0.625 [0.600, 0.640]" in format_result(clamped, "table") and "0.625 ±" not in format_result(clamped, "table")
     exact = format_result({**view, "uncertainty": {}}, "table")
     assert "95 % interval" not in exact and "0.625" in exact  # no noisy value: no interval column
     with pytest.raises(KeyError, match="sections: history, weights"):

@@ -40,11 +40,17 @@ export function roundToNoise(value, half) {
   return { value: fixed(value, step), half: fixed(half, step) };
 }
 
-/** "59 ± 13" or "0.0312" */
+/** "59 ± 13", "0.0312", or "0.00 [0.00, 1.94]" when the interval is not centred on the value (clamped, or a count
+ * released above a threshold): "± 0.99" would claim values the interval excludes. */
 export function withInterval(value, unc) {
   if (!unc) return num(value);
-  const r = roundToNoise(value, (unc.hi - unc.lo) / 2);
-  return r.half === null ? r.value : `${r.value} ± ${r.half}`;
+  const half = (unc.hi - unc.lo) / 2;
+  const r = roundToNoise(value, half);
+  if (r.half === null) return r.value;
+  if (Math.abs((unc.hi - value) - (value - unc.lo)) > 0.1 * half) {
+    return `${r.value} [${roundToNoise(unc.lo, half).value}, ${roundToNoise(unc.hi, half).value}]`;
+  }
+  return `${r.value} ± ${r.half}`;
 }
 
 export function num(x, digits = 4) {
