@@ -159,6 +159,18 @@ def cohort_noise(
     return t, dp.cohort_noise(calibration, plan, dp.PlannedNoise.from_dict(noise), t).to_dict()
 
 
+def _cohort_parts(
+    spec: QuerySpec, calibration: dp.QueryCalibration, plan: RoundPlan, noise: dict[str, Any], cohorts: list[tuple[int, int]],
+) -> list[tuple[int, dp.PlannedNoise, int]]:
+    """(t_c, noise, contributors) of each finished cohort, from its devices n and contributors."""
+    parts = []
+    for n, contributors in cohorts:
+        t, own = cohort_noise(spec, calibration, plan, noise, n)
+        assert t is not None and own is not None
+        parts.append((t, dp.PlannedNoise.from_dict(own), contributors))
+    return parts
+
+
 def realized_noise(
     spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dict[str, Any] | None,
     cohorts: list[tuple[int, int]],
@@ -169,12 +181,7 @@ def realized_noise(
         return None
     if not cohorts:
         return aggregate_noise(noise, 0)
-    parts = []
-    for n, contributors in cohorts:
-        _, own = cohort_noise(spec, calibration, plan, noise, n)
-        assert own is not None
-        parts.append((dp.PlannedNoise.from_dict(own), contributors))
-    return dp.combined_noise(parts)
+    return dp.combined_noise([(own, c) for _, own, c in _cohort_parts(spec, calibration, plan, noise, cohorts)])
 
 
 def realized_block(
@@ -183,11 +190,11 @@ def realized_block(
 ) -> dict[str, Any] | None:
     """For a result's privacy block: the round's realized noise std in released units and, per finished cohort,
     its devices, contributors and the contributors its shares were sized for."""
-    got = realized_noise(spec, calibration, plan, noise, cohorts)
-    if got is None or not cohorts:
+    if calibration is None or noise is None or not cohorts:
         return None
-    sized = [{"devices": n, "contributors": c, "shares_sized_for": cohort_noise(spec, calibration, plan, noise, n)[0]}
-             for n, c in cohorts]
+    parts = _cohort_parts(spec, calibration, plan, noise, cohorts)
+    got = dp.combined_noise([(own, c) for _, own, c in parts])
+    sized = [{"devices": n, "contributors": c, "shares_sized_for": t} for (n, _), (t, _, c) in zip(cohorts, parts)]
     return {"std": got.std, "cohorts": sized}
 
 
@@ -278,7 +285,7 @@ def privacy_block(
     With noise, σ/μ and sensitivities are those of the scaled encoding; `encoding_scale` per round says by
     what the aggregate was divided, `noise_std_released` is the noise std in released units, and
     `privacy_weight`/`budget_share` what part of the query's budget the round spent (with its `purpose`, as the
-    kind planned it; `budget_split` lists them when the rounds' shares differ). `realized_std` (per round): the noise
+    kind planned it; `budget_split` lists them when the rounds' shares differ). `realized` (per round): the noise
     std of the sum as its cohorts drew it (`realized_noise`) as "std", and "cohorts" — each cohort's devices,
     contributors and the contributors its shares were sized for (`cohort_noise`); `noise_std_released` is then that
     std instead of the t_min-sized shares' std over the contributors.

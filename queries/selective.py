@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from queries.uncertainty import Z95
+from queries.uncertainty import interval
 
 # scipy is imported where an interval is computed (the server, at finalize): devices import the kinds, not scipy
 
@@ -60,7 +60,7 @@ def selective_interval(
         elif f_hi <= 0:
             ends.append(math.inf)
         else:
-            ends.append(brentq(_log_g_minus, lo_c, hi_c, args=(observed, std, cut, target), xtol=1e-9 * std))
+            ends.append(brentq(lambda c, t=target: _log_g(c, observed, std, cut) - t, lo_c, hi_c, xtol=1e-9 * std))
     low, high = ends
     return max(lower, low), max(lower, high)
 
@@ -69,9 +69,5 @@ def released_interval(value: float, std: float, threshold: float | None, lower: 
     """The 95 % interval of a noisy count: conditional on its release when a threshold selected it
     (`selective_interval`), else value ± 1.96·std; never below `lower`."""
     if threshold is None or std <= 0 or value < threshold:
-        return max(lower, value - Z95 * std), max(lower, value + Z95 * std)
+        return interval(value, std, lower)
     return selective_interval(value, std, threshold, lower)
-
-
-def _log_g_minus(c: float, y: float, sigma: float, cut: float, target: float) -> float:
-    return _log_g(c, y, sigma, cut) - target

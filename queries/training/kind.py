@@ -386,10 +386,11 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         wt, we = max(float(vals["train_weight"]), floor), max(float(vals["eval_weight"]), floor)
         lc = params.loss_cap
 
-        def ratio(total: float, weight: float, scale: float) -> tuple[float, float]:
-            """A noisy mean total/weight·scale and its delta-method std (total and weight each with std σ_u)."""
+        def ratio(total: float, weight: float, scale: float, sums: int = 1) -> tuple[float, float]:
+            """A noisy mean total/weight·scale and its delta-method std (total and weight each a sum of `sums` noisy
+            entries of std σ_u)."""
             r = total / weight
-            return r * scale, scale * sigma_u / weight * math.sqrt(1 + r * r)
+            return r * scale, scale * math.sqrt(sums) * sigma_u / weight * math.sqrt(1 + r * r)
 
         raw: dict[str, tuple[float, float, float]] = {}  # name → (value, std, upper limit)
         if params.holdout_fraction > 0:
@@ -398,8 +399,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         else:  # every row is both a training and an evaluation row: the two sums estimate one loss, released once
             total = float(vals["train_loss"]) + float(vals["eval_loss"])
             weight = max(float(vals["train_weight"]) + float(vals["eval_weight"]), 2 * floor)
-            r = total / weight
-            raw["eval_loss"] = (r * lc, lc * math.sqrt(2) * sigma_u / weight * math.sqrt(1 + r * r), lc)
+            raw["eval_loss"] = (*ratio(total, weight, lc, sums=2), lc)
         has_acc = isinstance(res.model, BlackBoxModel) and res.model.correct is not None
         has_acc = has_acc or (not isinstance(res.model, BlackBoxModel) and res.model.n_classes is not None)
         if has_acc:
