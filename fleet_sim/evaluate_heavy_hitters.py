@@ -25,14 +25,12 @@ recall = |F ∩ T| / K, precision = |F ∩ T| / |F| (0 when nothing is found), f
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,43 +39,11 @@ from queries import dp
 from fleet_sim import populations as pop
 from queries.heavy_hitters.encoding import normalize
 from queries.heavy_hitters.kind import HeavyHittersKind
-from queries.kind import AggregateNoise
-from secagg.randomness import ByteSource, SeededRandom
+from secagg.randomness import SeededRandom
 
 KIND = HeavyHittersKind()
 PER_DEVICE_NOISE_LIMIT = 4_000_000
 """Above this many (contributors × dim) noise draws per round, discrete-Gaussian shares are summed in law."""
-
-
-# --- noise and calibration (queries.dp) ---------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class NoiseSetup:
-    mechanism: str
-    per_device_scale: float
-    """σ per device (discrete Gaussian) or μ per device (Skellam: Poisson(μ/2) − Poisson(μ/2), variance μ)."""
-    per_device_var: float
-    epsilon: float
-    source: str
-    encoding_scale: int = 1
-    """Devices multiply their vector by this before adding noise; the aggregate is divided by it (dp.suggest_scale)."""
-    round_noise: dp.RoundNoise | None = None
-    """The round's noise as the server calibrates it (rigorous thresholds)."""
-
-
-def _calibrate(mechanism: str, epsilon: float, delta: float, l1: float, l2: float, rounds: int, t_min: int) -> NoiseSetup:
-    """queries.dp calibration over `rounds` rounds; the noise of a round with sensitivities (l1, l2)."""
-    cal = dp.calibrate_query(mechanism, epsilon, delta, rounds, t_min)
-    s = dp.suggest_scale(cal, l1, l2)
-    noise = dp.round_noise(cal, s * l1, s * l2)
-    return NoiseSetup(mechanism, noise.per_device_scale, noise.per_device_std**2,
-                      dp.epsilon_spent(cal, rounds), "queries.dp", s, noise)
-
-
-def _backends() -> tuple[Callable[..., NoiseSetup], Callable[[str, float, int, ByteSource], np.ndarray]]:
-    """Calibration and sampler (queries.dp)."""
-    return _calibrate, dp.sample_noise
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -108,14 +74,9 @@ def run(
         raw |= {"epsilon": epsilon, "delta": delta, "population_size": n}
     params = KIND.parse_params(raw)
 
-    calibrate, sample_noise = _backends()
-    noise: NoiseSetup | None = None
+    cal = dp.calibrate_query(mechanism, epsilon, delta, KIND.rounds_upper_bound(params), n) if mode == "secagg" else None
     approx_noise = False
-    if mode == "secagg":
-        first = KIND.plan_round(params, KIND.initial_state(params), 0)
-        assert first is not None
-        noise = calibrate(mechanism, epsilon, delta, first.l1_sensitivity, first.l2_sensitivity,
-                          KIND.rounds_upper_bound(params), n)
+    scales: list[int] = []
 
     state = KIND.initial_state(params)
     r = 0
@@ -131,21 +92,21 @@ def run(
                 total[np.flatnonzero(vec)] += int(c) * vec[np.flatnonzero(vec)]
         contributors = int(voters.sum())
         aggregate_noise = None
-        if noise is not None:
-            scale = noise.encoding_scale
+        if cal is not None:  # as the server plans the round (its weight, the encoding scale), shares for t_min = n
+            planned = dp.plan_noise(cal, plan)
+            noise, scale = planned.noise, planned.scale
+            scales.append(scale)
             total *= scale
             if mechanism == "skellam":
-                total += sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, noise_rng)
+                total += dp.sample_noise("skellam", noise.per_device_scale * contributors, plan.dim, noise_rng)
             elif contributors * plan.dim <= PER_DEVICE_NOISE_LIMIT:
                 for _ in range(contributors):
-                    total += sample_noise(mechanism, noise.per_device_scale, plan.dim, noise_rng)
+                    total += dp.sample_noise(mechanism, noise.per_device_scale, plan.dim, noise_rng)
             else:
                 approx_noise = True
-                total += sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, noise_rng)
-            if scale > 1:  # as the server does (analytics_server.privacy.unscale): round half up
-                total = (total + scale // 2) // scale
-            assert noise.round_noise is not None
-            aggregate_noise = AggregateNoise.of_round(noise.round_noise, contributors, scale)  # what the server passes
+                total += dp.sample_noise(mechanism, noise.per_device_scale * math.sqrt(contributors), plan.dim, noise_rng)
+            total = planned.unscale(total)  # as the server does: round half up
+            aggregate_noise = planned.aggregate_noise(contributors)  # what the server passes
         state = KIND.decode_round(params, state, plan, total, contributors, aggregate_noise)
         r += 1
     result = KIND.finalize(params, state).result
@@ -168,11 +129,11 @@ def run(
         out |= {"epsilon": block["epsilon"], "delta": block["delta"], "theta": block["theta"],
                 "sample_rate": block["sample_rate"], "expected_sample": block["expected_sample"]}
     else:
-        assert noise is not None
-        out |= {"epsilon": noise.epsilon, "mechanism": mechanism, "noise_std_total": math.sqrt(noise.per_device_var * n) / noise.encoding_scale,
-                "encoding_scale": noise.encoding_scale,
-                "release_thresholds": result["thresholds"], "frontier_truncated": result["frontier_truncated"],
-                "noise_backend": noise.source, "noise_sum_approximated": approx_noise}
+        assert cal is not None
+        out |= {"epsilon": dp.epsilon_spent(cal, KIND.rounds_upper_bound(params)), "mechanism": mechanism,
+                "noise_std_per_round": [round(x, 3) for x in state.noise_std],
+                "encoding_scales": scales, "release_thresholds": result["thresholds"],
+                "frontier_truncated": result["frontier_truncated"], "noise_sum_approximated": approx_noise}
     out["top"] = result["heavy_hitters"][:10]
     out["seconds"] = round(time.perf_counter() - started, 2)
     return out
@@ -200,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fleet_sim.evaluate_heavy_hitters", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=["triehh", "secagg"], required=True)
     ap.add_argument("--n", type=int, default=100_000, help="devices (synthetic population)")
-    ap.add_argument("--population", choices=["zipf"], default="zipf")
+    ap.add_argument("--population", choices=["zipf", "english"], default="zipf",
+                    help="zipf: pseudo-words with Zipf ranks; english: words drawn by their frequency in Python's docs")
     ap.add_argument("--population-file", help="one device's string per line; replaces the synthetic population")
     ap.add_argument("--epsilon", type=float, required=True)
     ap.add_argument("--delta", type=float, help="default 1/n²")
@@ -217,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.population_file:
         strings = pop.file_population(args.population_file)
         population = f"file:{args.population_file}"
+    elif args.population == "english":
+        if args.n < 1:
+            ap.error("--n: must be at least 1")
+        strings = pop.english_population(args.n, np.random.default_rng([seed, 1]))
+        population = "english(pydoc_data.topics)"
     else:
         if args.n < 1:
             ap.error("--n: must be at least 1")

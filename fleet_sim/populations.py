@@ -2,8 +2,10 @@
 
 `zipf_population` draws a vocabulary of distinct pronounceable pseudo-words (consonant–vowel syllables,
 so that many words share prefixes as real words do, which is what makes trie pruning hard) and gives
-each of n devices one word, word of rank k having probability ∝ k^(−s). `file_population` reads one
-device's string per line.
+each of n devices one word, word of rank k having probability ∝ k^(−s). `english_population` gives each
+device one real English word drawn with its frequency in a corpus every Python install carries (the language
+reference's text in `pydoc_data.topics`, ~64,000 words, ~3,100 distinct). `file_population` reads one device's
+string per line.
 """
 
 from __future__ import annotations
@@ -49,6 +51,21 @@ def zipf_population(
     weights = np.arange(1, vocab_size + 1, dtype=np.float64) ** -exponent
     idx = rng.choice(vocab_size, size=n, p=weights / weights.sum())
     return [vocab[i] for i in idx]
+
+
+def english_population(n: int, rng: np.random.Generator) -> list[str]:
+    """n devices' words, each an i.i.d. draw from the word frequencies of Python's bundled documentation text
+    (lower-cased runs of a–z): English as written, held out from anything the kinds were tuned on."""
+    if n < 1:
+        raise ValueError(f"n: must be at least 1, got {n}")
+    import re
+
+    from pydoc_data.topics import topics
+
+    counts = Counter(re.findall(r"[a-z]+", " ".join(topics[k] for k in sorted(topics)).lower()))
+    words = sorted(counts)
+    weights = np.array([counts[w] for w in words], dtype=np.float64)
+    return [words[i] for i in rng.choice(len(words), size=n, p=weights / weights.sum())]
 
 
 def file_population(path: str | Path) -> list[str]:

@@ -8,7 +8,9 @@ Rounds (docs/feature_stats.md):
                   bucket of a log-spaced grid that holds its number of rows (one-hot, sensitivity 1), with a
                   small declared share of the query's privacy budget (`bound_budget_share`); the bound is
                   chosen from this noisy histogram (`choose_bound`);
-  first moments   per feature the count of present values and Σ (x − lower)/range → the global mean;
+  first moments   per feature the count of present values and the centred Σ (2·(x − lower)/range − 1) → the
+                  global mean (centring halves the moment's sensitivity in the feature's units, and a mean near
+                  mid-range gets almost nothing of the count's noise);
   second moments  per feature Σ ((x − mean)/range)² / b, with b = max(mean − lower, upper − mean)²/range² the
                   largest value one example can give once the mean is known (so the noise shrinks by b), and
                   the optional histogram bins → the variance.
@@ -297,7 +299,7 @@ class FeatureStatsState:
     means: list[float | None] = field(default_factory=list)
     """Per feature, the global mean, or None when suppressed (too few values)."""
     firsts: list[float] = field(default_factory=list)
-    """Per feature, the (noisy) sum of (x − lower)/range."""
+    """Per feature, the (noisy) centred first moment Σ (2·(x − lower)/range − 1)."""
     histograms: list[list[float]] | None = None
     seconds: list[float] = field(default_factory=list)
     """Per feature, the (noisy) sum of ((x − mean)/range)² (already multiplied back by b)."""
@@ -327,18 +329,25 @@ class RowCountsTask(BaseModel):
         return self
 
 
-class FirstMomentsTask(BaseModel):
-    """The first-moments round: the features, the fixed-point scale 2^scale_exp and the examples bound."""
+class MomentsTask(BaseModel):
+    """What both moment rounds carry: the features, the fixed-point scale 2^scale_exp and the examples bound."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    stage: Literal["first_moments"]
     features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
     scale_exp: int = Field(ge=0, le=MAX_SCALE_EXP)
     max_examples: int = Field(ge=1, le=MAX_EXAMPLES_PER_DEVICE)
 
 
-class SecondMomentsTask(FirstMomentsTask):
+class FirstMomentsTask(MomentsTask):
+    """The first-moments round. `first_moment` names the encoding, so a device built for another refuses the task
+    instead of sending sums the server would misread: "centred" is Σ (2·(x − lower)/range − 1), in [−count, count]."""
+
+    stage: Literal["first_moments"]
+    first_moment: Literal["centred"]
+
+
+class SecondMomentsTask(MomentsTask):
     """The second-moments round: also the global means, each feature's scale b (None when its mean is
     suppressed) and the histogram bins (0: none)."""
 
@@ -425,9 +434,10 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             )
         k = params.scale_exp_for(state.bound)
         m = state.bound
-        task: FirstMomentsTask
+        task: MomentsTask
         if state.stage == 0:
-            task = FirstMomentsTask(stage="first_moments", features=params.features, scale_exp=k, max_examples=m)
+            task = FirstMomentsTask(stage="first_moments", first_moment="centred", features=params.features,
+                                    scale_exp=k, max_examples=m)
             dim, purpose = first_moments_layout(f).dim, "counts and means"
             weight = weights[offset]
         elif state.stage == 1:
@@ -474,7 +484,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             counts, firsts = np.zeros(len(specs), dtype=np.int64), np.zeros(len(specs), dtype=np.int64)
             for j, (spec, x) in enumerate(zip(specs, columns)):
                 counts[j] = len(x) << k
-                firsts[j] = int(_stochastic_round((x - spec.lower) / (spec.upper - spec.lower) * unit, rng).sum())
+                centred = 2 * (x - spec.lower) / (spec.upper - spec.lower) - 1
+                firsts[j] = int(_stochastic_round(centred * unit, rng).sum())
             return first_moments_layout(len(specs)).pack(counts=counts, firsts=firsts)
         bins = t.bins
         seconds = np.zeros(len(specs), dtype=np.int64)
@@ -493,17 +504,17 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     def validity(self, task: FeatureStatsTask | Mapping[str, Any]) -> Statement:
         """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
         entry within what `max_examples` examples can add ([0, max_examples·2^scale_exp]), linked per feature
-        as the examples link them (each example adds at most 2^K to a moment and exactly 2^K to its count and
-        to one bin): a first moment at most its count; with bins, the bins adding up to at most the bound and
+        as the examples link them (each example adds at most 2^K in size to a moment and exactly 2^K to its count
+        and to one bin): a centred first moment at most its count in size; with bins, the bins adding up to at most the bound and
         the second moment at most the bins' sum (the round's count). A device cannot claim moments without the
         rows that make them (docs/validation.md)."""
         t = self.parse_task(task).root
         if isinstance(t, RowCountsTask):
             return Statement((Bits(row_counts_layout(len(t.grid)).dim, 1),))
         f, top = len(t.features), t.max_examples << t.scale_exp
-        if not isinstance(t, SecondMomentsTask):  # counts, then first moments
-            return Statement((Ranged(f, 0, top), Ranged(f, 0, top)),
-                             relations=tuple(Relation(((j, 1), (f + j, -1)), 0, top) for j in range(f)))
+        if not isinstance(t, SecondMomentsTask):  # counts, then centred first moments: |moment| ≤ count
+            relations = [Relation(((j, 1), (f + j, sign)), 0, 2 * top) for j in range(f) for sign in (-1, 1)]
+            return Statement((Ranged(f, 0, top), Ranged(f, -top, top)), relations=tuple(relations))
         if not t.bins:
             return Statement((Ranged(f, 0, top),))
         relations = []
@@ -535,7 +546,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 if c < max(params.min_count, 1e-9):
                     means.append(None)
                 else:
-                    mean = spec.lower + (spec.upper - spec.lower) * s / c
+                    mean = (spec.lower + spec.upper) / 2 + (spec.upper - spec.lower) / 2 * s / c
                     means.append(float(min(max(mean, spec.lower), spec.upper)))
             return replace(state, stage=1, counts=counts.tolist(), firsts=firsts.tolist(), means=means,
                            contributors=state.contributors + [contributors], noise_std=[std])
@@ -602,10 +613,10 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         for spec in params.features:
             r = spec.upper - spec.lower
             path = functools.partial(value_path, "features", spec.name)
-            mean_std = r / n * s1 * math.sqrt(1.25)
+            mean_std = r / 2 / n * s1  # mid-range: the count's noise does not reach the mean
             values.append(ExpectedValue(path("count"), s1, std_range=(s1 * chosen, s1) if chosen < 1 else None))
             values.append(ExpectedValue(path("mean"), mean_std, assumed,
-                                        std_range=spread(r / rows[0] * s1 * math.sqrt(1.25))))
+                                        std_range=spread(r / 2 / rows[0] * s1 * math.sqrt(2))))  # at a bound: √2
             if Z95 * mean_std > 0.05 * r:
                 warnings.append(ReleaseWarning(path("mean"), f"the mean's 95 % interval is expected to be ±{Z95 * mean_std:.4g}, "
                                                              f"more than 5 % of [lower, upper] ({assumed}): raise privacy.epsilon, "
@@ -769,9 +780,9 @@ def _feature_entry(
         hist = integer_parts(project_to_total(raw_bins, float(round(max(count, 0.0)))))
     count = max(count, 0.0)
     mean = float(state.means[i])  # type: ignore[arg-type]
-    mu = (mean - spec.lower) / r
+    nu = (2 * mean - spec.lower - spec.upper) / r  # the centred mean, in [−1, 1]
     c1 = max(float(state.counts[i]), 1e-12)  # the means were decoded with round 1's count
-    mean_std = r / c1 * s1 * math.sqrt(1 + mu * mu) if s1 > 0 else 0.0
+    mean_std = r / 2 / c1 * s1 * math.sqrt(1 + nu * nu) if s1 > 0 else 0.0
     cvar = max(count, 1e-12)
     raw_var = r * r * float(state.seconds[i]) * to_first / cvar - mean_std**2  # centring on the noisy mean adds its variance
     b = _second_scale(spec, mean)

@@ -9,10 +9,12 @@ P(c ∈ interval | released) = 95 % up to the normal approximation — the const
 inference (Lee, Sun, Sun and Taylor, "Exact post-selection inference, with application to the lasso", Annals of
 Statistics 2016), here for one truncated normal.
 
-With G_c(y) = P(Y ≥ y | Y ≥ τ; c) = S((y − c)/σ) / S((τ' − c)/σ) (S the normal survival function; τ' = τ − ½, the
-integer threshold's continuity correction), G is increasing in c (the truncated normal family has monotone
-likelihood ratio), and the interval is {c ≥ lower : α/2 ≤ G_c(y) ≤ 1 − α/2}: its ends solve G_c(y) = α/2 and
-1 − α/2 (Brent's method on log G, from scipy's log_ndtr so far tails do not underflow). Far above τ it tends to
+With G_c(y) = P(Y ≥ y | Y ≥ τ; c) = S((y − ½ − c)/σ) / S((τ − ½ − c)/σ) (S the normal survival function; the
+continuity corrections of integer counts), G is increasing in c (the truncated normal family has monotone
+likelihood ratio), and the interval's ends solve G_c(y) = α/2 (lower) and G_c(y + 1) = 1 − α/2, i.e. P(Y ≤ y |
+released; c) = α/2 (upper) — the two one-sided tests of a discrete observation, as Clopper–Pearson's; so an
+observation at the threshold still gets an interval around it (Brent's method on log G, from scipy's log_ndtr so
+far tails do not underflow). Far above τ it tends to
 y ± 1.96·σ; at y ≈ τ its lower end is the floor (a released count at the threshold says little about how low
 the truth may be).
 """
@@ -52,15 +54,17 @@ def selective_interval(
     cut = threshold - 0.5
     lo_c, hi_c = observed - SPAN * std, observed + SPAN * std
     ends = []
-    for target in (math.log(alpha / 2), math.log1p(-alpha / 2)):
-        f_lo = _log_g(lo_c, observed, std, cut) - target
-        f_hi = _log_g(hi_c, observed, std, cut) - target
+    # integer counts, as for the threshold: the lower end solves P(Y ≥ y | released) = α/2 (Y ≥ y from y − ½), the
+    # upper end P(Y ≤ y | released) = α/2, i.e. P(Y ≥ y + 1 | released) = 1 − α/2 (from y + ½)
+    for target, y in ((math.log(alpha / 2), observed - 0.5), (math.log1p(-alpha / 2), observed + 0.5)):
+        f_lo = _log_g(lo_c, y, std, cut) - target
+        f_hi = _log_g(hi_c, y, std, cut) - target
         if f_lo >= 0:  # even far below, the release is this likely: the data cannot bound c from below
             ends.append(-math.inf)
         elif f_hi <= 0:
             ends.append(math.inf)
         else:
-            ends.append(brentq(lambda c, t=target: _log_g(c, observed, std, cut) - t, lo_c, hi_c, xtol=1e-9 * std))
+            ends.append(brentq(lambda c, t=target, y=y: _log_g(c, y, std, cut) - t, lo_c, hi_c, xtol=1e-9 * std))
     low, high = ends
     return max(lower, low), max(lower, high)
 

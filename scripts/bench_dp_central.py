@@ -13,7 +13,10 @@ plans and noises it (all three rounds, post-processing included); the error is t
 mean over the contributors' rows, at the default budget split and with `means_share` 0.85 (an analyst who wants
 the means most; the variances' RMSE is reported beside it). Central: one Gaussian release of (row count, Σ (x − lower)/(upper − lower) per
 feature) with the whole (ε, δ) — each device moves every coordinate by at most 3, so the L2 sensitivity is 3·√(1 + F)
-— and mean = lower + (upper − lower)·sum/count; it spends nothing on variances, which feature_stats also releases.
+— and mean = lower + (upper − lower)·sum/count (the audit's baseline, `ratio`); and the stronger central baseline
+that centres as the product does, Σ (2·(x − lower)/(upper − lower) − 1) with the same sensitivity and mean = mid +
+(upper − lower)/2·sum/count (`ratio_to_centred`). Neither spends anything on variances, which feature_stats also
+releases.
 
 Interval coverage near the release threshold: for a 16-bucket histogram round (ε = 1, cohort of 400, the product's
 noise and threshold), noisy counts c + N drawn conditioned on reaching the threshold τ (inverse-CDF sampling of the
@@ -91,6 +94,7 @@ def feature_means(devices_n: int, epsilon: float, reps: int, means_share: float 
     noise_rng = SeededRandom(b"bench-dp-central-means")
     product: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
     central: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
+    centred: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
     variance: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
     data_rng = np.random.default_rng(7)
     for r in range(reps):
@@ -110,14 +114,19 @@ def feature_means(devices_n: int, epsilon: float, reps: int, means_share: float 
             width = f["upper"] - f["lower"]
             noisy_sum = float(((x - f["lower"]) / width).sum()) + data_rng.normal(0, sigma)
             central[f["name"]].append(f["lower"] + width * noisy_sum / max(noisy_count, 1.0) - truth)
+            noisy_centred = float((2 * (x - f["lower"]) / width - 1).sum()) + data_rng.normal(0, sigma)
+            mid = (f["lower"] + f["upper"]) / 2
+            centred[f["name"]].append(mid + width / 2 * noisy_centred / max(noisy_count, 1.0) - truth)
     out: dict[str, object] = {"devices": devices_n, "rows_per_device": [1, MAX_ROWS], "epsilon": epsilon,
                               "t_min": T_MIN, "repetitions": reps,
                               "means_share": means_share if means_share is not None else "default"}
     for f in FEATURES:
         p = float(np.sqrt(np.mean(np.square(product[f["name"]]))))
         c = float(np.sqrt(np.mean(np.square(central[f["name"]]))))
+        cc = float(np.sqrt(np.mean(np.square(centred[f["name"]]))))
         v = float(np.sqrt(np.mean(np.square(variance[f["name"]]))))
         out[f["name"]] = {"rmse_product": round(p, 5), "rmse_central": round(c, 5), "ratio": round(p / c, 4),
+                          "rmse_central_centred": round(cc, 5), "ratio_to_centred": round(p / cc, 4),
                           "variance_rmse_product": round(v, 5)}
     return out
 

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 from analyst_client.client import AnalystClient
 from analyst_client.cli import apply_set
+from fleet_sim.scenarios.datasets import breast_cancer_train_size
 from tests.support.browser import chromium_available, console_page
 from tests.support.devstack import Fleet, Server, fresh_database
 
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             token = server.token("analyst")
             api = AnalystClient(server.url, token)
-            fleets.append(Fleet(server.url, 50, tmp, scenario="breast_cancer_train", seed=2))
+            fleets.append(Fleet(server.url, breast_cancer_train_size(), tmp, scenario="breast_cancer_patient", seed=2,
+                                extra=["--processes", "2"]))  # the README's DP pipeline: one record per device
             stats = api.submit(_example("breast_cancer_stats"))["id"]
             assert api.wait(stats, timeout_s=300)["status"] == "succeeded"
             (tmp / "bc_stats.json").write_text(json.dumps(api.result(stats)))

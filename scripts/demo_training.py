@@ -1,10 +1,11 @@
 """`make demo` (training part, called by scripts/demo_server.py after the single-round demos): on the same
 server, with fleets of their own, submitted through the `fa` CLI code path:
 
-1. breast cancer over 50 label-skewed devices: the README's DP example (examples/): a `feature_stats`
-   query for the scaling, then logistic regression (FedSGD, 10 rounds) with distributed DP (discrete Gaussian
-   ε = 8, the DP defaults: uniform weighting, adaptive clipping) — prints the noisy history with its intervals,
-   the clip norms and the test ROC AUC beside scikit-learn's;
+1. breast cancer over 398 devices holding one patient's record each: the README's DP pipeline (examples/): a
+   `feature_stats` query for the scaling, then logistic regression (FedSGD, 10 rounds), both with distributed DP
+   within the production caps (discrete Gaussian ε = 2, δ = 1e-6; the DP defaults: uniform weighting, adaptive
+   clipping) — prints the noisy history with its intervals, the clip norms and the test ROC AUC beside
+   scikit-learn's;
 2. the frecency example (Rprop on secure sign votes) over 300 simulated browsers, 6 rounds — prints the
    curve (round, eval loss, mean rank) and the fresh-interaction metrics before/after.
 `run` returns one Outcome per demo (scripts/demo.py's summary). Every submission goes through `submit`:
@@ -28,12 +29,12 @@ from rich.table import Table
 from analyst_client import cli as analyst_cli
 from analyst_client.cli import AnalystClient
 from fleet_sim.scenarios import generate
-from fleet_sim.scenarios.datasets import breast_cancer_split
+from fleet_sim.scenarios.datasets import breast_cancer_split, breast_cancer_train_size
 from tests.support import proving
 from tests.support.devstack import Fleet, Server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-BC_DEVICES = 50
+BC_DEVICES = breast_cancer_train_size()
 FRECENCY_DEVICES = 300
 
 
@@ -154,14 +155,14 @@ def breast_cancer_demo(console: Console, server: Server, token: str, admin: Anal
 
     from queries.training import TrainedModel
 
-    console.rule(f"Training: logistic regression on breast cancer over {BC_DEVICES} label-skewed devices, discrete "
-                 "Gaussian ε=8 (the README's example)")
-    fleet = Fleet(server.url, BC_DEVICES, tmp, scenario="breast_cancer_train", seed=7)
+    console.rule(f"Training: logistic regression on breast cancer over {BC_DEVICES} devices of one record each, "
+                 "discrete Gaussian ε=2 for the scaling and for the model (the README's pipeline)")
+    fleet = Fleet(server.url, BC_DEVICES, tmp, scenario="breast_cancer_patient", seed=7, extra=["--processes", "2"])
     try:
         stats_spec, _ = breast_cancer_specs()
-        _, stats = submit(console, server.url, token, admin, tmp, stats_spec, deadlines)
+        _, stats = submit(console, server.url, token, admin, tmp, stats_spec, deadlines, processes=2)
         _, train_spec = breast_cancer_specs(stats)
-        _, out = submit(console, server.url, token, admin, tmp, train_spec, deadlines)
+        _, out = submit(console, server.url, token, admin, tmp, train_spec, deadlines, processes=2)
     finally:
         fleet.stop()
     res, sp = out["result"], breast_cancer_split()
@@ -175,10 +176,10 @@ def breast_cancer_demo(console: Console, server: Server, token: str, admin: Anal
     auc_fed = roc_auc_score(sp.y_test, TrainedModel(res).scores(sp.X_test))
     console.print(f"[bold]test ROC AUC[/bold]: federated with DP {auc_fed:.4f} after {res['rounds']} rounds "
                   f"({res['server_rounds']} server rounds) vs scikit-learn centrally without noise {auc_ref:.4f}")
-    ok = abs(auc_fed - auc_ref) <= 0.03
+    ok = auc_fed >= 0.97
     return Outcome("training: logistic regression (DP)", ok,
-                   f"test ROC AUC {auc_fed:.3f} within 0.03 of scikit-learn's {auc_ref:.3f}",
-                   "" if ok else f"AUC off by {abs(auc_fed - auc_ref):.3f}")
+                   f"test ROC AUC {auc_fed:.3f} ≥ 0.97 (scikit-learn's without noise: {auc_ref:.3f})",
+                   "" if ok else f"AUC {auc_fed:.3f} below 0.97")
 
 
 def frecency_demo(console: Console, server: Server, token: str, admin: AnalystClient, tmp: Path,

@@ -6,6 +6,10 @@ Registers the scenarios
 - `breast_cancer_train` — the training split of breast cancer over `BREAST_CANCER_SHARDS` shards:
   collections `examples` {"x": {feature: value}, "y": label} and `features` {feature: value} of the same
   rows (for a `feature_stats` query first);
+- `breast_cancer_patient` — the same training split, one row per device (a patient's own record: device i
+  holds training row i mod the split's size), the same two collections; a fleet of `breast_cancer_train_size()`
+  devices holds every row once. One row per device is what lets distributed DP work at this data set's size
+  (README, "Training");
 - `digits` — the training split of digits over `DIGITS_SHARDS` shards: collection `examples`, x as a list
   of 64 pixels / 16;
 - `breast_cancer` — all 569 breast-cancer rows over `BREAST_CANCER_SHARDS` shards, collection `features`
@@ -102,6 +106,20 @@ def _breast_cancer_train(rng: np.random.Generator, i: int) -> Rows:
     rows = [dict(zip(split.feature_names, map(float, split.X_train[j]))) for j in split.shards[i % BREAST_CANCER_SHARDS]]
     ys = [int(split.y_train[j]) for j in split.shards[i % BREAST_CANCER_SHARDS]]
     return {"examples": [{"x": x, "y": y} for x, y in zip(rows, ys)], "features": rows}
+
+
+def breast_cancer_train_size() -> int:
+    """Rows in breast cancer's training split (devices of a `breast_cancer_patient` fleet that holds each once)."""
+    return len(breast_cancer_split().y_train)
+
+
+@scenario("breast_cancer_patient", "breast cancer training split, one row per device (device i holds row i mod the "
+          "split's 398 rows): collections examples {x: {feature: value}, y} and features {feature: value}")
+def _breast_cancer_patient(rng: np.random.Generator, i: int) -> Rows:
+    split = breast_cancer_split()
+    j = i % len(split.y_train)
+    row = dict(zip(split.feature_names, map(float, split.X_train[j])))
+    return {"examples": [{"x": row, "y": int(split.y_train[j])}], "features": [row]}
 
 
 @scenario("digits", f"digits training split, label-skewed over {DIGITS_SHARDS} shards: collection examples "

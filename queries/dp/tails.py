@@ -1,7 +1,8 @@
 """Tail bounds of the summed noise and what is built on them: the secure-aggregation bit width, release
 thresholds on noisy counts, confidence intervals, and the minimum-contributor rule.
 
-Rigorous (not normal-approximation) one-sided tails of the noise N summed over n devices:
+Rigorous (not normal-approximation) one-sided tails of the noise N summed over n devices (quantiles of Skellam
+noise come from its exact law, `skellam_quantile`, when that is below the bound):
 - discrete Gaussian: N_Z(0, σ²) is σ²-subgaussian (Canonne–Kamath–Steinke 2020), so a sum of n shares of
   σ_dev is nσ_dev²-subgaussian: P(N ≥ x) ≤ exp(−x²/(2nσ_dev²));
 - Skellam of variance V = n·μ_dev: E[e^{sN}] = exp(V(cosh s − 1)); Chernoff at s = asinh(x/V) gives
@@ -29,14 +30,13 @@ def log_tail_bound(noise: RoundNoise, contributors: int, x: float) -> float:
         var = n * noise.per_device_scale**2
         return -x * x / (2 * var)
     if noise.mechanism == "skellam":
-        v = n * noise.per_device_scale
-        r = x / v
-        return v * (math.sqrt(1 + r * r) - 1) - x * math.asinh(r)
+        return _skellam_log_tail(n * noise.per_device_scale, x)
     return -math.inf  # no noise: N = 0 < x
 
 
 def noise_quantile(noise: RoundNoise | None, contributors: int, log_prob: float) -> int:
-    """Smallest integer x ≥ 0 with P(N ≥ x) ≤ e^{log_prob} by the tail bound (0 without noise)."""
+    """Smallest integer x ≥ 0 with P(N ≥ x) ≤ e^{log_prob} (0 without noise): by the tail bound, or for Skellam
+    by the exact law when that gives less (`skellam_quantile`)."""
     if noise is None or noise.mechanism == "none" or log_prob >= 0:
         return 0
     lo, hi = 0, max(1, math.ceil(noise.std(max(contributors, 1))))
@@ -45,7 +45,45 @@ def noise_quantile(noise: RoundNoise | None, contributors: int, log_prob: float)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if log_tail_bound(noise, contributors, mid) <= log_prob else (mid, hi)
+    if noise.mechanism == "skellam":
+        return min(hi, skellam_quantile(max(int(contributors), 1) * noise.per_device_scale, log_prob, hi))
     return hi
+
+
+EXACT_SKELLAM_MAX_STD = 5e4
+"""Above this noise std `skellam_quantile` keeps the Chernoff quantile (its window would hold > 3·10⁵ terms)."""
+
+
+def skellam_quantile(variance: float, log_prob: float, upper: int) -> int:
+    """An integer x ≤ `upper` with P(N ≥ x) ≤ e^{log_prob} for N ~ Skellam(V/2, V/2) of variance V — the law of n
+    devices' Skellam(μ/2, μ/2) shares summed (Poisson additivity) — the smallest such x within 3σ below `upper`, the
+    Chernoff quantile, which overshoots by about √(2·ln(1/p)) − Φ⁻¹(1 − p) standard deviations (≈ 0.5σ at
+    p = 10⁻⁵). Rigorous: P(N ≥ x) ≤ Σ_{x ≤ k < t} e^{−V}·I_k(V) + P(N ≥ t) with t = `upper` + 3σ, the sum exact
+    (scipy's exponentially scaled Bessel function `ive`), the last term by the Chernoff bound. Shares redrawn beyond ±B
+    (validity proofs) follow that law conditioned on |share| ≤ B, which raises a tail probability by at most the
+    factor 1/(1 − P(any share redrawn)), a δ-sized excess (docs/validation.md, "The tail bound B"): the search
+    asks for 1 % less. Beyond `EXACT_SKELLAM_MAX_STD`, or if the sum is not finite, `upper`."""
+    std = math.sqrt(variance)
+    if std > EXACT_SKELLAM_MAX_STD:
+        return upper
+    from scipy.special import ive  # server side only: devices never compute thresholds
+
+    lo, top = max(0, upper - math.ceil(3 * std) - 1), upper + math.ceil(3 * std) + 1
+    beyond = math.exp(_skellam_log_tail(variance, top))  # ≪ e^{log_prob}: 3σ past the bound's quantile
+    pmf = ive(np.arange(lo, top, dtype=np.float64), variance)  # P(N = k) = e^{−V}·I_k(V) for Skellam(V/2, V/2)
+    tails = np.cumsum(pmf[::-1])[::-1] + beyond  # tails[i] ≥ P(N ≥ lo + i)
+    if not np.all(np.isfinite(tails)):
+        return upper
+    ok = np.flatnonzero(tails <= math.exp(log_prob) * 0.99)
+    return int(lo + ok[0]) if ok.size else upper
+
+
+def _skellam_log_tail(variance: float, x: float) -> float:
+    """The Chernoff bound on log P(N ≥ x) for Skellam noise of variance V (see `log_tail_bound`)."""
+    if x <= 0:
+        return 0.0
+    r = x / variance
+    return variance * (math.sqrt(1 + r * r) - 1) - x * math.asinh(r)
 
 
 def _prob(name: str, p: float) -> float:

@@ -211,6 +211,22 @@ class HeavyHittersState:
     """Per round, the standard deviation of each count's noise (0 without noise)."""
 
 
+FIRST_LEVEL_WEIGHT = 0.25
+"""Unit rounds of the budget the first round (single characters) spends in mode secagg; the other L − 1 rounds
+share the rest equally. A first character is held by every string that starts with it, so the prefixes the top
+strings need are counted in thousands there and tolerate twice the noise; the budget it frees lowers every later
+round's noise (docs/heavy_hitters.md, "Budget across levels")."""
+
+
+def level_weight(params: HeavyHittersParams, depth: int) -> float:
+    """The privacy weight of the round that extends prefixes of length `depth` (the weights add up to max_length)."""
+    if params.mode != "secagg" or params.max_length < 2:
+        return 1.0
+    if depth == 0:
+        return FIRST_LEVEL_WEIGHT
+    return (params.max_length - FIRST_LEVEL_WEIGHT) / (params.max_length - 1)
+
+
 def _count_at(result: dict[str, Any], path: str) -> float:
     value = value_at(result, path)
     return float(value) if isinstance(value, (int, float)) else 0.0
@@ -263,6 +279,7 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
                                 casefold=params.casefold)
         rate = params.triehh[1] if params.mode == "triehh" else 1.0
         l1, l2 = self.task_sensitivity(task)
+        weight = level_weight(params, depth)
         return RoundPlan(
             round=round_index,
             task=self.task_json(task),
@@ -271,6 +288,7 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             l1_sensitivity=l1,
             l2_sensitivity=l2,
             sample_rate=rate,
+            privacy_weight=weight,
             meta={"depth": depth},
         )
 

@@ -418,7 +418,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         history = state.history + [entry]
         noise = state.eval_noise + [stds]
         loss, loss_std = raw["eval_loss"][0], stds.get("eval_loss", 0.0)
-        reason = _divergence(raw, stds, state.min_eval_loss, state.eval_noise)
+        reason = _divergence(raw, stds, state.history, state.eval_noise)
         if reason is not None:
             return self._diverged(state, state.t, reason, history=history, eval_noise=noise)
         # model selection within the noise: the newest evaluation unless an earlier one was clearly better
@@ -486,6 +486,11 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                        f"keeps {kept} — lower client.lr or server_optimizer.lr, or clip the updates (clip_norm or "
                        "adaptive_clipping)")
             warnings.append(ReleaseWarning(value_path("stop_reason"), failure))
+        elif best is not None and best.round == 0 and state.t > 0 and len(state.history) > 1:
+            warnings.append(ReleaseWarning(value_path("best_round"), (
+                "no evaluation after training was better than the starting model beyond the noise: the weights "
+                "released are the starting model's — check client.lr and server_optimizer.lr, or raise privacy.epsilon "
+                "or the devices evaluated so the evaluations can tell")))
         if params.weighting == "examples" and state.eval_noise and any(state.eval_noise) and not _uses_votes(params):
             warnings.append(ReleaseWarning(value_path("weights"), _EXAMPLES_UNDER_DP))
         advice = ("raise privacy.epsilon, evaluate over more devices (cohort.min_clients) or less often (eval_every) — "
@@ -595,10 +600,15 @@ def _next_clip(clip: float, counts: np.ndarray, contributors: int, target: float
 
 
 def _divergence(
-    raw: dict[str, tuple[float, float, float]], stds: dict[str, float], min_loss: float | None,
+    raw: dict[str, tuple[float, float, float]], stds: dict[str, float], history: list[dict[str, Any]],
     earlier: list[dict[str, float]],
 ) -> str | None:
-    """Why an evaluation shows divergence, or None."""
+    """Why an evaluation shows divergence, or None. The loss test compares the new loss with every earlier
+    evaluation s on its own: it has exploded when, less `NOISE_Z` stds of the difference (both noises), it still
+    exceeds ℓ_s by (`DIVERGENCE_FACTOR` − 1) × what ℓ_s surely is (ℓ_s less `SELECTION_Z` of its stds) and by 5 %
+    of the cap. The noise enters once, through the difference, so the test keeps its power when the noise is large
+    (the former test, 3 × (lowest loss + 4 stds), could not fire once the std passed cap/16), and an honest run
+    falsely fires only on a 4-std deviation of one difference."""
     for key, (value, std, top) in raw.items():
         if not math.isfinite(value):
             return f"the {key} is not finite"
@@ -607,9 +617,13 @@ def _divergence(
         if acc < -NOISE_Z * std - 1e-9 or acc > 1 + NOISE_Z * std + 1e-9:
             return f"the accuracy {acc:.4g} lies outside [0, 1] by more than its noise (std {std:.3g})"
     loss, std, cap = raw["eval_loss"]
-    if min_loss is not None:
-        prev_std = max((e.get("eval_loss", 0.0) for e in earlier), default=0.0)
-        if loss - NOISE_Z * std > max(DIVERGENCE_FACTOR * (min_loss + NOISE_Z * prev_std), min_loss + NOISE_Z * prev_std + 0.05 * cap):
-            return (f"the evaluation loss exploded to {loss:.4g} from a best of {min_loss:.4g} (more than "
-                    f"{DIVERGENCE_FACTOR:g}× and beyond the noise)")
+    for entry, noise in zip(history, earlier):
+        before = entry.get("eval_loss")
+        if before is None:
+            continue
+        before_std = noise.get("eval_loss", 0.0)
+        low = max(before - SELECTION_Z * before_std, 0.0)  # the factor applies to what ℓ_s surely is, not to its noise
+        if loss - NOISE_Z * math.hypot(std, before_std) > before + max((DIVERGENCE_FACTOR - 1) * low, 0.05 * cap):
+            return (f"the evaluation loss exploded to {loss:.4g} from {before:.4g} at round {entry['round']} (more than "
+                    f"{DIVERGENCE_FACTOR:g}× and beyond both evaluations' noise)")
     return None

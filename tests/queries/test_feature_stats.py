@@ -223,3 +223,37 @@ def test_a_row_counts_grid_must_be_increasing_and_bounded() -> None:
         kind.parse_task({"stage": "row_counts", "grid": list(range(1, 10_002))})
     with pytest.raises(QueryKindError, match="^task.grid:"):
         kind.parse_task({"stage": "row_counts"})
+
+
+def test_first_moments_are_centred_and_a_mid_range_mean_carries_half_the_moment_noise() -> None:
+    """The first moment is Σ (2·(x − lower)/range − 1): a row at `lower` adds −2^K, one at `upper` +2^K, so the
+    moment lies in [−count, count] (the statement refuses more), and the mean's noise is (range/2)·σ/count·√(1 + ν²)
+    with ν the centred mean — at mid-range half what an uncentred Σ (x − lower)/range would give (range·σ/count·√1.25
+    there), and no share of the count's noise."""
+    from queries.kind import AggregateNoise
+
+    params = KIND.parse_params({"features": [{"name": "a", "lower": 0, "upper": 10}], "max_examples_per_device": 2})
+    unit = 1 << params.scale_exp
+    plan = KIND.plan_round(params, KIND.initial_state(params), 0)
+    assert plan.task["first_moment"] == "centred"
+    rng = np.random.default_rng(0)
+    assert KIND.contribute(plan.task, [{"a": 0.0}, {"a": 10.0}, {"a": 10.0}], rng).tolist() == [2 * unit, 2 * unit]
+    assert KIND.contribute(plan.task, [{"a": 0.0}], rng).tolist() == [unit, -unit]
+    statement = KIND.validity(plan.task)
+    top = 2 * unit
+    assert statement.check([top, -top]) is None and statement.check([unit, unit]) is None
+    assert statement.check([unit, -2 * unit]) is not None and statement.check([unit, 2 * unit]) is not None
+    uncentred = {k: v for k, v in plan.task.items() if k != "first_moment"}
+    with pytest.raises(Exception, match="first_moment"):
+        KIND.contribute(uncentred, [{"a": 1.0}], rng)
+    devices = [[{"a": 4.0}, {"a": 6.0}]] * 50  # mean 5: mid-range
+    state = KIND.initial_state(params)
+    agg = sum(KIND.contribute(plan.task, rows, rng) for rows in devices)
+    sigma = 3.0 * unit
+    state = KIND.decode_round(params, state, plan, agg, len(devices), AggregateNoise(std=sigma))
+    assert state.means == [pytest.approx(5.0)]
+    plan2 = KIND.plan_round(params, state, 1)
+    agg2 = sum(KIND.contribute(plan2.task, rows, rng) for rows in devices)
+    state = KIND.decode_round(params, state, plan2, agg2, len(devices), AggregateNoise(std=sigma))
+    release = KIND.finalize(params, state)
+    assert release.noise_std["/features/a/mean"] == pytest.approx(10 / 2 * 3.0 / 100)

@@ -51,11 +51,19 @@ def test_coverage_at_every_true_count(c: int) -> None:
 def test_interval_contains_the_selection_adjusted_estimate_and_tends_to_the_plain_one(y: float, sigma: float) -> None:
     lo, hi = selective_interval(y, sigma, TAU, lower=0.0)
     assert 0.0 <= lo <= hi
-    assert lo <= y + 1e-9  # the release is never evidence that the truth is above what was seen by more than…
-    assert hi <= y + Z95 * sigma + 1e-6 * sigma  # …the plain interval's upper end: selection only pulls down
+    assert lo <= y <= hi  # an integer count at the threshold too (the ends are the two one-sided tests of Y = y)
+    # selection only pulls down: never above the plain interval's upper end, widened by the ½ of integer counts
+    assert hi <= y + 0.5 + Z95 * sigma + 1e-6 * sigma
     if y - TAU > 8 * sigma:  # far above the threshold the selection hardly matters
-        assert lo == pytest.approx(max(0.0, y - Z95 * sigma), abs=1e-3 * sigma)
-        assert hi == pytest.approx(y + Z95 * sigma, abs=1e-3 * sigma)
+        assert lo == pytest.approx(max(0.0, y - 0.5 - Z95 * sigma), abs=1e-3 * sigma)
+        assert hi == pytest.approx(y + 0.5 + Z95 * sigma, abs=1e-3 * sigma)
+
+
+def test_an_observation_at_the_threshold_with_wide_noise_keeps_an_interval_around_it() -> None:
+    """Released at τ = 1 with σ = 17.3: P(Y = 1 | released) is small for every c, so a continuous test without the
+    integer correction put the whole interval below 0 ([0, 0], excluding the value); the discrete ends keep it."""
+    lo, hi = selective_interval(1.0, 17.32, 1.0, lower=0.0)
+    assert lo == 0.0 and 1.0 < hi < 1.0 + Z95 * 17.32
 
 
 def test_refuses_an_observation_below_its_threshold() -> None:

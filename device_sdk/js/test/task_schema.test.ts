@@ -51,7 +51,7 @@ test("task schema: stays strict about what it does not know", () => {
 
 test("task schema: the feature_stats and training kinds refuse a string for an integer, as in Python", () => {
   const fs = getKind("feature_stats");
-  const first = { stage: "first_moments", features: [{ name: "age", lower: 18, upper: 90 }], scale_exp: 16, max_examples: 3 };
+  const first = { stage: "first_moments", first_moment: "centred", features: [{ name: "age", lower: 18, upper: 90 }], scale_exp: 16, max_examples: 3 };
   assert.deepEqual(fs.taskSensitivity(first), [3 * 2 ** 16 * 2, 3 * 2 ** 16 * Math.SQRT2]);
   assert.throws(() => fs.taskSensitivity({ ...first, scale_exp: "16" }), /^QueryKindError: task\.scale_exp:|task\.scale_exp:/);
   assert.throws(() => fs.validity({ ...first, features: [{ name: "age", lower: 90, upper: 18 }] }), /task\.features\.0:/);

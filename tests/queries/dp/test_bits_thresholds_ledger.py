@@ -35,12 +35,41 @@ def test_bits_are_the_smallest_that_cover_signal_and_noise_tail(mech, n, max_abs
     noise = NOISES[mech]
     bits = dp.choose_bits(n, max_abs, noise, fail, dim=dim)
     x = noise_quantile(noise, n, math.log(fail / (2 * dim)))
-    assert 2 * dim * math.exp(log_tail_bound(noise, n, x)) <= fail * (1 + 1e-9)
+    assert 2 * dim * _tail(noise, n, x) <= fail * (1 + 1e-9)
     assert n * max_abs + x < 2 ** (bits - 1)
     assert bits == 1 or n * max_abs + x >= 2 ** (bits - 2)
     # more coordinates, more clients or a smaller failure probability never need fewer bits
     assert dp.choose_bits(n, max_abs, noise, fail / 1000, dim=dim) >= bits
     assert dp.choose_bits(2 * n, max_abs, noise, fail, dim=dim) >= bits
+
+
+def _tail(noise, n: int, x: int) -> float:
+    """P(N ≥ x) for the noise summed over n devices: exact for Skellam (Poisson additivity), else the bound."""
+    if noise.mechanism == "skellam":
+        from scipy.stats import skellam
+
+        v = n * noise.per_device_scale
+        return float(skellam(v / 2, v / 2).sf(x - 1))
+    return math.exp(log_tail_bound(noise, n, x))
+
+
+def test_skellam_quantiles_are_exact_and_below_the_chernoff_bound() -> None:
+    """The Skellam quantile is the smallest x whose exact tail is under the target (the Chernoff bound's x is
+    larger by about half a standard deviation at 10⁻⁵), and it never exceeds the bound's."""
+    from scipy.stats import skellam
+
+    noise = NOISES["skellam"]
+    for n, p in ((50, 1e-3), (500, 1e-5), (5000, 1e-9)):
+        x = noise_quantile(noise, n, math.log(p))
+        v = n * noise.per_device_scale
+        law = skellam(v / 2, v / 2)
+        assert law.sf(x - 1) <= p and law.sf(x - 2) > p * 0.99
+        chernoff = x
+        while log_tail_bound(noise, n, chernoff) > math.log(p):
+            chernoff += 1
+        assert x <= chernoff
+        if p <= 1e-5:
+            assert chernoff - x >= 0.3 * noise.std(n)
 
 
 @pytest.mark.parametrize("mech", sorted(NOISES))

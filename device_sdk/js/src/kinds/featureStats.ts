@@ -17,7 +17,7 @@ interface Feature {
 /** The task as queries/feature_stats.py's FeatureStatsTask (a union tagged by `stage`, checked against its schema). */
 type FeatureStatsTask =
   | { stage: "row_counts"; grid: number[] }
-  | { stage: "first_moments"; features: Feature[]; scale_exp: number; max_examples: number }
+  | { stage: "first_moments"; first_moment: "centred"; features: Feature[]; scale_exp: number; max_examples: number }
   | {
       stage: "second_moments"; features: Feature[]; scale_exp: number; max_examples: number;
       means: (number | null)[]; second_scales: (number | null)[]; bins: number;
@@ -90,7 +90,8 @@ export const featureStats: DeviceKind = {
         const f = specs[j];
         counts.push(columns[j].length * unit);
         let s = 0;
-        for (const x of columns[j]) s += await stochasticRound(((x - f.lower) / (f.upper - f.lower)) * unit, rng);
+        // centred: Σ (2·(x − lower)/range − 1), in [−count, count] (queries/feature_stats.py)
+        for (const x of columns[j]) s += await stochasticRound(((2 * (x - f.lower)) / (f.upper - f.lower) - 1) * unit, rng);
         firsts.push(s);
       }
       return [...counts, ...firsts];
@@ -138,11 +139,15 @@ export const featureStats: DeviceKind = {
     if (t.stage === "row_counts") return new Statement([Bits(t.grid.length + 1, 1)]);
     const f = t.features.length;
     const top = BigInt(t.max_examples) << BigInt(t.scale_exp);
-    // per feature as the examples link them (queries/feature_stats.py `validity`): a first moment at most its
-    // count; with bins, the bins adding up to at most the bound and the second moment at most their sum
+    // per feature as the examples link them (queries/feature_stats.py `validity`): a centred first moment at
+    // most its count in size; with bins, the bins adding up to at most the bound and the second moment at most
+    // their sum
     const ranged = (n: number) => Ranged(n, 0n, top);
     if (t.stage === "first_moments") {
-      return new Statement([ranged(f), ranged(f)], 1n, 0n, Array.from({ length: f }, (_, j) => relation([[j, 1], [f + j, -1]], 0n, top)));
+      const relations = Array.from({ length: f }, (_, j) =>
+        [-1, 1].map((sign) => relation([[j, 1], [f + j, sign]], 0n, 2n * top)),
+      ).flat();
+      return new Statement([ranged(f), Ranged(f, -top, top)], 1n, 0n, relations);
     }
     if (!t.bins) return new Statement([ranged(f)]);
     const relations = Array.from({ length: f }, (_, j) => {

@@ -75,13 +75,8 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
       },
       "FirstMomentsTask": {
         "additionalProperties": false,
-        "description": "The first-moments round: the features, the fixed-point scale 2^scale_exp and the examples bound.",
+        "description": "The first-moments round. `first_moment` names the encoding, so a device built for another refuses the task\ninstead of sending sums the server would misread: \"centred\" is Σ (2·(x − lower)/range − 1), in [−count, count].",
         "properties": {
-          "stage": {
-            "const": "first_moments",
-            "title": "Stage",
-            "type": "string"
-          },
           "features": {
             "items": {
               "$ref": "#/$defs/FeatureSpec"
@@ -102,13 +97,24 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
             "minimum": 1,
             "title": "Max Examples",
             "type": "integer"
+          },
+          "stage": {
+            "const": "first_moments",
+            "title": "Stage",
+            "type": "string"
+          },
+          "first_moment": {
+            "const": "centred",
+            "title": "First Moment",
+            "type": "string"
           }
         },
         "required": [
-          "stage",
           "features",
           "scale_exp",
-          "max_examples"
+          "max_examples",
+          "stage",
+          "first_moment"
         ],
         "title": "FirstMomentsTask",
         "type": "object"
@@ -145,11 +151,6 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
         "additionalProperties": false,
         "description": "The second-moments round: also the global means, each feature's scale b (None when its mean is\nsuppressed) and the histogram bins (0: none).",
         "properties": {
-          "stage": {
-            "const": "second_moments",
-            "title": "Stage",
-            "type": "string"
-          },
           "features": {
             "items": {
               "$ref": "#/$defs/FeatureSpec"
@@ -170,6 +171,11 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
             "minimum": 1,
             "title": "Max Examples",
             "type": "integer"
+          },
+          "stage": {
+            "const": "second_moments",
+            "title": "Stage",
+            "type": "string"
           },
           "means": {
             "items": {
@@ -210,10 +216,10 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
           }
         },
         "required": [
-          "stage",
           "features",
           "scale_exp",
           "max_examples",
+          "stage",
           "means",
           "second_scales",
           "bins"
