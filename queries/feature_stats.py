@@ -351,7 +351,7 @@ class SecondMomentsTask(MomentsTask):
     """The second-moments round: also the global means, each feature's scale b (None when its mean is
     suppressed) and the histogram bins (0: none)."""
 
-    stage: Literal["second_moments"]  # type: ignore[assignment]
+    stage: Literal["second_moments"]
     means: list[float | None] = Field(max_length=MAX_FEATURES)
     second_scales: list[Annotated[float, Field(ge=0)] | None] = Field(max_length=MAX_FEATURES)
     bins: int = Field(ge=0, le=MAX_BINS)
