@@ -16,7 +16,9 @@ feature) with the whole (ε, δ) — each device moves every coordinate by at mo
 — and mean = lower + (upper − lower)·sum/count (the audit's baseline, `ratio`); and the stronger central baseline
 that centres as the product does, Σ (2·(x − lower)/(upper − lower) − 1) with the same sensitivity and mean = mid +
 (upper − lower)/2·sum/count (`ratio_to_centred`). Neither spends anything on variances, which feature_stats also
-releases.
+releases; the third central baseline does the same job (`ratio_to_same_job`): one Gaussian release of the count, the
+centred sums and the centred squares ((2·(x − lower)/(upper − lower) − 1)², for the variances) with the whole budget,
+L2 sensitivity 3·√(1 + 2F).
 
 Interval coverage near the release threshold: for a 16-bucket histogram round (ε = 1, cohort of 400, the product's
 noise and threshold), noisy counts c + N drawn conditioned on reaching the threshold τ (inverse-CDF sampling of the
@@ -98,6 +100,8 @@ def feature_means(devices_n: int, epsilon: float, reps: int, means_share: float 
     product: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
     central: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
     centred: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
+    same_job: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
+    sigma_same_job = get_sigma_gaussian(epsilon, DELTA) * MAX_ROWS * math.sqrt(1 + 2 * len(FEATURES))
     variance: dict[str, list[float]] = {f["name"]: [] for f in FEATURES}
     data_rng = np.random.default_rng(7)
     for r in range(reps):
@@ -109,6 +113,7 @@ def feature_means(devices_n: int, epsilon: float, reps: int, means_share: float 
                         noise_source=noise_rng)
         count = sum(len(d) for d in devices)
         noisy_count = count + data_rng.normal(0, sigma)
+        count_same_job = count + data_rng.normal(0, sigma_same_job)
         for f in FEATURES:
             x = np.array([row[f["name"]] for d in devices for row in d])
             truth = float(x.mean())
@@ -120,6 +125,9 @@ def feature_means(devices_n: int, epsilon: float, reps: int, means_share: float 
             noisy_centred = float((2 * (x - f["lower"]) / width - 1).sum()) + data_rng.normal(0, sigma)
             mid = (f["lower"] + f["upper"]) / 2
             centred[f["name"]].append(mid + width / 2 * noisy_centred / max(noisy_count, 1.0) - truth)
+            # the same job as feature_stats (count, centred sums and centred squares, for the variances too)
+            sum_same_job = float((2 * (x - f["lower"]) / width - 1).sum()) + data_rng.normal(0, sigma_same_job)
+            same_job[f["name"]].append(mid + width / 2 * sum_same_job / max(count_same_job, 1.0) - truth)
     out: dict[str, object] = {"devices": devices_n, "rows_per_device": [1, MAX_ROWS], "epsilon": epsilon,
                               "t_min": T_MIN, "repetitions": reps,
                               "means_share": means_share if means_share is not None else "default"}
@@ -127,9 +135,11 @@ def feature_means(devices_n: int, epsilon: float, reps: int, means_share: float 
         p = float(np.sqrt(np.mean(np.square(product[f["name"]]))))
         c = float(np.sqrt(np.mean(np.square(central[f["name"]]))))
         cc = float(np.sqrt(np.mean(np.square(centred[f["name"]]))))
+        sj = float(np.sqrt(np.mean(np.square(same_job[f["name"]]))))
         v = float(np.sqrt(np.mean(np.square(variance[f["name"]]))))
         out[f["name"]] = {"rmse_product": round(p, 5), "rmse_central": round(c, 5), "ratio": round(p / c, 4),
                           "rmse_central_centred": round(cc, 5), "ratio_to_centred": round(p / cc, 4),
+                          "rmse_central_same_job": round(sj, 5), "ratio_to_same_job": round(p / sj, 4),
                           "variance_rmse_product": round(v, 5)}
     return out
 
