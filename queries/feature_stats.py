@@ -57,6 +57,7 @@ from queries.kind import (
 )
 from queries.layout import Layout
 from queries.release import release_threshold
+from queries.rows import cap_rows, numeric_column
 from queries.spec import PrivacySpec
 from queries.table import Cell, Chart, Column, ResultTable, num_cell
 from queries.uncertainty import Z95, fmt, interval
@@ -182,17 +183,6 @@ def bound_grid(limit: int) -> list[int]:
             grid.append(g)
         k += 1
     return grid + [limit]
-
-
-def _column(rows: list[Any], name: str) -> np.ndarray:
-    """The feature's values over the rows, NaN where missing or not a finite number."""
-    out = np.full(len(rows), np.nan)
-    for i, row in enumerate(rows):
-        value = row.get(name) if isinstance(row, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[i] = float(value)
-    out[~np.isfinite(out)] = np.nan
-    return out
 
 
 def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -473,12 +463,11 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 vec[int(np.searchsorted(t.grid, len(rows)))] = 1  # len(grid): above the limit
             return vec
         specs, k, m = t.features, t.scale_exp, t.max_examples
-        if len(rows) > m:
-            rows = [rows[i] for i in sorted(rng.choice(len(rows), size=m, replace=False))]
+        rows = cap_rows(rows, m, rng)
         unit = float(1 << k)
         columns = []
         for spec in specs:
-            x = _column(rows, spec.name)
+            x = numeric_column(rows, spec.name)
             columns.append(np.clip(x[~np.isnan(x)], spec.lower, spec.upper))
         if not isinstance(t, SecondMomentsTask):
             counts, firsts = np.zeros(len(specs), dtype=np.int64), np.zeros(len(specs), dtype=np.int64)
@@ -848,6 +837,6 @@ class StandardScaling:
 
     def transform_rows(self, rows: list[dict[str, Any]]) -> np.ndarray:
         """Dict rows → standardised array; missing values become 0 (the mean after scaling)."""
-        cols = np.column_stack([_column(rows, n) for n in self.names]) if rows else np.empty((0, len(self.names)))
+        cols = np.column_stack([numeric_column(rows, n) for n in self.names]) if rows else np.empty((0, len(self.names)))
         out = self.transform(cols)
         return np.where(np.isnan(out), 0.0, out)

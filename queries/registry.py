@@ -11,6 +11,7 @@ from queries.feature_stats import FeatureStatsKind
 from queries.heavy_hitters import HeavyHittersKind
 from queries.histogram import HistogramKind
 from queries.kind import QueryKind, QueryKindError
+from queries.quantiles import QuantilesKind
 from queries.training import TrainingKind
 
 KINDS: tuple[QueryKind[Any, Any], ...] = (
@@ -18,6 +19,7 @@ KINDS: tuple[QueryKind[Any, Any], ...] = (
     FeatureStatsKind(),
     HeavyHittersKind(),
     TrainingKind(),
+    QuantilesKind(),
 )
 
 _BY_NAME: dict[str, QueryKind[Any, Any]] = {kind.name: kind for kind in KINDS}

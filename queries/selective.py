@@ -12,9 +12,10 @@ Statistics 2016), here for one truncated normal.
 With G_c(y) = P(Y ≥ y | Y ≥ τ; c) = S((y − ½ − c)/σ) / S((τ − ½ − c)/σ) (S the normal survival function; the
 continuity corrections of integer counts), G is increasing in c (the truncated normal family has monotone
 likelihood ratio), and the interval's ends solve G_c(y) = α/2 (lower) and G_c(y + 1) = 1 − α/2, i.e. P(Y ≤ y |
-released; c) = α/2 (upper) — the two one-sided tests of a discrete observation, as Clopper–Pearson's; so an
-observation at the threshold still gets an interval around it (Brent's method on log G, from scipy's log_ndtr so
-far tails do not underflow). Far above τ it tends to
+released; c) = α/2 (upper) — the two one-sided tests of a discrete observation, as Clopper–Pearson's — and it is
+widened to hold the observation itself when those tests leave nothing around it (an observation at the threshold
+under noise much wider than one count) (Brent's method on log G, from scipy's log_ndtr so far tails do not
+underflow). Far above τ it tends to
 y ± 1.96·σ; at y ≈ τ its lower end is the floor (a released count at the threshold says little about how low
 the truth may be).
 """
@@ -66,7 +67,10 @@ def selective_interval(
         else:
             ends.append(brentq(lambda c, t=target, y=y: _log_g(c, y, std, cut) - t, lo_c, hi_c, xtol=1e-9 * std))
     low, high = ends
-    return max(lower, low), max(lower, high)
+    # a discrete observation at the edge with wide noise: P(Y = y | released) is below α/2 for every c above the
+    # floor, so the test alone leaves nothing around y (e.g. y = τ = 18, σ = 50 gave [0, 0]); the interval always
+    # holds the observation (only wider: coverage only grows)
+    return max(lower, min(low, observed)), max(lower, high, observed)
 
 
 def released_interval(value: float, std: float, threshold: float | None, lower: float = 0.0) -> tuple[float, float]:

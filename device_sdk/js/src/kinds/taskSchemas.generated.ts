@@ -889,5 +889,75 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
       }
     ],
     "title": "TrainingTask"
+  },
+  "quantiles": {
+    "$defs": {
+      "QuantileFeature": {
+        "additionalProperties": false,
+        "description": "A numeric feature and its public domain [lower, upper] (values outside are clipped into it and counted).",
+        "properties": {
+          "name": {
+            "maxLength": 128,
+            "minLength": 1,
+            "title": "Name",
+            "type": "string"
+          },
+          "lower": {
+            "title": "Lower",
+            "type": "number"
+          },
+          "upper": {
+            "title": "Upper",
+            "type": "number"
+          }
+        },
+        "required": [
+          "name",
+          "lower",
+          "upper"
+        ],
+        "title": "QuantileFeature",
+        "type": "object"
+      }
+    },
+    "additionalProperties": false,
+    "description": "The round's task: the features, the tree and the per-device bound on examples.",
+    "properties": {
+      "features": {
+        "items": {
+          "$ref": "#/$defs/QuantileFeature"
+        },
+        "maxItems": 16,
+        "minItems": 1,
+        "title": "Features",
+        "type": "array"
+      },
+      "branching": {
+        "maximum": 64,
+        "minimum": 2,
+        "title": "Branching",
+        "type": "integer"
+      },
+      "levels": {
+        "maximum": 16,
+        "minimum": 1,
+        "title": "Levels",
+        "type": "integer"
+      },
+      "max_examples": {
+        "maximum": 100,
+        "minimum": 1,
+        "title": "Max Examples",
+        "type": "integer"
+      }
+    },
+    "required": [
+      "features",
+      "branching",
+      "levels",
+      "max_examples"
+    ],
+    "title": "QuantilesTask",
+    "type": "object"
   }
 };
