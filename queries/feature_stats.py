@@ -13,7 +13,8 @@ Rounds (docs/feature_stats.md):
                   mid-range gets almost nothing of the count's noise);
   second moments  per feature Σ ((x − mean)/range)² / b, with b = max(mean − lower, upper − mean)²/range² the
                   largest value one example can give once the mean is known (so the noise shrinks by b), and
-                  the optional histogram bins → the variance.
+                  the optional histogram bins → the variance; with validity proofs and no bins, one bin per
+                  feature (its count, `count_second_round`), which ties the second moment to the rows.
 The privacy budget is split between the rounds by `queries.kind.RoundPlan.privacy_weight` (shares
 `means_share` (default `MEANS_SHARE`) / the rest between the moment rounds, after the bound's share).
 
@@ -24,7 +25,8 @@ to 2^15 devices fits the 62-bit ring (≈1e-12 relative rounding error); noisy q
 
 Post-processing (the released numbers are functions of the noisy sums only): counts and bins are never
 negative and the bins add up to the count (inverse-variance combination of the count with the bins' sum,
-then the bins projected onto that total); means are clamped to [lower, upper]; a variance that the noise
+then the bins projected onto that total; the single count bin of `count_second_round` is combined the same way
+but not released); means are clamped to [lower, upper]; a variance that the noise
 drives below its floor is released at the floor and flagged (`var_floored`), never as a silent 0. Every
 released noisy value carries its noise std and 95 % interval (`Release.noise_std`, `Release.intervals`).
 
@@ -134,6 +136,12 @@ class FeatureStatsParams(BaseModel):
     precision_bits: int | None = Field(default=None, ge=8, le=40)
     """Fixed-point unit 2^precision_bits per example instead of the widest that fits. Set to
     `NOISY_PRECISION_BITS` at submit for noisy queries (see `bind_privacy`)."""
+    count_second_round: bool = False
+    """Without `bins`, the second round also carries one bin per feature — its count — so that round's validity
+    statement ties the second moment to the rows (at most the bins' sum): a device cannot claim second moments
+    without rows. Costs √2 in the second round's L2 sensitivity (the variances' noise), and gives the count a second
+    estimate (combined with the first round's by inverse variance). No histogram is released for it. Set at submit
+    when the query runs with validity proofs (`privacy.validation` not "none", see `bind_privacy`)."""
 
     @field_validator("features")
     @classmethod
@@ -143,6 +151,12 @@ class FeatureStatsParams(BaseModel):
         if dupes:
             raise ValueError(f"duplicate feature names: {', '.join(dupes[:10])}")
         return v
+
+    @property
+    def second_round_bins(self) -> int:
+        """Bins per feature the second round carries: the analyst's, else one (the count) when
+        `count_second_round`, else none."""
+        return self.bins or (1 if self.count_second_round else 0)
 
     @property
     def bound_from_data(self) -> bool:
@@ -204,7 +218,7 @@ def first_moments_layout(n_features: int) -> Layout:
 
 def second_moments_layout(n_features: int, bins: int) -> Layout:
     """Second moments: per feature its scaled second moment about the global mean, then its `bins` histogram
-    counts (feature-major)."""
+    counts (feature-major; one bin is the feature's count)."""
     return Layout.of(seconds=n_features, histograms=(n_features, bins))
 
 
@@ -291,6 +305,8 @@ class FeatureStatsState:
     firsts: list[float] = field(default_factory=list)
     """Per feature, the (noisy) centred first moment Σ (2·(x − lower)/range − 1)."""
     histograms: list[list[float]] | None = None
+    """Per feature, the second round's (noisy) bins: the analyst's histogram, or one bin (the count) with
+    `count_second_round`; None when the round carried none."""
     seconds: list[float] = field(default_factory=list)
     """Per feature, the (noisy) sum of ((x − mean)/range)² (already multiplied back by b)."""
     vars: list[float | None] = field(default_factory=list)
@@ -339,7 +355,8 @@ class FirstMomentsTask(MomentsTask):
 
 class SecondMomentsTask(MomentsTask):
     """The second-moments round: also the global means, each feature's scale b (None when its mean is
-    suppressed) and the histogram bins (0: none)."""
+    suppressed) and the histogram bins (0: none; 1: the count, which with proofs ties the second moment to the
+    rows — `FeatureStatsParams.count_second_round`)."""
 
     stage: Literal["second_moments"]
     means: list[float | None] = Field(max_length=MAX_FEATURES)
@@ -402,17 +419,25 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         return 3 if params.bound_from_data else 2
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
-        """Noisy queries get `precision_bits = NOISY_PRECISION_BITS` unless the analyst chose one."""
-        if privacy.mechanism == "none" or not isinstance(raw_params, dict) or "precision_bits" in raw_params:
+        """Noisy queries get `precision_bits = NOISY_PRECISION_BITS`, and queries with validity proofs
+        (`privacy.validation` "proofs" or unset, which the server resolves to proofs for this kind) get
+        `count_second_round = True` so that their second round is tied to the rows, each unless the analyst chose
+        it."""
+        if not isinstance(raw_params, dict):
             return raw_params
-        return {**raw_params, "precision_bits": NOISY_PRECISION_BITS}
+        bound = dict(raw_params)
+        if privacy.mechanism != "none" and "precision_bits" not in bound:
+            bound["precision_bits"] = NOISY_PRECISION_BITS
+        if privacy.validation != "none" and "count_second_round" not in bound:
+            bound["count_second_round"] = True
+        return bound
 
     def initial_state(self, params: FeatureStatsParams) -> FeatureStatsState:
         return FeatureStatsState(bound=params.max_examples_per_device)
 
     def plan_round(self, params: FeatureStatsParams, state: FeatureStatsState, round_index: int) -> RoundPlan | None:
         f = len(params.features)
-        bins = params.bins or 0
+        bins = params.second_round_bins
         weights = params.weights()
         offset = 1 if params.bound_from_data else 0
         if state.bound is None:
@@ -435,7 +460,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             task = SecondMomentsTask(stage="second_moments", features=params.features, scale_exp=k, max_examples=m,
                                      means=state.means, second_scales=scales, bins=bins)
             dim = second_moments_layout(f, bins).dim
-            purpose = "variances" + (" and histograms" if bins else "")
+            purpose = "variances" + (" and histograms" if params.bins else "")
             weight = weights[offset + 1]
         else:
             return None
@@ -446,8 +471,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
 
     def task_sensitivity(self, task: FeatureStatsTask | Mapping[str, Any]) -> tuple[float, float]:
         """Rows held: one 1 (one-hot). Moments: per example and feature at most 2^K in each of the count and the
-        first moment (first moments), or in the scaled second moment and one histogram bin (second moments);
-        at most `max_examples` examples."""
+        first moment (first moments), or in the scaled second moment and one histogram bin (second moments; a
+        single bin is the count); at most `max_examples` examples."""
         t = self.parse_task(task).root
         if isinstance(t, RowCountsTask):
             return 1.0, 1.0
@@ -495,8 +520,9 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         entry within what `max_examples` examples can add ([0, max_examples·2^scale_exp]), linked per feature
         as the examples link them (each example adds at most 2^K in size to a moment and exactly 2^K to its count
         and to one bin): a centred first moment at most its count in size; with bins, the bins adding up to at most the bound and
-        the second moment at most the bins' sum (the round's count). A device cannot claim moments without the
-        rows that make them (docs/validation.md)."""
+        the second moment at most the bins' sum (the round's count). With proofs the second round always carries
+        bins (one, the count, when the analyst asked for none: `count_second_round`), so a device cannot claim
+        moments without the rows that make them in either round (docs/validation.md)."""
         t = self.parse_task(task).root
         if isinstance(t, RowCountsTask):
             return Statement((Bits(row_counts_layout(len(t.grid)).dim, 1),))
@@ -539,10 +565,12 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                     means.append(float(min(max(mean, spec.lower), spec.upper)))
             return replace(state, stage=1, counts=counts.tolist(), firsts=firsts.tolist(), means=means,
                            contributors=state.contributors + [contributors], noise_std=[std])
-        second = second_moments_layout(f, params.bins or 0).view(agg, "aggregate")
+        sent = self.parse_task(plan.task).root
+        bins = sent.bins if isinstance(sent, SecondMomentsTask) else params.second_round_bins  # what the devices got
+        second = second_moments_layout(f, bins).view(agg, "aggregate")
         seconds = [float(s2) * (_second_scale(spec, mean) if mean is not None else 0.0)
                    for spec, mean, s2 in zip(params.features, state.means, second["seconds"])]
-        hist = second["histograms"].tolist() if params.bins else None
+        hist = second["histograms"].tolist() if bins else None
         return replace(state, stage=2, seconds=seconds, histograms=hist,
                        contributors=state.contributors + [contributors], noise_std=state.noise_std + [std])
 
@@ -561,7 +589,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         return replace(state, bound=choice.bound, bound_choice=record, contributors=state.contributors + [contributors])
 
     def preview(self, params: FeatureStatsParams, rounds: list[RoundPreview]) -> tuple[list[ExpectedValue], list[ReleaseWarning]]:
-        """Counts and bins carry their round's noise; a mean's and a variance's noise depend on the data, so they
+        """Bins carry their round's noise, counts the first round's combined (inverse variance) with the second
+        round's bins' sum when it carries bins (the analyst's, or the count alone, `count_second_round`); a mean's and a variance's noise depend on the data, so they
         are given for `contributors` devices each holding `bound` rows, with the mean mid-range (b = ¼); a mean
         near a bound makes the variance's noise up to 4× larger. With the bound chosen from the data the
         rounds are planned at `max_examples_limit` (the most it can choose): every std is then an upper bound.
@@ -580,6 +609,12 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         unit = float(1 << moments.scale_exp)
         s1 = first.std / unit
         s2 = second.std / unit if second is not None else 0.0
+        count_std = s1
+        if second is not None:  # the second round's bins (the analyst's, or the count alone) estimate the count too
+            carried = self.parse_task(second.plan.task).root
+            sent = carried.bins if isinstance(carried, SecondMomentsTask) else 0
+            if sent and s1 > 0 and s2 > 0:
+                count_std = 1 / math.sqrt(1 / (s1 * s1) + 1 / (sent * s2 * s2))
         n = max(first.contributors * bound, 1)
         assumed = f"assuming {first.contributors} devices × {bound} rows = {n} values and the mean mid-range"
         if params.bound_from_data:
@@ -603,7 +638,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             r = spec.upper - spec.lower
             path = functools.partial(value_path, "features", spec.name)
             mean_std = r / 2 / n * s1  # mid-range: the count's noise does not reach the mean
-            values.append(ExpectedValue(path("count"), s1, std_range=(s1 * chosen, s1) if chosen < 1 else None))
+            values.append(ExpectedValue(path("count"), count_std,
+                                        std_range=(count_std * chosen, count_std) if chosen < 1 else None))
             values.append(ExpectedValue(path("mean"), mean_std, assumed,
                                         std_range=spread(r / 2 / rows[0] * s1 * math.sqrt(2))))  # at a bound: √2
             if Z95 * mean_std > 0.05 * r:
@@ -639,14 +675,14 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         n1, n2 = (state.contributors[-2], state.contributors[-1]) if done and len(state.contributors) >= 2 else (1, 1)
         to_first = n1 / n2 if n1 > 0 and n2 > 0 else 1.0
         s2 *= to_first
-        bins = params.bins or 0
+        bins = len(state.histograms[0]) if state.histograms else 0  # the bins the second round carried
         for i, spec in enumerate(params.features):
             mean = state.means[i] if done and i < len(state.means) else None
             if mean is None:
                 suppressed.append(spec.name)
                 continue
             path = functools.partial(value_path, "features", spec.name)
-            entry, stds, ivs, notes = _feature_entry(spec, state, i, s1, s2, bins, to_first)
+            entry, stds, ivs, notes = _feature_entry(spec, state, i, s1, s2, bins, to_first, histogram=bool(params.bins))
             features[spec.name] = entry
             for key, value in stds.items():
                 noise_std[path(*key)] = value
@@ -748,11 +784,14 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
 
 
 def _feature_entry(
-    spec: FeatureSpec, state: FeatureStatsState, i: int, s1: float, s2: float, bins: int, to_first: float = 1.0
+    spec: FeatureSpec, state: FeatureStatsState, i: int, s1: float, s2: float, bins: int, to_first: float = 1.0,
+    histogram: bool = True,
 ) -> tuple[dict[str, Any], dict[tuple[Any, ...], float], dict[tuple[Any, ...], tuple[float, float]], list[tuple[tuple[Any, ...], str]]]:
     """One released feature: its entry, the noise std and 95 % interval of each noisy value (keyed by the path
-    below the feature), and its warnings. `to_first` rescales the second round's sums (whose std `s2` already
-    includes it) to the first round's contributors."""
+    below the feature), and its warnings. `bins`: the bins the second round carried (their sum is a second estimate
+    of the count); `histogram`: whether they are the analyst's histogram (released) or only the count that ties the
+    second moment to the rows (`count_second_round`, not released). `to_first` rescales the second round's sums
+    (whose std `s2` already includes it) to the first round's contributors."""
     r = spec.upper - spec.lower
     stds: dict[tuple[Any, ...], float] = {}
     ivs: dict[tuple[Any, ...], tuple[float, float]] = {}
@@ -766,7 +805,8 @@ def _feature_entry(
             v1, vb = s1 * s1, bins * s2 * s2
             count = (count / v1 + float(raw_bins.sum()) / vb) / (1 / v1 + 1 / vb)
             count_std = 1 / math.sqrt(1 / v1 + 1 / vb)
-        hist = integer_parts(project_to_total(raw_bins, float(round(max(count, 0.0)))))
+        if histogram:
+            hist = integer_parts(project_to_total(raw_bins, float(round(max(count, 0.0)))))
     count = max(count, 0.0)
     mean = float(state.means[i])  # type: ignore[arg-type]
     nu = (2 * mean - spec.lower - spec.upper) / r  # the centred mean, in [−1, 1]

@@ -319,7 +319,7 @@ QUANTILES_TEMPLATE = KindTemplate(
         "params": {"features": [{"name": "startup_ms", "lower": 0, "upper": 10000}],
                    "quantiles": [0.5, 0.9, 0.99], "max_examples_per_device": 3},
         "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
-        "cohort": {"min_clients": 1000, "max_clients": 10000, "phase_timeout_s": 60},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 60},
     },
     {
         "params.features": "each value's public range: values outside are clipped into it and counted",
@@ -467,6 +467,7 @@ class QuantilesKind(QueryKind[QuantilesParams, QuantilesState]):
             entry: dict[str, Any] = {
                 "count": int(round(total)),
                 "quantiles": {_q_key(q): v for q, (v, _, _) in rel.quantiles.items()},
+                "ci95": {_q_key(q): [lo, hi] for q, (_, lo, hi) in rel.quantiles.items()},
                 "clipped_below": int(round(rel.below)),
                 "clipped_above": int(round(rel.above)),
                 "lower": spec.lower,
@@ -477,6 +478,9 @@ class QuantilesKind(QueryKind[QuantilesParams, QuantilesState]):
             features[spec.name] = entry
             if state.noise_std > 0:
                 noise_std[path("count")] = rel.count_std
+                for key in ("clipped_below", "clipped_above"):  # one noisy entry each, released at ≥ 0
+                    noise_std[path(key)] = state.noise_std
+                    intervals[path(key)] = (max(0.0, entry[key] - Z95 * state.noise_std), entry[key] + Z95 * state.noise_std)
                 left, right = _edge_nodes(b, d)
                 for i, k in enumerate(range(0, b ** d + 1, step)):  # the released CDF's points
                     frac = float(rel.cdf[k] / total) if total > 0 else 0.0
@@ -497,7 +501,7 @@ class QuantilesKind(QueryKind[QuantilesParams, QuantilesState]):
                                                                                      "leaves": b ** d}}
         advice = ("raise privacy.epsilon, lower max_examples_per_device, ask for a coarser resolution, or include more "
                   "devices (cohort.min_clients)")
-        auxiliary = ("/tree", *(value_path("features", f.name, "cdf") for f in params.features))
+        auxiliary = ("/tree", *(value_path("features", f.name, k) for f in params.features for k in ("cdf", "ci95")))
         return Release(result, noise_std=noise_std, intervals=intervals, warnings=warnings, advice=advice,
                        auxiliary=auxiliary)
 

@@ -17,7 +17,10 @@ def numeric_column(rows: list[Any], name: str) -> np.ndarray:
     for i, row in enumerate(rows):
         value = row.get(name) if isinstance(row, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[i] = float(value)
+            try:
+                out[i] = float(value)
+            except OverflowError:  # a JSON integer beyond any float: not a finite number, so missing
+                continue
     out[~np.isfinite(out)] = np.nan
     return out
 

@@ -14,6 +14,8 @@ would:
 - zero_count (feature_stats): claims no rows and every moment at its largest — each entry within its range, the
   relations broken (a first moment above its count, a second moment above the bins' sum) — with the proof a
   prover without checks makes for it (valid for a statement without relations; refused with them);
+- zero_second (feature_stats): honest in every round but the second moments, where it lies as zero_count does
+  (every second moment at its largest, no rows in the bins);
 - forged: sends random bytes of the right length as its proof (caught when the masked input arrives);
 - replayed: sends a valid proof made for another party of the cohort (caught when the masked input arrives).
 """
@@ -39,7 +41,7 @@ BENT = "__bent__:"
 _ROWS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("bent_rows", default=[])
 PROVED = "+proved"
 ATTACKS = ("vote_twice", "vote_1000", "negative", "noise_beyond_bound", "beyond_range", "negative_weight", "zero_count",
-           "forged", "replayed")
+           "zero_second", "forged", "replayed")
 
 
 def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001, ANN202
@@ -61,6 +63,8 @@ def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], dr
     honest_rows = [r for r in rows if not (isinstance(r, str) and r.startswith(BENT))]
     vec, proof = device_validity.masked_content(a, kind, kind.contribute(a.task, honest_rows, draws.kind), draws, digest)
     assert proof is not None, "the cohort does not validate inputs"
+    if attack == "zero_second" and a.task.get("stage") != "second_moments":
+        return vec, proof  # honest until the second moments
     dim = len(vec) - len(blind_limbs(0))
     statement = kind.validity(a.task).with_noise(a.noise.encoding_scale if a.noise else 1, a.validation.noise_bound)
     ctx = ProofContext(bytes.fromhex(a.secagg["session_id"]), a.query_id, a.round, a.party_id, digest)
@@ -89,16 +93,16 @@ def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], dr
         ranged = [(seg, at) for seg, at in zip(statement.segments, statement.offsets()) if isinstance(seg, Ranged)]
         seg, at = ranged[0] if attack == "beyond_range" else ranged[1]
         x[at] = 3 * seg.high + 1 if attack == "beyond_range" else -seg.high  # within the ring: the SDK refuses wider
-    elif attack == "zero_count":
+    elif attack in ("zero_count", "zero_second"):
         ranged = [(seg, at) for seg, at in zip(statement.segments, statement.offsets()) if isinstance(seg, Ranged)]
         first, _ = ranged[0]
-        if len(ranged) == 2 and ranged[1][0].size == first.size:  # first moments: counts 0, first moments at the top
+        if len(ranged) == 2 and ranged[1][0].low < 0:  # first moments: counts 0, centred first moments at the top
             x[first.size:2 * first.size] = first.high
-        else:  # second moments: at the top, no bins
+        else:  # second moments: at the top, no rows in the bins (when there are bins)
             x[:first.size] = first.high
     else:
         raise ValueError(attack)
-    if attack == "zero_count" or proved_lie:  # prove the lie itself (a statement without relations took zero_count)
+    if attack in ("zero_count", "zero_second") or proved_lie:  # prove the lie itself (a statement without relations took zero_count)
         proof, blind = _unchecked_prove(statement, ctx, x.tolist(), noise.tolist() if statement.noise_bound else None,
                                         draws.validity)
         return np.concatenate([x * s + noise, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof

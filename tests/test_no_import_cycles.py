@@ -206,4 +206,5 @@ def test_scenario_module_imports_first(module: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert set(out.stdout.split()) >= {"words", "features", "mixed", "breast_cancer", "breast_cancer_train", "digits",
+                                       "breast_cancer_patient", "startup_times",
                                        "zipf_words", "planted", "frecency"}

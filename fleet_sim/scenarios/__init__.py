@@ -2,7 +2,7 @@
 module per data family, each registering its scenarios when imported.
 
 - `registry` — `scenario`, `generate`, `SCENARIOS`;
-- `synthetic` — words, features, mixed (hand-made distributions);
+- `synthetic` — words, features, startup_times, mixed (hand-made distributions);
 - `datasets` — breast_cancer, breast_cancer_train, breast_cancer_patient, digits (scikit-learn's data sets, label-skewed shards);
 - `words` — zipf_words, planted (pseudo-words for heavy hitters);
 - `urlbar` — frecency (simulated browser histories).

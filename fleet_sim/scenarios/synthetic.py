@@ -1,5 +1,6 @@
 """Hand-made synthetic scenarios: `words` (typed words, Zipf over 20 words, plus one UI setting),
-`features` (numeric rows {age, income, sessions}) and `mixed` (both)."""
+`features` (numeric rows {age, income, sessions}), `startup_times` (app start-up times for quantiles: skewed,
+heavy-tailed, tied, some beyond 10 s, some missing) and `mixed` (all of them)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,25 @@ def _features(rng: np.random.Generator, i: int) -> Rows:
     return {"features": rows}
 
 
-@scenario("mixed", "words + settings + features")
+def startup_rows(rng: np.random.Generator) -> list[dict[str, float | None]]:
+    """1–3 app start-ups {startup_ms}: most log-normal around 0.7 s, a slow mode around 2 s, 3 % between 8 and 30 s
+    (beyond a 10 s range: clipped and counted), rounded to 10 ms (ties); 2 % of rows with the value missing."""
+    rows: list[dict[str, float | None]] = []
+    for _ in range(int(rng.integers(1, 4))):
+        u = rng.random()
+        ms = rng.lognormal(6.5, 0.6) if u < 0.85 else rng.lognormal(7.6, 0.5) if u < 0.97 else rng.uniform(8000, 30000)
+        rows.append({"startup_ms": None if rng.random() < 0.02 else float(round(ms, -1))})
+    return rows
+
+
+@scenario("startup_times", "app start-up times for quantiles: collection startup {startup_ms}, 1-3 per device "
+          "(skewed, heavy-tailed, rounded to 10 ms, 3 % above 10 s, 2 % missing)")
+def _startup_times(rng: np.random.Generator, i: int) -> Rows:
+    return {"startup": startup_rows(rng)}
+
+
+@scenario("mixed", "words + settings + features + startup")
 def _mixed(rng: np.random.Generator, i: int) -> Rows:
-    return {**_words(rng, i), **_features(rng, i)}
+    # startup times from a child stream, so the other collections stay what they were before they were added
+    return {**_words(rng, i), **_features(rng, i), "startup": startup_rows(rng.spawn(1)[0])}
 

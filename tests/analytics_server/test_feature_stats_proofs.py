@@ -75,3 +75,47 @@ async def test_a_device_claiming_moments_without_rows_is_caught(
     got = res["result"]["features"]["age"]
     assert got["count"] == expected["features"]["age"]["count"]  # the honest devices alone, exactly (no noise)
     assert got["mean"] == pytest.approx(expected["features"]["age"]["mean"], abs=1e-6)
+
+
+async def test_without_bins_a_device_honest_in_the_first_round_cannot_claim_second_moments_without_rows(
+        start_app_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bins, proofs by default: the second round carries each feature's count (`count_second_round`), so a device
+    that answers the first moments honestly and then claims every second moment at its largest with no rows — which
+    a second round of second moments alone would take — is refused in the second round and left out; the query
+    completes with the honest devices and releases no histogram (none was asked for)."""
+    bend(monkeypatch)
+    server = await start_app_server(cohort_formation_wait_s=0.0)
+    url = str(server.make_url(""))
+    st = server.app[STATE]
+    hdr = await analyst(server)
+    params = {k: v for k, v in PARAMS.items() if k != "bins"}
+    rng = np.random.default_rng(9)
+    first, later = _rows(rng, 2), _rows(rng, 6)
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(url + "/v1/queries", json={**SPEC, "params": params}, headers=hdr)
+        assert r.status == 201, await r.text()
+        qid = (await r.json())["id"]
+        fleet = Fleet(server, http)
+        cheater = fleet.add([BENT + "zero_second", *first[0]], source="examples")
+        for rows in first:
+            fleet.add(rows, source="examples")
+        for _ in range(600):
+            if st.metrics.proofs_refused:
+                break
+            await asyncio.sleep(0.1)
+        assert st.metrics.proofs_refused >= 1  # the second moments: a second moment above its count
+        for rows in later:
+            fleet.add(rows, source="examples")
+        status = await query_end(http, url, qid, hdr, timeout_s=120)
+        assert status["status"] == "succeeded", status
+        res = status["result"]
+        contributors = (await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json())["rounds"]
+        await fleet.stop()
+    assert res["privacy"]["validation"] == "proofs"
+    cheater_id = cheater.client.device_id
+    assert cheater_id in contributors["0"] and cheater_id not in contributors["1"]  # honest first, refused second
+    excluded = await st.store.excluded_devices(qid)
+    assert list(excluded) == [cheater_id] and excluded[cheater_id].startswith("validity proof refused")
+    assert st.metrics.proofs_refused == 1 and res["privacy"]["devices_excluded"] == 1
+    got = res["result"]["features"]["age"]
+    assert "histogram" not in got and got["count"] > 0 and got["var"] > 0

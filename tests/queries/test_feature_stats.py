@@ -122,12 +122,12 @@ def test_bind_privacy_coarsens_precision_only_for_noisy_queries() -> None:
 
     kind = get_kind("feature_stats")
     raw = {"features": [{"name": "a", "lower": 0.0, "upper": 1.0}]}
-    assert kind.bind_privacy(raw, PrivacySpec()) == raw
-    noisy = kind.bind_privacy(raw, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam"))
+    assert kind.bind_privacy(raw, PrivacySpec(validation="none")) == raw
+    noisy = kind.bind_privacy(raw, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam", validation="none"))
     assert FeatureStatsParams.model_validate(noisy).scale_exp == NOISY_PRECISION_BITS
     assert FeatureStatsParams.model_validate(raw).scale_exp > NOISY_PRECISION_BITS
     chosen = {**raw, "precision_bits": 20}
-    assert kind.bind_privacy(chosen, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam")) == chosen
+    assert kind.bind_privacy(chosen, PrivacySpec(epsilon=1.0, delta=1e-6, mechanism="skellam", validation="none")) == chosen
 
 
 def test_release_reports_the_noise_of_counts_and_bins_and_finalizes_early() -> None:
@@ -257,3 +257,102 @@ def test_first_moments_are_centred_and_a_mid_range_mean_carries_half_the_moment_
     state = KIND.decode_round(params, state, plan2, agg2, len(devices), AggregateNoise(std=sigma))
     release = KIND.finalize(params, state)
     assert release.noise_std["/features/a/mean"] == pytest.approx(10 / 2 * 3.0 / 100)
+
+
+# ---------------------------------------------------------------- the count in the second round (validity proofs)
+TWO = [{"name": "a", "lower": 0.0, "upper": 10.0}, {"name": "b", "lower": 0.0, "upper": 1.0}]
+
+
+def _bound(validation: str | None, **extra) -> "FeatureStatsParams":  # noqa: F821
+    """Params as the server binds them for a noise-free spec with this `privacy.validation` (None: unset, i.e. proofs)."""
+    from queries.spec import PrivacySpec
+
+    raw = {"features": TWO, "max_examples_per_device": 3, **extra}
+    return KIND.parse_params(KIND.bind_privacy(raw, PrivacySpec(validation=validation)))
+
+
+def _second_plan(params):
+    from queries.feature_stats import FeatureStatsState
+
+    return KIND.plan_round(params, FeatureStatsState(bound=3, stage=1, counts=[2.0, 1.0], means=[4.0, 0.5]), 1)
+
+
+@pytest.mark.parametrize("validation", [None, "proofs"])
+def test_with_proofs_the_second_round_carries_the_count_and_refuses_moments_without_rows(validation) -> None:
+    """Without bins, a query with validity proofs sends one bin per feature — its count — in the second round, so
+    the statement (second moment ≤ the bins' sum ≤ the bound) refuses the zero-rows lie: no rows, every second
+    moment at its largest. Honest vectors, and a device with three rows at the far end, are accepted. The price is
+    √2 in the round's L2 sensitivity (each example adds to its second moment and to its bin)."""
+    params = _bound(validation)
+    assert params.count_second_round and params.bins is None and params.second_round_bins == 1
+    plan = _second_plan(params)
+    assert plan.task["bins"] == 1 and plan.dim == 4  # 2 second moments, then 2 counts
+    unit = 1 << params.scale_exp
+    top = 3 * unit
+    rng = np.random.default_rng(0)
+    honest = KIND.contribute(plan.task, [{"a": 0.0, "b": 1.0}, {"a": 10.0}, {"b": 0.25}], rng)
+    assert honest.tolist()[2:] == [2 * unit, 2 * unit]  # the counts of present values
+    statement = KIND.validity(plan.task)
+    assert statement.dim == plan.dim
+    assert statement.check(honest.tolist()) is None
+    assert statement.check(KIND.contribute(plan.task, [], rng).tolist()) is None
+    assert statement.check([top, top, top, top]) is None  # three rows at the far end: as large as it gets
+    assert statement.check([top, top, 0, 0]) is not None  # the zero-rows lie
+    assert statement.check([0, unit + 1, 0, unit]) is not None  # a second moment above its count
+    assert statement.check([0, 0, top + 1, 0]) is not None  # more rows than the bound
+    without = _second_plan(_bound("none"))
+    _, l2 = KIND.task_sensitivity(plan.task)
+    assert l2 == pytest.approx(math.sqrt(2) * KIND.task_sensitivity(without.task)[1])
+
+
+def test_without_proofs_the_second_round_has_no_bins() -> None:
+    """validation "none": nothing to tie, so the second round stays the second moments alone (its dimension and
+    sensitivity unchanged); an analyst's explicit choice wins either way; an analyst's bins are the count."""
+    params = _bound("none")
+    assert not params.count_second_round and params.second_round_bins == 0
+    plan = _second_plan(params)
+    assert plan.task["bins"] == 0 and plan.dim == 2
+    unit = 1 << params.scale_exp
+    assert KIND.validity(plan.task).check([3 * unit, 3 * unit]) is None  # nothing ties it (no proofs are asked)
+    assert KIND.task_sensitivity(plan.task)[1] == pytest.approx(3 * unit * math.sqrt(2))  # √features, one entry each
+    assert _second_plan(_bound(None, count_second_round=False)).task["bins"] == 0
+    assert _second_plan(_bound("none", count_second_round=True)).task["bins"] == 1
+    assert _second_plan(_bound(None, bins=3)).task["bins"] == 3
+
+
+def test_the_count_bin_combines_into_the_count_and_no_histogram_is_released() -> None:
+    """The one count bin is not a histogram the analyst asked for: the release has no `histogram` (nor its noise), but
+    the count is the inverse-variance combination of round 1's count (std 2) and the bin (std 3): its std is
+    1/√(1/4 + 1/9) ≈ 1.66, below round 1's alone, and a +10 error in round 1's count becomes ≈ +6.9. The preview
+    says the same std. Without proofs the count is round 1's alone."""
+    from queries.kind import AggregateNoise, RoundPreview
+
+    rng = np.random.default_rng(0)
+    devices = [[{"a": 1.0, "b": 0.5}, {"a": 6.0}], [{"a": 9.0, "b": 0.0}], [{"b": 1.0}]]
+
+    def run(params, err: float):
+        unit = float(1 << params.scale_exp)
+        state, plans = KIND.initial_state(params), []
+        for r, std in enumerate([2.0 * unit, 3.0 * unit]):
+            plan = KIND.plan_round(params, state, r)
+            plans.append(RoundPreview(plan, std, 3))
+            agg = sum(KIND.contribute(plan.task, rows, rng) for rows in devices)
+            if r == 0:
+                agg = agg + np.array([int(err * unit), 0, 0, 0], dtype=np.int64)  # noise on a's count
+            state = KIND.decode_round(params, state, plan, agg, len(devices), AggregateNoise(std=std))
+        return KIND.finalize(params, state), KIND.preview(params, plans)[0]
+
+    combined = 1 / math.sqrt(1 / 4 + 1 / 9)
+    release, preview = run(_bound(None), 10.0)
+    a = release.result["features"]["a"]
+    assert "histogram" not in a and "histogram" not in release.result["features"]["b"]
+    assert not any("histogram" in path for path in release.noise_std) and not any("histogram" in v.path for v in preview)
+    assert release.noise_std["/features/a/count"] == pytest.approx(combined) and combined < 2.0
+    assert a["count"] == round(3 + 10 * (1 / 4) / (1 / 4 + 1 / 9)) == 10  # not 13: the bin pulls it back
+    assert release.result["features"]["b"]["count"] == 3
+    assert {v.path: v.std for v in preview}["/features/a/count"] == pytest.approx(combined)
+    alone, preview = run(_bound("none"), 10.0)
+    assert alone.noise_std["/features/a/count"] == 2.0 and alone.result["features"]["a"]["count"] == 13
+    assert {v.path: v.std for v in preview}["/features/a/count"] == 2.0
+    hist, _ = run(_bound(None, bins=2), 0.0)  # the analyst's bins: released, as before
+    assert hist.result["features"]["a"]["histogram"]["counts"] == [1, 2]

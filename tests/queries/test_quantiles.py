@@ -112,6 +112,7 @@ def test_under_noise_the_rank_error_is_small_and_the_intervals_cover() -> None:
             rank = np.searchsorted(values, v) / len(values)
             assert abs(rank - q) < 0.06, (seed, q, rank)  # ≈ 2 stds of the rank error here
             lo, hi = run.release.intervals[f"/features/ms/quantiles/{q!r}"]
+            assert f["ci95"][repr(q)] == [lo, hi] and lo <= v <= hi  # in the result too (design: each with its interval)
             truth = float(np.quantile(values, q, method="inverted_cdf"))
             covered[q] += lo <= truth <= hi
     assert all(c >= 0.9 * runs for c in covered.values()), covered
@@ -127,3 +128,10 @@ def test_preview_gives_the_count_s_noise_and_each_quantile_s_rank_error() -> Non
     assert set(paths) == {"/features/ms/count", *(f"/features/ms/quantiles/{q!r}" for q in (0.1, 0.5, 0.9))}
     assert all(v.std > 0 and math.isfinite(v.std) for v in values)
     assert warnings  # 200 devices at σ 30 per node: the ranks are known to worse than 5 %
+
+
+def test_a_json_integer_beyond_any_float_is_missing_not_a_crash() -> None:
+    params = KIND.parse_params(_params(resolution=16, branching=4))
+    plan = KIND.plan_round(params, KIND.initial_state(params), 0)
+    vec = KIND.contribute(plan.task, [{"ms": 10 ** 400}, {"ms": 5.0}], np.random.default_rng(0))
+    assert vec[0] == 1  # only the finite value counts

@@ -666,16 +666,20 @@ def _example_kind_cases() -> list[Json]:
             for e in k.examples]
 
 
-def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
+def _kind_vector(case: Json, seed: bytes) -> tuple[np.ndarray, bool]:
+    """The kind's vector for the case and whether `contribute` drew from its generator at all (a vector that two
+    seeds happen to agree on still depends on the generator when it drew: a port with another generator may differ)."""
     rng = contribution_generator(SeededRandom(seed))
-    return np.asarray(get_kind(case["kind"]).contribute(case["task"], case["rows"], rng), dtype=np.int64)
+    before = rng.bit_generator.state
+    vec = np.asarray(get_kind(case["kind"]).contribute(case["task"], case["rows"], rng), dtype=np.int64)
+    return vec, rng.bit_generator.state != before
 
 
 @topic(
     "kind_encodings",
     "Each query kind's device encoding (`contribute(task, rows, rng)`) of given rows, before noise and masking. "
     "`rng` is queries.kind.contribution_generator(SeededRandom(seed)) (numpy PCG64); `uses_rng` says whether the vector depends on it "
-    "(stochastic rounding, local SGD) — a port reproduces those vectors only with the same generator, and checks "
+    "(stochastic rounding, local SGD, a sample of the rows: contribute drew from it) — a port reproduces those vectors only with the same generator, and checks "
     "the deterministic ones byte for byte. `statement`: the canonical bytes (secagg.validity.Statement.encode) of the "
     "validity statement the kind derives from the task (what the device proves; null: none).",
     [
@@ -709,10 +713,10 @@ def _kind_vector(case: Json, seed: bytes) -> np.ndarray:
     ],
 )
 def kind_encodings_vectors(case: Json) -> Json:
-    vec = _kind_vector(case, unh(case["seed"]))
-    other = _kind_vector(case, unh(case["seed"]) + b"/other")
+    vec, drew = _kind_vector(case, unh(case["seed"]))
+    other, _ = _kind_vector(case, unh(case["seed"]) + b"/other")
     statement = get_kind(case["kind"]).validity(case["task"])
-    return {"vector": big(vec), "dim": int(vec.shape[0]), "uses_rng": bool(not np.array_equal(vec, other)),
+    return {"vector": big(vec), "dim": int(vec.shape[0]), "uses_rng": bool(drew or not np.array_equal(vec, other)),
             "statement": None if statement is None else statement.encode().hex()}
 
 

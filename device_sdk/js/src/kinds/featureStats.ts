@@ -3,9 +3,9 @@
  * first one-hot round over a grid of rows held. Entries are in units of 2^K per example; fractions are rounded
  * stochastically (unbiased) with the kind's random source. */
 
-import { RandomSource, randbelow } from "../randomness.js";
 import { Bits, Ranged, Statement, relation } from "../validity/statement.js";
 import { DeviceKind, QueryKindError, Task, stochasticRound } from "./kind.js";
+import { capRows, numericColumn } from "./rows.js";
 import { parseTask } from "./taskSchema.js";
 
 interface Feature {
@@ -41,25 +41,9 @@ function parse(task: Task): FeatureStatsTask {
   return t;
 }
 
-/** The feature's present values (finite numbers, not booleans), clipped to [lower, upper]. */
+/** The feature's present values (rows.ts `numericColumn`), clipped to [lower, upper]. */
 function column(rows: unknown[], f: Feature): number[] {
-  const out: number[] = [];
-  for (const row of rows) {
-    const v = typeof row === "object" && row !== null && !Array.isArray(row) ? (row as Record<string, unknown>)[f.name] : undefined;
-    if (typeof v === "number" && Number.isFinite(v)) out.push(Math.min(Math.max(v, f.lower), f.upper));
-  }
-  return out;
-}
-
-/** A uniform sample of `m` of the rows (in their order) when there are more. */
-async function capRows<T>(rows: T[], m: number, rng: RandomSource): Promise<T[]> {
-  if (rows.length <= m) return rows;
-  const pool = rows.map((_, i) => i);
-  for (let i = 0; i < m; i++) {
-    const j = i + Number(await randbelow(rng, BigInt(pool.length - i)));
-    [pool[i], pool[j]] = [pool[j], pool[i]];
-  }
-  return pool.slice(0, m).sort((a, b) => a - b).map((i) => rows[i]);
+  return numericColumn(rows, f.name).map((v) => Math.min(Math.max(v, f.lower), f.upper));
 }
 
 function searchLeft(grid: number[], x: number): number {

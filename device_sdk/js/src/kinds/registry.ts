@@ -4,9 +4,10 @@ import { featureStats } from "./featureStats.js";
 import { heavyHitters } from "./heavyHitters.js";
 import { histogram } from "./histogram.js";
 import { DeviceKind, QueryKindError } from "./kind.js";
+import { quantiles } from "./quantiles.js";
 import { training } from "./training/training.js";
 
-const KINDS = new Map<string, DeviceKind>([histogram, heavyHitters, featureStats, training].map((k) => [k.name, k]));
+const KINDS = new Map<string, DeviceKind>([histogram, heavyHitters, featureStats, training, quantiles].map((k) => [k.name, k]));
 
 export function getKind(name: string): DeviceKind {
   const k = KINDS.get(name);

@@ -149,7 +149,7 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
       },
       "SecondMomentsTask": {
         "additionalProperties": false,
-        "description": "The second-moments round: also the global means, each feature's scale b (None when its mean is\nsuppressed) and the histogram bins (0: none).",
+        "description": "The second-moments round: also the global means, each feature's scale b (None when its mean is\nsuppressed) and the histogram bins (0: none; 1: the count, which with proofs ties the second moment to the\nrows — `FeatureStatsParams.count_second_round`).",
         "properties": {
           "features": {
             "items": {
