@@ -174,7 +174,10 @@ class QuantilesParams(BaseModel):
 
 def feature_dim(b: int, d: int) -> int:
     """Entries of one feature's vector: the root, the D levels and below/above."""
-    return 1 + sum(b ** level for level in range(1, d + 1)) + 2
+    total: int = 3  # the root, below and above
+    for level in range(1, d + 1):
+        total += b ** level
+    return total
 
 
 class QuantilesTask(BaseModel):
@@ -199,7 +202,8 @@ class QuantilesTask(BaseModel):
 def leaf_of(x: np.ndarray, lower: float, upper: float, leaves: int) -> np.ndarray:
     """Each (clipped) value's leaf index in [0, leaves)."""
     pos = (np.clip(x, lower, upper) - lower) / (upper - lower) * leaves
-    return np.minimum(pos.astype(np.int64), leaves - 1)
+    out: np.ndarray = np.minimum(pos.astype(np.int64), leaves - 1)
+    return out
 
 
 @dataclass(frozen=True)
@@ -446,7 +450,8 @@ class QuantilesKind(QueryKind[QuantilesParams, QuantilesState]):
                 if Z95 * rank > 0.05 * n:
                     warnings.append(ReleaseWarning(value_path("features", spec.name, "quantiles", _q_key(q)),
                         f"the {q:g}-quantile's rank is expected to be off by up to ±{Z95 * rank:.4g} values (95 %), more "
-                        f"than 5 % of {n} devices' values: raise privacy.epsilon or include more devices"))
+                        f"than 5 % of the values if each of the {n} devices holds one: raise privacy.epsilon or include "
+                        "more devices"))
         return values, warnings
 
     def finalize(self, params: QuantilesParams, state: QuantilesState, stop_reason: str | None = None) -> Release:
@@ -522,10 +527,17 @@ class QuantilesKind(QueryKind[QuantilesParams, QuantilesState]):
             cdf = f.get("cdf") or {}
             edges, frac = cdf.get("edges") or [], cdf.get("fraction") or []
             stride = max(1, (len(edges) - 1) // 64)
-            points = tuple({"x": Cell(edges[i]), "cdf": num_cell(frac[i], "features", name, "cdf", "fraction", i)}
-                           for i in range(0, len(edges), stride))
+            points: list[tuple[float, dict[str, Cell]]] = [
+                (edges[i], {"x": Cell(edges[i]), "cdf": num_cell(frac[i], "features", name, "cdf", "fraction", i),
+                            "quantile": Cell(None)}) for i in range(0, len(edges), stride)]
+            for q, v in f["quantiles"].items():  # a marker at each requested quantile, on the curve
+                points.append((v, {"x": Cell(v), "cdf": Cell(float(np.interp(v, edges, frac)) if edges else None),
+                                   "quantile": Cell(float(q))}))
+            points.sort(key=lambda p: p[0])
+            caption = "the released CDF" + (f" (every {stride}th point of {len(edges)})" if stride > 1 else "") + \
+                      "; the dots are the requested quantiles"
             tables.append(ResultTable(f"cdf:{name}", f"{name}: CDF", (Column("x", name, "key"),
-                                                                      Column("cdf", "fraction below", "value")),
-                                      points, Chart("line", "x", ("cdf",)), "the released CDF (every "
-                                      f"{stride}th point of {len(edges)})" if stride > 1 else None))
+                                                                      Column("cdf", "fraction below", "value"),
+                                                                      Column("quantile", "requested quantile", "value")),
+                                      tuple(row for _, row in points), Chart("line", "x", ("cdf", "quantile")), caption))
         return tables

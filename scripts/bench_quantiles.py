@@ -63,7 +63,8 @@ from secagg.randomness import SeededRandom, uniforms
 EPSILON = 1.0
 DELTA = 1e-6
 MECHANISM = "skellam"
-FEATURE = {"name": "startup_ms", "lower": 0.0, "upper": 10000.0}
+NAME, LOWER, UPPER = "startup_ms", 0.0, 10000.0
+FEATURE: dict[str, Any] = {"name": NAME, "lower": LOWER, "upper": UPPER}
 QUANTILES = [0.5, 0.9, 0.99]
 MAX_EXAMPLES = 3
 SIZES = (10_000, 100_000)
@@ -96,7 +97,7 @@ def population(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def device_rows(counts: np.ndarray, values: np.ndarray) -> list[list[dict[str, float]]]:
     out, start = [], 0
     for c in counts:
-        out.append([{FEATURE["name"]: float(v)} for v in values[start:start + int(c)]])
+        out.append([{NAME: float(v)} for v in values[start:start + int(c)]])
         start += int(c)
     return out
 
@@ -156,7 +157,7 @@ class Setup:
         for v, c in zip(uniq.tolist(), cnt.tolist()):
             vec = self.vectors.get(v)
             if vec is None:
-                vec = self.vectors[v] = self.kind.contribute(self.task, [{FEATURE["name"]: v}], self.rng)
+                vec = self.vectors[v] = self.kind.contribute(self.task, [{NAME: v}], self.rng)
             total += c * vec
         return total
 
@@ -180,7 +181,8 @@ class Setup:
 def gaussians(size: int, source: SeededRandom) -> np.ndarray:
     """Standard normals from the byte source (Box–Muller)."""
     u = uniforms(source, 2 * size)
-    return np.sqrt(-2.0 * np.log1p(-u[:size])) * np.cos(2.0 * np.pi * u[size:])
+    out: np.ndarray = np.sqrt(-2.0 * np.log1p(-u[:size])) * np.cos(2.0 * np.pi * u[size:])
+    return out
 
 
 def exponential_quantile(sorted_x: np.ndarray, q: float, epsilon: float, sensitivity: float, lower: float,
@@ -212,7 +214,7 @@ def check_fast_path(kind: QuantilesKind) -> dict[str, Any]:
     ref = run_query(kind, {"features": [FEATURE], "quantiles": QUANTILES, "max_examples_per_device": MAX_EXAMPLES},
                     small, rng=np.random.default_rng(1)).result
     state = kind.decode_round(setup.params, kind.initial_state(setup.params), setup.plan,
-                              setup.exact_sum(np.concatenate([[r[FEATURE["name"]] for r in d] for d in small])),
+                              setup.exact_sum(np.concatenate([[r[NAME] for r in d] for d in small])),
                               len(small))
     mine = kind.finalize(setup.params, state).result
     assert mine == ref, "the fast path's noiseless release differs from run_query's"
@@ -254,18 +256,18 @@ def measure(kind: QuantilesKind, n: int, seeds: int, branchings: tuple[int | Non
 
     for seed in range(seeds):
         counts, values = population(n, seed)
-        clipped_x = np.sort(np.clip(values, FEATURE["lower"], FEATURE["upper"]))
+        clipped_x = np.sort(np.clip(values, LOWER, UPPER))
         n_values.append(len(values))
-        clipped.append(float(np.mean(values > FEATURE["upper"])))
+        clipped.append(float(np.mean(values > UPPER)))
         truth = {q: true_quantile(clipped_x, q) for q in QUANTILES}
         for b, setup in setups.items():
             exact = setup.exact_sum(values)
             rel = setup.product(exact, n, SeededRandom(f"bench-quantiles/{n}/{b}/{seed}/product".encode()))
-            got = rel.result["features"][FEATURE["name"]]["quantiles"]
+            got = rel.result["features"][NAME]["quantiles"]
             cen = setup.central_tree(exact, SeededRandom(f"bench-quantiles/{n}/{b}/{seed}/central".encode()))
             for q, k in zip(QUANTILES, qkeys):
                 score(product[b], clipped_x, got[k], q, k)
-                lo, hi = rel.intervals[value_path("features", FEATURE["name"], "quantiles", k)]
+                lo, hi = rel.intervals[value_path("features", NAME, "quantiles", k)]
                 covered[b][k].append(bool(lo <= truth[q] <= hi))
                 score(central_tree[b], clipped_x, cen[q][0], q, k)
                 if setup is main:
@@ -274,8 +276,8 @@ def measure(kind: QuantilesKind, n: int, seeds: int, branchings: tuple[int | Non
                     central_width[k].append(rank_width(clipped_x, cen[q][1], cen[q][2]))
         gen = np.random.default_rng([seed, n, 7])
         for q, k in zip(QUANTILES, qkeys):
-            v = exponential_quantile(clipped_x, q, EPSILON / len(QUANTILES), MAX_EXAMPLES, FEATURE["lower"],
-                                     FEATURE["upper"], gen)
+            v = exponential_quantile(clipped_x, q, EPSILON / len(QUANTILES), MAX_EXAMPLES, LOWER,
+                                     UPPER, gen)
             score(central_em, clipped_x, v, q, k)
         if (seed + 1) % max(1, seeds // 5) == 0:
             log(f"{n} devices: {seed + 1}/{seeds} seeds, {time.perf_counter() - started:.1f} s")
@@ -349,7 +351,8 @@ def main() -> None:
         "devices_10000": small,
         "devices_100000": large,
         "branching_10000": {"planner_choice": {"branching": planner[0], "levels": planner[1]},
-                            "best_measured": best, "seeds": seeds, "rows": branching},
+                            "best_measured": best, "seeds": seeds,
+                            "rmse_relative_se_approx": round(1 / math.sqrt(2 * seeds), 4), "rows": branching},
         "seconds": 0.0,
     }
     out["seconds"] = round(time.perf_counter() - started, 1)

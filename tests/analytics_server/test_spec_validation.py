@@ -103,7 +103,7 @@ LOGISTIC = {"name": "logistic", "n_features": 3}
 
 
 @pytest.mark.parametrize("spec, field", [
-    # Skellam, 10 features, default max_examples_per_device, t_min 10, ε = 1: per-device μ 5.3e15 > 1e15.
+    # Skellam, 10 features, default max_examples_per_device, t_min 10, ε = 1: per-device μ 3.3e15 > 1e15.
     ({"kind": "feature_stats", "source": "s", "params": {"features": FS_FEATURES}, "privacy": NOISY,
       "cohort": {"min_clients": 10, "max_clients": 100}}, "params.precision_bits"),
     ({"kind": "training", "source": "examples", "params": {"rounds": 2, "model": LOGISTIC, "precision_bits": 30},

@@ -96,6 +96,8 @@ def feature_stats_params(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         raw["bins"] = draw(st.integers(1, 5))
     if draw(st.booleans()):
+        raw["count_second_round"] = True  # what the submit sets with validity proofs (one count bin without bins)
+    if draw(st.booleans()):
         raw["precision_bits"] = draw(st.integers(8, 40))
     return raw
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
-from queries.feature_stats import FeatureStatsKind, StandardScaling
+from queries.feature_stats import FeatureStatsKind, FeatureStatsParams, StandardScaling
 from queries.local_run import run_locally
 
 KIND = FeatureStatsKind()
@@ -263,7 +263,7 @@ def test_first_moments_are_centred_and_a_mid_range_mean_carries_half_the_moment_
 TWO = [{"name": "a", "lower": 0.0, "upper": 10.0}, {"name": "b", "lower": 0.0, "upper": 1.0}]
 
 
-def _bound(validation: str | None, **extra) -> "FeatureStatsParams":  # noqa: F821
+def _bound(validation: str | None, **extra) -> FeatureStatsParams:
     """Params as the server binds them for a noise-free spec with this `privacy.validation` (None: unset, i.e. proofs)."""
     from queries.spec import PrivacySpec
 

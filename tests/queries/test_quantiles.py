@@ -22,7 +22,7 @@ def _params(**over):
 
 
 def test_the_default_tree_and_its_choice_by_the_rank_error_count() -> None:
-    assert tree(4096) == (4, 6)  # (D + 2)(b − 1)D: b=2 168, b=4 144, b=8 168, b=16 165
+    assert tree(4096) == (4, 6)  # (D + 2)(b − 1)D: b=2 168, b=4 144, b=8 168, b=16 225
     assert tree(4096, branching=16) == (16, 3) and tree(4096, levels=4) == (8, 4) and tree(100, 3, 5) == (3, 5)
     assert tree(1000) == (4, 5)  # rounded up to a power of the branching: 1,024 leaves
     assert feature_dim(4, 2) == 1 + 4 + 16 + 2

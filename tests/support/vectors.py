@@ -630,6 +630,22 @@ def _kind_case(kind: str, params: Json, rows: list[Any], seed: bytes = b"kind/0"
             "plan": {"dim": plan.dim, "max_abs": plan.max_abs}}
 
 
+def _feature_stats_count_bin_case() -> Json:
+    """A `kind_encodings` case of feature_stats' second round with the one count bin per feature that a query with
+    validity proofs and no bins carries (`count_second_round`; one mean suppressed: its second moment is 0, its count
+    is not)."""
+    from queries.feature_stats import FeatureStatsState
+
+    params: Json = {"features": [{"name": "age", "lower": 18, "upper": 90}, {"name": "income", "lower": 0, "upper": 2e5}],
+                    "max_examples_per_device": 3, "count_second_round": True}
+    k = get_kind("feature_stats")
+    plan = k.plan_round(k.parse_params(params), FeatureStatsState(bound=3, stage=1, means=[41.5, None]), 1)
+    assert plan is not None
+    rows = [{"age": 31.0, "income": 52000.0}, {"age": 64.0}, {"age": 200.0, "income": -5.0}]
+    return {"kind": "feature_stats", "params": params, "task": plan.task, "rows": rows, "seed": h(b"kind/0"),
+            "plan": {"dim": plan.dim, "max_abs": plan.max_abs}}
+
+
 def frecency_params(eval_every: int) -> Json:
     """The frecency example's params (2 rounds): round 0 trains (sign votes) or, with eval_every, evaluates."""
     from queries.training import frecency
@@ -694,6 +710,7 @@ def _kind_vector(case: Json, seed: bytes) -> tuple[np.ndarray, bool]:
                                                   {"name": "income", "lower": 0, "upper": 2e5}],
                                      "max_examples_per_device": 3},
                    [{"age": 31.0, "income": 52000.0}, {"age": 64.0}, {"age": 200.0, "income": -5.0}]),
+        _feature_stats_count_bin_case(),
         _kind_case("heavy_hitters", {"mode": "secagg", "max_length": 4, "alphabet": "abcdefghijklmnopqrstuvwxyz"},
                    ["hello"]),
         _kind_case("heavy_hitters", {"mode": "triehh", "max_length": 3, "alphabet": "abc", "theta": 2,
