@@ -58,6 +58,11 @@ from queries.kind import (
     value_path,
 )
 from queries.layout import Layout
+from queries.quantiles import MAX_BRANCHING as TREE_MAX_BRANCHING
+from queries.quantiles import MAX_DIM as TREE_MAX_DIM
+from queries.quantiles import MAX_LEAVES as TREE_MAX_LEAVES
+from queries.quantiles import MAX_LEVELS as TREE_MAX_LEVELS
+from queries.quantiles import feature_dim, release_feature, tree, tree_sensitivity, tree_statement, tree_vector
 from queries.release import release_threshold
 from queries.rows import cap_rows, numeric_column
 from queries.spec import PrivacySpec
@@ -77,6 +82,10 @@ DEVICE_BOUND_BITS = 46
 NOISY_PRECISION_BITS = 16
 """Fixed-point bits per example under DP noise: the noise (≥ one example's worth) dwarfs a 2^-16 rounding
 step, and a 2^40-wide unit would push the devices' noise shares beyond what the samplers accept."""
+CLIP_RESOLUTION = 1024
+"""Leaves of the clip round's tree per feature (`clip_at`): the clip bound is a leaf edge, within 1/1024 of the
+range above the quantile."""
+CLIP_BUDGET_SHARE = 0.2
 MEANS_SHARE = 0.6
 """Default `means_share`: the moment rounds' privacy budget spent on the first moments (counts and means); the
 second moments (variances, histograms) get the rest."""
@@ -136,6 +145,13 @@ class FeatureStatsParams(BaseModel):
     precision_bits: int | None = Field(default=None, ge=8, le=40)
     """Fixed-point unit 2^precision_bits per example instead of the widest that fits. Set to
     `NOISY_PRECISION_BITS` at submit for noisy queries (see `bind_privacy`)."""
+    clip_at: float | None = Field(default=None, gt=0.5, lt=1)
+    """Clip each feature's upper bound at its federated `clip_at`-quantile (e.g. 0.99) before the moments: one more
+    round, first (after the bound's), a hierarchical histogram of each feature over [lower, upper] as the quantiles
+    kind's (`CLIP_RESOLUTION` leaves), with `clip_budget_share` of the budget; the moment rounds then use [lower, the
+    upper edge of the quantile's leaf]. The preprocessing of outliers before scaling."""
+    clip_budget_share: float = Field(default=CLIP_BUDGET_SHARE, gt=0, le=0.5)
+    """Share of the query's privacy budget the clip round spends (only with `clip_at`)."""
     count_second_round: bool = False
     """Without `bins`, the second round also carries one bin per feature — its count — so that round's validity
     statement ties the second moment to the rows (at most the bins' sum): a device cannot claim second moments
@@ -151,6 +167,28 @@ class FeatureStatsParams(BaseModel):
         if dupes:
             raise ValueError(f"duplicate feature names: {', '.join(dupes[:10])}")
         return v
+
+    @model_validator(mode="after")
+    def _clip_fits(self) -> FeatureStatsParams:
+        if self.clip_at is None:
+            return self
+        b, d = tree(CLIP_RESOLUTION)
+        if len(self.features) * feature_dim(b, d) > TREE_MAX_DIM:
+            raise ValueError(f"clip_at: the clip round's vector would have {len(self.features) * feature_dim(b, d)} "
+                             f"entries ({len(self.features)} features), more than {TREE_MAX_DIM}; clip fewer features")
+        if self.bound_from_data and self.bound_budget_share + self.clip_budget_share > 0.8:
+            raise ValueError("clip_budget_share: with bound_budget_share it leaves less than 20 % for the moments")
+        return self
+
+    @property
+    def rounds(self) -> int:
+        """Rounds the query runs: [the bound's], [the clip's], first moments, second moments."""
+        return 2 + self.bound_from_data + (self.clip_at is not None)
+
+    @property
+    def first_moments_index(self) -> int:
+        """Index of the first-moments round among `weights()`."""
+        return self.rounds - 2
 
     @property
     def second_round_bins(self) -> int:
@@ -178,11 +216,13 @@ class FeatureStatsParams(BaseModel):
         return self.scale_exp_for(self.largest_bound)
 
     def weights(self) -> list[float]:
-        """Privacy weight of each round (unit rounds; they sum to the number of rounds)."""
-        if self.bound_from_data:
-            rest = 3 * (1 - self.bound_budget_share)
-            return [3 * self.bound_budget_share, rest * self.means_share, rest * (1 - self.means_share)]
-        return [2 * self.means_share, 2 * (1 - self.means_share)]
+        """Privacy weight of each round in order (unit rounds; they sum to the number of rounds): the bound's and the
+        clip's their shares, the moment rounds the rest split by `means_share`."""
+        shares = ([self.bound_budget_share] if self.bound_from_data else []) + \
+                 ([self.clip_budget_share] if self.clip_at is not None else [])
+        rest = 1 - sum(shares)
+        shares += [rest * self.means_share, rest * (1 - self.means_share)]
+        return [self.rounds * share for share in shares]
 
 
 def bound_grid(limit: int) -> list[int]:
@@ -298,6 +338,10 @@ class FeatureStatsState:
     """Examples per device used by the moment rounds (None until chosen from the data)."""
     bound_choice: dict[str, Any] | None = None
     """How the bound was chosen from the data (`BoundChoice` fields, the noisy histogram and its noise std)."""
+    clip_uppers: list[float] | None = None
+    """With `clip_at`: per feature the upper bound the moment rounds use (None until the clip round decoded)."""
+    clip_choice: list[dict[str, Any]] | None = None
+    """With `clip_at`: per feature the noisy quantile, its 95 % interval and the bound taken."""
     counts: list[float] = field(default_factory=list)
     """Per feature, the (noisy) number of present values."""
     means: list[float | None] = field(default_factory=list)
@@ -371,9 +415,38 @@ class SecondMomentsTask(MomentsTask):
         return self
 
 
-class FeatureStatsTask(RootModel[Annotated[RowCountsTask | FirstMomentsTask | SecondMomentsTask,
+class ClipQuantilesTask(BaseModel):
+    """The clip round (`clip_at`): each feature's hierarchical histogram over [lower, upper], as the quantiles
+    kind's round (`queries.quantiles.tree_vector`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    stage: Literal["clip_quantiles"]
+    features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
+    branching: int = Field(ge=2, le=TREE_MAX_BRANCHING)
+    levels: int = Field(ge=1, le=TREE_MAX_LEVELS)
+    max_examples: int = Field(ge=1, le=MAX_EXAMPLES_PER_DEVICE)
+
+    @model_validator(mode="after")
+    def _fits(self) -> ClipQuantilesTask:
+        if self.branching ** self.levels > TREE_MAX_LEAVES:
+            raise ValueError(f"levels: {self.branching}^{self.levels} leaves is more than {TREE_MAX_LEAVES}")
+        if len(self.features) * feature_dim(self.branching, self.levels) > TREE_MAX_DIM:
+            raise ValueError(f"features: the vector would have more than {TREE_MAX_DIM} entries")
+        return self
+
+
+class FeatureStatsTask(RootModel[Annotated[RowCountsTask | ClipQuantilesTask | FirstMomentsTask | SecondMomentsTask,
                                            Field(discriminator="stage")]]):
-    """A feature_stats round's task, by `stage`: row_counts, first_moments or second_moments."""
+    """A feature_stats round's task, by `stage`: row_counts, clip_quantiles, first_moments or second_moments."""
+
+
+def effective_features(params: FeatureStatsParams, state: FeatureStatsState) -> list[FeatureSpec]:
+    """The features as the moment rounds use them: with `clip_at`, each upper bound lowered to its clip."""
+    if state.clip_uppers is None:
+        return list(params.features)
+    return [spec.model_copy(update={"upper": upper}) if spec.lower < upper < spec.upper else spec
+            for spec, upper in zip(params.features, state.clip_uppers)]
 
 
 def _second_scale(spec: FeatureSpec, mean: float) -> float:
@@ -416,7 +489,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     Task = FeatureStatsTask
 
     def rounds_upper_bound(self, params: FeatureStatsParams) -> int:
-        return 3 if params.bound_from_data else 2
+        return params.rounds
 
     def bind_privacy(self, raw_params: dict[str, Any], privacy: PrivacySpec) -> dict[str, Any]:
         """Noisy queries get `precision_bits = NOISY_PRECISION_BITS`, and queries with validity proofs
@@ -447,17 +520,27 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                 dim=row_counts_layout(len(grid)).dim, max_abs=1, l1_sensitivity=1.0, l2_sensitivity=1.0,
                 privacy_weight=weights[0], purpose="contribution bound: devices by rows held",
             )
-        k = params.scale_exp_for(state.bound)
         m = state.bound
+        if params.clip_at is not None and state.clip_uppers is None:
+            b, d = tree(CLIP_RESOLUTION)
+            clip = FeatureStatsTask(ClipQuantilesTask(stage="clip_quantiles", features=params.features, branching=b,
+                                                      levels=d, max_examples=m))
+            l1, l2 = self.task_sensitivity(clip)
+            return RoundPlan(round=round_index, task=self.task_json(clip), dim=f * feature_dim(b, d), max_abs=m,
+                             l1_sensitivity=l1, l2_sensitivity=l2, privacy_weight=weights[offset],
+                             purpose=f"clip bounds: each feature's {params.clip_at:g}-quantile")
+        offset = params.first_moments_index
+        features = effective_features(params, state)
+        k = params.scale_exp_for(state.bound)
         task: MomentsTask
         if state.stage == 0:
-            task = FirstMomentsTask(stage="first_moments", first_moment="centred", features=params.features,
+            task = FirstMomentsTask(stage="first_moments", first_moment="centred", features=features,
                                     scale_exp=k, max_examples=m)
             dim, purpose = first_moments_layout(f).dim, "counts and means"
             weight = weights[offset]
         elif state.stage == 1:
-            scales = [None if mean is None else _second_scale(spec, mean) for spec, mean in zip(params.features, state.means)]
-            task = SecondMomentsTask(stage="second_moments", features=params.features, scale_exp=k, max_examples=m,
+            scales = [None if mean is None else _second_scale(spec, mean) for spec, mean in zip(features, state.means)]
+            task = SecondMomentsTask(stage="second_moments", features=features, scale_exp=k, max_examples=m,
                                      means=state.means, second_scales=scales, bins=bins)
             dim = second_moments_layout(f, bins).dim
             purpose = "variances" + (" and histograms" if params.bins else "")
@@ -476,12 +559,16 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         t = self.parse_task(task).root
         if isinstance(t, RowCountsTask):
             return 1.0, 1.0
+        if isinstance(t, ClipQuantilesTask):
+            return tree_sensitivity(t)
         per_example = 2 if not isinstance(t, SecondMomentsTask) or t.bins else 1
         f, unit = len(t.features), t.max_examples * (1 << t.scale_exp)
         return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
     def contribute(self, task: FeatureStatsTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         t = self.parse_task(task).root
+        if isinstance(t, ClipQuantilesTask):
+            return tree_vector(t, rows, rng)
         if isinstance(t, RowCountsTask):
             vec = np.zeros(len(t.grid) + 1, dtype=np.int64)
             if rows:
@@ -526,6 +613,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         t = self.parse_task(task).root
         if isinstance(t, RowCountsTask):
             return Statement((Bits(row_counts_layout(len(t.grid)).dim, 1),))
+        if isinstance(t, ClipQuantilesTask):  # as the quantiles kind's: each level adds up to the count
+            return tree_statement(t)
         f, top = len(t.features), t.max_examples << t.scale_exp
         if not isinstance(t, SecondMomentsTask):  # counts, then centred first moments: |moment| ≤ count
             relations = [Relation(((j, 1), (f + j, sign)), 0, 2 * top) for j in range(f) for sign in (-1, 1)]
@@ -549,7 +638,10 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
     ) -> FeatureStatsState:
         if state.bound is None:
             return self._decode_bound(params, state, plan, aggregate, contributors, noise)
+        if params.clip_at is not None and state.clip_uppers is None:
+            return self._decode_clip(params, state, plan, aggregate, contributors, noise)
         f = len(params.features)
+        features = effective_features(params, state)
         unit = float(1 << params.scale_exp_for(state.bound))
         agg = np.asarray(aggregate, dtype=np.float64) / unit
         std = 0.0 if noise is None else float(noise.std) / unit
@@ -557,7 +649,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             first = first_moments_layout(f).view(agg, "aggregate")
             counts, firsts = first["counts"], first["firsts"]
             means: list[float | None] = []
-            for spec, c, s in zip(params.features, counts, firsts):
+            for spec, c, s in zip(features, counts, firsts):
                 if c < max(params.min_count, 1e-9):
                     means.append(None)
                 else:
@@ -569,7 +661,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         bins = sent.bins if isinstance(sent, SecondMomentsTask) else params.second_round_bins  # what the devices got
         second = second_moments_layout(f, bins).view(agg, "aggregate")
         seconds = [float(s2) * (_second_scale(spec, mean) if mean is not None else 0.0)
-                   for spec, mean, s2 in zip(params.features, state.means, second["seconds"])]
+                   for spec, mean, s2 in zip(features, state.means, second["seconds"])]
         hist = second["histograms"].tolist() if bins else None
         return replace(state, stage=2, seconds=seconds, histograms=hist,
                        contributors=state.contributors + [contributors], noise_std=state.noise_std + [std])
@@ -583,10 +675,34 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         std = 0.0 if noise is None else float(noise.std)
         tau = release_threshold(noise, contributors, len(grid) + 1, BOUND_FALSE_RATE, 1.0)
         w = params.weights()
-        row_std = std * math.sqrt(w[0] / w[1]) * math.sqrt(2 * len(params.features))  # first-moment noise per row of bound
+        # first-moment noise per row of bound
+        row_std = std * math.sqrt(w[0] / w[params.first_moments_index]) * math.sqrt(2 * len(params.features))
         choice = choose_bound(grid, counts, tau, std, row_std)
         record = {**choice.__dict__, "grid": grid, "counts": counts.tolist(), "noise_std": std, "threshold": tau}
         return replace(state, bound=choice.bound, bound_choice=record, contributors=state.contributors + [contributors])
+
+    @staticmethod
+    def _decode_clip(
+        params: FeatureStatsParams, state: FeatureStatsState, plan: RoundPlan, aggregate: np.ndarray,
+        contributors: int, noise: AggregateNoise | None,
+    ) -> FeatureStatsState:
+        """The clip round: per feature its `clip_at`-quantile from the noisy tree (as the quantiles kind's release),
+        and the upper bound the moments use — the upper edge of the quantile's leaf (never below the quantile)."""
+        assert params.clip_at is not None
+        b, d = tree(CLIP_RESOLUTION)
+        per, leaves = feature_dim(b, d), b ** d
+        agg = np.asarray(aggregate, dtype=np.float64)
+        std = 0.0 if noise is None else float(noise.std)
+        uppers, choice = [], []
+        for j, spec in enumerate(params.features):
+            rel = release_feature(spec, agg[j * per:(j + 1) * per], b, d, std, [params.clip_at])
+            value, lo, hi = rel.quantiles[params.clip_at]
+            width = (spec.upper - spec.lower) / leaves
+            k = min(max(math.ceil((value - spec.lower) / width - 1e-9), 1), leaves)
+            upper = min(spec.lower + k * width, spec.upper)
+            uppers.append(upper)
+            choice.append({"quantile": value, "ci95": [lo, hi], "upper": upper, "noise_std": std})
+        return replace(state, clip_uppers=uppers, clip_choice=choice, contributors=state.contributors + [contributors])
 
     def preview(self, params: FeatureStatsParams, rounds: list[RoundPreview]) -> tuple[list[ExpectedValue], list[ReleaseWarning]]:
         """Bins carry their round's noise, counts the first round's combined (inverse variance) with the second
@@ -598,9 +714,16 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         variances: n from `contributors` to `contributors`·bound), and a bound chosen from the data from 1 to
         `max_examples_limit` (the moment rounds' noise scales with it)."""
         by_stage = {self.parse_task(r.plan.task).root.stage: r for r in rounds}
+        clip_warning = []
+        if params.clip_at is not None:
+            share = params.clip_budget_share
+            clip_warning.append(ReleaseWarning(value_path("features"), (
+                f"clip_at: a first round spends {share:.0%} of the privacy budget on each feature's {params.clip_at:g}-"
+                "quantile (a hierarchical histogram over [lower, upper]); the moments then use [lower, that quantile], "
+                "clipping the values above it, with the rest of the budget")))
         first, second, counts = by_stage.get("first_moments"), by_stage.get("second_moments"), by_stage.get("row_counts")
         values: list[ExpectedValue] = []
-        warnings: list[ReleaseWarning] = []
+        warnings: list[ReleaseWarning] = clip_warning
         if first is None:
             return values, warnings
         moments = self.parse_task(first.plan.task).root
@@ -676,13 +799,20 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         to_first = n1 / n2 if n1 > 0 and n2 > 0 else 1.0
         s2 *= to_first
         bins = len(state.histograms[0]) if state.histograms else 0  # the bins the second round carried
-        for i, spec in enumerate(params.features):
+        for i, (declared, spec) in enumerate(zip(params.features, effective_features(params, state))):
             mean = state.means[i] if done and i < len(state.means) else None
             if mean is None:
                 suppressed.append(spec.name)
                 continue
             path = functools.partial(value_path, "features", spec.name)
             entry, stds, ivs, notes = _feature_entry(spec, state, i, s1, s2, bins, to_first, histogram=bool(params.bins))
+            if params.clip_at is not None and state.clip_choice is not None:
+                c = state.clip_choice[i]
+                entry["clip"] = {"at": params.clip_at, "quantile": c["quantile"], "quantile_ci95": c["ci95"],
+                                 "upper": spec.upper, "declared_upper": declared.upper}
+                if c["noise_std"] > 0:
+                    noise_std[path("clip", "quantile")] = max((c["ci95"][1] - c["ci95"][0]) / (2 * Z95), 1e-12)
+                    intervals[path("clip", "quantile")] = (c["ci95"][0], c["ci95"][1])
             features[spec.name] = entry
             for key, value in stds.items():
                 noise_std[path(*key)] = value
@@ -714,7 +844,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                                                  "variance are listed in suppressed"))
         advice = ("raise privacy.epsilon, narrow the feature's lower/upper bounds, lower max_examples_per_device, or "
                   "include more devices (cohort.min_clients)")
-        auxiliary = ("/scaler", "/contribution_bound", *(value_path("features", n, k) for n in names for k in ("sample_var", "std")))
+        auxiliary = ("/scaler", "/contribution_bound",
+                     *(value_path("features", n, k) for n in names for k in ("sample_var", "std", "clip")))
         return Release(result, noise_std=noise_std, intervals=intervals, warnings=warnings, advice=advice,
                        auxiliary=auxiliary)
 

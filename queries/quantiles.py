@@ -35,7 +35,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Protocol, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
@@ -206,6 +206,29 @@ def leaf_of(x: np.ndarray, lower: float, upper: float, leaves: int) -> np.ndarra
     return out
 
 
+class Bounded(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def lower(self) -> float: ...
+    @property
+    def upper(self) -> float: ...
+
+
+class TreeTask(Protocol):
+    """What a tree round's task gives the device half: the quantiles kind's `QuantilesTask`, feature_stats'
+    clip round."""
+
+    @property
+    def features(self) -> Sequence[Bounded]: ...
+    @property
+    def branching(self) -> int: ...
+    @property
+    def levels(self) -> int: ...
+    @property
+    def max_examples(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class QuantilesState:
     done: bool = False
@@ -266,7 +289,7 @@ class FeatureRelease:
     """q → (value, 95 % interval low, high)."""
 
 
-def release_feature(spec: QuantileFeature, raw: np.ndarray, b: int, depth: int, std: float,
+def release_feature(spec: Bounded, raw: np.ndarray, b: int, depth: int, std: float,
                     quantiles: list[float]) -> FeatureRelease:
     """One feature's count, clipped counts, CDF and quantiles from its noisy aggregate."""
     sizes = [b ** level for level in range(depth + 1)]
@@ -306,6 +329,56 @@ def release_feature(spec: QuantileFeature, raw: np.ndarray, b: int, depth: int, 
         else:
             out[q] = (value, value, value)
     return FeatureRelease(total, count_std, max(float(below), 0.0), max(float(above), 0.0), edges, cdf, out)
+
+
+def tree_sensitivity(t: TreeTask) -> tuple[float, float]:
+    """Per example and feature at most D + 2 entries get 1 (root, one node per level, below or above): with m
+    examples, L1 m·F·(D + 2) and L2 m·√(F·(D + 2)) (all m on one path)."""
+    per = len(t.features) * (t.levels + 2)
+    return float(t.max_examples * per), float(t.max_examples * math.sqrt(per))
+
+
+def tree_vector(t: TreeTask, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+    """A device's vector for a tree task (the quantiles kind's round, feature_stats' clip round): per feature
+    [root, level 1 … level D, below, above] over at most `max_examples` of its rows."""
+    b, d = t.branching, t.levels
+    leaves = b ** d
+    kept = cap_rows(rows, t.max_examples, rng)
+    out = []
+    for spec in t.features:
+        x = numeric_column(kept, spec.name)
+        x = x[~np.isnan(x)]
+        vec = np.zeros(feature_dim(b, d), dtype=np.int64)
+        vec[0] = len(x)
+        leaf = leaf_of(x, spec.lower, spec.upper, leaves)
+        offset = 1
+        for level in range(1, d + 1):
+            np.add.at(vec, offset + leaf // (b ** (d - level)), 1)
+            offset += b ** level
+        vec[offset] = int(np.sum(x < spec.lower))
+        vec[offset + 1] = int(np.sum(x > spec.upper))
+        out.append(vec)
+    return np.concatenate(out)
+
+
+def tree_statement(t: TreeTask) -> Statement:
+    """Per feature: every entry in [0, m]; each level adds up to the root; below + above at most the root."""
+    b, d, m = t.branching, t.levels, t.max_examples
+    segments: list[Ranged] = []
+    relations: list[Relation] = []
+    base = 0
+    for _ in t.features:
+        segments.append(Ranged(1, 0, m))
+        offset = base + 1
+        for level in range(1, d + 1):
+            size = b ** level
+            segments.append(Ranged(size, 0, m))
+            relations.append(Relation(tuple((offset + i, 1) for i in range(size)) + ((base, -1),), 0, 0))
+            offset += size
+        segments.append(Ranged(2, 0, m))
+        relations.append(Relation(((offset, 1), (offset + 1, 1), (base, -1)), -m, 0))
+        base = offset + 2
+    return Statement(tuple(segments), relations=tuple(relations))
 
 
 def _q_key(q: float) -> str:
@@ -361,52 +434,13 @@ class QuantilesKind(QueryKind[QuantilesParams, QuantilesState]):
                          max_abs=params.max_examples_per_device, l1_sensitivity=l1, l2_sensitivity=l2)
 
     def task_sensitivity(self, task: QuantilesTask | Mapping[str, Any]) -> tuple[float, float]:
-        """Per example and feature at most D + 2 entries get 1 (root, one node per level, below or above): with m
-        examples, L1 m·F·(D + 2) and L2 m·√(F·(D + 2)) (all m on one path)."""
-        t = self.parse_task(task)
-        per = len(t.features) * (t.levels + 2)
-        return float(t.max_examples * per), float(t.max_examples * math.sqrt(per))
+        return tree_sensitivity(self.parse_task(task))
 
     def contribute(self, task: QuantilesTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        t = self.parse_task(task)
-        b, d = t.branching, t.levels
-        leaves = b ** d
-        kept = cap_rows(rows, t.max_examples, rng)
-        out = []
-        for spec in t.features:
-            x = numeric_column(kept, spec.name)
-            x = x[~np.isnan(x)]
-            vec = np.zeros(feature_dim(b, d), dtype=np.int64)
-            vec[0] = len(x)
-            leaf = leaf_of(x, spec.lower, spec.upper, leaves)
-            offset = 1
-            for level in range(1, d + 1):
-                np.add.at(vec, offset + leaf // (b ** (d - level)), 1)
-                offset += b ** level
-            vec[offset] = int(np.sum(x < spec.lower))
-            vec[offset + 1] = int(np.sum(x > spec.upper))
-            out.append(vec)
-        return np.concatenate(out)
+        return tree_vector(self.parse_task(task), rows, rng)
 
     def validity(self, task: QuantilesTask | Mapping[str, Any]) -> Statement:
-        """Per feature: every entry in [0, m]; each level adds up to the root; below + above at most the root."""
-        t = self.parse_task(task)
-        b, d, m = t.branching, t.levels, t.max_examples
-        segments: list[Ranged] = []
-        relations: list[Relation] = []
-        base = 0
-        for _ in t.features:
-            segments.append(Ranged(1, 0, m))
-            offset = base + 1
-            for level in range(1, d + 1):
-                size = b ** level
-                segments.append(Ranged(size, 0, m))
-                relations.append(Relation(tuple((offset + i, 1) for i in range(size)) + ((base, -1),), 0, 0))
-                offset += size
-            segments.append(Ranged(2, 0, m))
-            relations.append(Relation(((offset, 1), (offset + 1, 1), (base, -1)), -m, 0))
-            base = offset + 2
-        return Statement(tuple(segments), relations=tuple(relations))
+        return tree_statement(self.parse_task(task))
 
     def decode_round(
         self,

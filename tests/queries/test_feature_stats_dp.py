@@ -191,3 +191,36 @@ def test_means_share_moves_the_budget_between_the_moment_rounds() -> None:
     std = {share: (r.release.noise_std["/features/age/mean"], r.release.noise_std["/features/age/var"])
            for share, r in runs.items()}
     assert std[0.85][0] < std[0.6][0] * 0.9 and std[0.85][1] > std[0.6][1] * 1.4
+
+
+def test_clip_at_clips_each_feature_at_its_federated_quantile_before_the_moments() -> None:
+    """`clip_at` 0.99 on heavy-tailed values (0.5 % of them 50–100× the rest): one more round finds each feature's
+    0.99-quantile from a noisy hierarchical histogram, the moment rounds use [lower, the upper edge of its leaf], and
+    the mean and variance are those of the values clipped there — not pulled by the outliers. The clip round spends
+    `clip_budget_share` of the budget (its privacy weight), and the preview says so up front."""
+    from queries.spec import PrivacySpec
+
+    rng = np.random.default_rng(21)
+    devices = []
+    for _ in range(3000):
+        x = float(rng.lognormal(3, 0.4)) if rng.random() > 0.005 else float(rng.uniform(1000, 2000))
+        devices.append([{"ms": x}])
+    raw = {"features": [{"name": "ms", "lower": 0, "upper": 2000}], "max_examples_per_device": 1, "clip_at": 0.99}
+    privacy = {"mechanism": "skellam", "epsilon": 4.0, "delta": 1e-6}
+    run = run_query(KIND, raw, devices, privacy=privacy, rng=np.random.default_rng(0), noise_source=SeededRandom(b"clip"))
+    f = run.result["features"]["ms"]
+    values = np.array([d[0]["ms"] for d in devices])
+    q99 = float(np.quantile(values, 0.99))
+    assert f["clip"]["declared_upper"] == 2000 and f["clip"]["at"] == 0.99
+    assert abs(f["clip"]["quantile"] - q99) < 0.15 * q99, (f["clip"], q99)
+    upper = f["clip"]["upper"]
+    assert f["upper"] == upper and upper >= f["clip"]["quantile"] and upper < 200  # the outliers are cut off
+    clipped = np.minimum(values, upper)
+    assert abs(f["mean"] - clipped.mean()) < 3 * run.release.noise_std["/features/ms/mean"] + 0.01
+    assert abs(f["mean"] - values.mean()) > 5  # the unclipped mean (≈ 35) is pulled ≈ 15 by the outliers
+    params = KIND.parse_params(KIND.bind_privacy(raw, PrivacySpec.model_validate(privacy)))
+    assert params.weights() == pytest.approx([3 * 0.2, 3 * 0.8 * 0.6, 3 * 0.8 * 0.4]) and KIND.rounds_upper_bound(params) == 3
+    plan = KIND.plan_round(params, KIND.initial_state(params), 0)
+    assert plan.task["stage"] == "clip_quantiles" and plan.privacy_weight == pytest.approx(0.6)
+    _, warnings = KIND.preview(params, [RoundPreview(plan, std=3.0, contributors=3000)])
+    assert any("clip_at" in w.message and "20%" in w.message for w in warnings)

@@ -711,6 +711,10 @@ def _kind_vector(case: Json, seed: bytes) -> tuple[np.ndarray, bool]:
                                      "max_examples_per_device": 3},
                    [{"age": 31.0, "income": 52000.0}, {"age": 64.0}, {"age": 200.0, "income": -5.0}]),
         _feature_stats_count_bin_case(),
+        _kind_case("feature_stats", {"features": [{"name": "age", "lower": 18, "upper": 90},
+                                                  {"name": "income", "lower": 0, "upper": 2e5}],
+                                     "max_examples_per_device": 3, "clip_at": 0.99},
+                   [{"age": 31.0, "income": 52000.0}, {"age": 64.0}, {"age": 200.0, "income": -5.0}]),
         _kind_case("heavy_hitters", {"mode": "secagg", "max_length": 4, "alphabet": "abcdefghijklmnopqrstuvwxyz"},
                    ["hello"]),
         _kind_case("heavy_hitters", {"mode": "triehh", "max_length": 3, "alphabet": "abc", "theta": 2,
@@ -807,13 +811,20 @@ def _feature_stats_second_moments() -> Json:
     return plan.task
 
 
+def _feature_stats_clip() -> Json:
+    """The clip round of a feature_stats query with `clip_at` (per-feature hierarchical histograms)."""
+    task: Json = _round0_plan("feature_stats", {"features": [{"name": "age", "lower": 18, "upper": 90}],
+                                                "max_examples_per_device": 2, "clip_at": 0.99}).task
+    return task
+
+
 def _training_round0(params: Json) -> Callable[[], Json]:
     """The first task of a training query with `params` (its phase and options chosen by the params)."""
     return lambda: _round0_plan("training", {"rounds": 2, "eval_every": 0, **params}).task
 
 
 _LATER_TASKS: dict[str, tuple[Callable[[], Json], ...]] = {  # accepted tasks of the stages round 0 does not show
-    "feature_stats": (_feature_stats_row_counts, _feature_stats_second_moments),
+    "feature_stats": (_feature_stats_row_counts, _feature_stats_second_moments, _feature_stats_clip),
     "training": (
         _training_round0({"model": {"name": "softmax", "n_features": 2, "n_classes": 3}, "class_weighting": True}),
         _training_round0({"model": {"name": "logistic", "n_features": 2}, "eval_every": 1}),

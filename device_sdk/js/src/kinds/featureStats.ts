@@ -1,10 +1,12 @@
 /** `feature_stats` (queries/feature_stats.py): per feature the count of present values and fixed-point first
  * moments, then second moments about the global mean and histogram bins; with the bound chosen from the data, a
- * first one-hot round over a grid of rows held. Entries are in units of 2^K per example; fractions are rounded
+ * first one-hot round over a grid of rows held; with `clip_at`, a round of per-feature hierarchical histograms
+ * (quantiles.ts `treeVector`) before the moments. Entries are in units of 2^K per example; fractions are rounded
  * stochastically (unbiased) with the kind's random source. */
 
 import { Bits, Ranged, Statement, relation } from "../validity/statement.js";
 import { DeviceKind, QueryKindError, Task, stochasticRound } from "./kind.js";
+import { TreeTask, checkTree, treeSensitivity, treeStatement, treeVector } from "./quantiles.js";
 import { capRows, numericColumn } from "./rows.js";
 import { parseTask } from "./taskSchema.js";
 
@@ -17,6 +19,7 @@ interface Feature {
 /** The task as queries/feature_stats.py's FeatureStatsTask (a union tagged by `stage`, checked against its schema). */
 type FeatureStatsTask =
   | { stage: "row_counts"; grid: number[] }
+  | ({ stage: "clip_quantiles" } & TreeTask)
   | { stage: "first_moments"; first_moment: "centred"; features: Feature[]; scale_exp: number; max_examples: number }
   | {
       stage: "second_moments"; features: Feature[]; scale_exp: number; max_examples: number;
@@ -28,6 +31,10 @@ function parse(task: Task): FeatureStatsTask {
   const t = parseTask<FeatureStatsTask>("feature_stats", task);
   if (t.stage === "row_counts") {
     if (t.grid.some((g, i) => i > 0 && g <= t.grid[i - 1])) throw new QueryKindError("task.grid: bounds must be increasing");
+    return t;
+  }
+  if (t.stage === "clip_quantiles") {
+    checkTree(t);
     return t;
   }
   t.features.forEach((f, i) => {
@@ -57,6 +64,7 @@ export const featureStats: DeviceKind = {
   supportsProofs: true,
   async contribute(task, rows, rng) {
     const t = parse(task);
+    if (t.stage === "clip_quantiles") return treeVector(t, rows, rng);
     if (t.stage === "row_counts") {
       const vec = new Array<number>(t.grid.length + 1).fill(0);
       if (rows.length) vec[searchLeft(t.grid, rows.length)] = 1;
@@ -113,6 +121,7 @@ export const featureStats: DeviceKind = {
   taskSensitivity(task) {
     const t = parse(task);
     if (t.stage === "row_counts") return [1, 1];
+    if (t.stage === "clip_quantiles") return treeSensitivity(t);
     const perExample = t.stage === "second_moments" && !t.bins ? 1 : 2;
     const f = t.features.length;
     const unit = t.max_examples * 2 ** t.scale_exp;
@@ -121,6 +130,7 @@ export const featureStats: DeviceKind = {
   validity(task) {
     const t = parse(task);
     if (t.stage === "row_counts") return new Statement([Bits(t.grid.length + 1, 1)]);
+    if (t.stage === "clip_quantiles") return treeStatement(t);
     const f = t.features.length;
     const top = BigInt(t.max_examples) << BigInt(t.scale_exp);
     // per feature as the examples link them (queries/feature_stats.py `validity`): a centred first moment at

@@ -5,6 +5,7 @@
  * A feature's vector is [root, level 1 (b), …, level D (b^D), below, above]. Deterministic past the row cap. */
 
 import { Ranged, Relation, Segment, Statement, relation } from "../validity/statement.js";
+import type { RandomSource } from "../randomness.js";
 import { DeviceKind, QueryKindError, Task } from "./kind.js";
 import { capRows, numericColumn } from "./rows.js";
 import { parseTask } from "./taskSchema.js";
@@ -21,12 +22,7 @@ interface Feature {
 }
 
 /** The task as queries/quantiles.py's QuantilesTask (checked against its generated schema). */
-interface QuantilesTask {
-  features: Feature[];
-  branching: number;
-  levels: number;
-  max_examples: number;
-}
+type QuantilesTask = TreeTask;
 
 /** Entries of one feature's vector: the root, the D levels and below/above. */
 function featureDim(b: number, d: number): number {
@@ -38,6 +34,27 @@ function featureDim(b: number, d: number): number {
 /** The task checked against its schema and the model's cross-field rules (same fields named as in Python). */
 function parse(task: Task): QuantilesTask {
   const t = parseTask<QuantilesTask>("quantiles", task);
+  checkTree(t);
+  return t;
+}
+
+/** A value's leaf index in [0, leaves): clipped to [lower, upper], with Python's float arithmetic
+ * ((clip(x) − lower) / (upper − lower) · leaves, truncated). */
+export function leafOf(x: number, lower: number, upper: number, leaves: number): number {
+  const pos = ((Math.min(Math.max(x, lower), upper) - lower) / (upper - lower)) * leaves;
+  return Math.min(Math.trunc(pos), leaves - 1);
+}
+
+/** What a tree round's task gives the device: the quantiles kind's task, feature_stats' clip round. */
+export interface TreeTask {
+  features: Feature[];
+  branching: number;
+  levels: number;
+  max_examples: number;
+}
+
+/** The cross-field rules of a tree task (queries/quantiles.py QuantilesTask and feature_stats' ClipQuantilesTask). */
+export function checkTree(t: TreeTask): void {
   t.features.forEach((f, i) => {
     if (!(f.lower < f.upper) || !Number.isFinite(f.upper - f.lower)) {
       throw new QueryKindError(`task.features.${i}: lower (${f.lower}) must be below upper (${f.upper})`);
@@ -49,76 +66,79 @@ function parse(task: Task): QuantilesTask {
   if (t.features.length * featureDim(t.branching, t.levels) > MAX_DIM) {
     throw new QueryKindError(`task.features: the vector would have more than ${MAX_DIM} entries`);
   }
-  return t;
 }
 
-/** A value's leaf index in [0, leaves): clipped to [lower, upper], with Python's float arithmetic
- * ((clip(x) − lower) / (upper − lower) · leaves, truncated). */
-export function leafOf(x: number, lower: number, upper: number, leaves: number): number {
-  const pos = ((Math.min(Math.max(x, lower), upper) - lower) / (upper - lower)) * leaves;
-  return Math.min(Math.trunc(pos), leaves - 1);
+/** A device's vector for a tree task (queries/quantiles.py `tree_vector`): per feature [root, level 1 … level D,
+ * below, above] over at most `max_examples` of its rows. */
+export async function treeVector(t: TreeTask, rows: unknown[], rng: RandomSource): Promise<number[]> {
+  const b = t.branching;
+  const d = t.levels;
+  const leaves = b ** d;
+  const kept = await capRows(rows, t.max_examples, rng);
+  const out: number[] = [];
+  for (const f of t.features) {
+    const x = numericColumn(kept, f.name);
+    const vec = new Array<number>(featureDim(b, d)).fill(0);
+    vec[0] = x.length;
+    let offset = 1;
+    const leafs = x.map((v) => leafOf(v, f.lower, f.upper, leaves));
+    for (let level = 1; level <= d; level++) {
+      const width = b ** (d - level);
+      for (const leaf of leafs) vec[offset + Math.floor(leaf / width)] += 1;
+      offset += b ** level;
+    }
+    vec[offset] = x.filter((v) => v < f.lower).length;
+    vec[offset + 1] = x.filter((v) => v > f.upper).length;
+    out.push(...vec);
+  }
+  return out;
+}
+
+/** Per example and feature at most D + 2 entries get 1 (root, one node per level, below or above). */
+export function treeSensitivity(t: TreeTask): [number, number] {
+  const per = t.features.length * (t.levels + 2);
+  return [t.max_examples * per, t.max_examples * Math.sqrt(per)];
+}
+
+/** Per feature (queries/quantiles.py `tree_statement`): every entry in [0, m]; each level adding up to the root;
+ * below + above at most the root. */
+export function treeStatement(t: TreeTask): Statement {
+  const b = t.branching;
+  const d = t.levels;
+  const m = BigInt(t.max_examples);
+  const segments: Segment[] = [];
+  const relations: Relation[] = [];
+  let base = 0;
+  for (let j = 0; j < t.features.length; j++) {
+    segments.push(Ranged(1, 0n, m));
+    let offset = base + 1;
+    for (let level = 1; level <= d; level++) {
+      const size = b ** level;
+      segments.push(Ranged(size, 0n, m));
+      const terms: [number, number][] = Array.from({ length: size }, (_, i) => [offset + i, 1]);
+      relations.push(relation([...terms, [base, -1]], 0n, 0n));
+      offset += size;
+    }
+    segments.push(Ranged(2, 0n, m));
+    relations.push(relation([[offset, 1], [offset + 1, 1], [base, -1]], -m, 0n));
+    base = offset + 2;
+  }
+  return new Statement(segments, 1n, 0n, relations);
 }
 
 export const quantiles: DeviceKind = {
   name: "quantiles",
   supportsProofs: true,
   async contribute(task, rows, rng) {
-    const t = parse(task);
-    const b = t.branching;
-    const d = t.levels;
-    const leaves = b ** d;
-    const kept = await capRows(rows, t.max_examples, rng);
-    const out: number[] = [];
-    for (const f of t.features) {
-      const x = numericColumn(kept, f.name);
-      const vec = new Array<number>(featureDim(b, d)).fill(0);
-      vec[0] = x.length;
-      let offset = 1;
-      const leafs = x.map((v) => leafOf(v, f.lower, f.upper, leaves));
-      for (let level = 1; level <= d; level++) {
-        const width = b ** (d - level);
-        for (const leaf of leafs) vec[offset + Math.floor(leaf / width)] += 1;
-        offset += b ** level;
-      }
-      vec[offset] = x.filter((v) => v < f.lower).length;
-      vec[offset + 1] = x.filter((v) => v > f.upper).length;
-      out.push(...vec);
-    }
-    return out;
+    return treeVector(parse(task), rows, rng);
   },
   parseTask(task) {
     parse(task);
   },
   taskSensitivity(task) {
-    // per example and feature at most D + 2 entries get 1 (root, one node per level, below or above)
-    const t = parse(task);
-    const per = t.features.length * (t.levels + 2);
-    return [t.max_examples * per, t.max_examples * Math.sqrt(per)];
+    return treeSensitivity(parse(task));
   },
   validity(task) {
-    // per feature (queries/quantiles.py `validity`): every entry in [0, m]; each level adding up to the root;
-    // below + above at most the root
-    const t = parse(task);
-    const b = t.branching;
-    const d = t.levels;
-    const m = BigInt(t.max_examples);
-    const segments: Segment[] = [];
-    const relations: Relation[] = [];
-    let base = 0;
-    for (let j = 0; j < t.features.length; j++) {
-      segments.push(Ranged(1, 0n, m));
-      let offset = base + 1;
-      for (let level = 1; level <= d; level++) {
-        const size = b ** level;
-        segments.push(Ranged(size, 0n, m));
-        const terms: [number, number][] = Array.from({ length: size }, (_, i) => [offset + i, 1]);
-        relations.push(relation([...terms, [base, -1]], 0n, 0n));
-        offset += size;
-      }
-      segments.push(Ranged(2, 0n, m));
-      relations.push(relation([[offset, 1], [offset + 1, 1], [base, -1]], -m, 0n));
-      base = offset + 2;
-    }
-    return new Statement(segments, 1n, 0n, relations);
+    return treeStatement(parse(task));
   },
 };

@@ -47,6 +47,53 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
   },
   "feature_stats": {
     "$defs": {
+      "ClipQuantilesTask": {
+        "additionalProperties": false,
+        "description": "The clip round (`clip_at`): each feature's hierarchical histogram over [lower, upper], as the quantiles\nkind's round (`queries.quantiles.tree_vector`).",
+        "properties": {
+          "stage": {
+            "const": "clip_quantiles",
+            "title": "Stage",
+            "type": "string"
+          },
+          "features": {
+            "items": {
+              "$ref": "#/$defs/FeatureSpec"
+            },
+            "maxItems": 1000,
+            "minItems": 1,
+            "title": "Features",
+            "type": "array"
+          },
+          "branching": {
+            "maximum": 64,
+            "minimum": 2,
+            "title": "Branching",
+            "type": "integer"
+          },
+          "levels": {
+            "maximum": 16,
+            "minimum": 1,
+            "title": "Levels",
+            "type": "integer"
+          },
+          "max_examples": {
+            "maximum": 100000,
+            "minimum": 1,
+            "title": "Max Examples",
+            "type": "integer"
+          }
+        },
+        "required": [
+          "stage",
+          "features",
+          "branching",
+          "levels",
+          "max_examples"
+        ],
+        "title": "ClipQuantilesTask",
+        "type": "object"
+      },
       "FeatureSpec": {
         "additionalProperties": false,
         "properties": {
@@ -228,9 +275,10 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
         "type": "object"
       }
     },
-    "description": "A feature_stats round's task, by `stage`: row_counts, first_moments or second_moments.",
+    "description": "A feature_stats round's task, by `stage`: row_counts, clip_quantiles, first_moments or second_moments.",
     "discriminator": {
       "mapping": {
+        "clip_quantiles": "#/$defs/ClipQuantilesTask",
         "first_moments": "#/$defs/FirstMomentsTask",
         "row_counts": "#/$defs/RowCountsTask",
         "second_moments": "#/$defs/SecondMomentsTask"
@@ -240,6 +288,9 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
     "oneOf": [
       {
         "$ref": "#/$defs/RowCountsTask"
+      },
+      {
+        "$ref": "#/$defs/ClipQuantilesTask"
       },
       {
         "$ref": "#/$defs/FirstMomentsTask"
