@@ -135,15 +135,21 @@ def submit(console: Console, server_url: str, token: str, admin: AnalystClient, 
 
 
 def _history_table(title: str, history: list[dict[str, Any]], keys: list[str], uncertainty: dict[str, Any] | None = None) -> Table:
-    """The history, each noisy value with its 95 % interval."""
+    """The history, each noisy value with its 95 % interval (a key no entry has is left out: without a holdout the
+    loss is released once, as eval_loss)."""
     table = Table(title=title)
+    keys = [k for k in keys if any(k in h for h in history)]
     for k in ["round", *keys]:
         table.add_column(k, justify="right")
     for i, h in enumerate(history):
         cells = [str(h["round"])]
         for k in keys:
             u = (uncertainty or {}).get(f"/history/{i}/{k}")
-            cells.append(f"{h[k]:.4g}" + (f" [{u['ci95'][0]:.3g}, {u['ci95'][1]:.3g}]" if u else ""))
+            value = h.get(k)
+            if not isinstance(value, (int, float)):
+                cells.append("—")
+                continue
+            cells.append(f"{value:.4g}" + (f" [{u['ci95'][0]:.3g}, {u['ci95'][1]:.3g}]" if u else ""))
         table.add_row(*cells)
     return table
 

@@ -1,5 +1,5 @@
 """Acceptance: the quantiles kind over HTTP with a real server process and a simulated fleet (`fa-sim --scenario
-startup_times`: skewed, heavy-tailed start-up times rounded to 10 ms, 3 % beyond the 10 s range, 2 % missing).
+startup_times`: skewed, heavy-tailed start-up times rounded to 10 ms, about 0.5 % beyond the 10 s range, 2 % missing).
 
 - Without noise the answer is the contributors' own: every quantile within one leaf of numpy's on their pooled
   clipped values, the count and the clipped counts exact.
