@@ -60,9 +60,8 @@ from queries.kind import (
 from queries.layout import Layout
 from queries.quantiles import MAX_BRANCHING as TREE_MAX_BRANCHING
 from queries.quantiles import MAX_DIM as TREE_MAX_DIM
-from queries.quantiles import MAX_LEAVES as TREE_MAX_LEAVES
 from queries.quantiles import MAX_LEVELS as TREE_MAX_LEVELS
-from queries.quantiles import feature_dim, release_feature, tree, tree_sensitivity, tree_statement, tree_vector
+from queries.quantiles import check_tree_size, feature_dim, release_feature, tree, tree_sensitivity, tree_statement, tree_vector
 from queries.release import release_threshold
 from queries.rows import cap_rows, numeric_column
 from queries.spec import PrivacySpec
@@ -429,10 +428,7 @@ class ClipQuantilesTask(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> ClipQuantilesTask:
-        if self.branching ** self.levels > TREE_MAX_LEAVES:
-            raise ValueError(f"levels: {self.branching}^{self.levels} leaves is more than {TREE_MAX_LEAVES}")
-        if len(self.features) * feature_dim(self.branching, self.levels) > TREE_MAX_DIM:
-            raise ValueError(f"features: the vector would have more than {TREE_MAX_DIM} entries")
+        check_tree_size(len(self.features), self.branching, self.levels)
         return self
 
 

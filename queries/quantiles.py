@@ -192,11 +192,16 @@ class QuantilesTask(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> QuantilesTask:
-        if self.branching ** self.levels > MAX_LEAVES:
-            raise ValueError(f"levels: {self.branching}^{self.levels} leaves is more than {MAX_LEAVES}")
-        if len(self.features) * feature_dim(self.branching, self.levels) > MAX_DIM:
-            raise ValueError(f"features: the vector would have more than {MAX_DIM} entries")
+        check_tree_size(len(self.features), self.branching, self.levels)
         return self
+
+
+def check_tree_size(features: int, branching: int, levels: int) -> None:
+    """A tree task's size limits (this kind's and feature_stats' clip round): ValueError naming the field."""
+    if branching ** levels > MAX_LEAVES:
+        raise ValueError(f"levels: {branching}^{levels} leaves is more than {MAX_LEAVES}")
+    if features * feature_dim(branching, levels) > MAX_DIM:
+        raise ValueError(f"features: the vector would have more than {MAX_DIM} entries")
 
 
 def leaf_of(x: np.ndarray, lower: float, upper: float, leaves: int) -> np.ndarray:
