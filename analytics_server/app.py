@@ -14,7 +14,8 @@ from analytics_server.auth import DeviceAuth, require_token
 from analytics_server.cluster import identity_for
 from analytics_server.db.engine import check_migrated, make_engine
 from analytics_server.db.store import Store
-from analytics_server.http import analyst, console, device
+from analytics_server.db.translog_store import parse_witness_keys
+from analytics_server.http import analyst, console, device, transparency
 from analytics_server.http.common import BODY_READ_TIMEOUT, make_error_middleware
 from analytics_server.http.cors import make_cors_middleware
 from analytics_server.metrics import Metrics, count_statements
@@ -38,7 +39,7 @@ async def healthz(request: web.Request) -> web.Response:
     body = Health(status="ok", queries_running=st.orchestrator.running_count(), cohorts_running=sum(
         1 for c in st.orchestrator.cohorts.values() if c.status == "running"),
         process=ProcessLabel(id=p.id, name=p.name, pid=p.pid, url=p.url),
-        identities="issuer" if st.issuer_keys else "open")
+        identities="issuer" if st.issuer_keys else "open", log_key="file" if st.settings.log_key_file else "database")
     return web.json_response(body.model_dump())
 
 
@@ -79,6 +80,12 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         # the accountant (dp_accounting, scipy: ~1 s) loads lazily; load it now, off the loop, rather than in
         # the middle of the first query that needs it
         executor.submit(importlib.import_module, ACCOUNTANT_MODULE)
+        parse_witness_keys(settings.log_witness_keys)  # ValueError naming the bad key, before anything starts
+        seed = transparency.load_log_seed(settings.log_key_file)
+        signer = await store.log_setup(seed, settings.log_origin, (settings.budget_epsilon, settings.budget_delta))
+        if seed is None:
+            log.warning("transparency log key %s is kept in the database (no FA_LOG_KEY_FILE): anyone with database "
+                        "access could re-sign a rewritten log (docs/transparency.md)", signer.key_id)
         issuer = await issuer_keys.for_settings(settings)
         if not issuer:
             log.warning("open registration: no identity issuer (FA_ISSUER_URL / FA_ISSUER_KEYS), so any key may "
@@ -123,6 +130,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
     app.router.add_routes(analyst.routes)
     app.router.add_routes(device.routes)
     app.router.add_routes(console.routes)
+    app.router.add_routes(transparency.routes)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/openapi.json", openapi_doc)

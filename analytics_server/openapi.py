@@ -10,6 +10,7 @@ from pydantic.json_schema import models_json_schema
 from analytics_server import api_models as am
 from queries import envelope as env
 from queries.spec import QuerySpec
+from translog import wire as tw
 
 QUERY_SUBMIT = am.query_submit()
 # (method, path, summary, request model or "binary", response model or "binary"/None, security)
@@ -41,6 +42,17 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("post", "/v1/device/cohorts/{cohort_id}/refusal", "Refuse the assignment under the device's own policy", env.RefusalReport, None, "signed"),
     ("post", "/v1/device/cohorts/{cohort_id}/phases/{phase}", "Send this device's secagg message", "binary", None, "signed"),
     ("get", "/v1/device/cohorts/{cohort_id}/phases/{phase}/next", "Long-poll the server's next secagg message", None, "binary", "signed"),
+    ("get", "/v1/log/key", "The transparency log's public key, origin, retired keys and witnesses", None, tw.LogKeyResponse, "none"),
+    ("get", "/v1/log/head", "The newest signed tree head, its cosignatures and the newest cosigned head", None,
+     tw.LogHeadResponse, "none"),
+    ("get", "/v1/log/heads", "Stored signed heads with start ≤ size < end (at most 1,000)", None, tw.LogHeadsResponse, "none"),
+    ("get", "/v1/log/entries", "Log entries with start ≤ index < end (at most 1,000)", None, tw.LogEntriesResponse, "none"),
+    ("get", "/v1/log/proof/inclusion", "RFC 9162 inclusion proof of entry `index` in the tree of `size`", None,
+     tw.ProofResponse, "none"),
+    ("get", "/v1/log/proof/consistency", "RFC 9162 consistency proof from tree size `first` to `second`", None,
+     tw.ProofResponse, "none"),
+    ("post", "/v1/log/cosignatures", "A witness's cosignature of a stored head (keys in FA_LOG_WITNESS_KEYS only)",
+     tw.CosignRequest, None, "none"),
     ("get", "/healthz", "Liveness", None, am.Health, "none"),
     ("get", "/metrics", "Prometheus metrics (bearer token of role admin or metrics when FA_METRICS_AUTH is token, the production default)", None, "text", "none"),
     ("get", "/v1/openapi.json", "This document", None, None, "none"),

@@ -410,7 +410,7 @@ class Orchestrator:
         try:
             await self.store.create_cohort(
                 cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase, owner=self.process.id,
-                assignments=wire,
+                assignments=wire, task=(rnd.index, cohort.task_digest),
             )
         except BaseException:
             self.cohorts.pop(cohort.id, None)

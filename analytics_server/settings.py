@@ -138,6 +138,27 @@ class Settings(BaseSettings):
         "beside any issuer_keys",
     )
 
+    log_key_file: str | None = Field(
+        default=None, max_length=4096,
+        description="file holding the transparency log's Ed25519 signing key (base64 of a 32-byte seed; "
+        "docs/transparency.md); unset: a key generated once and kept in the database (demo only: anyone with "
+        "database access could then re-sign a rewritten log)",
+    )
+    log_origin: str | None = Field(
+        default=None, max_length=200, pattern=r"^[^\n]+$",
+        description="the log's name in its signed heads; default `fed-analytics/<key id>`",
+    )
+    log_previous_keys: str = Field(
+        default="", max_length=10_000,
+        description="comma-separated base64 Ed25519 public keys of retired log keys (served at /v1/log/key so old "
+        "heads stay verifiable after a rotation)",
+    )
+    log_witness_keys: str = Field(
+        default="", max_length=10_000,
+        description="comma-separated `name=base64 Ed25519 public key` of the witnesses whose cosignatures "
+        "POST /v1/log/cosignatures accepts",
+    )
+
     @field_validator("device_cors_origins")
     @classmethod
     def _origins(cls, v: str) -> str:

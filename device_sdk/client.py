@@ -67,6 +67,9 @@ from queries.envelope import (
 )
 from queries.registry import get_kind
 from queries.task_digest import TaskDigestError, task_digest
+from translog.check import LogCheckError
+from translog.wire import LogKeyResponse, TaskProof
+from device_sdk.transparency import LogFollower
 from secagg import encoding, identity_token
 from secagg.client import ClientSession, KeyPairs
 from secagg.config import SecAggConfig
@@ -199,6 +202,7 @@ class DeviceClient:
         self.enrolment = enrolment
         self.hooks = hooks or DeviceHooks()
         self.ledger = ContributionLedger(store)
+        self.log = LogFollower(store, self.policy)
         self._runner: Any = None
         self._retention_at = 0.0
         self._wake_loop: asyncio.AbstractEventLoop | None = None
@@ -444,6 +448,9 @@ class DeviceClient:
             await self.ensure_registered()
             sources = [c for c in self.store.collections() if self.policy.allows_source(c)]  # no more than it may use
             payload: dict[str, Any] = {"wait_s": self.checkin_wait_s, "sources": sources}
+            log_size = self.log.last_size()
+            if log_size is not None:
+                payload["log_size"] = log_size
             keys = KeyPairs.draw(self.randomness.checkin_keys()) if self.keys_with_checkin else None
             if keys is not None:  # phase 0 sent ahead (docs/protocol.md, "Keys with the check-in")
                 payload["secagg_keys"] = {"c_pk": b64e(keys.c_pk), "s_pk": b64e(keys.s_pk),
@@ -481,14 +488,15 @@ class DeviceClient:
             retry = resp.retry_after if resp.retry_after is not None else 1.0
             return Outcome("idle", retry_after=retry, queries_running=resp.queries_running)
         ahead = Ahead(keys, resp.next) if resp.advertised and keys is not None else None
-        out = await self.run_assignment(a, ahead)
+        out = await self.run_assignment(a, ahead, resp.log)
         return Outcome(out.status, out.retry_after, out.cohort_id, out.contributed, out.detail, resp.queries_running,
                        out.reason)
 
-    async def run_assignment(self, a: Assignment, ahead: Ahead | None = None) -> Outcome:
+    async def run_assignment(self, a: Assignment, ahead: Ahead | None = None, log_proof: TaskProof | None = None) -> Outcome:
         """Admit the assignment under the device's policy (refusing it, with a report to the server, before any
         data is read), run it, and settle the ledger and the transparency log. `ahead`: the check-in already
-        answered the first phase with these keys."""
+        answered the first phase with these keys; `log_proof`: the check-in's proof that the task is in the
+        server's transparency log (docs/transparency.md)."""
         try:
             log.info("device %s: assigned query %s round %d (%s on %r), cohort %s", self.device_id[:8], a.query_id[:8],
                      a.round, a.kind, a.source, a.cohort_id[:8])
@@ -499,7 +507,7 @@ class DeviceClient:
                 return Outcome("refused", cohort_id=a.cohort_id, detail=admitted.detail, reason=admitted.reason)
             out: Outcome | None = None
             try:
-                out = await self._run_assignment(a, admitted, ahead)
+                out = await self._run_assignment(a, admitted, ahead, log_proof)
             finally:
                 finished = out is not None and out.status == "finished"
                 record = admitted.end(finished, out.contributed if out is not None else None,
@@ -517,7 +525,12 @@ class DeviceClient:
             if len(self._abandoned) > 1000:
                 self._abandoned = set(list(self._abandoned)[-100:])
 
-    async def _run_assignment(self, a: Assignment, contribution: Contribution, ahead: Ahead | None = None) -> Outcome:
+    async def _run_assignment(self, a: Assignment, contribution: Contribution, ahead: Ahead | None = None,
+                              log_proof: TaskProof | None = None) -> Outcome:
+        if self.policy.require_log or log_proof is not None:
+            refused = await self._check_log(a, contribution, log_proof)
+            if refused is not None:
+                return refused
         async with self._turn():
             prepared = await self._prepare(a, contribution, ahead)
         if isinstance(prepared, Outcome):
@@ -529,6 +542,25 @@ class DeviceClient:
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the process running the cohort is gone
             log.info("device %s: leaving cohort %s: its server is unreachable (%s)", self.device_id[:8], a.cohort_id[:8], exc)
             return Outcome("aborted", cohort_id=a.cohort_id, detail=f"cohort server unreachable: {exc}")
+
+    async def _check_log(self, a: Assignment, contribution: Contribution, proof: TaskProof | None) -> Outcome | None:
+        """Refuse (`not_logged`) unless the task is in the server's transparency log under a head that extends the
+        last one this device saw; else record the entry and head with the contribution. Runs before any data is
+        read."""
+        try:
+            digest = task_digest(a)
+            if proof is not None and self.log.keys() is None:  # trust on first use (policy.log_keys unset)
+                status, _, raw = await self.request("GET", "/v1/log/key")
+                if status != 200:
+                    raise LogCheckError(f"the server's log key is not available (HTTP {status})")
+                self.log.pin(LogKeyResponse.model_validate(_json_body(raw)))
+            signed = self.log.check(proof, a, digest, self.store.clock.time())
+        except (LogCheckError, TaskDigestError, ValidationError, ValueError) as exc:
+            return Outcome("refused", cohort_id=a.cohort_id, reason="not_logged", detail=f"transparency log: {exc}")
+        self.log.accept(signed)
+        assert proof is not None
+        contribution.ledger.set_log(contribution.row_id, proof.index, signed.head.size, b64e(signed.head.root))
+        return None
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:

@@ -11,7 +11,8 @@ round of that query more often than to any round before (k contributions to one 
 of the query — basic composition): so a server that seats the device in a second cohort of the same round
 is charged for it, and an honest one never is. Daily totals sum the charges of the last 24 hours.
 
-The transparency log (`records`) lists what left the device: query, round, cohort, kind, collection, times,
+The transparency log (`records`) lists what left the device, with the server log's entry and signed head the
+device checked the task against (docs/transparency.md): query, round, cohort, kind, collection, times,
 ε charged and the query's (ε, δ), the noise mechanism and scale, whether proofs were used, and whether the
 server counted it in the sum. It also keeps the cohorts the device refused because the server could not be
 checked (`refused`: status `refused`, nothing sent, nothing charged, the reason in `detail`): rows that never
@@ -38,7 +39,10 @@ _COLUMNS = (
     "id", "query_id", "round", "cohort_id", "kind", "source", "accepted_at", "sent_at", "ended_at", "status",
     "contributed", "mechanism", "epsilon", "delta", "query_epsilon", "query_delta", "query_privacy",
     "noise_scale", "noise_std", "encoding_scale", "proofs", "cohort_size", "min_survivors", "detail",
+    "log_index", "log_size", "log_root",
 )
+_LOG_COLUMNS = (("log_index", "INTEGER"), ("log_size", "INTEGER"), ("log_root", "TEXT"))
+"""Added after the first release: opened stores gain them (NULL for older rows)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,12 @@ class ContributionRecord:
     min_survivors: int | None
     """The fewest survivors the device would unmask for."""
     detail: str
+    log_index: int | None = None
+    """The cohort's task entry in the server's transparency log (docs/transparency.md), None if not checked."""
+    log_size: int | None = None
+    """The size of the signed log head the device checked the entry under."""
+    log_root: str | None = None
+    """That head's root (base64)."""
 
     @property
     def noise(self) -> bool:
@@ -117,6 +127,10 @@ class ContributionLedger:
                 "query_privacy TEXT NOT NULL, noise_scale REAL, noise_std REAL, encoding_scale INTEGER NOT NULL, "
                 "proofs INTEGER NOT NULL, cohort_size INTEGER NOT NULL, min_survivors INTEGER, detail TEXT NOT NULL)"
             )
+            have = {r[1] for r in db.execute("PRAGMA table_info(contributions)")}
+            for name, sql_type in _LOG_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE contributions ADD COLUMN {name} {sql_type}")
             db.execute("CREATE INDEX IF NOT EXISTS contributions_query ON contributions (query_id)")
             db.execute("CREATE INDEX IF NOT EXISTS contributions_time ON contributions (accepted_at)")
 
@@ -184,6 +198,12 @@ class ContributionLedger:
                 [fields[c] for c in names],
             )
             return int(cur.lastrowid or 0)
+
+    def set_log(self, row_id: int, index: int, size: int, root: str) -> None:
+        """Record the log entry and head the device checked its task against."""
+        with self.store.transaction() as db:
+            db.execute("UPDATE contributions SET log_index = ?, log_size = ?, log_root = ? WHERE id = ?",
+                       (index, size, root, row_id))
 
     def mark_sent(self, row_id: int, at: float | None = None) -> None:
         with self.store.transaction() as db:

@@ -69,6 +69,12 @@ class DevicePolicy:
       `GET /v1/issuer/keys` lists them). With `verify_cohort`, a member then counts toward `min_cohort` only when
       the server also relayed an identity token for it that one of these keys signed (docs/identities.md): members
       the server made up count for nothing. Set `min_cohort` too: it is the floor they are counted against.
+    - `require_log` (on by default): refuse (`not_logged`) a task that the server's transparency log does not
+      show under a signed head consistent with the last head this device saw (docs/transparency.md).
+    - `log_keys`: the log's Ed25519 public keys the app pins (base64, as `GET /v1/log/key` shows them). None: the
+      device pins the key the server shows on first use (TOFU) and never accepts another.
+    - `witness_keys`, `witness_quorum`, `witness_max_age_s`: witnesses the app pins (base64 Ed25519); the head must
+      extend one that `witness_quorum` of them cosigned within `witness_max_age_s` seconds.
     """
 
     allowed_sources: Collection[str] | Mapping[str, Collection[str] | None] | None = None
@@ -82,13 +88,24 @@ class DevicePolicy:
     max_contributions_per_day: int | None = None
     verify_cohort: bool = True
     issuer_keys: Sequence[str] | None = None
+    require_log: bool = True
+    log_keys: Sequence[str] | None = None
+    witness_keys: Sequence[str] | None = None
+    witness_quorum: int = 1
+    witness_max_age_s: float = 3600.0
     _sources: dict[str, frozenset[str] | None] | None = field(default=None, init=False, repr=False, compare=False)
     _issuers: dict[bytes, RSAPublicKey] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_sources", _normalise_sources(self.allowed_sources))
         object.__setattr__(self, "_issuers", _issuer_keys(self.issuer_keys))
-        for name in ("require_noise", "require_proofs", "verify_cohort"):
+        for name in ("log_keys", "witness_keys"):
+            _ed25519_keys(name, getattr(self, name))
+        if isinstance(self.witness_quorum, bool) or not isinstance(self.witness_quorum, int) or not (
+                1 <= self.witness_quorum <= max(1, len(self.witness_keys or ()))):
+            raise PolicyError(f"witness_quorum: an integer from 1 to the number of witness_keys, got {self.witness_quorum!r}")
+        _positive("witness_max_age_s", self.witness_max_age_s)
+        for name in ("require_noise", "require_proofs", "verify_cohort", "require_log"):
             if not isinstance(getattr(self, name), bool):
                 raise PolicyError(f"{name}: must be True or False, got {getattr(self, name)!r}")
         for name in ("max_epsilon_per_query", "max_epsilon_per_day"):
@@ -158,6 +175,28 @@ def _issuer_keys(raw: Any) -> dict[bytes, RSAPublicKey]:
         except (binascii.Error, ValueError) as exc:
             raise PolicyError(f"issuer_keys[{i}]: not an issuer public key ({exc})") from None
     return identity_token.trusted_keys(keys)
+
+
+def _ed25519_keys(name: str, raw: Any) -> list[bytes]:
+    """A pinned list of base64 Ed25519 public keys (None: none pinned)."""
+    if raw is None:
+        return []
+    if isinstance(raw, str) or not all(isinstance(k, str) for k in raw):
+        raise PolicyError(f"{name}: a list of base64 Ed25519 public keys")
+    out = []
+    for i, text in enumerate(raw):
+        try:
+            key = base64.b64decode(text, validate=True)
+        except binascii.Error:
+            key = b""
+        if len(key) != 32:
+            raise PolicyError(f"{name}[{i}]: not a base64 Ed25519 public key (32 bytes)")
+        out.append(key)
+    return out
+
+
+def pinned_keys(raw: Sequence[str] | None) -> list[bytes]:
+    return _ed25519_keys("keys", raw)
 
 
 def _positive(name: str, value: Any) -> None:

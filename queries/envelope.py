@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from translog.wire import TaskProof
+
 PROTOCOL_VERSION = 2
 """Version of this device wire protocol; sent by devices in `HDR_PROTOCOL`, the server refuses any other."""
 SIGNING_DOMAIN = b"fa-device-request/v1"
@@ -50,6 +52,7 @@ RefusalReason = Literal[
     "invalid_assignment",
     "task_mismatch",
     "cohort_unverified",
+    "not_logged",
 ]
 """Why a device refused an assignment (its own policy, docs/device_sdk.md); the server counts refusals by
 reason in `/metrics` (`fa_device_refusals_total{reason=…}`)."""
@@ -127,6 +130,10 @@ class SecAggKeys(_Model):
 class CheckinRequest(_Model):
     wait_s: float = Field(default=0.0, ge=0, le=MAX_LONG_POLL_S, description="long-poll up to this many seconds")
     sources: list[str] | None = Field(default=None, max_length=1000, description="collections the device holds")
+    log_size: int | None = Field(
+        default=None, ge=0, lt=1 << 53, description="the size of the last transparency-log head the device stored: "
+        "an answer with an assignment carries the consistency proof from it (docs/transparency.md)"
+    )
     secagg_keys: SecAggKeys | None = Field(
         default=None, description="the device's advertise-keys phase, sent ahead: used when the check-in is answered "
         "with a semi-honest secagg assignment by the process running its cohort"
@@ -220,6 +227,10 @@ class Assignment(_Model):
 
 class CheckinResponse(_Model):
     assignment: Assignment | None = None
+    log: TaskProof | None = Field(
+        default=None, description="with an assignment: its cohort's task entry in the transparency log, the newest "
+        "signed head, and the proofs a device checks before it contributes (docs/transparency.md)"
+    )
     retry_after: float | None = None
     queries_running: int = 0
     advertised: bool | None = Field(

@@ -240,3 +240,50 @@ class DevicePresence(Base):
     available_until: Mapped[float] = mapped_column(Float, index=True)
     cohort_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     assignment: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+
+
+class LogEntry(Base):
+    """One transparency-log leaf (docs/transparency.md): the entry's RFC 8785 JSON exactly as hashed, and the hash."""
+
+    __tablename__ = "log_entries"
+
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    type: Mapped[str] = mapped_column(String(16))
+    query_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    cohort_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    body: Mapped[str] = mapped_column(Text)
+    leaf_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class LogHead(Base):
+    """A signed tree head: one per transaction that appended to the log."""
+
+    __tablename__ = "log_heads"
+
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    root: Mapped[bytes] = mapped_column(LargeBinary(32))
+    timestamp_ms: Mapped[int] = mapped_column(BigInteger)
+    origin: Mapped[str] = mapped_column(String(200))
+    key_id: Mapped[str] = mapped_column(String(16))
+    signature: Mapped[bytes] = mapped_column(LargeBinary(64))
+
+
+class LogCosignature(Base):
+    """A witness's cosignature of a stored head."""
+
+    __tablename__ = "log_cosignatures"
+
+    size: Mapped[int] = mapped_column(BigInteger, ForeignKey("log_heads.size"), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    witness: Mapped[str] = mapped_column(String(100))
+    time: Mapped[int] = mapped_column(BigInteger)
+    signature: Mapped[bytes] = mapped_column(LargeBinary(64))
+
+
+class LogKey(Base):
+    """The log's signing key when no FA_LOG_KEY_FILE is set (generated once; demo only)."""
+
+    __tablename__ = "log_keys"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seed: Mapped[bytes] = mapped_column(LargeBinary(32))

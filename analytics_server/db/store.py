@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from analytics_server.db.cluster_store import ClusterStore, _release
 from analytics_server.db.reports import ReportStore
+from analytics_server.db.translog_store import LOG_LOCK, LogStore, now_ms
 from analytics_server.logs import fields
 from analytics_server.db.engine import session_factory
 from analytics_server.db.models import (
@@ -50,6 +51,7 @@ from analytics_server.db.models import (
     Token,
 )
 from queries import dp
+from translog import entries as te
 from secagg.phases import Phase
 
 log = logging.getLogger(__name__)
@@ -201,7 +203,7 @@ def _run_to_completion(cls: type[S]) -> type[S]:
 
 
 @_run_to_completion
-class Store(ClusterStore, ReportStore):
+class Store(ClusterStore, ReportStore, LogStore):
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(engine)
@@ -354,7 +356,7 @@ class Store(ClusterStore, ReportStore):
             raise ValueError("default_budget: required when charging a cost")
         check_analyst = limits is not None and created_by is not None
         locks = ([f"source:{source}"] if cost is not None else []) + ([f"analyst:{created_by}"] if check_analyst else [])
-        async with self._tx(locks) as s:
+        async with self._tx([*locks, LOG_LOCK]) as s:
             if check_analyst:
                 assert limits is not None and created_by is not None
                 await self._check_analyst(s, created_by, cost, limits)
@@ -367,6 +369,9 @@ class Store(ClusterStore, ReportStore):
             if cost is not None:
                 s.add(PrivacyCharge(source=source, query_id=q.id, epsilon=cost.epsilon, delta=cost.delta,
                                     status="charged", created_at=now()))
+            at = now_ms()
+            await self._log_append(s, [te.query_entry(q.id, source, kind, spec, at)] + (
+                [te.charge_entry(q.id, source, cost.epsilon, cost.delta, at)] if cost is not None else []))
             data: dict[str, Any] = {"kind": kind}
             if cost is not None:
                 data["charged"] = cost.to_dict()
@@ -462,7 +467,8 @@ class Store(ClusterStore, ReportStore):
     async def set_budget(self, source: str, total_epsilon: float, total_delta: float) -> None:
         """Set a source's total (may be below what is already spent: then nothing more fits)."""
         dp.Budget(total_epsilon, total_delta)  # validates
-        async with self._tx([f"source:{source}"]) as s:
+        async with self._tx([f"source:{source}", LOG_LOCK]) as s:
+            await self._log_append(s, [te.budget_entry(source, total_epsilon, total_delta, now_ms())])
             row = await s.get(PrivacyBudget, source)
             if row is None:
                 s.add(PrivacyBudget(source=source, total_epsilon=total_epsilon, total_delta=total_delta, updated_at=now()))
@@ -494,7 +500,7 @@ class Store(ClusterStore, ReportStore):
 
     async def set_query_status(self, query_id: str, status: str, error: str | None = None) -> bool:
         """Move a non-terminal query to `status`; False when it was already terminal."""
-        async with self._tx() as s:
+        async with self._tx([LOG_LOCK] if status in ("cancelled", "failed") else []) as s:
             values: dict[str, Any] = {"status": status, "updated_at": now()}
             if error is not None:
                 values["error"] = error
@@ -528,8 +534,7 @@ class Store(ClusterStore, ReportStore):
         else:
             log.info("query %s %s%s (%s rounds)%s", query_id, status, duration, rounds, note, extra=info)
 
-    @staticmethod
-    async def _refund_if_unseen(s: AsyncSession, query_id: str) -> str | None:
+    async def _refund_if_unseen(self, s: AsyncSession, query_id: str) -> str | None:
         """Refund the query's charge iff no masked-input phase of any of its cohorts closed: until then the
         server holds no set of masked inputs it could unmask, so nothing about the data could have been seen.
         Once one closed (even if the cohort aborted later, e.g. cancelled during unmasking) the charge stays."""
@@ -550,11 +555,15 @@ class Store(ClusterStore, ReportStore):
                             data={"reason": f"masked inputs of {seen} cohort(s) were closed"}, created_at=now()))
                 return "kept"
             return None
+        refunded = (await s.execute(select(PrivacyCharge).where(
+            PrivacyCharge.query_id == query_id, PrivacyCharge.status == "charged"))).scalars().all()
         res = await s.execute(
             update(PrivacyCharge)
             .where(PrivacyCharge.query_id == query_id, PrivacyCharge.status == "charged")
             .values(status="refunded", refunded_at=now())
         )
+        await self._log_append(s, [te.charge_entry(query_id, c.source, c.epsilon, c.delta, now_ms(), refund=True)
+                                   for c in refunded])
         if _rowcount(res):
             s.add(Event(query_id=query_id, type="budget.refunded", data={}, created_at=now()))
             return "refunded"
@@ -568,7 +577,7 @@ class Store(ClusterStore, ReportStore):
         """Store the release; the query succeeds, or — with `failure` (e.g. training diverged) — fails with that
         error while its result stays readable. A failed query's charge stays (its cohorts saw masked inputs)."""
         status = "failed" if failure else "succeeded"
-        async with self._tx() as s:
+        async with self._tx([LOG_LOCK]) as s:
             res = await s.execute(
                 update(Query)
                 .where(Query.id == query_id, Query.status == "running")
@@ -577,6 +586,7 @@ class Store(ClusterStore, ReportStore):
             )
             charge = None
             if _rowcount(res):
+                await self._log_append(s, [te.release_entry(query_id, status, result, privacy, now_ms())])
                 s.add(Event(query_id=query_id, type=f"query.{status}", data={"error": failure} if failure else {},
                             created_at=now()))
                 if failure:
@@ -692,10 +702,14 @@ class Store(ClusterStore, ReportStore):
         phase: int = Phase.ADVERTISE_KEYS,
         owner: str | None = None,
         assignments: dict[str, dict[str, Any]] | None = None,
+        task: tuple[int, bytes] | None = None,
     ) -> None:
         """Insert the cohort (open in `phase`, run by process `owner`) and its seats, and store each member's
-        assignment for delivery; IntegrityError if a device already has a seat in this round."""
-        async with self._tx() as s:
+        assignment for delivery; with `task` (round index, task digest) log the cohort's task first
+        (docs/transparency.md); IntegrityError if a device already has a seat in this round."""
+        async with self._tx([LOG_LOCK] if task is not None else []) as s:
+            if task is not None:
+                await self._log_append(s, [te.task_entry(query_id, task[0], cohort_id, task[1], now_ms())])
             s.add(
                 Cohort(
                     id=cohort_id,

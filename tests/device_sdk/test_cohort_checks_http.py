@@ -12,10 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from analytics_server.db.store import Store
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.state import STATE
 from device_sdk.hooks import DeviceHooks
 from device_sdk import DevicePolicy
+from device_sdk.client import DeviceClient
 from queries.task_digest import task_digest
 from secagg import crypto
 from tests.device_sdk.fleet import Fleet, analyst, metric, run_query
@@ -28,7 +30,11 @@ SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "
 def _two_faced(monkeypatch: pytest.MonkeyPatch, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """The real orchestrator, showing the cohort's last party an assignment changed by `change` (the decoy-task
     attack: one victim sees what the others do not). Its session accepts each party's signature under the digest of
-    what that party was shown and forwards it, so that only the devices can notice."""
+    what that party was shown and forwards it, so that only the devices can notice. It sends no transparency-log
+    proofs, and the devices here do not require them: these tests isolate the task binding (the log's own defence
+    against this attack: tests/device_sdk/test_transparency_http.py)."""
+    monkeypatch.setattr(Store, "log_task_proof", _no_proof)
+    monkeypatch.setattr(DeviceClient, "_check_log", _no_proof)
     real = Orchestrator._make_cohort
 
     def make(self, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
@@ -53,6 +59,10 @@ def _two_faced(monkeypatch: pytest.MonkeyPatch, change: Callable[[dict[str, Any]
         return cohort
 
     monkeypatch.setattr(Orchestrator, "_make_cohort", make)
+
+
+async def _no_proof(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 CHANGES = {

@@ -1183,6 +1183,24 @@ def identity_tokens_vectors(case: Json) -> Json:
     }
 
 
+_TLOG_LEAVES = ["", "00", "10", "2021", "3031", "40414243", "5051525354555657", "606162636465666768696a6b6c6d6e6f"]
+
+
+@topic(
+    "translog",
+    "The transparency log (translog/): RFC 9162 tree hashing and proofs over the transparency-dev reference "
+    "leaves ('tree': every root, inclusion proof and consistency proof of the first 8 leaves); leaf bytes of "
+    "each entry type (RFC 8785 JSON); a signed tree head and a witness cosignature (Ed25519 keys from seeds); "
+    "and task proofs as a device receives them, each with the device's stored head and its verdict ('ok' or "
+    "the first words of the refusal).",
+    [{"name": "tree"}, {"name": "entries"}, {"name": "heads"}, {"name": "task_proofs"}],
+)
+def translog_vectors(case: Json) -> Json:
+    from tests.support import translog_cases
+
+    return translog_cases.compute(case["name"], _TLOG_LEAVES)
+
+
 TS_TASK_SCHEMAS = ROOT / "device_sdk" / "js" / "src" / "kinds" / "taskSchemas.generated.ts"
 
 

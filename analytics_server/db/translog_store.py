@@ -1,0 +1,291 @@
+"""Database side of the public transparency log (docs/transparency.md).
+
+Entries are appended by the store's own write transactions (`_log_append`), in the transaction that records
+what they describe, while it holds the `log` lock (`BEGIN IMMEDIATE` on SQLite, the `ledger_locks` row on
+PostgreSQL): appends from N processes get consecutive indexes, and a rolled-back transaction leaves no entry.
+Each appending transaction also stores the signed head of the new size.
+
+Each process keeps the committed leaf hashes in memory (`translog.merkle.MerkleTree`), read incrementally
+from the database, so a root or a proof costs O(log n) hashes; a database whose log is shorter than the
+cache (restored from a backup, rewritten) makes the cache start over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from analytics_server.db.models import LogCosignature, LogEntry, LogHead, LogKey
+from translog import entries as te
+from translog.heads import Cosignature, SignedHead, Signer, TreeHead, key_table, verify_cosignature
+from translog.merkle import MerkleTree
+from translog.wire import CosignatureModel, HeadModel, TaskProof, WitnessedHead, b64
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+log = logging.getLogger(__name__)
+LOG_LOCK = "log"
+HEAD_CACHE_S = 1.0
+"""A check-in reuses the newest head read this long ago, unless its task entry is newer."""
+
+
+class LogUnavailable(RuntimeError):
+    """The log has no signing key yet (`log_setup` not run)."""
+
+
+class LogRangeError(ValueError):
+    """A size or index beyond the log (→ 404), or an impossible range (→ 400); the message names it."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def head_of(row: LogHead) -> SignedHead:
+    return SignedHead(TreeHead(row.origin, int(row.size), bytes(row.root), int(row.timestamp_ms)), row.key_id,
+                      bytes(row.signature))
+
+
+def cosig_of(row: LogCosignature) -> Cosignature:
+    return Cosignature(row.witness, row.key_id, int(row.time), bytes(row.signature))
+
+
+@dataclass
+class _HeadCache:
+    head: SignedHead
+    witnessed: tuple[SignedHead, list[Cosignature]] | None
+    read_at: float
+
+
+class LogStore:
+    """Mixin of `Store`: the transparency log's appends, heads, entries and proofs."""
+
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    _log_signer: Signer | None = None
+    _log_origin: str = ""
+    _log_tree: MerkleTree | None = None
+    _log_heads: _HeadCache | None = None
+
+    if TYPE_CHECKING:
+        def _tx(self, locks: Sequence[str] = ...) -> Any: ...
+
+    # -- key and setup ---------------------------------------------------------------------------
+
+    async def log_setup(self, seed: bytes | None, origin: str | None, default_budget: tuple[float, float] | None) -> Signer:
+        """Load the log key (`seed`, else the one kept in the database, generated on first use), and log the
+        server's default budget if it differs from the last one logged."""
+        if seed is None:
+            seed = await self._stored_log_seed()
+        signer = Signer(seed)
+        self._log_signer = signer
+        self._log_origin = origin or f"fed-analytics/{signer.key_id}"
+        if default_budget is not None:
+            await self.log_budget(te.DEFAULT_SOURCE, *default_budget)
+        return signer
+
+    async def _stored_log_seed(self) -> bytes:
+        async with self.sessions() as s:
+            row = await s.get(LogKey, "log")
+        if row is not None:
+            return bytes(row.seed)
+        try:
+            async with self._tx([LOG_LOCK]) as s:
+                if await s.get(LogKey, "log") is None:
+                    s.add(LogKey(name="log", seed=os.urandom(32)))
+        except IntegrityError:  # another process stored one first
+            pass
+        async with self.sessions() as s:
+            row = await s.get(LogKey, "log")
+        assert row is not None
+        return bytes(row.seed)
+
+    @property
+    def log_signer(self) -> Signer:
+        if self._log_signer is None:
+            raise LogUnavailable("the transparency log has no key yet")
+        return self._log_signer
+
+    @property
+    def log_origin(self) -> str:
+        return self._log_origin
+
+    # -- appends ------------------------------------------------------------------------------
+
+    async def _log_append(self, s: AsyncSession, entries: list[dict[str, Any]]) -> list[int]:
+        """Append `entries` in transaction `s`, which must hold the `log` lock; store the new signed head.
+        Returns their indexes. Without a log key (a store used without `log_setup`, as some unit tests do)
+        nothing is appended."""
+        if self._log_signer is None or not entries:
+            return []
+        size = int((await s.execute(select(func.count()).select_from(LogEntry))).scalar_one())
+        tree = await self._synced_tree(s, size)
+        hashes = [te.entry_leaf_hash(e) for e in entries]
+        for i, (e, h) in enumerate(zip(entries, hashes)):
+            s.add(LogEntry(idx=size + i, type=e["type"], query_id=e.get("query_id"), cohort_id=e.get("cohort_id"),
+                           body=te.canonical(e).decode("utf-8"), leaf_hash=h))
+        new = size + len(entries)
+        signed = self.log_signer.sign_head(TreeHead(self._log_origin, new, tree.root_with(hashes), now_ms()))
+        s.add(LogHead(size=new, root=signed.head.root, timestamp_ms=signed.head.timestamp_ms, origin=signed.head.origin,
+                      key_id=signed.key_id, signature=signed.signature))
+        return list(range(size, new))
+
+    async def _synced_tree(self, s: AsyncSession, size: int | None = None) -> MerkleTree:
+        """The cache holding at least the committed leaves this session sees (exactly `size` when given)."""
+        tree = self._log_tree
+        if tree is None or (size is not None and tree.size > size):
+            if tree is not None:
+                log.warning("the transparency log in the database has %d entries, this process had read %d: "
+                            "reading it again", size, tree.size)
+            tree = self._log_tree = MerkleTree()
+        rows = (await s.execute(select(LogEntry.idx, LogEntry.leaf_hash).where(LogEntry.idx >= tree.size)
+                                .order_by(LogEntry.idx))).all()
+        for idx, h in rows:
+            if idx == tree.size:  # another coroutine may have read the same rows meanwhile
+                tree.append(bytes(h))
+        return tree
+
+    async def log_budget(self, source: str, total_epsilon: float, total_delta: float) -> bool:
+        """Log a budget unless the last one logged for `source` is the same; True if it appended."""
+        async with self._tx([LOG_LOCK]) as s:
+            rows = (await s.execute(select(LogEntry.body).where(LogEntry.type == "budget").order_by(LogEntry.idx.desc())))
+            for (body,) in rows:
+                e = json.loads(body)
+                if e.get("source") == source:
+                    if (e.get("total_epsilon"), e.get("total_delta")) == (float(total_epsilon), float(total_delta)):
+                        return False
+                    break
+            await self._log_append(s, [te.budget_entry(source, total_epsilon, total_delta, now_ms())])
+        return True
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def log_head(self) -> tuple[SignedHead | None, list[Cosignature]]:
+        async with self.sessions() as s:
+            row = (await s.execute(select(LogHead).order_by(LogHead.size.desc()).limit(1))).scalar_one_or_none()
+            if row is None:
+                return None, []
+            cos = (await s.execute(select(LogCosignature).where(LogCosignature.size == row.size))).scalars()
+            return head_of(row), [cosig_of(c) for c in cos]
+
+    async def log_witnessed(self) -> tuple[SignedHead, list[Cosignature]] | None:
+        """The newest head witnesses cosigned, with its cosignatures."""
+        async with self.sessions() as s:
+            size = (await s.execute(select(func.max(LogCosignature.size)))).scalar_one_or_none()
+            if size is None:
+                return None
+            row = await s.get(LogHead, size)
+            cos = (await s.execute(select(LogCosignature).where(LogCosignature.size == size))).scalars()
+            assert row is not None
+            return head_of(row), [cosig_of(c) for c in cos]
+
+    async def log_heads(self, start: int, end: int) -> list[SignedHead]:
+        async with self.sessions() as s:
+            rows = (await s.execute(select(LogHead).where(LogHead.size >= start, LogHead.size < end)
+                                    .order_by(LogHead.size))).scalars()
+            return [head_of(r) for r in rows]
+
+    async def log_entries(self, start: int, end: int) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
+        """(the log's size, the entries with start ≤ index < end)."""
+        async with self.sessions() as s:
+            size = int((await s.execute(select(func.count()).select_from(LogEntry))).scalar_one())
+            rows = (await s.execute(select(LogEntry.idx, LogEntry.body).where(LogEntry.idx >= start, LogEntry.idx < end)
+                                    .order_by(LogEntry.idx))).all()
+        return size, [(int(i), json.loads(b)) for i, b in rows]
+
+    async def _tree_of_size(self, size: int) -> MerkleTree:
+        async with self.sessions() as s:
+            tree = await self._synced_tree(s)
+        if size > tree.size:
+            raise LogRangeError(f"size: the log has {tree.size} entries, not {size}")
+        return tree
+
+    async def log_inclusion(self, index: int, size: int) -> list[bytes]:
+        if not 0 <= index < size:
+            raise LogRangeError(f"index: must be below size ({index} ≥ {size})")
+        return (await self._tree_of_size(size)).inclusion_proof(index, size)
+
+    async def log_consistency(self, first: int, second: int) -> list[bytes]:
+        if not 0 <= first <= second:
+            raise LogRangeError(f"first: must be in 0..second ({first} > {second})")
+        return (await self._tree_of_size(second)).consistency_proof(first, second)
+
+    async def log_cosign(self, size: int, cosig: Cosignature, witnesses: dict[str, bytes]) -> bool:
+        """Store a witness's cosignature of the head of `size` (HeadError if it does not verify, LogRangeError
+        without such a head); False if that witness had already cosigned it."""
+        async with self.sessions() as s:
+            row = await s.get(LogHead, size)
+        if row is None:
+            raise LogRangeError(f"size: no stored head of size {size}")
+        verify_cosignature(cosig, head_of(row).head, witnesses)
+        try:
+            async with self._tx() as s:
+                if await s.get(LogCosignature, (size, cosig.key_id)) is not None:
+                    return False
+                s.add(LogCosignature(size=size, key_id=cosig.key_id, witness=cosig.witness, time=cosig.time,
+                                     signature=cosig.signature))
+        except IntegrityError:
+            return False
+        self._log_heads = None
+        return True
+
+    async def log_task_proof(self, cohort_id: str, from_size: int | None, with_witness: bool = True) -> TaskProof | None:
+        """What a device gets with its assignment (docs/transparency.md); None if the cohort has no task entry."""
+        async with self.sessions() as s:
+            found = (await s.execute(select(LogEntry.idx, LogEntry.body).where(
+                LogEntry.cohort_id == cohort_id[:32], LogEntry.type == "task"))).first()
+        if found is None:
+            return None
+        idx, body = int(found[0]), json.loads(found[1])
+        cache = self._log_heads
+        if cache is None or cache.head.head.size <= idx or time.monotonic() - cache.read_at > HEAD_CACHE_S:
+            head, _ = await self.log_head()
+            if head is None:
+                return None
+            cache = self._log_heads = _HeadCache(head, await self.log_witnessed() if with_witness else None,
+                                                 time.monotonic())
+        size = cache.head.head.size
+        tree = await self._tree_of_size(size)
+        proof = TaskProof(index=idx, entry=body, head=HeadModel.of(cache.head),
+                          inclusion=[b64(h) for h in tree.inclusion_proof(idx, size)])
+        if from_size is not None and from_size <= size:
+            proof.from_size = from_size
+            proof.consistency = [b64(h) for h in tree.consistency_proof(from_size, size)]
+        if cache.witnessed is not None and cache.witnessed[0].head.size <= size:
+            w, cos = cache.witnessed
+            proof.witnessed = WitnessedHead(
+                head=HeadModel.of(w), cosignatures=[CosignatureModel.of(c) for c in cos],
+                consistency=[b64(h) for h in tree.consistency_proof(w.head.size, size)])
+        return proof
+
+
+def parse_witness_keys(text: str) -> dict[str, bytes]:
+    """`name=base64,…` (FA_LOG_WITNESS_KEYS) → key id → public key; ValueError naming the bad item."""
+    import base64
+
+    keys: list[bytes] = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, sep, key = item.partition("=")
+        try:
+            if not (name and sep and key):
+                raise ValueError
+            raw = base64.b64decode(key, validate=True)
+        except ValueError:
+            raise ValueError(f"log_witness_keys: {item[:40]!r} is not name=<base64 key>") from None
+        if len(raw) != 32:
+            raise ValueError(f"log_witness_keys: {item[:40]!r}: an Ed25519 key is 32 bytes")
+        keys.append(raw)
+    return key_table(keys)
+
+
+__all__ = ["LOG_LOCK", "LogRangeError", "LogStore", "LogUnavailable", "now_ms", "parse_witness_keys"]

@@ -1,0 +1,80 @@
+"""What the transparency log records, and each leaf's bytes.
+
+A leaf is the RFC 8785 (JCS) canonical UTF-8 JSON of one entry object; its hash is RFC 9162's leaf hash of
+those bytes. Every entry has `type` and `at` (Unix milliseconds when the server appended it):
+
+- `query`    — a query was accepted: `query_id`, `source`, `kind`, its canonical `spec` and `spec_digest`;
+- `task`     — a cohort was formed: `query_id`, `round`, `cohort_id`, `task_digest` (hex; what every member
+               binds into its keys, `queries.task_digest`);
+- `charge`   — a query's (ε, δ) was charged to its source: `query_id`, `source`, `epsilon`, `delta`;
+- `refund`   — that charge was returned (the query ended before any sum could be seen);
+- `budget`   — a source's total was set (`source` "*" is the server's default for sources without one);
+- `release`  — a query ended with a readable result: `query_id`, `status`, `result_digest`, its `privacy`
+               block.
+
+Digests are SHA-256 of the JCS bytes of the JSON value, in hex.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import rfc8785
+
+from translog.merkle import leaf_hash
+
+EntryType = Literal["query", "task", "charge", "refund", "budget", "release"]
+ENTRY_TYPES: tuple[str, ...] = EntryType.__args__  # type: ignore[attr-defined]
+DEFAULT_SOURCE = "*"
+"""The `budget` entry's source for the server's default total."""
+
+
+class EntryError(ValueError):
+    """A value that has no canonical JSON (a number beyond ±(2^53 − 1), NaN, a non-JSON type)."""
+
+
+def canonical(value: Any) -> bytes:
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        raise EntryError(f"not canonical JSON: {exc}") from None
+
+
+def digest(value: Any) -> str:
+    """Hex SHA-256 of a JSON value's canonical bytes."""
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def entry_leaf_hash(entry: Mapping[str, Any]) -> bytes:
+    return leaf_hash(canonical(dict(entry)))
+
+
+def query_entry(query_id: str, source: str, kind: str, spec: Mapping[str, Any], at: int) -> dict[str, Any]:
+    return {"type": "query", "at": at, "query_id": query_id, "source": source, "kind": kind,
+            "spec": dict(spec), "spec_digest": digest(dict(spec))}
+
+
+def task_entry(query_id: str, round: int, cohort_id: str, task_digest: bytes, at: int) -> dict[str, Any]:
+    return {"type": "task", "at": at, "query_id": query_id, "round": round, "cohort_id": cohort_id,
+            "task_digest": task_digest.hex()}
+
+
+def charge_entry(query_id: str, source: str, epsilon: float, delta: float, at: int, refund: bool = False) -> dict[str, Any]:
+    return {"type": "refund" if refund else "charge", "at": at, "query_id": query_id, "source": source,
+            "epsilon": float(epsilon), "delta": float(delta)}
+
+
+def budget_entry(source: str, total_epsilon: float, total_delta: float, at: int) -> dict[str, Any]:
+    return {"type": "budget", "at": at, "source": source, "total_epsilon": float(total_epsilon),
+            "total_delta": float(total_delta)}
+
+
+def release_entry(query_id: str, status: str, result: Any, privacy: Mapping[str, Any] | None, at: int) -> dict[str, Any]:
+    return {"type": "release", "at": at, "query_id": query_id, "status": status, "result_digest": digest(result),
+            "privacy": dict(privacy) if privacy is not None else None}
+
+
+__all__ = ["DEFAULT_SOURCE", "ENTRY_TYPES", "EntryError", "EntryType", "budget_entry", "canonical", "charge_entry",
+           "digest", "entry_leaf_hash", "query_entry", "release_entry", "task_entry"]
