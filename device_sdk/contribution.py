@@ -19,7 +19,7 @@ from queries.envelope import Assignment
 from secagg.phases import Phase
 
 BOUND_TOLERANCE = 1e-9
-LOGGED_REFUSALS = frozenset({"task_mismatch", "cohort_unverified"})
+LOGGED_REFUSALS = frozenset({"task_mismatch", "cohort_unverified", "not_logged"})
 """Refusals after the device checked its cohort: kept in its transparency log (evidence of a server that broke the
 protocol, or of one it could not verify), unlike refusals under its own policy, which leave no row."""
 

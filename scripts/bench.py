@@ -69,7 +69,7 @@ def main() -> int:
     report = {"secagg": secagg_section()}
     for name, script in (("http", "scripts/bench_http.py"), ("dp", "scripts/bench_dp.py"),
                          ("dp_central", "scripts/bench_dp_central.py"), ("dp_training", "scripts/bench_dp_training.py"),
-                         ("utility", "scripts/bench_utility.py"), ("quantiles", "scripts/bench_quantiles.py"),
+                         ("utility", "scripts/bench_utility.py"), ("quantiles", "scripts/bench_quantiles.py"), ("translog", "scripts/bench_translog.py"),
                          ("cluster", "scripts/bench_cluster.py"), ("device", "scripts/bench_device.py"),
                          ("validity", "scripts/bench_validity.py"), ("issuer", "scripts/bench_issuer.py"),
                          ("js_device", "scripts/bench_js.py")):

@@ -47,9 +47,13 @@ class Fleet:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
-    def add(self, rows: list[Any], policy: DevicePolicy | None = None, source: str = "words", **kwargs: Any) -> Device:
-        store = CountingStore()
-        store.add_many(source, rows)
+    def add(self, rows: list[Any], policy: DevicePolicy | None = None, source: str = "words",
+            store: CountingStore | None = None, **kwargs: Any) -> Device:
+        """A device holding `rows` in `source`; with `store`, the device that store belongs to (its rows, keys and
+        logs as they are)."""
+        if store is None:
+            store = CountingStore()
+            store.add_many(source, rows)
         dev = Device(DeviceClient(self.url, store, session=self.http, checkin_wait_s=1, policy=policy, **kwargs), store)
         dev.client.on_refusal = dev.refusals.append
         dev.client.on_contribution = dev.contributions.append

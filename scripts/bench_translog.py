@@ -1,0 +1,132 @@
+"""`make bench` section "translog": what the public transparency log costs (docs/transparency.md).
+
+On a migrated SQLite database, through the server's own `Store`:
+- append: one write transaction holding the `log` lock that appends one entry and stores its signed head
+  (what a cohort's formation adds: its `task` entry), ms per append, at log sizes 0 → N;
+- a query's entries: `query` + `charge` + one `task` per cohort + `release`, appended as the server does
+  (4 transactions for a one-round, one-cohort query), ms per query;
+- per device: the proof bundle the server builds for one check-in with an assignment (`log_task_proof`: the
+  entry, the newest head, inclusion and consistency proofs), ms, at log sizes 1,000 and 20,000;
+- the device's added latency: `translog.check.check_task_proof` (parsing the JSON, the inclusion and consistency
+  hash paths, one Ed25519 verification), ms, and the bytes the proof adds to the check-in answer;
+- the auditor: verifying N heads and rebuilding the tree from N entries, ms per entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from analytics_server.db.engine import make_engine, migrate
+from analytics_server.db.store import Store
+from analytics_server.db.translog_store import LOG_LOCK, now_ms
+from translog import entries as te
+from translog.check import check_task_proof
+from translog.heads import key_table, verify_head
+from translog.merkle import MerkleTree
+from translog.wire import TaskProof
+
+SIZES = (1_000, 20_000)
+
+
+def log(msg: str) -> None:
+    print(f"[translog] {msg}", file=sys.stderr, flush=True)
+
+
+async def _append_many(store: Store, n: int, start: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(start, start + n):
+        async with store._tx([LOG_LOCK]) as s:
+            await store._log_append(s, [te.task_entry(f"q{i // 10}", 0, f"c{i:031d}", hashlib.sha256(str(i).encode()).digest(),
+                                                      now_ms())])
+    return (time.perf_counter() - t0) / n * 1000
+
+
+async def run() -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="fa-bench-translog-"))
+    url = f"sqlite+aiosqlite:///{tmp / 'log.db'}"
+    await asyncio.to_thread(migrate, url)
+    store = Store(make_engine(url))
+    signer = await store.log_setup(None, "bench/fa-log", (10.0, 1e-5))
+    out: dict = {"database": "sqlite", "sizes": {}}
+    size = 1
+    for target in SIZES:
+        log(f"appending to {target} entries …")
+        ms = await _append_many(store, target - size, size)
+        size = target
+        # a query as the server logs it: submit (query + charge), a cohort (task), the release
+        t0 = time.perf_counter()
+        for k in range(20):
+            qid = f"bench{target}-{k}"
+            async with store._tx([LOG_LOCK]) as s:
+                await store._log_append(s, [te.query_entry(qid, "src", "histogram", {"kind": "histogram", "k": k}, now_ms()),
+                                            te.charge_entry(qid, "src", 1.0, 1e-7, now_ms())])
+            async with store._tx([LOG_LOCK]) as s:
+                await store._log_append(s, [te.task_entry(qid, 0, f"cq{target}{k:020d}", bytes(32), now_ms())])
+            async with store._tx([LOG_LOCK]) as s:
+                await store._log_append(s, [te.release_entry(qid, "succeeded", {"counts": [k]}, {"epsilon": 1.0}, now_ms())])
+        per_query = (time.perf_counter() - t0) / 20 * 1000
+        size += 80
+        cohort = f"c{size // 2:031d}"
+        times, checks, sizes = [], [], []
+        last = None
+        for rep in range(200):
+            t0 = time.perf_counter()
+            proof = await store.log_task_proof(cohort, None if last is None else last.size)
+            times.append((time.perf_counter() - t0) * 1000)
+            assert proof is not None
+            wire = proof.model_dump_json(exclude_none=True)
+            sizes.append(len(wire))
+            e = proof.entry
+            t0 = time.perf_counter()
+            signed = check_task_proof(TaskProof.model_validate_json(wire), task_digest=bytes.fromhex(e["task_digest"]),
+                                      query_id=e["query_id"], round=e["round"], cohort_id=e["cohort_id"],
+                                      log_keys=key_table([signer.public_key]), last=last)
+            checks.append((time.perf_counter() - t0) * 1000)
+            last = signed.head if rep % 2 == 0 else None
+        out["sizes"][str(target)] = {
+            "append_ms": round(ms, 3),
+            "query_entries_ms": round(per_query, 3),
+            "server_proof_ms_median": round(statistics.median(times[10:]), 3),
+            "device_check_ms_median": round(statistics.median(checks[10:]), 3),
+            "proof_bytes_median": int(statistics.median(sizes)),
+        }
+        log(json.dumps(out["sizes"][str(target)]))
+    # the auditor: every head verified, the tree rebuilt from every entry
+    t0 = time.perf_counter()
+    n, entries = 0, []
+    while True:
+        total, page = await store.log_entries(n, n + 1000)
+        entries += [e for _, e in page]
+        n += len(page)
+        if n >= total:
+            break
+    tree = MerkleTree(te.entry_leaf_hash(e) for e in entries)
+    heads = await store.log_heads(0, 1 << 53)
+    keys = key_table([signer.public_key])
+    for h in heads:
+        verify_head(h, keys)
+        assert tree.root(h.head.size) == h.head.root
+    audit_ms = (time.perf_counter() - t0) * 1000
+    out["audit"] = {"entries": len(entries), "heads": len(heads), "ms_total": round(audit_ms, 1),
+                    "ms_per_entry": round(audit_ms / len(entries), 4)}
+    await store.engine.dispose()
+    os.remove(tmp / "log.db")
+    return out
+
+
+def main() -> int:
+    result = asyncio.run(run())
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
