@@ -255,7 +255,11 @@ class LogStore:
             cache = self._log_heads = _HeadCache(head, await self.log_witnessed() if with_witness else None,
                                                  time.monotonic())
         size = cache.head.head.size
-        tree = await self._tree_of_size(size)
+        try:
+            tree = await self._tree_of_size(size)
+        except LogRangeError as exc:  # entries missing below the newest head: no proof can be honest
+            log.error("transparency log: cannot prove entry %d under the head of size %d: %s", idx, size, exc)
+            return None
         proof = TaskProof(index=idx, entry=body, head=HeadModel.of(cache.head),
                           inclusion=[b64(h) for h in tree.inclusion_proof(idx, size)])
         if from_size is not None and from_size <= size:
