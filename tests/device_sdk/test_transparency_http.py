@@ -185,3 +185,30 @@ async def _rewrite_entry(store: Store, index: int) -> None:
     store._log_tree = None
     store._log_heads = None
 
+
+
+async def test_devices_pinning_a_witness_need_a_fresh_cosigned_head_the_log_extends(start_app_server) -> None:  # type: ignore[no-untyped-def]
+    """Split views: devices that pin a witness refuse until the witness has cosigned a head, then accept heads
+    that extend it (the witness saw the one log every device must see a continuation of)."""
+    witness = Signer(bytes([9]) * 32)
+    wkey = base64.b64encode(witness.public_key).decode()
+    server = await start_app_server(max_consecutive_aborts=1, log_witness_keys=f"w={wkey}")
+    url = str(server.make_url(""))
+    hdr = await analyst(server)
+    store: Store = server.app[STATE].store
+    policy = DevicePolicy(witness_keys=[wkey])
+    async with aiohttp.ClientSession() as http:
+        fleet = Fleet(server, http)
+        devices = [fleet.add(rows, policy=policy) for rows in WORDS[:5]]
+        refused = await run_query(http, url, SPEC, hdr)
+        assert refused["status"] == "failed", refused
+        assert all({r.reason for r in d.refusals} == {"not_logged"} for d in devices)
+        assert "no witnessed head" in devices[0].client.transparency_log()[0].detail
+        head, _ = await store.log_head()
+        assert head is not None
+        clock = devices[0].client.store.clock.time()
+        await store.log_cosign(head.head.size, witness.cosign("w", head.head, int(clock)), {witness.key_id: witness.public_key})
+        final = await run_query(http, url, SPEC, hdr)
+        await fleet.stop()
+    assert final["status"] == "succeeded", final
+    assert all(d.client.transparency_log()[0].status == "finished" for d in devices)
