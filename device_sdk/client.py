@@ -549,13 +549,16 @@ class DeviceClient:
         read."""
         try:
             digest = task_digest(a)
+        except TaskDigestError as exc:
+            return Outcome("refused", cohort_id=a.cohort_id, detail=f"task digest: {exc}", reason="invalid_assignment")
+        try:
             if proof is not None and self.log.keys() is None:  # trust on first use (policy.log_keys unset)
                 status, _, raw = await self.request("GET", "/v1/log/key")
                 if status != 200:
                     raise LogCheckError(f"the server's log key is not available (HTTP {status})")
                 self.log.pin(LogKeyResponse.model_validate(_json_body(raw)))
             signed = self.log.check(proof, a, digest, self.store.clock.time())
-        except (LogCheckError, TaskDigestError, ValidationError, ValueError) as exc:
+        except (LogCheckError, ValidationError, ValueError) as exc:
             return Outcome("refused", cohort_id=a.cohort_id, reason="not_logged", detail=f"transparency log: {exc}")
         self.log.accept(signed)
         assert proof is not None

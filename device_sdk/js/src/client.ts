@@ -14,7 +14,15 @@
  * registration, asks the issuer for an identity token for its key (blinded under the first of `policy.issuerKeys`, so
  * the issuer never sees the token it signs), keeps the token in the store and registers with it. Errors of the issuer
  * are `IssuerError`s (its message and Retry-After); a server that requires a token from a device without an enrolment
- * answers 403, raised as `EnrolmentRequiredError`. */
+ * answers 403, raised as `EnrolmentRequiredError`.
+ *
+ * The public transparency log (docs/transparency.md, "What a device does"): each check-in says the size of the last
+ * log head the device stored (`log_size`); an assignment comes with `log`, the proof that its task is a logged `task`
+ * entry under a signed head that extends the stored one (translog.ts `checkTaskProof`, under `policy.logKeys`, or the
+ * key pinned from `GET /v1/log/key` on first use). The device checks it right after it computes the task digest,
+ * before it reads any data; a proof that does not check, or none while `policy.requireLog`, is refused with
+ * `not_logged` (reported, and kept in its transparency log). Otherwise it stores the head (meta `log_head`) and keeps
+ * the head's size and root and the entry's index with the contribution. */
 
 import { b64decode, b64encode } from "./bytes.js";
 import { maskedContent } from "./contribution.js";
@@ -35,19 +43,25 @@ import { ModVector } from "./secagg/encoding.js";
 import { CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError } from "./secagg/errors.js";
 import { LocalStore } from "./store.js";
 import { taskDigest } from "./taskDigest.js";
+import { HeadJson, LogCheckError, SignedHead, TreeHead, checkTaskProof, headJson, keyId, keyTable, parseHead, parseTaskProof, toHeadJson } from "./translog.js";
 import { Ed25519Key } from "./webcrypto.js";
 
 const KEY_META = "device_key";
 const ID_META = "device_id";
 const REGISTERED_META = "registered_at";
 const TOKEN_META = "identity_token";
+/** The last transparency-log head the device checked a task under (JSON of translog.ts `HeadJson`). */
+export const LOG_HEAD_META = "log_head";
+/** The log keys pinned on first use (JSON list of base64 Ed25519 keys), when the policy pins none. */
+export const LOG_KEYS_META = "log_keys";
+const MAX_PREVIOUS_LOG_KEYS = 16;
 /** The longest Retry-After the issuer's quota may ask for (its default quota is one token per install per day). */
 const MAX_ISSUER_RETRY_S = 2 * 86400;
 const FAILOVER_STATUSES = [502, 503, 504];
 const RETENTION_EVERY_S = 60;
 /** Refusals after the device checked its cohort: kept in its transparency log (evidence of a server that broke the
  * protocol, or of one it could not verify), unlike refusals under its own policy, which leave no row. */
-export const LOGGED_REFUSALS: ReadonlySet<string> = new Set(["task_mismatch", "cohort_unverified"]);
+export const LOGGED_REFUSALS: ReadonlySet<string> = new Set(["task_mismatch", "cohort_unverified", "not_logged"]);
 
 export type OutcomeStatus = "idle" | "paused" | "refused" | "finished" | "dropped" | "aborted" | "rejected";
 
@@ -286,6 +300,7 @@ export class DeviceClient {
   private wakeUp: (() => void) | null = null;
   private keysWithCheckin: boolean;
   private readonly enrolment: Enrolment | null;
+  private witnessTable: Promise<Map<string, Uint8Array>> | null = null;
 
   constructor(serverUrl: string | string[], readonly store: LocalStore, private readonly opts: DeviceClientOptions = {}) {
     if (!(store instanceof LocalStore)) throw new TypeError("store: must be a LocalStore");
@@ -554,6 +569,8 @@ export class DeviceClient {
       await this.ensureRegistered(signal);
       const sources = (await this.store.collections()).filter((c) => this.policy.allowsSource(c));
       const payload: Record<string, unknown> = { wait_s: this.o.checkinWaitS, sources };
+      const head = await this.storedHead();
+      if (head !== null) payload.log_size = head.json.size;  // the server proves its newest head consistent with it
       if (this.keysWithCheckin) {  // phase 0 sent ahead (docs/protocol.md, "Keys with the check-in")
         keys = await KeyPairs.draw(this.randomness.checkinKeys());
         const { key } = await this.identity();  // signed session-free: the server takes them as phase 0 only with it
@@ -592,14 +609,14 @@ export class DeviceClient {
     const a = resp.assignment;
     if (a === null || this.abandoned.has(a.cohort_id)) return outcome("idle", { retryAfter: resp.retry_after ?? 1, queriesRunning: resp.queries_running });
     const ahead = resp.advertised === true && keys ? { keys, next: resp.next } : null;
-    const out = await this.runAssignment(a, signal, ahead);
+    const out = await this.runAssignment(a, signal, ahead, resp.log);
     return { ...out, queriesRunning: resp.queries_running };
   }
 
   /** Admit the assignment under the device's policy (refusing it, with a report, before any data is read), run it, and
    * settle the ledger and the transparency log. `ahead`: the check-in already answered the first phase with these
-   * keys. */
-  async runAssignment(a: Assignment, signal?: AbortSignal, ahead: Ahead | null = null): Promise<Outcome> {
+   * keys. `log`: the check-in answer's proof that the task is in the public log (null: none came). */
+  async runAssignment(a: Assignment, signal?: AbortSignal, ahead: Ahead | null = null, log: unknown = null): Promise<Outcome> {
     try {
       this.emit(this.opts.onAssignment, a);
       const admitted = await this.admit(a);
@@ -610,7 +627,7 @@ export class DeviceClient {
       const [contribution, kind] = admitted;
       let out: Outcome | null = null;
       try {
-        out = await this.run(a, kind, contribution, signal, ahead);
+        out = await this.run(a, kind, contribution, signal, ahead, log);
       } finally {
         const refused = out?.status === "refused" ? out.reason : null;
         const record = await contribution.end(out?.status === "finished", out?.contributed ?? null, out?.detail ?? "interrupted", refused);
@@ -624,7 +641,7 @@ export class DeviceClient {
     }
   }
 
-  private async run(a: Assignment, kind: DeviceKind, contribution: Contribution, signal?: AbortSignal, ahead: Ahead | null = null): Promise<Outcome> {
+  private async run(a: Assignment, kind: DeviceKind, contribution: Contribution, signal?: AbortSignal, ahead: Ahead | null = null, log: unknown = null): Promise<Outcome> {
     let client: ClientSession;
     let message: Uint8Array | null;
     let digest: Uint8Array;
@@ -634,6 +651,9 @@ export class DeviceClient {
     } catch (exc) {
       return outcome("refused", { cohortId: a.cohort_id, detail: `task digest: ${(exc as Error).message}`, reason: "invalid_assignment" });
     }
+    // the task must be in the public log before any data is read
+    const unlogged = await this.checkLog(a, digest, log, contribution, signal);
+    if (unlogged !== null) return unlogged;
     try {
       const cfg = SecAggConfig.fromDict(a.secagg);
       const draws = this.randomness.forContribution(a.cohort_id);
@@ -719,6 +739,114 @@ export class DeviceClient {
       phase = Number(ans.headers.get(HDR_PHASE) ?? phase + 1);
       if (client.phase === Phase.Done && message === null) return outcome("finished", { cohortId: a.cohort_id, contributed: true });
     }
+  }
+
+  // -- the public transparency log --------------------------------------------------------------
+
+  /** The last log head the device checked a task under (null: none yet). */
+  async logHead(): Promise<HeadJson | null> {
+    return (await this.storedHead())?.json ?? null;
+  }
+
+  private async storedHead(): Promise<{ raw: string; json: HeadJson; head: TreeHead } | null> {
+    const raw = await this.store.getMeta(LOG_HEAD_META);
+    if (raw === null) return null;
+    try {
+      const json = headJson(JSON.parse(raw), "stored log head");
+      return { raw, json, head: parseHead(json).head };
+    } catch (exc) {
+      this.log("warn", `the stored log head is unreadable (${(exc as Error).message}); checking as if none were stored`);
+      return null;
+    }
+  }
+
+  /** key_id → log key: the policy's `logKeys`, else the keys pinned on first use, else those `GET /v1/log/key`
+   * names now (kept in the store and never fetched again: a server key that changes later fails check 2). */
+  async logKeyTable(signal?: AbortSignal): Promise<Map<string, Uint8Array>> {
+    const pinned = this.policy.logKeyBytes;
+    if (pinned.length) return keyTable(pinned);
+    let kept = await this.store.getMeta(LOG_KEYS_META);
+    if (kept === null) {
+      const fetched = JSON.stringify(await this.fetchLogKeys(signal));
+      kept = await this.store.transaction((t) => {  // the first one kept wins (two assignments checked at once)
+        if (t.state.meta[LOG_KEYS_META] === undefined) t.put("meta", LOG_KEYS_META, fetched);
+        return t.state.meta[LOG_KEYS_META] as string;
+      });
+    }
+    const keys = JSON.parse(kept) as unknown;
+    if (!Array.isArray(keys) || !keys.length) throw new Error(`${LOG_KEYS_META}: the stored keys are unreadable`);
+    return keyTable(keys.map((k, i) => b64decode(k as string, `${LOG_KEYS_META}[${i}]`, 32)));
+  }
+
+  /** `GET /v1/log/key`: the log's key and its previous ones (base64), checked against the key id the server names. */
+  private async fetchLogKeys(signal?: AbortSignal): Promise<string[]> {
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
+    const stop = () => timeout.abort();
+    signal?.addEventListener("abort", stop, { once: true });
+    let status: number;
+    let body: Uint8Array;
+    try {
+      // a public route: no credentials, nothing that names the device
+      const resp = await this.fetchFn(`${this.server}/v1/log/key`, { method: "GET", cache: "no-store", signal: timeout.signal });
+      status = resp.status;
+      body = new Uint8Array(await resp.arrayBuffer());
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", stop);
+    }
+    if (status !== 200) throw new ServerError(status, `GET /v1/log/key: ${errorText(body)}`);
+    const got = JSON.parse(new TextDecoder().decode(body)) as Record<string, unknown>;
+    if (!got || typeof got !== "object") throw new Error("GET /v1/log/key: not a JSON object");
+    const current = b64decode(got.public_key as string, "public_key", 32);
+    const kid = await keyId(current);
+    if (got.key_id !== kid) throw new Error(`GET /v1/log/key: key_id ${JSON.stringify(got.key_id)} is not the id of its public_key (${kid})`);
+    const previous = got.previous_keys ?? [];
+    if (!Array.isArray(previous) || previous.length > MAX_PREVIOUS_LOG_KEYS) throw new Error(`GET /v1/log/key: previous_keys must be a list of at most ${MAX_PREVIOUS_LOG_KEYS} keys`);
+    previous.forEach((k, i) => b64decode(k as string, `previous_keys[${i}]`, 32));
+    this.log("info", `pinned the transparency log's key ${kid} (origin ${JSON.stringify(String(got.origin ?? "")).slice(0, 200)}) on first use`);
+    return [got.public_key as string, ...(previous as string[])];
+  }
+
+  private witnessKeys(): Promise<Map<string, Uint8Array>> {
+    this.witnessTable ??= keyTable(this.policy.witnessKeyBytes);
+    return this.witnessTable;
+  }
+
+  /** Check the assignment's log proof (translog.ts `checkTaskProof`): null when the device may go on (the head
+   * stored, the contribution's row told where the task is logged), else the `not_logged` refusal. */
+  private async checkLog(a: Assignment, digest: Uint8Array, log: unknown, contribution: Contribution, signal?: AbortSignal): Promise<Outcome | null> {
+    const refused = (detail: string) => outcome("refused", { cohortId: a.cohort_id, detail, reason: "not_logged" });
+    if (log === null || log === undefined) return this.policy.requireLog ? refused("the server sent no log proof") : null;
+    let keys: Map<string, Uint8Array>;
+    try {
+      keys = await this.logKeyTable(signal);
+    } catch (exc) {
+      if (signal?.aborted) throw exc;
+      return refused(`no log key to check the proof with: ${(exc as Error).message}`);
+    }
+    const stored = await this.storedHead();
+    let signed: SignedHead;
+    try {
+      signed = await checkTaskProof(log, {
+        taskDigest: digest, queryId: a.query_id, round: a.round, cohortId: a.cohort_id, logKeys: keys, last: stored?.head ?? null,
+        witnessKeys: await this.witnessKeys(), quorum: this.policy.witnessQuorum, maxWitnessAgeS: this.policy.witnessMaxAgeS, nowS: Date.now() / 1000,
+      });
+    } catch (exc) {
+      if (exc instanceof LogCheckError) return refused(exc.message);
+      throw exc;
+    }
+    const json = toHeadJson(signed);
+    const kept = await this.store.transaction((t) => {
+      // a head stored meanwhile (another assignment checked at once) is kept: this one was not checked against it
+      const now = (t.state.meta[LOG_HEAD_META] as string | undefined) ?? null;
+      if (now !== (stored?.raw ?? null)) return false;
+      t.put("meta", LOG_HEAD_META, JSON.stringify(json));
+      return true;
+    });
+    if (!kept) this.log("info", `log head of size ${json.size} checked; another head was stored meanwhile and is kept`);
+    await contribution.ledger.setLog(contribution.rowId, { log_size: json.size, log_root: json.root, log_index: parseTaskProof(log).index });
+    return null;
   }
 
   // -- loops ------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ export const REFUSAL_REASONS = [
   "source_not_allowed", "kind_not_allowed", "opted_out", "noise_required", "proofs_required", "epsilon_per_query",
   "delta_per_query", "epsilon_per_day", "participation_cap", "cohort_too_small", "survivors_below_minimum",
   "noise_below_floor", "privacy_unverifiable", "contribution_exceeds_bound", "not_eligible",
-  "invalid_assignment", "task_mismatch", "cohort_unverified",
+  "invalid_assignment", "task_mismatch", "cohort_unverified", "not_logged",
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 
@@ -118,6 +118,9 @@ export interface CheckinResponse {
   advertised: boolean | null;
   /** With `advertised` true: the server's message after the advertise-keys phase, when it was ready in time. */
   next: PhaseMessage | null;
+  /** With an assignment: the proof that its task is in the public transparency log (translog.ts `TaskProofJson`),
+   * as received; the device checks it (`checkTaskProof`) before it reads any data. Null when absent. */
+  log: unknown;
 }
 
 export class EnvelopeError extends Error {}
@@ -249,18 +252,20 @@ function phaseMessage(v: unknown): PhaseMessage {
 
 /** A check-in answer; `text`, the JSON text it was parsed from, lets the task digest tell integers from doubles. */
 export function parseCheckin(v: unknown, text: string | null = null): CheckinResponse {
-  const r = fields(v, "check-in answer", ["assignment", "retry_after", "queries_running", "advertised", "next"], []);
+  const r = fields(v, "check-in answer", ["assignment", "retry_after", "queries_running", "advertised", "next", "log"], []);
   const assignment = r.assignment == null ? null : parseAssignment(r.assignment, text === null ? null : unsafeIntegerLiterals(text));
   const advertised = r.advertised ?? null;
   if (advertised !== null && typeof advertised !== "boolean") throw new EnvelopeError("advertised: expected true or false");
   if (advertised !== null && assignment === null) throw new EnvelopeError("advertised: only with an assignment");
   const next = r.next == null ? null : phaseMessage(r.next);
   if (next !== null && advertised !== true) throw new EnvelopeError("next: only with advertised true");
+  // `log` is checked by the device (a malformed proof is a not_logged refusal, reported), not here
   return {
     assignment,
     retry_after: num(r.retry_after, "retry_after", { nullable: true }),
     queries_running: (num(r.queries_running ?? 0, "queries_running", { int: true }) as number),
     advertised,
     next,
+    log: r.log ?? null,
   };
 }

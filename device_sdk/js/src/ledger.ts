@@ -6,7 +6,11 @@
  *
  * The log also keeps the cohorts the device refused because the server could not be checked (`refused`: status
  * `refused`, nothing sent, nothing charged, "REASON: message" in `detail`): rows that never count toward spending,
- * participation or a query's history. */
+ * participation or a query's history.
+ *
+ * A row whose task the device checked against the public transparency log (docs/transparency.md) keeps the signed
+ * head it checked under (`log_size`, `log_root` in base64) and the task entry's `log_index`; null for rows without a
+ * log proof and for rows stored before these fields existed. */
 
 import { ALL, LocalStore, Txn } from "./store.js";
 
@@ -42,10 +46,25 @@ export interface ContributionRecord {
   cohort_size: number;
   min_survivors: number | null;
   detail: string;
+  /** The size of the log head the task was checked under (null: no log proof). */
+  log_size: number | null;
+  /** That head's root, base64. */
+  log_root: string | null;
+  /** The index of the task's entry in the log. */
+  log_index: number | null;
 }
 
+/** Where the task of a contribution is in the public transparency log. */
+export interface LogPosition {
+  log_size: number;
+  log_root: string;
+  log_index: number;
+}
+
+const NO_LOG = { log_size: null, log_root: null, log_index: null };
+
 /** What the device knows of a contribution when it accepts the assignment. */
-export type NewRecord = Omit<ContributionRecord, "id" | "status" | "sent_at" | "ended_at" | "contributed" | "detail">;
+export type NewRecord = Omit<ContributionRecord, "id" | "status" | "sent_at" | "ended_at" | "contributed" | "detail" | keyof LogPosition>;
 
 export interface QueryHistory {
   privacy: Record<string, unknown> | null;
@@ -109,7 +128,7 @@ export class ContributionLedger {
 
   private put(t: Txn, fields: NewRecord): number {
     const id = Number(this.store.newId());
-    const row: ContributionRecord = { ...fields, id, status: "pending", sent_at: null, ended_at: null, contributed: null, detail: "" };
+    const row: ContributionRecord = { ...fields, id, status: "pending", sent_at: null, ended_at: null, contributed: null, detail: "", ...NO_LOG };
     t.put("contributions", String(id), row);
     return id;
   }
@@ -122,6 +141,11 @@ export class ContributionLedger {
       if (next === null) t.del("contributions", String(id));
       else t.put("contributions", String(id), next);
     });
+  }
+
+  /** The task was found in the log: keep where (the head's size and root, the entry's index) with the row. */
+  setLog(id: number, at: LogPosition): Promise<void> {
+    return this.update(id, (r) => ({ ...r, log_size: at.log_size, log_root: at.log_root, log_index: at.log_index }));
   }
 
   markSent(id: number, at = Date.now() / 1000): Promise<void> {
@@ -162,7 +186,8 @@ export class ContributionLedger {
 }
 
 function rowsOf(t: Txn): ContributionRecord[] {
-  return Object.values(t.state.contributions as Record<string, ContributionRecord>).sort((a, b) => a.id - b.id).map((r) => ({ ...r }));
+  // rows stored before the log fields existed read as rows without a log proof
+  return Object.values(t.state.contributions as Record<string, ContributionRecord>).sort((a, b) => a.id - b.id).map((r) => ({ ...NO_LOG, ...r }));
 }
 
 /** The rows that count toward spending, participation and query history: all but the refused cohorts. */

@@ -13,7 +13,13 @@
  * `issuerKeys` pins the identity-token issuer's keys (base64 SubjectPublicKeyInfo DER, as `GET /v1/issuer/keys` lists
  * them; docs/identities.md): the device then asks the first of them for its own token at enrolment, and with
  * `verifyCohort` counts toward `minCohort` only members whose token verifies under a pinned key as well as their
- * signature. */
+ * signature.
+ *
+ * The public transparency log (docs/transparency.md): `logKeys` pins the log's Ed25519 keys (base64, raw 32 bytes);
+ * empty, the device pins the key `GET /v1/log/key` names on first use and keeps it in its store. `requireLog` (on by
+ * default) refuses, with `not_logged`, an assignment that comes without a log proof; one whose proof does not check is
+ * refused whatever it says. `witnessKeys` pins witnesses: the proof must then carry a head cosigned by
+ * `witnessQuorum` distinct pinned witnesses within `witnessMaxAgeS` seconds, which the log's head extends. */
 
 import { b64decode } from "./bytes.js";
 import { TrustedKeys, trustedKeys } from "./identityToken.js";
@@ -43,9 +49,36 @@ export interface DevicePolicyOptions {
   verifyCohort?: boolean;
   /** The identity-token issuer keys the app pins (base64 SubjectPublicKeyInfo DER; null: tokens are not checked). */
   issuerKeys?: string[] | null;
+  /** The transparency log's Ed25519 public keys the app pins (base64, 32 bytes; empty: pinned on first use). */
+  logKeys?: string[];
+  /** Refuse (`not_logged`) an assignment that comes without a log proof (default true). */
+  requireLog?: boolean;
+  /** Witnesses' Ed25519 public keys (base64, 32 bytes): a log head they cosigned is required (empty: none). */
+  witnessKeys?: string[];
+  /** Distinct pinned witnesses whose fresh cosignatures are required (default 1). */
+  witnessQuorum?: number;
+  /** The oldest cosignature that counts, in seconds (default 3600). */
+  witnessMaxAgeS?: number;
 }
 
-const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay", "verifyCohort", "issuerKeys"];
+/** At most this many pinned log or witness keys. */
+export const MAX_PINNED_LOG_KEYS = 16;
+
+const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay", "verifyCohort", "issuerKeys", "logKeys", "requireLog", "witnessKeys", "witnessQuorum", "witnessMaxAgeS"];
+
+/** Base64 Ed25519 public keys (32 bytes each), validated: PolicyError naming the field and the index. */
+function ed25519Keys(v: unknown, name: string): Uint8Array[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v)) throw new PolicyError(`${name}: a list of base64 Ed25519 public keys (32 bytes), got ${JSON.stringify(v)}`);
+  if (v.length > MAX_PINNED_LOG_KEYS) throw new PolicyError(`${name}: at most ${MAX_PINNED_LOG_KEYS} keys, got ${v.length}`);
+  return v.map((k, i) => {
+    try {
+      return b64decode(k as string, `${name}[${i}]`, 32);
+    } catch (exc) {
+      throw new PolicyError(`${(exc as Error).message} (a base64 Ed25519 public key of 32 bytes)`);
+    }
+  });
+}
 
 export class DevicePolicy {
   readonly allowedSources: string[] | Record<string, string[] | null> | null;
@@ -59,6 +92,13 @@ export class DevicePolicy {
   readonly maxContributionsPerDay: number | null;
   readonly verifyCohort: boolean;
   readonly issuerKeys: string[] | null;
+  readonly logKeys: string[];
+  readonly requireLog: boolean;
+  readonly witnessKeys: string[];
+  readonly witnessQuorum: number;
+  readonly witnessMaxAgeS: number;
+  private readonly logKeyRaw: Uint8Array[];
+  private readonly witnessKeyRaw: Uint8Array[];
   private readonly issuerSpkis: Uint8Array[] | null;
   private trusted: Promise<TrustedKeys> | null = null;
   private readonly sources: Map<string, Set<string> | null> | null;
@@ -67,12 +107,25 @@ export class DevicePolicy {
     for (const k of Object.keys(o)) if (!KNOWN.includes(k)) throw new PolicyError(`${k}: not a DevicePolicy field (known: ${KNOWN.join(", ")})`);
     this.allowedSources = o.allowedSources ?? null;
     this.sources = normaliseSources(this.allowedSources);
-    for (const name of ["requireNoise", "requireProofs", "verifyCohort"] as const) {
+    for (const name of ["requireNoise", "requireProofs", "verifyCohort", "requireLog"] as const) {
       if (o[name] !== undefined && typeof o[name] !== "boolean") throw new PolicyError(`${name}: must be true or false, got ${JSON.stringify(o[name])}`);
     }
     this.requireNoise = o.requireNoise ?? false;
     this.requireProofs = o.requireProofs ?? false;
     this.verifyCohort = o.verifyCohort ?? true;
+    this.requireLog = o.requireLog ?? true;
+    this.logKeyRaw = ed25519Keys(o.logKeys, "logKeys");
+    this.witnessKeyRaw = ed25519Keys(o.witnessKeys, "witnessKeys");
+    this.logKeys = o.logKeys === undefined ? [] : [...o.logKeys];
+    this.witnessKeys = o.witnessKeys === undefined ? [] : [...o.witnessKeys];
+    const q = o.witnessQuorum ?? 1;
+    if (!(typeof q === "number" && Number.isInteger(q) && q >= 1)) throw new PolicyError(`witnessQuorum: must be a positive integer, got ${JSON.stringify(o.witnessQuorum)}`);
+    const distinct = new Set(this.witnessKeys).size;
+    if (distinct && q > distinct) throw new PolicyError(`witnessQuorum: ${q} is more than the ${distinct} distinct witnessKeys pinned`);
+    this.witnessQuorum = q;
+    const age = o.witnessMaxAgeS ?? 3600;
+    if (!(typeof age === "number" && Number.isFinite(age) && age > 0)) throw new PolicyError(`witnessMaxAgeS: must be a positive finite number of seconds, got ${JSON.stringify(o.witnessMaxAgeS)}`);
+    this.witnessMaxAgeS = age;
     for (const name of ["maxEpsilonPerQuery", "maxEpsilonPerDay", "maxDeltaPerQuery"] as const) {
       const v = o[name];
       if (v != null && !(typeof v === "number" && Number.isFinite(v) && v > 0)) throw new PolicyError(`${name}: must be a positive finite number or null, got ${JSON.stringify(v)}`);
@@ -98,6 +151,16 @@ export class DevicePolicy {
       }
     });
     this.issuerKeys = ik === null ? null : [...ik];
+  }
+
+  /** The pinned log keys' raw 32 bytes (empty: pinned on first use). */
+  get logKeyBytes(): Uint8Array[] {
+    return this.logKeyRaw.map((k) => Uint8Array.from(k));
+  }
+
+  /** The pinned witness keys' raw 32 bytes (empty: witnesses are not required). */
+  get witnessKeyBytes(): Uint8Array[] {
+    return this.witnessKeyRaw.map((k) => Uint8Array.from(k));
   }
 
   /** The pinned issuer keys' SubjectPublicKeyInfo DER, in the app's order (null: none pinned). */

@@ -6,7 +6,13 @@
  * task, forwards the senders' signatures with the routed shares, answers `members_wanted` with signed member entries,
  * and unmasks the sum — or, told to, lies to one member about its task or substitutes keys of its own for a peer's.
  * With trusted issuer keys registration requires an identity token (403 otherwise, as analytics_server); a cohort
- * told `tokens` sends the token section with its routed shares. */
+ * told `tokens` sends the token section with its routed shares.
+ *
+ * The fake server keeps a public transparency log (fakeLog.ts): it serves `GET /v1/log/key`, and to every check-in
+ * answer with an assignment and no `log` of the handler's own it adds the `task` entry of what it hands out (the
+ * digest of the assignment as sent) and the TaskProof for it, with a consistency proof from the device's `log_size`
+ * — so it logs whatever it shows, a decoy task too (which the log then makes public; the cohort checks still refuse
+ * it). `log: false` makes a server without a log. */
 
 import { b64decode, b64encode, bigToBE, hex } from "../src/bytes.js";
 import { HDR_DEVICE, deviceIdFor } from "../src/envelope.js";
@@ -17,8 +23,9 @@ import { ModVector, unpack } from "../src/secagg/encoding.js";
 import { NeighbourGraph } from "../src/secagg/graph.js";
 import { MemberEntry, Message, MsgType, ShareKind, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
 import * as shamir from "../src/secagg/shamir.js";
-import { taskDigest } from "../src/taskDigest.js";
+import { taskDigest, unsafeIntegerLiterals } from "../src/taskDigest.js";
 import { X25519Key, ed25519Verify } from "../src/webcrypto.js";
+import { FakeLog } from "./fakeLog.js";
 
 export interface Seen {
   method: string;
@@ -39,17 +46,43 @@ export interface FakeServer {
   identities: Map<string, Uint8Array>;
   /** Device id → the identity token it registered with. */
   tokens: Map<string, Uint8Array>;
+  /** The server's transparency log (null: `log: false`). */
+  log: Promise<FakeLog> | null;
 }
 
 export interface ServerOptions {
   /** Require an identity token that verifies under these keys at registration (403 otherwise). */
   trusted?: TrustedKeys;
+  /** The log it keeps (default: a FakeLog of its own); false: none (no `log` in answers, 404 for /v1/log/key). */
+  log?: FakeLog | false;
+}
+
+/** Add the log's proof to a check-in answer that hands out an assignment without one. */
+async function withLogProof(resp: Response, request: Uint8Array, log: FakeLog): Promise<Response> {
+  if (resp.status !== 200 || !(resp.headers.get("Content-Type") ?? "").startsWith("application/json")) return resp;
+  const text = await resp.clone().text();
+  const answer = JSON.parse(text);
+  const a = answer?.assignment;
+  if (!a || typeof a !== "object" || "log" in answer) return resp;
+  const digest = hex(await taskDigest(a, { unsafeIntegers: unsafeIntegerLiterals(text) }));
+  const index = await log.task(a.query_id, a.round, a.cohort_id, digest);
+  let fromSize: number | null = null;
+  try {
+    const size = JSON.parse(new TextDecoder().decode(request)).log_size;
+    if (typeof size === "number") fromSize = size;
+  } catch {
+    fromSize = null;
+  }
+  const headers: Record<string, string> = {};
+  resp.headers.forEach((v, k) => (headers[k] = v));
+  return new Response(JSON.stringify({ ...answer, log: await log.proof(index, fromSize) }), { status: 200, headers });
 }
 
 export function fakeServer(handler: Handler, opts: ServerOptions = {}): FakeServer {
   const seen: Seen[] = [];
   const identities = new Map<string, Uint8Array>();
   const tokens = new Map<string, Uint8Array>();
+  const log = opts.log === false ? null : opts.log ? Promise.resolve(opts.log) : FakeLog.create();
   const fetchFn = async (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
     const url = new URL(String(input));
     const body = init.body ? new Uint8Array(init.body as ArrayBuffer) : new Uint8Array();
@@ -74,9 +107,12 @@ export function fakeServer(handler: Handler, opts: ServerOptions = {}): FakeServ
       if (token !== null) tokens.set(id, token);
       return json(201, { device_id: id });
     }
-    return handler(req);
+    if (req.method === "GET" && url.pathname === "/v1/log/key") return log ? json(200, (await log).keyResponse()) : json(404, { error: "no log here" });
+    const resp = await handler(req);
+    if (log && req.method === "POST" && url.pathname === "/v1/device/checkin") return withLogProof(resp, body, await log);
+    return resp;
   };
-  return { fetch: fetchFn as typeof fetch, seen, identities, tokens };
+  return { fetch: fetchFn as typeof fetch, seen, identities, tokens, log };
 }
 
 export const idle = (retryAfter = 7): Response => json(200, { assignment: null, retry_after: retryAfter, queries_running: 0 });
@@ -121,6 +157,8 @@ export interface CohortOptions {
   tokens?: (party: number, cohort: FakeCohort) => Uint8Array;
   /** Registration requires a token under these keys. */
   trusted?: TrustedKeys;
+  /** The server's transparency log (default: one of its own; false: none). */
+  log?: FakeLog | false;
 }
 
 interface Party {
@@ -178,7 +216,7 @@ export class FakeCohort {
       spec: { kind: "histogram", source: "colors", params: { buckets }, privacy: { mechanism: "none" }, cohort: { min_clients: n } },
       ...opts.assignment,
     };
-    this.server = fakeServer((req) => this.handle(req), { trusted: opts.trusted });
+    this.server = fakeServer((req) => this.handle(req), { trusted: opts.trusted, log: opts.log });
   }
 
   /** The identity token party p registered with (null: none). */

@@ -11,6 +11,7 @@ import { DeviceClient } from "../src/client.js";
 import { parseAssignment, rawAssignment } from "../src/envelope.js";
 import { DIGEST_FIELDS, TaskDigestError, canonicalJson, digestView, taskDigest, wellFormed } from "../src/taskDigest.js";
 import * as index from "../src/index.js";
+import { DevicePolicy } from "../src/policy.js";
 import { LocalStore } from "../src/store.js";
 import { bodyJson, fakeServer, json } from "./fakeServer.js";
 
@@ -113,7 +114,8 @@ test("an assignment without peer identity keys is refused: the cohort cannot be 
   const server = fakeServer(() => json(200, {}));
   const store = new LocalStore();
   await store.add("colors", "red");
-  const client = new DeviceClient("http://fa.test", store, { fetch: server.fetch, log: () => {} });
+  // run directly, without a check-in's log proof
+  const client = new DeviceClient("http://fa.test", store, { fetch: server.fetch, policy: new DevicePolicy({ requireLog: false }), log: () => {} });
   const a = parseAssignment({
     query_id: "q".repeat(32), round: 0, cohort_id: "c".repeat(32), party_id: 1, kind: "histogram", source: "colors",
     task: { buckets: ["red", "blue"], other_bucket: null, max_contributions: 1 },
