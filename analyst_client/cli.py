@@ -5,7 +5,8 @@ starter specs. The result alone goes to stdout; progress, ids and messages go to
 Server and token come from --server/--token or FA_SERVER/FA_TOKEN; the server may be a comma-separated list of
 processes sharing one database, tried in turn when one cannot be reached. Exit codes: 0 success; 1 an API
 error, an unreachable server or a query that did not succeed; 2 bad usage or an unreadable/invalid spec file;
-3 `fa validate` checked the spec locally but the server offers no preview.
+3 `fa validate` checked the spec locally but the server offers no preview. `fa audit` exits 1 on any finding;
+`fa witness` exits 2 when the log's head does not extend the last head it cosigned (it then prints both).
 
 The HTTP client is `analyst_client.client.AnalystClient` (re-exported here), the text views are in
 `analyst_client.view`.
@@ -269,6 +270,37 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("-o", "--output", help="file to write (default: stdout)")
     i.add_argument("--force", action="store_true", help="overwrite --output")
 
+    au = sub.add_parser("audit", help="audit the server's public transparency log (token optional; exit 1 on a finding)",
+                        description="Fetch every signed head and entry of the transparency log, verify the heads, "
+                        "recompute the roots, budgets and spend, and (with a token) compare what the server reports "
+                        "with what it logged (docs/transparency.md). Exit 0: nothing found; 1: findings, or the audit "
+                        "could not run.")
+    au.add_argument("--state", metavar="FILE",
+                    help="JSON file with the newest head of the last clean audit: the log must extend it; updated "
+                         "when this audit finds nothing")
+    au.add_argument("--log-key", action="append", default=[], metavar="B64",
+                    help="pin a log public key (base64, repeatable: current and previous keys); default: the keys "
+                         "the server serves (reported as not pinned)")
+    au.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    wi = sub.add_parser("witness", help="cosign the log's newest head if it extends the last one cosigned",
+                        description="A transparency-log witness (docs/transparency.md): verify the newest head under "
+                        "the pinned log key, check it extends the last head this witness cosigned, cosign it and post "
+                        "the cosignature. Exit 2 (and print both heads) when the log does not extend it.")
+    wi.add_argument("--key", required=True, metavar="FILE", help="the witness key: a base64 32-byte Ed25519 seed")
+    wi.add_argument("--init-key", action="store_true",
+                    help="write a fresh key to --key (which must not exist) and print its public key")
+    wi.add_argument("--state", metavar="FILE", help="the witness's memory: the last head cosigned and the pinned log "
+                                                    "key (required unless --init-key)")
+    wi.add_argument("--log", metavar="URL", help="the log's server (default: --server)")
+    wi.add_argument("--log-key", action="append", default=[], metavar="B64",
+                    help="pin the log public key (base64, repeatable); default: the state's, else the served key on "
+                         "first use")
+    wi.add_argument("--name", help="the witness's name in its cosignatures (default fa-witness@HOST)")
+    when = wi.add_mutually_exclusive_group()
+    when.add_argument("--interval", type=float, metavar="S", help="run a pass every S seconds until stopped")
+    when.add_argument("--once", action="store_true", help="one pass (the default)")
+
     pg = sub.add_parser("ping", help="check that the server answers (no token needed)")
     _wait_timeout(pg, 0.0, "keep trying this long until the server answers (default 0: one try)", "--wait")
     return p
@@ -282,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
             return _init(args)
         if args.cmd == "ping":
             return _ping(args)
+        if args.cmd == "audit":
+            return _audit(args)
+        if args.cmd == "witness":
+            return _witness(args)
         if not args.token:
             parser.error("a token is required: --token or FA_TOKEN (create one with `fa-server token create --role analyst`)")
         client = AnalystClient(args.server, args.token, timeout_s=args.timeout)
@@ -445,6 +481,98 @@ def _ping(args: argparse.Namespace) -> int:
         process = health.get("process") or {}
         _out(f"{client.server} ok: process {process.get('name')}, {health.get('queries_running')} queries running")
         return 0
+
+
+def _keys_arg(values: list[str], option: str) -> list[bytes]:
+    import base64
+    import binascii
+
+    keys = []
+    for v in values:
+        try:
+            raw = base64.b64decode(v.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            raise SpecError(f"{option} {v[:60]!r}: not base64") from None
+        if len(raw) != 32:
+            raise SpecError(f"{option} {v[:60]!r}: {len(raw)} bytes, an Ed25519 public key is 32")
+        keys.append(raw)
+    return keys
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from analyst_client.audit import AuditError, audit_log
+    from analyst_client.view import format_audit
+
+    keys = _keys_arg(args.log_key, "--log-key")
+    if not args.token:
+        _say("no token: auditing the public log only (with --token or FA_TOKEN the audit also compares the server's "
+             "queries, results and ledger with it)")
+    try:
+        report = audit_log(args.server, state=args.state, token=args.token, log_keys=keys or None,
+                           timeout_s=args.timeout)
+    except AuditError as exc:
+        _say(f"audit: {exc}")
+        return EXIT_FAILED
+    _out(json.dumps(report.to_json(), indent=2) if args.json else format_audit(report.to_json(), _width()))
+    if report.ok:
+        _say("audit: no findings" + (f"; saved the head of size {report.head.size} to {args.state}"
+                                      if report.state_saved and report.head else ""))
+        return 0
+    _say(f"audit: {len(report.findings)} finding(s)" + ("; the state file was not updated" if args.state else ""))
+    return EXIT_FAILED
+
+
+EXIT_INCONSISTENT = 2
+
+
+def _witness(args: argparse.Namespace) -> int:
+    from analyst_client.witness import WitnessError, init_key, read_key, witness_once
+
+    if args.init_key:
+        try:
+            signer = init_key(args.key)
+        except WitnessError as exc:
+            _say(exc)
+            return EXIT_FAILED
+        import base64
+
+        _out(f"{base64.b64encode(signer.public_key).decode('ascii')}")
+        _say(f"wrote a new witness key to {args.key} (key id {signer.key_id}); give the server "
+             f"FA_LOG_WITNESS_KEYS=NAME={base64.b64encode(signer.public_key).decode('ascii')}")
+        return 0
+    if not args.state:
+        _say("witness: --state FILE is required (the witness's memory of the last head it cosigned)")
+        return EXIT_USAGE
+    keys = _keys_arg(args.log_key, "--log-key")
+    server = args.log or args.server
+    try:
+        seed = read_key(args.key)
+    except WitnessError as exc:
+        _say(exc)
+        return EXIT_FAILED
+    while True:
+        try:
+            res = witness_once(server, seed=seed, state=args.state, log_keys=keys or None, name=args.name,
+                               timeout_s=args.timeout)
+        except (WitnessError, OSError) as exc:
+            reason = exc if isinstance(exc, WitnessError) else f"cannot reach {server}: {getattr(exc, 'reason', exc)}"
+            _say(f"witness: {reason}")
+            if args.interval is None:
+                return EXIT_FAILED
+        else:
+            if res.status == "inconsistent":
+                _out(json.dumps({"error": res.message, "cosigned": res.previous, "served": res.head,
+                                 "consistency_proof": res.proof}, indent=2))
+                _say(f"witness: NOT cosigning: {res.message}; both signed heads are printed above")
+                return EXIT_INCONSISTENT
+            _say(f"witness: cosigned the head of size {res.head['size']} (root {res.head['root']})"
+                 + ("" if res.stored is not False else "; the server already held this witness's cosignature"))
+        if args.interval is None:
+            return 0
+        try:
+            time.sleep(max(0.1, args.interval))
+        except KeyboardInterrupt:
+            return 130
 
 
 COMMANDS = {"submit": _submit, "wait": _wait, "status": _status, "result": _result, "cancel": _cancel, "ls": _ls,

@@ -95,7 +95,8 @@ class AnalystClient:
     def _call_once(self, method: str, path: str, body: Any) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.token}")
+        if self.token:  # the public routes (health, the transparency log) need none
+            req.add_header("Authorization", f"Bearer {self.token}")
         if data is not None:
             req.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(req, timeout=self.timeout) as resp:

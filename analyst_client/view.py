@@ -425,3 +425,52 @@ def format_preview(p: dict[str, Any], width: int = 120) -> str:
     for w in p.get("warnings") or []:
         lines.append(f"warning: {(w.get('path') + ': ') if w.get('path') else ''}{w.get('message')}")
     return "\n".join(lines)
+
+
+# -- the transparency log -----------------------------------------------------------------------------
+
+
+def format_audit(report: dict[str, Any], width: int = 120) -> str:
+    """An audit report (`analyst_client.audit.AuditReport.to_json()`): the head, the entries by type, each source's
+    spend from the log against its budget, and the findings with their entry index."""
+    head = report.get("head")
+    lines = [f"log        {report.get('server')}"]
+    if head:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(head["timestamp_ms"] / 1000))
+        lines.append(f"head       size {head['size']:,}, root {head['root']}, signed {when} UTC by key {head['key_id']}"
+                     f"{', ' + str(head['cosignatures']) + ' witness cosignature(s)' if head.get('cosignatures') else ''}")
+    else:
+        lines.append("head       none (the log is empty)")
+    lines.append(f"key        {report.get('key_id')} "
+                 + ("(pinned)" if report.get("key_pinned") else "(served by the server, not pinned: pass --log-key)"))
+    by_type = report.get("entries_by_type") or {}
+    lines.append(f"entries    {report.get('entries', 0):,}"
+                 + (": " + ", ".join(f"{n:,} {t}" for t, n in by_type.items()) if by_type else ""))
+    lines.append(f"checked    {report.get('heads_checked', 0):,} signed heads"
+                 + (f"; {report.get('queries_checked', 0)} queries, {report.get('results_checked', 0)} results, "
+                    f"{report.get('charges_checked', 0)} ledger charges against the log" if report.get("with_token")
+                    else "; no token: the server's queries, results and ledger were not compared")
+                 + (f"; extends the last audit's head (size {report['state_size']:,})"
+                    if report.get("state_size") is not None else ""))
+    sources = report.get("sources") or []
+    if sources:
+        rows = []
+        for s in sources:
+            total = s.get("total_epsilon")
+            rows.append([s["source"], f"{eps(s['spent_epsilon'])} / {eps(total)}", bar(s["spent_epsilon"], total or 0, 16),
+                         f"{delta(s['spent_delta'])} / {delta(s.get('total_delta'))}",
+                         {None: "none logged", "*": "default (*)"}.get(s.get("budget_from"), "set for the source"),
+                         str(s["charges"]), str(s["refunds"]), "OVER" if s.get("over") else "ok"])
+        lines.append(_table("spend per source, from the log's charges and refunds (basic composition)",
+                            [("source", "left"), ("epsilon spent / budget", "right"), ("", "left"),
+                             ("delta spent / budget", "right"), ("budget", "left"), ("charges", "right"),
+                             ("refunds", "right"), ("", "left")], rows, None, width))
+    findings = report.get("findings") or []
+    if findings:
+        lines.append(f"{len(findings)} finding(s):")
+        for f in findings:
+            where = "" if f.get("index") is None else f"entry {f['index']}: "
+            lines.append(f"  [{f['code']}] {where}{f['message']}")
+    else:
+        lines.append("findings   none")
+    return "\n".join(lines)

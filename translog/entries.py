@@ -10,7 +10,7 @@ those bytes. Every entry has `type` and `at` (Unix milliseconds when the server 
 - `refund`   — that charge was returned (the query ended before any sum could be seen);
 - `budget`   — a source's total was set (`source` "*" is the server's default for sources without one);
 - `release`  — a query ended with a readable result: `query_id`, `status`, `result_digest`, its `privacy`
-               block.
+               block (both as the result route serves them: NaN and ±inf as null).
 
 Digests are SHA-256 of the JCS bytes of the JSON value, in hex.
 """
@@ -18,9 +18,11 @@ Digests are SHA-256 of the JCS bytes of the JSON value, in hex.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import pydantic_core
 import rfc8785
 
 from translog.merkle import leaf_hash
@@ -71,10 +73,16 @@ def budget_entry(source: str, total_epsilon: float, total_delta: float, at: int)
             "total_delta": float(total_delta)}
 
 
+def as_served(value: Any) -> Any:
+    """A value as a JSON API serves it (pydantic's encoder: NaN and ±inf become null, keys strings, tuples lists):
+    what an auditor reading the result route gets back, so its digest matches the release entry's."""
+    return json.loads(pydantic_core.to_json(value, inf_nan_mode="null"))
+
+
 def release_entry(query_id: str, status: str, result: Any, privacy: Mapping[str, Any] | None, at: int) -> dict[str, Any]:
-    return {"type": "release", "at": at, "query_id": query_id, "status": status, "result_digest": digest(result),
-            "privacy": dict(privacy) if privacy is not None else None}
+    return {"type": "release", "at": at, "query_id": query_id, "status": status,
+            "result_digest": digest(as_served(result)), "privacy": as_served(privacy)}
 
 
 __all__ = ["DEFAULT_SOURCE", "ENTRY_TYPES", "EntryError", "EntryType", "budget_entry", "canonical", "charge_entry",
-           "digest", "entry_leaf_hash", "query_entry", "release_entry", "task_entry"]
+           "as_served", "digest", "entry_leaf_hash", "query_entry", "release_entry", "task_entry"]

@@ -30,7 +30,7 @@ export async function signIn(token) {
 }
 
 async function request(method, path, body, token) {
-  const headers = { Authorization: `Bearer ${token}` };
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let res;
   try {
@@ -65,6 +65,11 @@ export async function api(method, path, body) {
     }
     throw err;
   }
+}
+
+/** JSON from a public route (the transparency log): no token is sent. */
+export async function publicApi(path) {
+  return request("GET", path, undefined, null);
 }
 
 /**

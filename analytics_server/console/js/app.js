@@ -7,6 +7,7 @@ import { destroyCharts } from "./charts.js";
 import { h, replace } from "./dom.js";
 import * as budgets from "./pages/budgets.js";
 import * as fleet from "./pages/fleet.js";
+import * as log from "./pages/log.js";
 import * as newQuery from "./pages/new.js";
 import * as queries from "./pages/queries.js";
 import * as query from "./pages/query.js";
@@ -19,6 +20,7 @@ const ROUTES = [
   [/^#\/new(?:\/([a-z_]+))?$/, "new", newQuery],
   [/^#\/budgets(?:\/(.+))?$/, "budgets", budgets],
   [/^#\/fleet$/, "fleet", fleet],
+  [/^#\/log$/, "log", log],
 ];
 
 let cleanups = [];
