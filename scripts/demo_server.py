@@ -3,7 +3,7 @@ in DEMOS submitted through the `fa` CLI code path; each result is printed beside
 
 Add a demo by appending to DEMOS (title, spec). Ground truth is computed in process with the kind's own
 code (queries.local_run.run_locally) over the devices the server reports as contributors (single-round
-queries: exact), and over the whole fleet.
+queries: exact), and over the whole fleet. Last, `fa audit` checks the public transparency log of it all.
 
 Deadlines come from a measurement (`calibrate`), not a fixed 6 s: a busy machine gets longer phases. With
 `--outcome FILE` each step's Outcome is written there as JSON for scripts/demo.py's summary; `--workdir DIR`
@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -249,6 +250,19 @@ def run_queries(console: Console, server: Server, analyst: str, admin_client: An
     return outcomes + demo_training.run(console, server, analyst, admin_client, tmp, deadlines)
 
 
+def audit_step(console: Console, server: Server, admin: str) -> Outcome:
+    """`fa audit` of everything the demo did (docs/transparency.md): the public log's heads and entries, each
+    source's spend against its budget, and — with the admin token — the queries, results and charges the server
+    reports against what it logged."""
+    console.rule("the public transparency log: fa audit")
+    fa = str(Path(sys.executable).with_name("fa"))
+    cmd = [fa, "--server", server.url, "--token", admin, "audit"]
+    console.print(f"$ fa --server {server.url} --token … audit")
+    code = subprocess.call(cmd)
+    return Outcome("audit: transparency log", code == 0, "fa audit found nothing (heads, entries, spend, results)",
+                   "" if code == 0 else f"fa audit exited {code}: its findings are above")
+
+
 @contextlib.contextmanager
 def identity_issuer(tmp: Path) -> Iterator[Issuer]:
     """A real `fa-issuer` for the demo (docs/identities.md), and the app backend's key the fleets sign their
@@ -295,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 analyst, admin = server.token("analyst"), server.token("admin")
                 console.print(f"server on {server.url} (SQLite {tmp / 'fa.db'}; logs in {tmp})")
                 outcomes = run_queries(console, server, analyst, AnalystClient(server.url, admin), tmp, deadlines)
+                outcomes.append(audit_step(console, server, admin))
             finally:
                 server.stop()
         except Exception as exc:  # noqa: BLE001 - a crash outside the steps is a step of its own in the summary

@@ -239,14 +239,19 @@ class LogStore:
         self._log_heads = None
         return True
 
-    async def log_task_proof(self, cohort_id: str, from_size: int | None, with_witness: bool = True) -> TaskProof | None:
-        """What a device gets with its assignment (docs/transparency.md); None if the cohort has no task entry."""
+    async def log_task_proof(self, cohort_id: str, from_size: int | None, with_witness: bool = True,
+                             task_digest: bytes | None = None) -> TaskProof | None:
+        """What a device gets with its assignment (docs/transparency.md): the proof of the cohort's task entry (with
+        `task_digest`, of its entry with that digest); None if there is none."""
         async with self.sessions() as s:
-            found = (await s.execute(select(LogEntry.idx, LogEntry.body).where(
-                LogEntry.cohort_id == cohort_id[:32], LogEntry.type == "task"))).first()
-        if found is None:
+            rows = (await s.execute(select(LogEntry.idx, LogEntry.body).where(
+                LogEntry.cohort_id == cohort_id[:32], LogEntry.type == "task").order_by(LogEntry.idx))).all()
+        found = [(int(i), json.loads(b)) for i, b in rows]
+        if task_digest is not None:
+            found = [(i, e) for i, e in found if e.get("task_digest") == task_digest.hex()]
+        if not found:
             return None
-        idx, body = int(found[0]), json.loads(found[1])
+        idx, body = found[0]
         cache = self._log_heads
         if cache is None or cache.head.head.size <= idx or time.monotonic() - cache.read_at > HEAD_CACHE_S:
             head, _ = await self.log_head()

@@ -1,7 +1,7 @@
 """Cross-origin access to the device API, for devices running in web pages (the browser SDK, device_sdk/js).
 
 Off by default. With `FA_DEVICE_CORS_ORIGINS` set (comma-separated `scheme://host[:port]` origins, or `*`), a page of
-a listed origin may call `/v1/device/*`: preflight `OPTIONS` requests for those paths are answered here, before any
+a listed origin may call `/v1/device/*` and read the transparency log (`/v1/log/*`): preflight `OPTIONS` requests for those paths are answered here, before any
 other check (a preflight carries no credentials), and every device answer to such a page carries
 `Access-Control-Allow-Origin` and exposes the headers the SDK reads (`X-FA-Phase`, `X-FA-Protocol`, `Retry-After`,
 `Location`). Cookies are never allowed (`Access-Control-Allow-Credentials` is not sent): device requests are
@@ -20,6 +20,8 @@ from aiohttp.typedefs import Handler
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP
 
 DEVICE_PREFIX = "/v1/device/"
+PREFIXES = (DEVICE_PREFIX, "/v1/log/")
+"""The device API and the public transparency log, which a device reads for the log's key (docs/transparency.md)."""
 ALLOW_HEADERS = ", ".join(["Content-Type", HDR_PROTOCOL, HDR_DEVICE, HDR_TIMESTAMP, HDR_NONCE, HDR_SIGNATURE])
 EXPOSE_HEADERS = ", ".join([HDR_PHASE, HDR_PROTOCOL, "Retry-After", "Location"])
 MAX_AGE_S = 600
@@ -51,7 +53,7 @@ def make_cors_middleware(raw: str) -> Any | None:
     @web.middleware
     async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
         origin = request.headers.get("Origin")
-        if origin is None or not request.path.startswith(DEVICE_PREFIX) or not allows(origin):
+        if origin is None or not request.path.startswith(PREFIXES) or not allows(origin):
             return await handler(request)
         headers = {"Access-Control-Allow-Origin": origin if allowed is not None else "*", "Vary": "Origin"}
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from analyst_client.audit import AuditReport, audit_log
 from analyst_client.cli import AnalystClient
 from queries.local_run import run_locally
 from queries.registry import get_kind
@@ -42,6 +43,13 @@ def expected_result(kind: str, params: dict[str, Any], source: str, truth: dict[
     """The exact answer over `device_ids` (mechanism none), computed in process by the kind's own code."""
     result, _ = run_locally(get_kind(kind), params, [truth[d].get(source, []) for d in device_ids])
     return result
+
+
+def audit_clean(url: str, token: str | None = None, state: Path | None = None) -> AuditReport:
+    """`fa audit` of the server's transparency log (with `token`, against what it reports too) finds nothing."""
+    report = audit_log(url, token=token, state=state)
+    assert report.ok, [f"{f.code} @ {f.index}: {f.message}" for f in report.findings]
+    return report
 
 
 def check_exact(admin: AnalystClient, query_id: str, spec: dict[str, Any], truth: dict[str, dict[str, list[Any]]]) -> dict[str, Any]:

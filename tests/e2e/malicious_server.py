@@ -23,17 +23,28 @@ It is the real server (`analytics_server.cli.main`) with two changes made in thi
    signatures under its own digest before its masked input leaves (`secagg/client.py` `_verify_cohort`) and
    refuses with reason `task_mismatch` (docs/secagg.md, "Devices that check the server").
 
+3. Its transparency log (docs/transparency.md) holds the cohort's task as the honest server logs it, so the victim
+   finds no entry for what it was shown and refuses (`not_logged`). With `FA_EVIL_LOG=both` the attacker logs the
+   victim's task too (a second `task` entry for the cohort) and gives each device the proof of the entry for what it
+   was shown: the log checks pass, the task binding does not, and `fa audit` names the second entry.
+
 Test tooling only (tests/e2e/test_checking_the_server.py); never installed.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import sys
 from typing import Any
 
 from analytics_server import cli
+from analytics_server.db.store import Store
+from analytics_server.db.translog_store import LOG_LOCK, now_ms
+from analytics_server.pool import DevicePool
+from queries.task_digest import task_digest
+from translog import entries as te
 from analytics_server.orchestrator import Orchestrator
 from secagg import crypto
 from secagg.config import SecAggConfig
@@ -59,6 +70,39 @@ def _changed(mode: str, a: Any) -> dict[str, Any] | None:
     return {"secagg": secagg}
 
 
+_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("checkin_device", default=None)
+_VICTIMS: dict[str, tuple[str, bytes, int]] = {}
+"""cohort id → (victim device, the digest of what it was shown, round)"""
+
+
+def install_log_both() -> None:
+    """FA_EVIL_LOG=both: the victim's task is logged too (a second `task` entry for the cohort), and each device's
+    check-in carries the proof of the entry for the task it was shown — every device finds its own digest in the
+    log. Only the task binding (and an audit: two tasks for one cohort) can catch it."""
+    real_create, real_proof, real_checkin = Store.create_cohort, Store.log_task_proof, DevicePool.checkin
+
+    async def create_cohort(self: Store, cohort_id: str, query_id: str, *args: Any, **kwargs: Any) -> None:
+        await real_create(self, cohort_id, query_id, *args, **kwargs)
+        if cohort_id in _VICTIMS:
+            _, digest, rnd = _VICTIMS[cohort_id]
+            async with self._tx([LOG_LOCK]) as s:
+                await self._log_append(s, [te.task_entry(query_id, rnd, cohort_id, digest, now_ms())])
+
+    async def log_task_proof(self: Store, cohort_id: str, from_size: int | None, *args: Any, **kwargs: Any) -> Any:
+        victim = _VICTIMS.get(cohort_id)
+        if victim is not None and victim[0] == _DEVICE.get():
+            kwargs["task_digest"] = victim[1]
+        return await real_proof(self, cohort_id, from_size, *args, **kwargs)
+
+    async def checkin(self: DevicePool, device_id: str, *args: Any, **kwargs: Any) -> Any:
+        _DEVICE.set(device_id)
+        return await real_checkin(self, device_id, *args, **kwargs)
+
+    Store.create_cohort = create_cohort  # type: ignore[method-assign]
+    Store.log_task_proof = log_task_proof  # type: ignore[method-assign]
+    DevicePool.checkin = checkin  # type: ignore[method-assign]
+
+
 def install(mode: str) -> None:
     if mode not in MODES:
         raise SystemExit(f"FA_EVIL: must be one of {', '.join(MODES)}, got {mode!r}")
@@ -70,7 +114,8 @@ def install(mode: str) -> None:
         a = cohort.assignments[victim]
         update = _changed(mode, a)
         if update is not None:
-            cohort.assignments[victim] = a.model_copy(update=update)
+            cohort.assignments[victim] = shown = a.model_copy(update=update)
+            _VICTIMS[cohort.id] = (victim, task_digest(shown), a.round)
             log.warning("FA_EVIL=%s: cohort %s shows party %d (device %s) another %s", mode, cohort.id[:8], a.party_id,
                         victim[:8], {"task": "task", "model": "model", "n": "cohort size"}[mode])
         return cohort
@@ -85,6 +130,8 @@ def install(mode: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     install(os.environ.get("FA_EVIL", ""))
+    if os.environ.get("FA_EVIL_LOG") == "both":
+        install_log_both()
     return cli.main(argv)
 
 

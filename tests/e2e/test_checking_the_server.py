@@ -8,7 +8,9 @@ and verifies its share senders' signatures before its masked input leaves, so:
 - the query fails naming `task_mismatch` and releases nothing (its result is 409; no round has a contributor);
 - the only cohort aborted, none finished (its stored events), its reason names the refusals;
 - /metrics counts the refusals by reason, and the devices' own logs say why they refused;
-- the server log proves the attack ran.
+- the server log proves the attack ran;
+- its transparency log shows the cohort's two tasks (`fa audit`: task_conflict). An attacker that logs only the
+  cohort's task is refused earlier, by the victim alone (`not_logged`).
 The control: the same histogram on an honest `fa-server` with the same fleet is exact.
 """
 
@@ -26,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from analyst_client.audit import audit_log
 from analyst_client.client import ApiError
 from analyst_client.cli import AnalystClient
 from tests.e2e.harness import Fleet, Server, check_exact, fresh_database
@@ -60,7 +63,7 @@ def training_spec() -> dict[str, Any]:
 
 
 @contextmanager
-def server_process(tmp: Path, evil: str | None) -> Iterator[Server]:
+def server_process(tmp: Path, evil: str | None, log_both: bool = True) -> Iterator[Server]:
     """A server on a fresh SQLite file: the honest `fa-server`, or (`evil`) the malicious one showing one member
     of each cohort another task, model or n, where a query fails after its first aborted cohort (the honest one
     keeps the default: a cohort a loaded machine lets time out is formed again). The log must hold no traceback."""
@@ -71,6 +74,8 @@ def server_process(tmp: Path, evil: str | None) -> Iterator[Server]:
     if evil is not None:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         env |= {"FA_EVIL": evil, "PYTHONPATH": path, "FA_MAX_CONSECUTIVE_ABORTS": "1"}
+        if log_both:
+            env["FA_EVIL_LOG"] = "both"
         command = [sys.executable, "-m", "tests.e2e.malicious_server"]
     srv = Server(url, tmp / "server.log", env=env, command=command).start()
     try:
@@ -149,9 +154,34 @@ def run_against_malicious_server(tmp: Path, evil: str, spec: dict[str, Any], sce
         assert len(refused) == N and refusals == N, (refused, refusals)
         assert f"task_mismatch ×{N}" in aborted["data"]["reason"], aborted
         assert metric(server, "fa_device_refusals_total", 'reason="cohort_unverified"') == 0
+        # every device found its own task in the log; the public log shows the cohort's two tasks
+        assert metric(server, "fa_device_refusals_total", 'reason="not_logged"') == 0
+        report = audit_log(server.url)
+        assert [f.code for f in report.findings] == ["task_conflict"], report.findings
 
     log = (tmp / "server.log").read_text(errors="replace")
     assert f"FA_EVIL={evil}: cohort" in log, "the attack did not run"
+
+
+def test_a_decoy_task_missing_from_the_log_is_refused_by_its_victim(tmp_path: Path) -> None:
+    """The attacker's log holds the task the cohort was shown, not the victim's decoy: the victim refuses
+    (`not_logged`) before it reads any data, the cohort of exactly N cannot finish without it, nothing is released."""
+    with server_process(tmp_path, "task", log_both=False) as server:
+        admin = AnalystClient(server.url, server.token("admin"))
+        fleet = Fleet(server.url, N, tmp_path, scenario="words", seed=5)
+        try:
+            qid = admin.submit(HISTOGRAM)["id"]
+            final = admin.wait(qid, timeout_s=WAIT_S)
+        finally:
+            fleet.stop()
+        assert final["status"] == "failed" and "not_logged" in (final["error"] or ""), final
+        with pytest.raises(ApiError) as no_result:
+            admin.result(qid)
+        assert no_result.value.status == 409
+        refused = re.findall(r"device (\w+): refused query \w+ round 0 \(not_logged\): transparency log: the logged "
+                             r"entry \d+ is not this task", (tmp_path / "fleet-5.log").read_text(errors="replace"))
+        assert len(refused) == 1 and metric(server, "fa_device_refusals_total", 'reason="not_logged"') == 1, refused
+        assert audit_log(server.url, token=server.token("admin")).ok
 
 
 def test_a_decoy_task_for_one_device_is_refused(tmp_path: Path) -> None:

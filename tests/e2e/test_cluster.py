@@ -27,7 +27,7 @@ import pytest
 from analyst_client.cli import AnalystClient, ApiError
 from queries.envelope import b64e
 from tests.e2e.cluster import Cluster, HAProxy, sse_events
-from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, check_exact, cli, free_port, free_port_run, fresh_database
+from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, audit_clean, check_exact, cli, free_port, free_port_run, fresh_database
 from tests.support.devstack import BIN
 from tests.support.pg_local import worker_database
 from tests.e2e.test_training_e2e import training_spec
@@ -122,6 +122,9 @@ def _scenario(cluster: Cluster, tmp: Path, device_urls: list[str], split: bool, 
         after = [e for e in stream[killed_at:] if e["event"] not in ("reconnect",)]
         assert any(e["event"] == "cohort.finished" for e in after), "no event streamed after the kill"
         assert not cluster.tracebacks()
+        # three processes appended to one log, one was killed mid-phase: every process serves the same honest log
+        for live in cluster.live():
+            audit_clean(live.url, admin_token)
     finally:
         words.stop()
         bc.stop()

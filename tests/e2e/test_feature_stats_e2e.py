@@ -25,7 +25,7 @@ from fleet_sim.scenarios.datasets import (
     breast_cancer_feature_names,
     feature_matrix,
 )
-from tests.e2e.harness import Fleet, Server, server_on_fresh_sqlite
+from tests.e2e.harness import Fleet, Server, audit_clean, server_on_fresh_sqlite
 
 pytestmark = pytest.mark.e2e
 DEVICES = BREAST_CANCER_SHARDS  # 50: the fleet holds every row once
@@ -137,3 +137,4 @@ def test_dp_means_within_their_999_intervals(fs_server: Server, tmp_path: Path) 
         errors[f["name"]] = (round(got["mean"] - float(x.mean()), 4), round(u["std"], 4))
     assert res["warnings"], "fifty devices at ε = 1: the answer must warn about its wide intervals"
     print("feature_stats DP ε=1 mean (error, reported std): %s" % errors)
+    audit_clean(fs_server.url, fs_server.token("admin"))

@@ -14,7 +14,7 @@ import pytest
 from analyst_client.cli import AnalystClient
 from fleet_sim.scenarios.words import PLANTED, WORD_ALPHABET, WORD_MAX_LENGTH
 from queries.heavy_hitters.encoding import choose_words
-from tests.e2e.harness import Fleet, Server, server_on_fresh_sqlite
+from tests.e2e.harness import Fleet, Server, audit_clean, server_on_fresh_sqlite
 
 pytestmark = pytest.mark.e2e
 DEVICES = 500
@@ -93,3 +93,4 @@ def test_secagg_with_noise_finds_planted(hh: tuple[Server, Fleet]) -> None:
     found = {h["value"] for h in res["result"]["heavy_hitters"]}
     assert set(PLANTED) <= found, (found, res["result"]["thresholds"])
     assert res["privacy"]["mechanism"] == "skellam" and res["privacy"]["epsilon"] == pytest.approx(4.0, rel=1e-6)
+    audit_clean(srv.url, srv.token("admin"))  # every level's cohorts logged, the charge within the budget

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analyst_client.cli import AnalystClient
-from tests.e2e.harness import Fleet, Server, check_exact
+from tests.e2e.harness import Fleet, Server, audit_clean, check_exact
 
 pytestmark = pytest.mark.e2e
 
@@ -34,6 +34,7 @@ def test_histogram_220_devices_with_dropout(server: Server, tmp_path: Path) -> N
         res = check_exact(admin, created["id"], SPEC, fleet.truth())
         assert 150 <= res["result"]["clients"] < 220  # dropouts at phases before masked input are excluded
         assert final["progress"]["contributors"] == res["result"]["clients"]
+        audit_clean(server.url, server.token("admin"))
         # the served process runs uvloop's event loop (the server extra installs it) and froze its startup heap
         # out of garbage collection once startup was complete
         log = server.log_path.read_text(errors="replace")

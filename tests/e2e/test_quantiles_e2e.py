@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from analyst_client.cli import AnalystClient
-from tests.e2e.harness import Fleet, Server, server_on_fresh_sqlite
+from tests.e2e.harness import Fleet, Server, audit_clean, server_on_fresh_sqlite
 
 pytestmark = pytest.mark.e2e
 DEVICES = 400
@@ -80,3 +80,4 @@ def test_with_dp_each_quantile_is_within_its_interval_and_near_in_rank(q_server:
         assert unc["ci95"][0] <= truth <= unc["ci95"][1], (q, v, truth, unc)
         rank = np.searchsorted(values, v) / len(values)
         assert abs(rank - float(q)) < 0.25, (q, v, rank)  # ~800 values at ε = 1: up to 0.15 in 30 runs in process
+    audit_clean(q_server.url, q_server.token("admin"))

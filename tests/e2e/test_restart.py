@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from analyst_client.cli import AnalystClient
-from tests.e2e.harness import RESTART_ENV, Fleet, Server, check_exact
+from tests.e2e.harness import RESTART_ENV, Fleet, Server, audit_clean, check_exact
 
 pytestmark = pytest.mark.e2e
 
@@ -41,11 +41,16 @@ def test_sigkill_mid_round_then_exact(server: Server, tmp_path: Path) -> None:
             assert st["status"] == "running" or st["status"] == "pending", st
             assert time.monotonic() < deadline, "no cohort reached a mid-round phase"
             time.sleep(0.05)
+        state = tmp_path / "audit.json"
+        before = audit_clean(server.url, admin_token, state)
         server.kill9()
         server.start()
         final = admin.wait(qid, timeout_s=240)
         assert final["status"] == "succeeded", final
         check_exact(admin, qid, SPEC, fleet.truth())
+        # the log survived the kill: it extends the head audited before it, and its history is honest
+        after = audit_clean(server.url, admin_token, state)
+        assert after.head is not None and before.head is not None and after.head.size > before.head.size
         cohorts = admin.call("GET", f"/v1/queries/{qid}")["progress"]["cohorts"]
         assert cohorts.get("aborted", 0) >= 1 and cohorts.get("finished") == 1, cohorts
         if server.db_url.startswith("sqlite"):

@@ -32,7 +32,7 @@ from fleet_sim.scenarios import generate
 from fleet_sim.scenarios.datasets import breast_cancer_split
 from fleet_sim import urlbar_sim
 from queries.training import TrainedModel, frecency
-from tests.e2e.harness import RESTART_ENV, Fleet, Server, fresh_database
+from tests.e2e.harness import RESTART_ENV, Fleet, Server, audit_clean, fresh_database
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -223,6 +223,7 @@ def test_sigkill_mid_training_resumes(server: Server, admin: AnalystClient, scal
     assert abs(auc_of(res) - central_auc()) <= 0.02
     assert [h["round"] for h in res["history"]] == [0, 4, 8]
     assert res["server_rounds"] == 8 + 3  # every training/eval round decoded exactly once across the restart
+    audit_clean(server.url, admin.token)  # one task per cohort across the restart, one charge, one release
 
 
 def test_frecency_300_devices(server: Server, admin: AnalystClient, bc_fleet: Fleet,
