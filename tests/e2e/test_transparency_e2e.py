@@ -55,9 +55,11 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, 
         yield server, tmp / "fa.db", qid, token
 
 
-def _fa_audit(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
+def _fa_audit(server: Server, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
     fa = str(Path(sys.executable).with_name("fa"))
-    return subprocess.run([fa, "--server", server.url, "audit", *args], capture_output=True, text=True, timeout=120)
+    auth = ["--token", token] if token else []
+    return subprocess.run([fa, "--server", server.url, *auth, "audit", *args], capture_output=True, text=True,
+                          timeout=120)
 
 
 def _scalar(db: Path, statement: str, **params: object) -> float:
@@ -81,7 +83,7 @@ def pristine(history: tuple[Server, Path, str, str], tmp_path: Path) -> Iterator
     (the database is in WAL mode, so it is not copied back); this checks it did."""
     server, db, qid, token = history
     state = tmp_path / "audit.json"
-    done = _fa_audit(server, "--token", token, "--state", str(state))
+    done = _fa_audit(server, "--state", str(state), token=token)
     assert done.returncode == 0, done.stdout + done.stderr
     yield server, db, qid, token, state
     assert audit_log(server.url, token=token).ok
@@ -105,7 +107,7 @@ def test_a_lowered_charge_row_is_named(pristine: tuple[Server, Path, str, str, P
     original = _scalar(db, "SELECT epsilon FROM privacy_charges WHERE query_id = :q", q=qid)
     _sql(db, "UPDATE privacy_charges SET epsilon = :e WHERE query_id = :q", e=original / 10, q=qid)
     try:
-        done = _fa_audit(server, "--token", token, "--state", str(state))
+        done = _fa_audit(server, "--state", str(state), token=token)
         report = audit_log(server.url, token=token)
     finally:
         _sql(db, "UPDATE privacy_charges SET epsilon = :e WHERE query_id = :q", e=original, q=qid)
@@ -126,7 +128,7 @@ def test_a_query_run_off_the_books_is_named(pristine: tuple[Server, Path, str, s
     _sql(db, "INSERT INTO privacy_charges (source, query_id, epsilon, delta, status, created_at) "
              "VALUES ('words', '0ffb00c500000000', 1.0, 1e-6, 'charged', :now)", now=now)
     try:
-        done = _fa_audit(server, "--token", token)
+        done = _fa_audit(server, token=token)
         report = audit_log(server.url, token=token)
     finally:
         _sql(db, "DELETE FROM privacy_charges WHERE query_id = '0ffb00c500000000'")
