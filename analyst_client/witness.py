@@ -25,13 +25,13 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from analyst_client.audit import AuditError, LogReader, read_state, write_state
 from analyst_client.client import ApiError
+from translog.keyfile import KeyFileError, new_key_file, read_seed
 from translog.heads import HeadError, Signer, key_id, key_table, verify_head
 from translog.merkle import ProofError, verify_consistency
 from translog.wire import CosignatureModel, HeadModel, b64
@@ -63,28 +63,17 @@ class WitnessResult:
 def read_key(path: str | os.PathLike[str]) -> bytes:
     """The 32-byte seed in a key file (base64); WitnessError naming the file."""
     try:
-        text = Path(path).read_text(encoding="ascii").strip()
-        seed = base64.b64decode(text, validate=True)
-    except (OSError, ValueError, UnicodeDecodeError, binascii.Error) as exc:
-        raise WitnessError(f"key file {path}: cannot read a base64 key ({exc})") from None
-    if len(seed) != 32:
-        raise WitnessError(f"key file {path}: holds {len(seed)} bytes, an Ed25519 seed is 32")
-    return seed
+        return read_seed(path)
+    except KeyFileError as exc:
+        raise WitnessError(str(exc)) from None
 
 
 def init_key(path: str | os.PathLike[str]) -> Signer:
     """Write a fresh seed (os.urandom) to a new key file, readable by its owner only; refuses to overwrite."""
-    p = Path(path)
-    seed = os.urandom(32)
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise WitnessError(f"key file {p} exists; not overwriting a witness key") from None
-    except OSError as exc:
-        raise WitnessError(f"key file {p}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(base64.b64encode(seed).decode("ascii") + "\n")
-    return Signer(seed)
+        return new_key_file(path)
+    except KeyFileError as exc:
+        raise WitnessError(str(exc)) from None
 
 
 def default_name() -> str:

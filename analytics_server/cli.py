@@ -7,6 +7,7 @@ is one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import base64
 import asyncio
 import errno
 import logging
@@ -143,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     p_revoke = tok_sub.add_parser("revoke", help="revoke a token by id or by its prefix (as shown by list)")
     p_revoke.add_argument("token", metavar="ID|PREFIX", help="the token's id or its prefix")
     p_revoke.add_argument("--db", help="database URL (default: FA_DB_URL or sqlite+aiosqlite:///./fa.db)")
+    p_key = sub.add_parser("log-key", help="write a new transparency-log signing key to FILE (for FA_LOG_KEY_FILE) "
+                           "and print its public key (docs/transparency.md)")
+    p_key.add_argument("file", help="where to write the key (created with mode 0600; never overwritten)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -153,6 +157,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.cmd == "log-key":
+        from translog.keyfile import KeyFileError, new_key_file
+
+        try:
+            signer = new_key_file(args.file)
+        except KeyFileError as exc:
+            raise CliError(str(exc)) from None
+        print(f"public key (apps pin it: DevicePolicy(log_keys=[...])): {base64.b64encode(signer.public_key).decode()}")
+        print(f"key id: {signer.key_id}; set FA_LOG_KEY_FILE={args.file}")
+        return 0
     settings = _settings(args)
     url = settings.db_url
     if args.cmd == "serve":

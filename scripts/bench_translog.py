@@ -8,17 +8,21 @@ On a migrated SQLite database, through the server's own `Store`:
 - per device: the proof bundle the server builds for one check-in with an assignment (`log_task_proof`: the
   entry, the newest head, inclusion and consistency proofs), ms, at log sizes 1,000 and 20,000;
 - the device's added latency: `translog.check.check_task_proof` (parsing the JSON, the inclusion and consistency
-  hash paths, one Ed25519 verification), ms, and the bytes the proof adds to the check-in answer;
+  hash paths, one Ed25519 verification), ms, in Python and in the JS SDK (Node, the same proofs:
+  device_sdk/js/scripts/bench_translog.mjs), and the bytes the proof adds to the check-in answer;
 - the auditor: verifying N heads and rebuilding the tree from N entries, ms per entry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +35,7 @@ from translog import entries as te
 from translog.check import check_task_proof
 from translog.heads import key_table, verify_head
 from translog.merkle import MerkleTree
-from translog.wire import TaskProof
+from translog.wire import HeadModel, TaskProof
 
 SIZES = (1_000, 20_000)
 
@@ -56,11 +60,14 @@ async def run() -> dict:
     store = Store(make_engine(url))
     signer = await store.log_setup(None, "bench/fa-log", (10.0, 1e-5))
     out: dict = {"database": "sqlite", "sizes": {}}
+    js_cases: list[dict] = []
     size = 1
     for target in SIZES:
         log(f"appending to {target} entries …")
         ms = await _append_many(store, target - size, size)
         size = target
+        before, _ = await store.log_head()  # what a device saw before the next queries: its stored head
+        assert before is not None
         # a query as the server logs it: submit (query + charge), a cohort (task), the release
         t0 = time.perf_counter()
         for k in range(20):
@@ -76,21 +83,24 @@ async def run() -> dict:
         size += 80
         cohort = f"c{size // 2:031d}"
         times, checks, sizes = [], [], []
-        last = None
-        for rep in range(200):
+        wire = ""
+        for rep in range(200):  # the device's stored head is the one before the 20 queries (a consistency proof)
             t0 = time.perf_counter()
-            proof = await store.log_task_proof(cohort, None if last is None else last.size)
+            proof = await store.log_task_proof(cohort, before.head.size)
             times.append((time.perf_counter() - t0) * 1000)
-            assert proof is not None
+            assert proof is not None and proof.consistency
             wire = proof.model_dump_json(exclude_none=True)
             sizes.append(len(wire))
             e = proof.entry
             t0 = time.perf_counter()
-            signed = check_task_proof(TaskProof.model_validate_json(wire), task_digest=bytes.fromhex(e["task_digest"]),
-                                      query_id=e["query_id"], round=e["round"], cohort_id=e["cohort_id"],
-                                      log_keys=key_table([signer.public_key]), last=last)
+            check_task_proof(TaskProof.model_validate_json(wire), task_digest=bytes.fromhex(e["task_digest"]),
+                             query_id=e["query_id"], round=e["round"], cohort_id=e["cohort_id"],
+                             log_keys=key_table([signer.public_key]), last=before.head)
             checks.append((time.perf_counter() - t0) * 1000)
-            last = signed.head if rep % 2 == 0 else None
+        js_cases.append({"case": str(target), "proof": json.loads(wire), "last": HeadModel.of(before).model_dump(),
+                         "context": {"task_digest": e["task_digest"], "query_id": e["query_id"], "round": e["round"],
+                                     "cohort_id": e["cohort_id"], "log_key": base64.b64encode(signer.public_key).decode()},
+                         "repeat": 200})
         out["sizes"][str(target)] = {
             "append_ms": round(ms, 3),
             "query_entries_ms": round(per_query, 3),
@@ -119,7 +129,23 @@ async def run() -> dict:
                     "ms_per_entry": round(audit_ms / len(entries), 4)}
     await store.engine.dispose()
     os.remove(tmp / "log.db")
+    out["js_device"] = js_checks(js_cases)
     return out
+
+
+JS_BENCH = Path(__file__).resolve().parent.parent / "device_sdk" / "js" / "scripts" / "bench_translog.mjs"
+
+
+def js_checks(cases: list[dict]) -> dict:
+    """The same proofs checked by the JS SDK (one Node process): median ms per size, or why it could not run."""
+    if shutil.which("node") is None or not (JS_BENCH.parent.parent / "dist" / "src" / "translog.js").exists():
+        return {"skipped": "node or the built JS SDK (make js) missing"}
+    run = subprocess.run(["node", str(JS_BENCH)], input=json.dumps({"cases": cases}), capture_output=True, text=True,
+                         cwd=JS_BENCH.parent.parent, timeout=600)
+    if run.returncode != 0:
+        raise RuntimeError(f"bench_translog.mjs failed: {run.stderr[-2000:]}")
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    return {"node": got["node"], **{c["case"]: {"device_check_ms_median": c["device_check_ms"]} for c in got["cases"]}}
 
 
 def main() -> int:

@@ -3,14 +3,13 @@ cosignatures, accepted only under the keys in FA_LOG_WITNESS_KEYS."""
 
 from __future__ import annotations
 
-import base64
-
 from aiohttp import web
 
 from analytics_server.db.translog_store import LogRangeError, parse_witness_keys
 from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
 from translog.heads import HeadError
+from translog.keyfile import KeyFileError, read_seed
 from translog.wire import (
     MAX_ENTRIES_PAGE,
     CosignatureModel,
@@ -130,14 +129,10 @@ async def cosign(request: web.Request) -> web.Response:
 
 
 def load_log_seed(path: str | None) -> bytes | None:
-    """The log key's seed from FA_LOG_KEY_FILE (base64 of 32 bytes); ValueError naming the file."""
+    """The log key's seed from FA_LOG_KEY_FILE (None: unset); ValueError naming the file."""
     if not path:
         return None
     try:
-        text = open(path, encoding="ascii").read().strip()
-        seed = base64.b64decode(text, validate=True)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"log_key_file: cannot read a base64 key from {path}: {exc}") from None
-    if len(seed) != 32:
-        raise ValueError(f"log_key_file: {path} holds {len(seed)} bytes, an Ed25519 seed is 32")
-    return seed
+        return read_seed(path)
+    except KeyFileError as exc:
+        raise ValueError(f"log_key_file: {exc}") from None

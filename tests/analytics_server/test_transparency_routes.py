@@ -131,3 +131,28 @@ async def test_two_processes_appending_at_once_get_consecutive_indexes_under_con
         assert tree.root(h.head.size) == h.head.root
     for s in stores:
         await s.engine.dispose()
+
+
+async def test_a_log_key_file_signs_the_heads_and_a_bad_one_stops_the_start(start_app_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`fa-server log-key FILE` writes the key FA_LOG_KEY_FILE names; the server signs with it (not with a key of
+    its database) and says so in /healthz; an unreadable key file stops the server before it serves."""
+    from analytics_server.cli import main as fa_server
+    from translog.keyfile import read_seed
+
+    path = tmp_path / "log.key"
+    assert fa_server(["log-key", str(path)]) == 0
+    assert (path.stat().st_mode & 0o777) == 0o600
+    signer = Signer(read_seed(path))
+    server = await start_app_server(log_key_file=str(path))
+    url = str(server.make_url(""))
+    async with aiohttp.ClientSession() as http:
+        status, key = await _get(http, url + "/v1/log/key")
+        assert key["key_id"] == signer.key_id and key["origin"] == f"fed-analytics/{signer.key_id}"
+        status, body = await _get(http, url + "/v1/log/head")
+        verify_head(HeadModel.model_validate(body["head"]).parse(), key_table([signer.public_key]))
+        status, health = await _get(http, url + "/healthz")
+        assert health["log_key"] == "file"
+    bad = tmp_path / "bad.key"
+    bad.write_text("not base64!\n")
+    with pytest.raises(ValueError, match="log_key_file"):
+        await start_app_server(log_key_file=str(bad))
