@@ -7,13 +7,13 @@ imports neither. Device requests are signed with the device's Ed25519 key over
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from translog.wire import TaskProof
+from translog.wire import TaskProof, b64
+from translog.wire import b64d as b64d
 
 PROTOCOL_VERSION = 2
 """Version of this device wire protocol; sent by devices in `HDR_PROTOCOL`, the server refuses any other."""
@@ -58,21 +58,8 @@ RefusalReason = Literal[
 reason in `/metrics` (`fa_device_refusals_total{reason=…}`)."""
 REFUSAL_REASONS: tuple[str, ...] = RefusalReason.__args__  # type: ignore[attr-defined]
 MAX_REFUSAL_DETAIL = 500
-
-
-def b64e(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def b64d(text: str, what: str, length: int | None = None) -> bytes:
-    """Strict base64 → bytes; ValueError naming `what` on bad input or wrong length."""
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError):
-        raise ValueError(f"{what}: not valid base64") from None
-    if length is not None and len(raw) != length:
-        raise ValueError(f"{what}: expected {length} bytes, got {len(raw)}")
-    return raw
+b64e = b64
+"""Base64 of the device protocol: one encoder and one strict decoder with the log's (translog.wire)."""
 
 
 def signing_payload(method: str, path_qs: str, timestamp: str, nonce: str, body: bytes) -> bytes:

@@ -21,14 +21,24 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-def _b64(text: str, what: str, length: int | None = None) -> bytes:
+def b64d(text: str, what: str, length: int | None = None) -> bytes:
+    """Strict base64 → bytes; ValueError naming `what` on bad input or wrong length (the one decoder of the device
+    protocol and the log: `queries.envelope` re-exports it)."""
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError):
-        raise HeadError(f"{what}: not valid base64") from None
+        raise ValueError(f"{what}: not valid base64") from None
     if length is not None and len(raw) != length:
-        raise HeadError(f"{what}: expected {length} bytes, got {len(raw)}")
+        raise ValueError(f"{what}: expected {length} bytes, got {len(raw)}")
     return raw
+
+
+def _b64(text: str, what: str, length: int | None = None) -> bytes:
+    """`b64d` raising HeadError (what the log's checks catch)."""
+    try:
+        return b64d(text, what, length)
+    except ValueError as exc:
+        raise HeadError(str(exc)) from None
 
 
 def b64(data: bytes) -> str:
@@ -147,4 +157,4 @@ class CosignRequest(CosignatureModel):
 
 __all__ = ["CosignRequest", "CosignatureModel", "HeadModel", "LogEntriesResponse", "LogEntryModel", "LogHeadResponse",
            "LogHeadsResponse", "LogKeyResponse", "MAX_COSIGNATURES", "MAX_ENTRIES_PAGE", "ProofResponse", "TaskProof",
-           "WitnessedHead", "b64", "hashes"]
+           "WitnessedHead", "b64", "b64d", "hashes"]
