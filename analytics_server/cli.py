@@ -192,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
                 raise CliError(exc.args[0] if exc.args else "no such token") from None
             print(f"revoked token {row.id} ({row.role}{', ' + row.prefix if row.prefix else ''})")
         return 0
-    problem = settings.identity_setup_error()
+    problem = settings.identity_setup_error() or settings.log_setup_error()
     if problem:
         raise CliError(problem)
     if not 1 <= args.workers <= 64:

@@ -140,9 +140,9 @@ class Settings(BaseSettings):
 
     log_key_file: str | None = Field(
         default=None, max_length=4096,
-        description="file holding the transparency log's Ed25519 signing key (base64 of a 32-byte seed; "
-        "docs/transparency.md); unset: a key generated once and kept in the database (demo only: anyone with "
-        "database access could then re-sign a rewritten log)",
+        description="file holding the transparency log's Ed25519 signing key (base64 of a 32-byte seed, "
+        "`fa-server log-key FILE` writes one; docs/transparency.md); required in production; unset in demo: a key "
+        "generated once and kept in the database (anyone with database access could then re-sign a rewritten log)",
     )
     log_origin: str | None = Field(
         default=None, max_length=200, pattern=r"^[^\n]+$",
@@ -184,6 +184,14 @@ class Settings(BaseSettings):
             return ("the production profile needs an identity issuer: set FA_ISSUER_URL to a running "
                     "`fa-issuer serve` (or FA_ISSUER_KEYS to its keys); devices then register only with its identity "
                     "tokens (docs/identities.md)")
+        return None
+
+    def log_setup_error(self) -> str | None:
+        """Why `serve` must not start with these log settings, or None: the production profile needs its log key in a
+        file of its own (a key kept in the database lets anyone with database access re-sign a rewritten log)."""
+        if self.profile == "production" and not self.log_key_file:
+            return ("the production profile needs the transparency log's key in a file: run `fa-server log-key FILE` "
+                    "and set FA_LOG_KEY_FILE=FILE (docs/transparency.md)")
         return None
 
     def effective_threat_model(self) -> Literal["semi_honest", "active"]:

@@ -156,3 +156,16 @@ async def test_a_log_key_file_signs_the_heads_and_a_bad_one_stops_the_start(star
     bad.write_text("not base64!\n")
     with pytest.raises(ValueError, match="log_key_file"):
         await start_app_server(log_key_file=str(bad))
+
+
+def test_serve_in_production_without_a_log_key_file_is_refused(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from analytics_server import cli
+    from tests.analytics_server.conftest import fixed_issuer_keys
+
+    monkeypatch.setenv("FA_PROFILE", "production")
+    monkeypatch.setenv("FA_ISSUER_KEYS", fixed_issuer_keys())
+    monkeypatch.delenv("FA_LOG_KEY_FILE", raising=False)
+    assert cli.main(["serve", "--db", f"sqlite+aiosqlite:///{tmp_path / 'none.db'}"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "fa-server log-key FILE" in err and "FA_LOG_KEY_FILE" in err and "Traceback" not in err
+    assert not (tmp_path / "none.db").exists()
