@@ -122,12 +122,19 @@ export class FakeLog {
     return this.entries.length - 1;
   }
 
-  /** The index of the `task` entry for this cohort task, appended if new. */
-  async task(queryId: string, round: number, cohortId: string, digestHex: string): Promise<number> {
-    const i = this.entries.findIndex((e) => e.type === "task" && e.query_id === queryId && e.round === round && e.cohort_id === cohortId && e.task_digest === digestHex);
-    if (i >= 0) return i;
-    return this.append({ type: "task", at: 1_764_300_000_000 + this.entries.length, query_id: queryId, round, cohort_id: cohortId, task_digest: digestHex });
+  /** The index of the `task` entry for this cohort task, appended if new. Calls run one after another: devices
+   * checking in at once must not both find the task missing and append it twice. */
+  task(queryId: string, round: number, cohortId: string, digestHex: string): Promise<number> {
+    const next = this.taskQueue.then(() => {
+      const i = this.entries.findIndex((e) => e.type === "task" && e.query_id === queryId && e.round === round && e.cohort_id === cohortId && e.task_digest === digestHex);
+      if (i >= 0) return i;
+      return this.append({ type: "task", at: 1_764_300_000_000 + this.entries.length, query_id: queryId, round, cohort_id: cohortId, task_digest: digestHex });
+    });
+    this.taskQueue = next.catch(() => -1);
+    return next;
   }
+
+  private taskQueue: Promise<number> = Promise.resolve(-1);
 
   head(size = this.tree.size): Promise<HeadJson> {
     return this.tree.root(size).then((root) => this.signer.signHead(this.origin, size, root, 1_764_300_000_000 + size));
