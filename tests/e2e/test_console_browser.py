@@ -23,7 +23,7 @@ import pytest
 from analyst_client.client import AnalystClient, pointer, uncertainty_of
 from queries.templates import TEMPLATES
 from tests.support.browser import chromium_available, console_page
-from tests.e2e.harness import Fleet, server_on_fresh_sqlite
+from tests.e2e.harness import Fleet, audit_clean, server_on_fresh_sqlite
 from tests.readme_blocks import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -228,6 +228,15 @@ def _run(url: str, token: str, api: AnalystClient, tmp_path: Path) -> None:
         assert int(registered) == MIXED + TRAINERS
         assert page.locator("[data-testid=phases] tbody tr").count() >= 4
         s.shot(shots / "fleet.png")
+        # -- the transparency log: the browser's own audit of the real log (every kind's entries) finds nothing --
+        s.goto("#/log")
+        page.wait_for_selector("[data-testid=log-verdict]", timeout=60_000)
+        assert page.get_attribute("[data-testid=log-verdict]", "data-findings") == "0", page.inner_text("main")
+        shown = int(page.get_attribute("[data-testid=log-head]", "data-size") or -1)
+        audited = audit_clean(url).head
+        assert audited is not None and 0 < shown <= audited.size
+        assert int(page.get_attribute("[data-testid=log-types] tr[data-type=task]", "data-count") or 0) >= 4
+        s.shot(shots / "log.png")
         assert not s.problems, s.problems
         if not preview_shown:
             print("note: the server offers no preview; the page said so")
