@@ -71,8 +71,8 @@ def _changed(mode: str, a: Any) -> dict[str, Any] | None:
 
 
 _DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("checkin_device", default=None)
-_VICTIMS: dict[str, tuple[str, bytes, int]] = {}
-"""cohort id → (victim device, the digest of what it was shown, round)"""
+_VICTIMS: dict[str, tuple[str, bytes, int, bytes]] = {}
+"""cohort id → (victim device, the digest of what it was shown, round, the digest of what the others were shown)"""
 
 
 def install_log_both() -> None:
@@ -82,16 +82,16 @@ def install_log_both() -> None:
     real_create, real_proof, real_checkin = Store.create_cohort, Store.log_task_proof, DevicePool.checkin
 
     async def create_cohort(self: Store, cohort_id: str, query_id: str, *args: Any, **kwargs: Any) -> None:
-        await real_create(self, cohort_id, query_id, *args, **kwargs)
-        if cohort_id in _VICTIMS:
-            _, digest, rnd = _VICTIMS[cohort_id]
+        if cohort_id in _VICTIMS:  # logged first: committed before any member's assignment can be delivered
+            _, digest, rnd, _ = _VICTIMS[cohort_id]
             async with self._tx([LOG_LOCK]) as s:
                 await self._log_append(s, [te.task_entry(query_id, rnd, cohort_id, digest, now_ms())])
+        await real_create(self, cohort_id, query_id, *args, **kwargs)
 
     async def log_task_proof(self: Store, cohort_id: str, from_size: int | None, *args: Any, **kwargs: Any) -> Any:
         victim = _VICTIMS.get(cohort_id)
-        if victim is not None and victim[0] == _DEVICE.get():
-            kwargs["task_digest"] = victim[1]
+        if victim is not None:
+            kwargs["task_digest"] = victim[1] if victim[0] == _DEVICE.get() else victim[3]
         return await real_proof(self, cohort_id, from_size, *args, **kwargs)
 
     async def checkin(self: DevicePool, device_id: str, *args: Any, **kwargs: Any) -> Any:
@@ -115,7 +115,7 @@ def install(mode: str) -> None:
         update = _changed(mode, a)
         if update is not None:
             cohort.assignments[victim] = shown = a.model_copy(update=update)
-            _VICTIMS[cohort.id] = (victim, task_digest(shown), a.round)
+            _VICTIMS[cohort.id] = (victim, task_digest(shown), a.round, cohort.task_digest)
             log.warning("FA_EVIL=%s: cohort %s shows party %d (device %s) another %s", mode, cohort.id[:8], a.party_id,
                         victim[:8], {"task": "task", "model": "model", "n": "cohort size"}[mode])
         return cohort
