@@ -30,6 +30,7 @@ from analyst_client.witness import init_key, read_key, witness_once
 from translog import entries as te
 from translog.heads import Signer, TreeHead, key_table, verify_cosignature
 from translog.merkle import MerkleTree
+from tests.support.toolchain import require
 from translog.wire import CosignatureModel, CosignRequest, HeadModel, b64
 
 Json = dict[str, Any]
@@ -643,8 +644,8 @@ async def test_the_consoles_audit_agrees_with_fa_audit(name: str) -> None:
     import shutil
 
     node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node.js is not installed: the console's audit module is not run")
+    require(None if node else "node not found (scripts/install_node.sh installs it)", "Node.js for the console's audit module")
+    assert node is not None
     log = dict(_console_cases())[name]
     module = (Path(__file__).resolve().parents[2] / "analytics_server" / "console" / "js" / "translog.js").as_uri()
     server = await serve(log)
@@ -675,9 +676,7 @@ async def test_the_consoles_audit_agrees_with_fa_audit(name: str) -> None:
 async def test_the_consoles_log_page_shows_the_head_and_the_audit(tmp_path: Path) -> None:
     from tests.support.browser import chromium_available, console_page
 
-    why = chromium_available()
-    if why:
-        pytest.skip(why)
+    require(chromium_available(), "Chromium for the console's log page (make chromium)")
     from analytics_server.http.console import ASSETS, load_assets
     from analytics_server.http.console import routes as console_routes
 

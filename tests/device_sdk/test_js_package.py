@@ -9,22 +9,18 @@ a first run on a machine whose cache lacks their metadata needs the registry.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from tests.support.js_fleet import JS, js_missing
+from tests.support.toolchain import require
 
 
 def _require_npm() -> None:
     missing = js_missing() or (None if shutil.which("npm") else "npm not found (scripts/install_node.sh installs it)")
-    if missing and os.environ.get("CI"):
-        pytest.fail(f"CI must provide the JS SDK's toolchain (make js): {missing}")
-    if missing:
-        pytest.skip(missing)
+    require(missing, "the JS SDK's toolchain (make js)")
 
 
 def _npm(*args: str, cwd: Path) -> str:

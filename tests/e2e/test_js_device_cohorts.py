@@ -16,7 +16,6 @@ where that is a failure. Figures (per-phase seconds of a browser device) are pri
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from fleet_sim import urlbar_sim
 from queries.training import frecency
 from tests.e2e.harness import Fleet, expected_result, free_port, server_on_fresh_sqlite
 from tests.support.js_fleet import JsFleet, js_missing, scenario_data
+from tests.support.toolchain import require
 
 pytestmark = pytest.mark.e2e
 N_BROWSER, N_PY = 50, 100
@@ -39,11 +39,7 @@ BUCKETS = ["moon", "sun", "star", "cloud", "rain", "snow", "river"]
 
 
 def _require(browser: bool) -> None:
-    missing = js_missing(browser)
-    if missing and os.environ.get("CI"):
-        pytest.fail(f"CI must provide the JS devices' toolchain (make js, make chromium): {missing}")
-    if missing:
-        pytest.skip(missing)
+    require(js_missing(browser), "the JS devices' toolchain (make js, make chromium)")
 
 
 def _histogram(privacy_block: dict[str, Any], min_clients: int) -> dict[str, Any]:
