@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 LOG_LOCK = "log"
 HEAD_CACHE_S = 1.0
 """A check-in reuses the newest head read this long ago, unless its task entry is newer."""
+TASK_CACHE = 4096
+"""Cohorts whose task entries a process keeps in memory (then it starts over)."""
 
 
 class LogUnavailable(RuntimeError):
@@ -76,6 +78,7 @@ class LogStore:
     _log_origin: str = ""
     _log_tree: MerkleTree | None = None
     _log_heads: _HeadCache | None = None
+    _log_tasks: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
 
     if TYPE_CHECKING:
         def _tx(self, locks: Sequence[str] = ...) -> Any: ...
@@ -204,6 +207,9 @@ class LogStore:
         return size, [(int(i), json.loads(b)) for i, b in rows]
 
     async def _tree_of_size(self, size: int) -> MerkleTree:
+        tree = self._log_tree
+        if tree is not None and tree.size >= size:  # committed leaves never change: no read needed
+            return tree
         async with self.sessions() as s:
             tree = await self._synced_tree(s)
         if size > tree.size:
@@ -239,14 +245,28 @@ class LogStore:
         self._log_heads = None
         return True
 
+    async def _cohort_tasks(self, cohort_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The cohort's `task` entries (index, entry), read once per process: every member's check-in needs them,
+        and they are committed with the cohort's assignments, before any can be delivered."""
+        if self._log_tasks is None:
+            self._log_tasks = {}
+        found = self._log_tasks.get(cohort_id)
+        if found is None:
+            async with self.sessions() as s:
+                rows = (await s.execute(select(LogEntry.idx, LogEntry.body).where(
+                    LogEntry.cohort_id == cohort_id, LogEntry.type == "task").order_by(LogEntry.idx))).all()
+            found = [(int(i), json.loads(b)) for i, b in rows]
+            if found:
+                if len(self._log_tasks) >= TASK_CACHE:
+                    self._log_tasks.clear()
+                self._log_tasks[cohort_id] = found
+        return found
+
     async def log_task_proof(self, cohort_id: str, from_size: int | None, with_witness: bool = True,
                              task_digest: bytes | None = None) -> TaskProof | None:
         """What a device gets with its assignment (docs/transparency.md): the proof of the cohort's task entry (with
         `task_digest`, of its entry with that digest); None if there is none."""
-        async with self.sessions() as s:
-            rows = (await s.execute(select(LogEntry.idx, LogEntry.body).where(
-                LogEntry.cohort_id == cohort_id[:32], LogEntry.type == "task").order_by(LogEntry.idx))).all()
-        found = [(int(i), json.loads(b)) for i, b in rows]
+        found = await self._cohort_tasks(cohort_id[:32])
         if task_digest is not None:
             found = [(i, e) for i, e in found if e.get("task_digest") == task_digest.hex()]
         if not found:
