@@ -23,7 +23,9 @@ writes only the state file (the newest verified head, atomically, and only when 
    rewritten since the last audit.
 4. **Entries.** Every `task`, `charge`, `refund` and `release` names a query with an earlier `query` entry; a
    query is logged once, with `spec_digest` the digest of its `spec`; a refund follows a charge of the same
-   query; a query is charged once, to its own source. Per source the spend (basic composition,
+   query; a query is charged once, to its own source, plus one charge per further run (`layer` 2, 3, … in order,
+   each of the first charge's amounts, naming a logged cohort: a failed opening let its devices contribute
+   again). Per source the spend (basic composition,
    `queries.dp.ledger`, as the server's accountant) after every charge, minus refunds, stays within the budget
    in force (the latest `budget` entry of the source, else of `"*"`).
 5. **With a token** (what the server says against what it logged): every query `GET /v1/queries` lists has a
@@ -101,6 +103,8 @@ CODES = {
     "unlogged_query": "an entry names a query with no earlier query entry",
     "charge_source": "a charge to another source than the query's",
     "duplicate_charge": "a query charged twice",
+    "run_unexplained": "a charge for another run of a query out of order, of other amounts than its first, or "
+                       "naming no logged cohort of it",
     "refund_without_charge": "a refund with no charge to return",
     "refund_mismatch": "a refund of other amounts than the charge",
     "no_budget": "a charge with no budget logged for its source",
@@ -199,6 +203,8 @@ class _Charge:
     epsilon: float
     delta: float
     refund_index: int | None = None
+    runs: int = 1
+    """Runs of the query's (ε, δ) charged (a failed opening's devices contributed again); ε and δ are totals."""
 
 
 @dataclass
@@ -593,6 +599,9 @@ class _Audit:
     def _charge(self, w: _Walk, active: dict[str, dict[str, _Charge]], no_budget: set[str], i: int,
                 e: dict[str, Any]) -> None:
         qid, source = e["query_id"], e["source"]
+        if "layer" in e:
+            self._another_run(w, active, no_budget, i, e)
+            return
         logged = w.queries.get(qid)
         if logged is not None and logged[1].get("source") != source:
             self.find("charge_source", i, f"charge {i} of query {qid} is to source {source!r}, the query is over "
@@ -602,6 +611,37 @@ class _Audit:
                                              f"{w.charges[qid].index})")
         charge = _Charge(i, qid, source, float(e["epsilon"]), float(e["delta"]))
         w.charges.setdefault(qid, charge)
+        self._within_budget(w, active, no_budget, i, qid, source, charge.epsilon, charge.delta)
+        active.setdefault(source, {})[f"{qid}#{i}"] = charge
+        self._spent(w, active, source, i)
+
+    def _another_run(self, w: _Walk, active: dict[str, dict[str, _Charge]], no_budget: set[str], i: int,
+                     e: dict[str, Any]) -> None:
+        """A charge for one more run of a charged query: the next run, the first run's amounts, a logged cohort."""
+        qid, source, layer = e["query_id"], e["source"], e["layer"]
+        base = w.charges.get(qid)
+        eps, delta = float(e["epsilon"]), float(e["delta"])
+        if base is None or base.refund_index is not None or base.source != source:
+            self.find("run_unexplained", i, f"charge {i} for run {layer} of query {qid}: the query has no "
+                                            f"{'live ' if base is not None else ''}charge to {source!r} to extend")
+            return
+        if layer != base.runs + 1 or not (_close(eps * base.runs, base.epsilon) and _close(delta * base.runs, base.delta)):
+            self.find("run_unexplained", i, f"charge {i} of query {qid} is for run {layer} of epsilon {eps}, delta "
+                                            f"{delta}; the query had {base.runs} run(s) of epsilon "
+                                            f"{base.epsilon / base.runs:.6g}, delta {base.delta / base.runs:.3g}")
+        cohort = e.get("cohort_id")
+        if not isinstance(cohort, str) or cohort not in w.tasks:
+            self.find("run_unexplained", i, f"charge {i} for run {layer} of query {qid} names cohort {cohort!r}, "
+                                            "which has no task entry before it")
+        self._within_budget(w, active, no_budget, i, qid, source, eps, delta)
+        base.epsilon += eps
+        base.delta += delta
+        base.runs = layer if isinstance(layer, int) else base.runs + 1
+        self._spent(w, active, source, i)
+
+    def _within_budget(self, w: _Walk, active: dict[str, dict[str, _Charge]], no_budget: set[str], i: int, qid: str,
+                       source: str, epsilon: float, delta: float) -> None:
+        """Whether charging (ε, δ) at entry i keeps the source within the budget in force (a finding if not)."""
         spent_rows = active.setdefault(source, {})
         try:
             spent = compose_costs((c.epsilon, c.delta) for c in spent_rows.values())
@@ -614,16 +654,14 @@ class _Audit:
             else:
                 bi, be, bd = budget
                 try:
-                    Budget(be, bd).check(spent, (charge.epsilon, charge.delta))
+                    Budget(be, bd).check(spent, (epsilon, delta))
                 except BudgetExceeded:
                     self.find("over_budget", i,
                               f"charge {i} of query {qid} takes source {source!r} to epsilon "
-                              f"{spent.epsilon + charge.epsilon:.6g}, delta {spent.delta + charge.delta:.3g}, over its "
+                              f"{spent.epsilon + epsilon:.6g}, delta {spent.delta + delta:.3g}, over its "
                               f"budget (epsilon {be:g}, delta {bd:g}; entry {bi})")
         except PrivacyError as exc:
             self.find("bad_entry", i, f"charge {i} of query {qid}: {exc}")
-        spent_rows[f"{qid}#{i}"] = charge
-        self._spent(w, active, source, i)
 
     def _refund(self, w: _Walk, active: dict[str, dict[str, _Charge]], i: int, e: dict[str, Any]) -> None:
         qid, source = e["query_id"], e["source"]

@@ -258,6 +258,8 @@ class ChargeView(BaseModel):
     charged_at: str
     refunded_at: str | None
     own: bool = Field(description="the calling analyst submitted this query")
+    runs: int = Field(default=1, description="runs of the query's (ε, δ) in `epsilon`/`delta`: more than 1 when cohorts' "
+                      "sums failed their opening check and their devices contributed again (docs/validation.md)")
 
 
 class ChargeList(BaseModel):

@@ -12,6 +12,7 @@ opens is recorded on its row (and as a `cohort.phase` event) once the devices ha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 from collections import Counter
@@ -23,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from analytics_server.db.blame_store import FailedOpening
 from analytics_server.db.store import QueryNotLive, Store
 from analytics_server.errors import HttpError
 from analytics_server.logs import fields
@@ -113,6 +115,8 @@ class CohortSpec:
     """Each member's assignment envelope (the runtime keeps its own copy of the mapping)."""
     shortfall_note: str = ""
     """Appended to an abort for too few survivors: why the cohort needs that many (its noise shares' size)."""
+    failed_opening: FailedOpening | None = None
+    """What a refused sum does to the members (contributors filled in then); None: they keep their seats."""
 
 
 class CohortRuntime:
@@ -428,7 +432,7 @@ class CohortRuntime:
         if closing is Phase.MASKED_INPUT:
             await self.store.mark_masked_input_closed(self.id, self.owner)
 
-    async def _end_aborted(self, reason: str, keep_seats: bool = False) -> None:
+    async def _end_aborted(self, reason: str, keep_seats: bool = False, failed: FailedOpening | None = None) -> None:
         if self.status != "running":
             return
         if self.refusals:  # say why the devices that refused did so: the query's error lists abort reasons
@@ -445,7 +449,16 @@ class CohortRuntime:
                  extra=fields(event="cohort.aborted", cohort_id=self.id, query_id=self.query_id, phase=label,
                               reason=reason, seconds=round(self.ended - self.started, 3)))
         try:
-            await self.store.abort_cohort(self.id, reason, self.phase, keep_seats=keep_seats)
+            if failed is None:
+                await self.store.abort_cohort(self.id, reason, self.phase, keep_seats=keep_seats)
+            else:
+                out = await self.store.abort_failed_opening(self.id, reason, failed)
+                log.warning("cohort %s: %d contributors free to contribute again, %d kept seated%s; runs charged: %s; "
+                            "named: %s", self.id, out.freed, out.kept, f" ({out.why_kept})" if out.why_kept else "",
+                            out.runs, sorted(out.named) or "nobody",
+                            extra=fields(event="cohort.failed_opening", cohort_id=self.id, query_id=self.query_id,
+                                         freed=out.freed, kept=out.kept, runs=out.runs, named=sorted(out.named)))
+                self.metrics.devices_named += len(out.named)
         finally:
             self.on_end(self)
 
@@ -465,10 +478,14 @@ class CohortRuntime:
         assert result is not None
         total = encoding.from_modular(result.vector, self.bits)
         refusal = await asyncio.get_running_loop().run_in_executor(self.executor, self._check_sum, total, result.contributors)
-        if refusal is not None:  # the server has seen this sum: its devices stay seated so they join no other sum
+        if refusal is not None:  # the server has seen this sum: its devices join another only at a price (blame_store)
             self.metrics.cheating_detected += 1
             log.warning("cohort %s: %s", self.id, refusal)
-            await self._end_aborted(refusal, keep_seats=True)
+            template = self.spec.failed_opening
+            by_party = {p: d for d, p in self.members.items()}
+            failed = None if template is None else dataclasses.replace(
+                template, contributors=frozenset(by_party[p] for p in result.contributors if p in by_party))
+            await self._end_aborted(refusal, keep_seats=True, failed=failed)
             return
         if self.kind_dim is not None:
             total = total[: self.kind_dim]

@@ -24,6 +24,7 @@ class Metrics:
         self.early_closes = 0
         self.proofs_refused = 0
         self.cheating_detected = 0
+        self.devices_named = 0
         self.cohorts: Counter[str] = Counter()
         self.refusals: Counter[str] = Counter()
         """Assignments devices refused under their own policy, by reason (`queries.envelope.REFUSAL_REASONS`)."""
@@ -70,6 +71,9 @@ class Metrics:
             "# HELP fa_sums_refused_total Unmasked sums refused (opening check failed or implausible): cohorts aborted.",
             "# TYPE fa_sums_refused_total counter",
             f"fa_sums_refused_total {self.cheating_detected}",
+            "# HELP fa_devices_named_total Devices left out of a query by the failed openings' group test.",
+            "# TYPE fa_devices_named_total counter",
+            f"fa_devices_named_total {self.devices_named}",
             "# HELP fa_phase_duration_seconds Secure-aggregation phase durations (formation to close).",
             "# TYPE fa_phase_duration_seconds histogram",
         ]

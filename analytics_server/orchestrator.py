@@ -28,9 +28,10 @@ from concurrent.futures import Executor
 from dataclasses import asdict
 from typing import Any
 
-from analytics_server import privacy, sampling, validation
+from analytics_server import blame, privacy, sampling, validation
 from analytics_server.cluster import ProcessIdentity
 from analytics_server.cohort import CohortRuntime, CohortSpec
+from analytics_server.db.blame_store import FailedOpening
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import Store, vec_from_bytes
 from analytics_server.logs import fields
@@ -369,17 +370,23 @@ class Orchestrator:
             block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
         block["identities"] = "issuer" if self.settings.has_issuer() else "open"  # open: Sybil-unsafe (identities.md)
-        block["devices_excluded"] = len(await self.store.excluded_devices(q.id))  # refused proofs (validation.md)
+        block["devices_excluded"] = len(await self.store.excluded_devices(q.id))  # refused proofs, failed openings
+        failed, runs = await self.store.failed_summary(q.id)
+        if failed:  # docs/validation.md, "A failed opening"
+            block["failed_openings"] = failed
+            if runs is not None:
+                block["runs_charged"] = runs
         values, warnings = uncertainty.describe(release)
         warnings = validation.trust_warnings(block) + warnings
         await self.store.finish_query(q.id, release.result, block, values, warnings, failure=release.failure)
 
     # -- cohorts --------------------------------------------------------------------------------
 
-    async def _eligible(self, rnd: Round, plan: RoundPlan, seated: set[str]) -> list[str]:
-        """Free devices without a seat in the round, not excluded from the query (a refused validity proof), that
-        passed the round's sampling coin (a keyed function of the round's stored secret and the device id, so the
-        same after a restart; cached per round)."""
+    async def _eligible(self, rnd: Round, plan: RoundPlan, seated: set[str], cap: int) -> list[str]:
+        """Free devices without a seat in the round, not excluded from the query (a refused validity proof, a
+        failed-opening group test), that passed the round's sampling coin (a keyed function of the round's stored
+        secret and the device id, so the same after a restart; cached per round) — in the order a cohort of at most
+        `cap` takes them (`blame.candidates`: after failed openings, suspects are spread out)."""
         coins = self._coins.setdefault(rnd.id, {})
         excluded = await self.store.excluded_devices(rnd.query_id)
         out = []
@@ -393,7 +400,8 @@ class Orchestrator:
                 if not coins[d]:
                     continue
             out.append(d)
-        return out
+        failed = [g for g in (await self.store.failed_groups(rnd.query_id)).values() if g.isdisjoint(excluded)]
+        return blame.candidates(out, failed, cap, self.randomness.sample)
 
     async def _run_cohort(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, live: dict[str, Any]) -> None:
         if plan.sample_rate < 1.0 and rnd.sampling_secret is None:
@@ -456,7 +464,7 @@ class Orchestrator:
             available = await self.store.count_available()  # an upper bound on the eligible: no rows fetched
             if available >= need:
                 t0 = self.clock.monotonic()
-                eligible = await self._eligible(rnd, plan, seated)
+                eligible = await self._eligible(rnd, plan, seated, cap)
                 # listing a large fleet is not free: spend at most a fifth of the time on it
                 pause = max(pause, 4 * (self.clock.monotonic() - t0))
             else:
@@ -470,7 +478,7 @@ class Orchestrator:
                 if (len(eligible) >= cap or now - enough_since >= self.settings.cohort_formation_wait_s
                         or now - grown_at >= max(FORMATION_STALL_S, 2 * pause)):
                     session_id = self.randomness.bytes(16)
-                    chosen = self.randomness.sample(eligible, min(cap, len(eligible)))
+                    chosen = eligible[:cap]  # in `blame.candidates` order: a uniform sample when nothing failed
                     claimed = await self.store.claim_devices(session_id.hex(), chosen)
                     if len(claimed) >= need:
                         return session_id, {d: i + 1 for i, d in enumerate(claimed)}
@@ -579,6 +587,10 @@ class Orchestrator:
             mode=mode, secagg_dict=secagg_dict, task_digest=digest, validation=checks,
             sum_check=functools.partial(validation.implausible, plan=plan, noise=noise, statement=statement),
             kind_dim=plan.dim, assignments=assignments,
+            failed_opening=FailedOpening(
+                round_index=rnd.index, contributors=frozenset(), reuse=noise is not None,
+                extra_runs=self.settings.failed_opening_extra_runs, quorum=self.settings.blame_quorum,
+                default_budget=self.settings.default_budget()),
             shortfall_note="" if t_c is None or t_c <= rnd.need else (
                 f": the noise shares were sized for {t_c} contributors (a cohort of {n} less "
                 f"cohort.dropout_allowance {spec.cohort.dropout_allowance:g}); raise cohort.dropout_allowance if "

@@ -93,6 +93,17 @@ class Settings(BaseSettings):
     max_consecutive_aborts: int = Field(
         default=5, ge=1, le=10_000, description="a query fails after this many aborted cohorts in a row"
     )
+    failed_opening_extra_runs: int = Field(
+        default=1, ge=0, le=10,
+        description="after a noisy cohort's sum fails its opening check, its members may join another cohort of "
+        "the round at the price of one more run of the query's (ε, δ) charged to its source: at most this many "
+        "extra runs per query (0: they keep their seats)",
+    )
+    blame_quorum: int = Field(
+        default=2, ge=1, le=20,
+        description="leave a device out of a query once it contributed to this many cohorts whose sums failed "
+        "their opening check and which share no other device (with fewer such cheaters no honest device is named)",
+    )
     max_delta_per_query: float | None = Field(
         default=None, gt=0, lt=1, description="refuse queries above this δ; default: 1e-6 in production, none in demo"
     )

@@ -289,6 +289,10 @@ UNVALIDATED = ("no device proved its contribution (validation \"none\"): one mod
 def trust_warnings(block: dict[str, Any]) -> list[dict[str, Any]]:
     """The warnings every result without validity proofs carries first (under `privacy.validation`, which the
     console and `fa` show above the values, never folded)."""
-    if block.get("validation") == "proofs":
-        return []
-    return [{"path": "privacy.validation", "message": UNVALIDATED}]
+    out = [] if block.get("validation") == "proofs" else [{"path": "privacy.validation", "message": UNVALIDATED}]
+    if (runs := block.get("runs_charged", 1)) > 1:
+        out.append({"path": "privacy.runs_charged", "message": (
+            f"{block.get('failed_openings')} cohort sum(s) failed the opening check (a device masked another vector "
+            f"than it proved); their devices contributed again, so the source was charged {runs} runs of this "
+            "query's (ε, δ)")})
+    return out

@@ -6,7 +6,10 @@ those bytes. Every entry has `type` and `at` (Unix milliseconds when the server 
 - `query`    — a query was accepted: `query_id`, `source`, `kind`, its canonical `spec` and `spec_digest`;
 - `task`     — a cohort was formed: `query_id`, `round`, `cohort_id`, `task_digest` (hex; what every member
                binds into its keys, `queries.task_digest`);
-- `charge`   — a query's (ε, δ) was charged to its source: `query_id`, `source`, `epsilon`, `delta`;
+- `charge`   — a query's (ε, δ) was charged to its source: `query_id`, `source`, `epsilon`, `delta`; a charge
+               for one more run of the query (its devices' data may enter a second sum of a round after a
+               cohort's sum failed its opening check; docs/validation.md) also has `layer` (2, 3, …: the runs
+               charged so far) and `cohort_id` (the failed cohort that needed it), with the first charge's amounts;
 - `refund`   — that charge was returned (the query ended before any sum could be seen);
 - `budget`   — a source's total was set (`source` "*" is the server's default for sources without one);
 - `release`  — a query ended with a readable result: `query_id`, `status`, `result_digest`, its `privacy`
@@ -63,9 +66,13 @@ def task_entry(query_id: str, round: int, cohort_id: str, task_digest: bytes, at
             "task_digest": task_digest.hex()}
 
 
-def charge_entry(query_id: str, source: str, epsilon: float, delta: float, at: int, refund: bool = False) -> dict[str, Any]:
-    return {"type": "refund" if refund else "charge", "at": at, "query_id": query_id, "source": source,
-            "epsilon": float(epsilon), "delta": float(delta)}
+def charge_entry(query_id: str, source: str, epsilon: float, delta: float, at: int, refund: bool = False,
+                 layer: int = 1, cohort_id: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"type": "refund" if refund else "charge", "at": at, "query_id": query_id, "source": source,
+             "epsilon": float(epsilon), "delta": float(delta)}
+    if layer > 1:
+        entry.update(layer=layer, cohort_id=cohort_id)
+    return entry
 
 
 def budget_entry(source: str, total_epsilon: float, total_delta: float, at: int) -> dict[str, Any]:

@@ -123,6 +123,19 @@ class QueryExclusion(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class FailedSum(Base):
+    """A device that contributed to a cohort whose sum failed the opening check (docs/validation.md, "A failed
+    opening"): at least one contributor of that cohort masked another vector than it proved."""
+
+    __tablename__ = "failed_sums"
+
+    cohort_id: Mapped[str] = mapped_column(ForeignKey("cohorts.id"), primary_key=True)
+    device_id: Mapped[str] = mapped_column(ForeignKey("devices.id"), primary_key=True)
+    query_id: Mapped[str] = mapped_column(ForeignKey("queries.id"), index=True)
+    round_index: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Device(Base):
     __tablename__ = "devices"
 
@@ -196,6 +209,9 @@ class PrivacyCharge(Base):
     delta: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16))  # charged | refunded
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    runs: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    """Runs of the query's (ε, δ) charged: 1 at submit, one more each time a failed opening let its devices' data
+    enter a second sum of a round (`epsilon`/`delta` are the totals, runs × the query's)."""
     refunded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 

@@ -42,6 +42,7 @@ class ChargeRow:
     charged_at: datetime
     refunded_at: datetime | None
     own: bool
+    runs: int = 1
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ class ReportStore:
             out.append(ChargeRow(
                 charge.query_id if own else None, kind if own else None, name if own else None, charge.epsilon,
                 charge.delta, charge.status, charge.created_at, charge.refunded_at, viewer is not None and own,
+                charge.runs,
             ))
         return out
 

@@ -30,6 +30,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from analytics_server.db.blame_store import BlameStore
 from analytics_server.db.cluster_store import ClusterStore, _release
 from analytics_server.db.reports import ReportStore
 from analytics_server.db.translog_store import LOG_LOCK, LogStore, now_ms
@@ -203,7 +204,7 @@ def _run_to_completion(cls: type[S]) -> type[S]:
 
 
 @_run_to_completion
-class Store(ClusterStore, ReportStore, LogStore):
+class Store(ClusterStore, ReportStore, LogStore, BlameStore):
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(engine)

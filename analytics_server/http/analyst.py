@@ -456,7 +456,8 @@ async def budget_charges(request: web.Request) -> web.Response:
     rows = await st.store.budget_charges(source, None if token.role == "admin" else token.id)
     charges = [ChargeView(query_id=r.query_id, kind=r.kind, name=r.name, epsilon=r.epsilon, delta=r.delta,
                           status=r.status, charged_at=r.charged_at.isoformat(),
-                          refunded_at=r.refunded_at.isoformat() if r.refunded_at else None, own=r.own)
+                          refunded_at=r.refunded_at.isoformat() if r.refunded_at else None, own=r.own,
+                          runs=r.runs)
                for r in rows]
     return json_model(ChargeList(source=source, budget=BudgetView(**budget.to_dict()), charges=charges))
 

@@ -365,6 +365,43 @@ async def test_a_second_task_for_one_cohort_is_a_conflict() -> None:
         await server.close()
 
 
+def _runs(*extra: Json) -> FakeLog:
+    """The honest log plus charges for further runs of q-1 (app.theme, 1.0/1e-7, its cohort "c"×32)."""
+    return FakeLog(honest_transactions() + [[e] for e in extra])
+
+
+def _run(layer: int, epsilon: float = 1.0, cohort: str = "c" * 32, query: str = "q-1") -> Json:
+    return te.charge_entry(query, "app.theme", epsilon, 1e-7, T0 + 900 + layer, layer=layer, cohort_id=cohort)
+
+
+async def test_charges_for_further_runs_follow_the_first_in_order() -> None:
+    """A failed opening's devices contributed again: the query is charged a second run, logged as such — clean, and
+    the source's spend counts it; a run out of order, of other amounts, naming no logged cohort, or of a query
+    never charged is named."""
+    server = await serve(_runs(_run(2)))
+    try:
+        report = await audit(server)
+        assert report.ok, report.findings
+        spend = {s.source: s for s in report.sources}["app.theme"]
+        assert spend.spent_epsilon == pytest.approx(2.0) and spend.charges == 2  # q-1 twice; q-2 refunded
+    finally:
+        await server.close()
+    base = len(FakeLog(honest_transactions()).entries)
+    for extra, index in [((_run(3),), base), ((_run(2, epsilon=0.2),), base), ((_run(2, cohort="d" * 32),), base),
+                         ((_run(2), _run(2)), base + 1), ((_run(2, query="q-4"),), base)]:
+        server = await serve(_runs(*extra))
+        try:
+            report = await audit(server)
+            assert [(f.code, f.index) for f in report.findings] == [("run_unexplained", index)], extra
+        finally:
+            await server.close()
+    server = await serve(_runs(_run(2), _run(3, epsilon=1.0), _run(4)))  # 4 runs of 1.0 on a 3.0 budget
+    try:
+        assert codes(await audit(server)) == ["over_budget"]
+    finally:
+        await server.close()
+
+
 async def test_no_budget_logged_is_a_finding() -> None:
     txs = [tx for tx in honest_transactions() if tx[0]["type"] != "budget"]
     server = await serve(FakeLog(txs))
@@ -635,7 +672,7 @@ def _console_cases() -> list[tuple[str, FakeLog]]:
     bad_spec = FakeLog([[e] for e in bad_spec.entries])
     two_tasks = FakeLog(honest_transactions() + [[te.task_entry("q-1", 0, "c" * 32, bytes(32), T0 + 900)]])
     return [("honest", FakeLog(honest_transactions())), ("altered", altered), ("over", over), ("ghost", ghost),
-            ("two_tasks", two_tasks),
+            ("two_tasks", two_tasks), ("runs", _runs(_run(2))), ("bad_runs", _runs(_run(3), _run(2, cohort="d" * 32))),
             ("equivocating", equivocating), ("bad_spec", bad_spec), ("empty", FakeLog([]))]
 
 

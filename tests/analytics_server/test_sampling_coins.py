@@ -68,7 +68,7 @@ async def _eligible_after_start(url: str, analyst: str, query_id: str | None) ->
             await s.execute(delete(DevicePresence))
             await s.execute(insert(DevicePresence), [{"device_id": d, "available_until": time.time() + 600} for d in DEVICES])
             await s.commit()
-        eligible = set(await st.orchestrator._eligible(rnd, RoundPlan(**rnd.plan), set()))
+        eligible = set(await st.orchestrator._eligible(rnd, RoundPlan(**rnd.plan), set(), 1 << 20))
         return query_id, eligible, rnd.sampling_secret
     finally:
         await server.close()

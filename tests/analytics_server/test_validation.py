@@ -113,8 +113,10 @@ async def test_a_device_that_masks_another_vector_is_detected(
     start_app_server: Any, monkeypatch: pytest.MonkeyPatch, attack: str, privacy: dict[str, Any] | None
 ) -> None:
     """A cheater behind a valid proof (two votes, a −1, "noise" far beyond B): its cohort releases nothing (detected
-    cheating; its devices are not seated again in the round); the round completes with fresh devices and releases
-    exactly the honest devices' counts (without noise), with the bound and the δ spent on truncation reported."""
+    cheating; without noise its devices are not seated again in the round — with noise they may be, at the price
+    of one more run: tests/analytics_server/test_failed_openings.py); the round completes without the cheater and
+    releases exactly the honest devices' counts (without noise), with the bound and the δ spent on truncation
+    reported."""
     bend(monkeypatch)
     server = await start_app_server(cohort_formation_wait_s=0.0)
     url = str(server.make_url(""))
@@ -128,19 +130,23 @@ async def test_a_device_that_masks_another_vector_is_detected(
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         qid = await _submit(http, url, hdr, spec)
-        _, tasks = await _fleet(http, url, [[BENT + attack, "sun"]] + first, stop)
+        firsts, tasks = await _fleet(http, url, [[BENT + attack, "sun"]] + first, stop)
         for _ in range(300):
             if st.metrics.cheating_detected:
                 break
             await asyncio.sleep(0.1)
-        assert st.metrics.cheating_detected == 1
+        assert st.metrics.cheating_detected >= 1
         more, more_tasks = await _fleet(http, url, later, stop)
         res = await _wait(http, url, hdr, qid)
         stop.set()
         await asyncio.gather(*tasks, *more_tasks)
         contributors = (await (await http.get(f"{url}/v1/admin/queries/{qid}/contributors", headers=hdr)).json())["rounds"]["0"]
     rows = {c.device_id: r for c, r in zip(more, later)}
-    assert set(contributors) <= set(rows) and res["result"]["clients"] == len(contributors) == 3  # no first-cohort device
+    assert firsts[0].device_id not in contributors and res["result"]["clients"] == len(contributors) == 3
+    if privacy is None:  # no first-cohort device joined a second sum
+        assert set(contributors) <= set(rows)
+    else:  # the honest first-cohort devices may have, the query charged one more run for it
+        assert set(contributors) <= set(rows) | {c.device_id for c in firsts[1:]}
     p = res["privacy"]
     assert p["validation"] == "proofs"
     if privacy is None:

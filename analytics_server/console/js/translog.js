@@ -323,9 +323,26 @@ export async function walkEntries(entries, find) {
       if (logged && logged.entry.source !== e.source) {
         find("charge_source", i, `charge ${i} of query ${qid} is to source ${JSON.stringify(e.source)}, the query is over ${JSON.stringify(logged.entry.source)}`);
       }
-      if (charges.has(qid)) find("duplicate_charge", i, `query ${qid} is charged again at entry ${i} (first at entry ${charges.get(qid).index})`);
-      const charge = { index: i, source: e.source, epsilon: e.epsilon, delta: e.delta, refund: null };
-      if (!charges.has(qid)) charges.set(qid, charge);
+      const base = charges.get(qid);
+      const close = (a, b) => Math.abs(a - b) <= TOLERANCE * Math.max(Math.abs(a), Math.abs(b)) + 1e-15;
+      if ("layer" in e) {
+        // one more run of a charged query (a failed opening's devices contributed again): in order, the first
+        // run's amounts, naming a logged cohort
+        if (!base || base.refund !== null || base.source !== e.source) {
+          find("run_unexplained", i, `charge ${i} for run ${e.layer} of query ${qid}: the query has no live charge to ${JSON.stringify(e.source)} to extend`);
+          continue;
+        }
+        if (e.layer !== base.runs + 1 || !close(e.epsilon * base.runs, base.epsilon) || !close(e.delta * base.runs, base.delta)) {
+          find("run_unexplained", i, `charge ${i} of query ${qid} is for run ${e.layer}; the query had ${base.runs} run(s) of other amounts`);
+        }
+        if (typeof e.cohort_id !== "string" || !tasks.has(e.cohort_id)) {
+          find("run_unexplained", i, `charge ${i} for run ${e.layer} of query ${qid} names cohort ${JSON.stringify(e.cohort_id)}, which has no task entry before it`);
+        }
+      } else if (base) {
+        find("duplicate_charge", i, `query ${qid} is charged again at entry ${i} (first at entry ${base.index})`);
+      }
+      const charge = "layer" in e ? base : { index: i, source: e.source, epsilon: e.epsilon, delta: e.delta, refund: null, runs: 1 };
+      if (!base) charges.set(qid, charge);
       const rows = active.get(e.source) || new Map();
       active.set(e.source, rows);
       let eps = 0;
@@ -345,7 +362,13 @@ export async function walkEntries(entries, find) {
         find("over_budget", i, `charge ${i} of query ${qid} takes source ${JSON.stringify(e.source)} to epsilon ` +
           `${+(eps + e.epsilon).toPrecision(6)}, over its budget (epsilon ${b.epsilon}, delta ${b.delta}; entry ${b.index})`);
       }
-      rows.set(`${qid}#${i}`, charge);
+      if ("layer" in e) {
+        charge.epsilon += e.epsilon;
+        charge.delta += e.delta;
+        charge.runs = e.layer;
+      } else {
+        rows.set(`${qid}#${i}`, charge);
+      }
     } else if (e.type === "refund") {
       const c = charges.get(qid);
       if (!c) find("refund_without_charge", i, `refund ${i} of query ${qid}: the query was never charged`);
