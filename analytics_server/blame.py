@@ -7,12 +7,12 @@ than the one its proof commits to — not which one. Two pure rules, applied by 
   cohorts that share no contributor but it. Each of those cohorts held a cheater; if the device were honest they
   would hold `quorum` different cheaters. So with fewer than `quorum` such cheaters in a query nobody honest is
   ever named, and a device that keeps cheating is named after `quorum` failures it is tested in.
-- `candidates`: a new cohort of the query seats devices in no failed cohort first, then one member of each failed
-  cohort (the one in the most failed cohorts, ties at random), then more suspects only while no failed cohort has
-  more than half its members back. A suspect is thus tested among devices it has not failed with, and a persistent
-  cheater, once its failures outnumber its cohort-mates', is the one picked and soon named; until then it mostly
-  sits out, so the round completes from the others. The orchestrator leaves out the failed cohorts a named device
-  explains.
+- `candidates`: a new cohort of the query seats one member of each failed cohort (the one in the most failed
+  cohorts, ties at random) among devices in no failed cohort, then more suspects only while no failed cohort has
+  more than half its members back. Each suspect is thus tested among devices it has not failed with: a cheater that
+  masks another vector again is named at once (its two failed cohorts share only it), an honest one contributes
+  (its seat in the round is then taken, so the next cohort tests another). The orchestrator leaves out the failed
+  cohorts a named device explains.
 """
 
 from __future__ import annotations
@@ -54,40 +54,39 @@ def named(failed: Mapping[str, frozenset[str]], quorum: int) -> dict[str, list[s
 def candidates(eligible: Sequence[str], failed: Iterable[frozenset[str]], cap: int,
                sample: Callable[[list[str], int], list[str]]) -> list[str]:
     """The devices of `eligible` a new cohort may seat, in the order to take them (a cohort takes the first `cap`):
-    a uniform sample of the devices in no failed cohort, one member of each failed cohort (the suspect in the most
-    failed cohorts first, ties at random), then further suspects only while no failed cohort has more than half of
-    its members in the list — a cohort that could only repeat a failed one (most of its members again) tells
-    nothing and is not formed; the round waits for other devices instead. The rest of the devices in no failed
-    cohort follow, so the list's length counts every device usable now. `sample(xs, k)` draws k of xs without
-    replacement (the orchestrator's randomness)."""
+    one member of each failed cohort (the suspect in the most failed cohorts first, ties at random; at most half the
+    cohort), a uniform sample of the devices in no failed cohort, then further suspects only while no failed cohort
+    has more than half of its members in the list — a cohort that could only repeat a failed one (most of its
+    members again) tells nothing and is not formed; the round waits for other devices instead. The rest of the
+    devices in no failed cohort follow, so the list's length counts every device usable now. `sample(xs, k)` draws
+    k of xs without replacement (the orchestrator's randomness)."""
     groups = [g for g in failed if g]
     suspects = set().union(*groups) if groups else set()
     fresh = [d for d in eligible if d not in suspects]
-    picked = sample(fresh, min(cap, len(fresh)))
+    pending = [d for d in eligible if d in suspects]
+    slots: list[str] = []
+    fills: list[str] = []
+    if pending:
+        counts = {d: sum(d in g for g in groups) for d in pending}
+        order = sorted(sample(pending, len(pending)), key=lambda d: -counts[d])  # stable: random among equals
+        taken = [0] * len(groups)
+        for d in order:  # one test slot per failed cohort
+            mine = [i for i, g in enumerate(groups) if d in g]
+            if all(taken[i] == 0 for i in mine):
+                slots.append(d)
+                for i in mine:
+                    taken[i] += 1
+        for d in order:  # more suspects while every failed cohort keeps at most half its members out of the list
+            mine = [i for i, g in enumerate(groups) if d in g]
+            if d not in slots and all(taken[i] + 1 <= len(groups[i]) // 2 for i in mine):
+                fills.append(d)
+                for i in mine:
+                    taken[i] += 1
+    first = slots[: max(1, cap // 2)]
+    picked = sample(fresh, min(cap - len(first), len(fresh)))
     chosen = set(picked)
     rest = [d for d in fresh if d not in chosen] if len(picked) < len(fresh) else []
-    pending = [d for d in eligible if d in suspects]
-    if not pending:
-        return picked + rest
-    counts = {d: sum(d in g for g in groups) for d in pending}
-    order = sorted(sample(pending, len(pending)), key=lambda d: -counts[d])  # stable: random among equals
-    taken = [0] * len(groups)
-    tested: list[str] = []
-    for d in order:  # one test slot per failed cohort
-        mine = [i for i, g in enumerate(groups) if d in g]
-        if all(taken[i] == 0 for i in mine):
-            tested.append(d)
-            for i in mine:
-                taken[i] += 1
-    for d in order:  # then suspects while every failed cohort keeps at most half its members out of the cohort
-        if d in tested:
-            continue
-        mine = [i for i, g in enumerate(groups) if d in g]
-        if all(taken[i] + 1 <= len(groups[i]) // 2 for i in mine):
-            tested.append(d)
-            for i in mine:
-                taken[i] += 1
-    return picked + tested + rest
+    return first + picked + slots[len(first):] + fills + rest
 
 
 __all__ = ["candidates", "named"]
