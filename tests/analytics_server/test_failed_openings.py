@@ -34,15 +34,20 @@ async def _charge(http: aiohttp.ClientSession, url: str, hdr: dict[str, str], qi
     return next(r for r in rows if r["query_id"] == qid)
 
 
+async def _app(start_app_server: Callable[..., Awaitable[TestServer]], monkeypatch: pytest.MonkeyPatch
+               ) -> tuple[str, Any, str, dict[str, str]]:
+    """The app with cheaters bent and cohorts formed as soon as enough devices wait: (url, state, token, headers)."""
+    bend(monkeypatch)
+    server = await start_app_server(cohort_formation_wait_s=0.0)
+    st = server.app[STATE]
+    token = await st.store.create_token("admin")
+    return str(server.make_url("")), st, token, {"Authorization": f"Bearer {token}"}
+
+
 async def test_a_cheater_masking_another_vector_is_named_and_the_noisy_query_completes(
     start_app_server: Callable[..., Awaitable[TestServer]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bend(monkeypatch)
-    server = await start_app_server(cohort_formation_wait_s=0.0)
-    url = str(server.make_url(""))
-    st = server.app[STATE]
-    token = await st.store.create_token("admin")
-    hdr = {"Authorization": f"Bearer {token}"}
+    url, st, token, hdr = await _app(start_app_server, monkeypatch)
     rng = np.random.default_rng(21)
     spec = {**_spec(min_clients=3, max_clients=3), "privacy": SKELLAM}
     stops = [asyncio.Event() for _ in range(4)]
@@ -96,11 +101,7 @@ async def test_a_cheater_masking_another_vector_is_named_and_the_noisy_query_com
 async def test_in_a_noise_free_round_the_members_keep_their_seats_and_nothing_more_is_charged(
     start_app_server: Callable[..., Awaitable[TestServer]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bend(monkeypatch)
-    server = await start_app_server(cohort_formation_wait_s=0.0)
-    url = str(server.make_url(""))
-    st = server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    url, st, _, hdr = await _app(start_app_server, monkeypatch)
     rng = np.random.default_rng(22)
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
