@@ -287,8 +287,9 @@ UNVALIDATED = ("no device proved its contribution (validation \"none\"): one mod
 
 
 def trust_warnings(block: dict[str, Any]) -> list[dict[str, Any]]:
-    """The warnings every result without validity proofs carries first (under `privacy.validation`, which the
-    console and `fa` show above the values, never folded)."""
+    """The warnings a result carries first: without validity proofs, under `privacy.validation` (the console and
+    `fa` show it above the values, never folded); after failed openings whose devices contributed again, under
+    `privacy.runs_charged` (the source paid more than one run of the query)."""
     out = [] if block.get("validation") == "proofs" else [{"path": "privacy.validation", "message": UNVALIDATED}]
     if (runs := block.get("runs_charged", 1)) > 1:
         out.append({"path": "privacy.runs_charged", "message": (

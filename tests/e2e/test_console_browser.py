@@ -25,6 +25,7 @@ from queries.templates import TEMPLATES
 from tests.support.browser import chromium_available, console_page
 from tests.e2e.harness import Fleet, audit_clean, server_on_fresh_sqlite
 from tests.readme_blocks import ROOT
+from tests.support.toolchain import require
 
 pytestmark = pytest.mark.e2e
 MISSING = chromium_available()
@@ -38,10 +39,9 @@ def _spec(kind: str, **cohort: Any) -> dict[str, Any]:
     return spec
 
 
-@pytest.mark.skipif(MISSING is not None and not os.environ.get("CI"), reason=f"no browser for the console tests: {MISSING}")
 @pytest.mark.timeout(900)  # the training query alone may take its 450 s budget on a busy machine
 def test_console_end_to_end(tmp_path: Path) -> None:
-    assert MISSING is None, f"CI must install Chromium (make chromium): {MISSING}"
+    require(MISSING, "Chromium for the console tests (make chromium)")
     started = time.monotonic()
     with server_on_fresh_sqlite(tmp_path) as srv:
         token = srv.token("analyst")
