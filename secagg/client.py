@@ -16,14 +16,25 @@ public keys ahead of its assignment (with its check-in, docs/protocol.md) draws 
 
 Task binding (docs/secagg.md, "Devices that check the server"): `task_digest` — the device's own hash of what it
 was asked to compute — enters every derived key and signed payload. With an `identity_key` the party signs its
-advertised keys bound to session and task and sends the signature with its shares; with `peer_identity_keys` (and
-`verify_peers`) it verifies each peer's signature over its advertised keys before encrypting any share to them, and
+advertised keys bound to session and task and sends the signature with its shares; with `verify_peers` (and an
+identity key) it verifies each peer's signature over its advertised keys before encrypting any share to them, and
 every share sender's signature, and any member entries the server adds, before it
 computes its masked input (`TaskMismatchError` on any failure), and with `min_verified` it refuses
-(`CohortUnverifiedError`) unless that many distinct identities (its own included) signed for this session and task.
-With `credentialed(identity, token)` (docs/identities.md) an identity counts toward `min_verified` only when the
-server also relayed a token for it that the callback accepts (an issuer vouched for it): a member the server
-invented signs, but has no token, so it does not count.
+(`CohortUnverifiedError`) unless that many distinct identities (its own included) signed for this session and task —
+counted again when the survivor set arrives, among the members it lists, before the party signs or reveals anything.
+With `credentialed(identity, token)` (docs/identities.md) an identity counts — toward `min_verified` and toward the
+share threshold of its neighbourhood — only when the server also relayed a token for it that the callback accepts
+(an issuer vouched for it): a member the server invented signs, but has no token, so it does not count.
+
+The members list and the graph (docs/secagg.md, "A graph the server cannot steer"): PeerKeys carries one leaf per
+party (its identity and advertised keys, as the server fixed them when phase 0 closed); the party checks its own leaf
+and each peer's against it, computes the members root, draws the neighbour graph from it and refuses peers outside
+its own neighbourhood. The root then joins the binding of every later key and signature, so devices shown different
+member lists cannot complete a session together.
+
+The safety floor (`secagg.floor`): with `floor` (the device's own assumptions) the party refuses
+(`UnsafeParametersError`) a session without the consistency round or whose degree or threshold is below the floor it
+computes for n, and — with `credentialed` — a neighbourhood whose token-holding members fall short of the threshold.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from secagg import crypto, encoding, shamir
+from secagg import crypto, encoding, floor, shamir
 from secagg.config import SecAggConfig
 from secagg.errors import (
     CohortUnverifiedError,
@@ -47,6 +58,7 @@ from secagg.errors import (
     DoubleRevealError,
     DuplicateKeyError,
     InconsistentSetsError,
+    InconsistentSurvivorsError,
     ProtocolError,
     SignatureError,
     TaskMismatchError,
@@ -76,7 +88,9 @@ from secagg.phases import Phase
 from secagg.randomness import OsRandom, RandomSource
 
 _PLAINTEXT = struct.Struct(">II33s33s")
-_FATAL = (SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError)
+NO_IDENTITY = bytes(32)
+_FATAL = (SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError,
+          floor.UnsafeParametersError)
 """Errors after which the client abandons the session (TooFewSurvivorsError is an InconsistentSetsError)."""
 
 
@@ -115,7 +129,11 @@ class ClientSession:
         verify_peers: bool = True,
         min_verified: int | None = None,
         credentialed: Callable[[bytes, bytes], bool] | None = None,
+        floor_assumptions: floor.Assumptions | None = None,
     ) -> None:
+        """`peer_identity_keys`: when given (party → identity key), every peer's identity in the members list must be
+        the one listed here; the service's devices learn their peers' identities from the members list itself.
+        `floor_assumptions`: the device's own assumptions for the safety floor (None: no floor, library use)."""
         if not isinstance(party_id, int) or not 1 <= party_id <= config.n:
             raise ConfigError(f"party_id: must be between 1 and n={config.n}, got {party_id!r}")
         vec = np.asarray(input_vector)
@@ -123,8 +141,14 @@ class ClientSession:
             raise ConfigError(f"input_vector: must be an integer vector of length {config.dim}")
         if vec.size and (int(vec.min()) < 0 or int(vec.max()) > config.modulus_mask):
             raise ConfigError(f"input_vector: entries must lie in [0, 2^{config.bits})")
-        if config.active and (identity_key is None or peer_identity_keys is None):
-            raise ConfigError("identity_key and peer_identity_keys are required in the active threat model")
+        if config.active and identity_key is None:
+            raise ConfigError("identity_key is required in the active threat model")
+        if floor_assumptions is not None:
+            if not config.active:
+                raise floor.UnsafeParametersError(
+                    f"threat model: {config.threat_model} has no consistency round: the server could show two "
+                    "survivor sets; this device requires the active model")
+            floor.check(config.n, config.resolved_degree, config.share_threshold, floor_assumptions)
         if min_survivors is not None and (isinstance(min_survivors, bool) or not isinstance(min_survivors, int) or min_survivors < 1):
             raise ConfigError(f"min_survivors: must be a positive integer, got {min_survivors!r}")
         if not isinstance(task_digest, bytes) or len(task_digest) != crypto.TASK_DIGEST_BYTES:
@@ -132,8 +156,8 @@ class ClientSession:
         if min_verified is not None:
             if isinstance(min_verified, bool) or not isinstance(min_verified, int) or min_verified < 1:
                 raise ConfigError(f"min_verified: must be a positive integer, got {min_verified!r}")
-            if identity_key is None or peer_identity_keys is None or not verify_peers:
-                raise ConfigError("min_verified: needs identity_key, peer_identity_keys and verify_peers")
+            if identity_key is None or not verify_peers:
+                raise ConfigError("min_verified: needs identity_key and verify_peers")
         self.config = config
         self._min_survivors = min_survivors
         self.party = party_id
@@ -141,17 +165,26 @@ class ClientSession:
         self._proof = input_proof
         """Validity proof sent with the masked input (`MaskedInputProved`), when the cohort validates inputs."""
         self._identity = identity_key
-        self._peer_ids = dict(peer_identity_keys or {})
-        self._verify = verify_peers and peer_identity_keys is not None
+        self._own_id = crypto.ed25519_public_bytes(identity_key) if identity_key is not None else NO_IDENTITY
+        self._pinned_ids = dict(peer_identity_keys) if peer_identity_keys is not None else None
+        self._peer_ids: dict[int, bytes] = {}
+        self._peer_tokens: dict[int, bytes] = {}
+        self._verify = verify_peers and identity_key is not None
         self._min_verified = min_verified
         self._credentialed = credentialed
+        self._floor = floor_assumptions
+        self._counted: dict[int, bytes] = {}
+        """Party → identity of every member this party counted toward `min_verified` at the routed shares."""
         self._bind = crypto.binding(config.session_id, task_digest)
+        """Session id ‖ task digest; from the peer keys on, with the members root appended."""
         self.verified_members: int | None = None
         """Distinct identities (this party's included) whose signatures for this session and task it verified (and, with
         `credentialed`, whose tokens it accepted)."""
         self._meter = meter or NullMeter()
         self._rng = randomness or OsRandom()
-        self._nbrs = frozenset(config.neighbour_graph.closed(party_id))
+        self._nbrs: frozenset[int] = frozenset()
+        """This party's closed neighbourhood, drawn from the members root when the peer keys arrive."""
+        self._leaves = b""
         self._t = config.share_threshold
         self.phase = Phase.ADVERTISE_KEYS
         self._advert: bytes | None = None
@@ -218,6 +251,7 @@ class ClientSession:
 
     def _on_peer_keys(self, msg: PeerKeys) -> bytes:
         cfg = self.config
+        self._members_list(msg.leaves)
         parties = [p.party for p in msg.peers]
         if len(set(parties)) != len(parties):
             raise InconsistentSetsError("peer keys: a party is listed twice")
@@ -227,23 +261,39 @@ class ClientSession:
         if len(parties) < self._t:
             raise InconsistentSetsError(f"peer keys: {len(parties)} peers, below the threshold {self._t}")
         own = next((p for p in msg.peers if p.party == self.party), None)
-        if own is None or own.c_pk != self._c_pk or own.s_pk != self._s_pk:
+        if own is None or own.c_pk != self._c_pk or own.s_pk != self._s_pk or own.identity != self._own_id:
             raise InconsistentSetsError("peer keys: this party's own keys are missing or altered")
         keys = [p.c_pk for p in msg.peers] + [p.s_pk for p in msg.peers]
         if len(set(keys)) != len(keys):
             raise DuplicateKeyError("peer keys: the same public key is advertised twice")
+        if self._identity is not None and len({p.identity for p in msg.peers}) != len(msg.peers):
+            raise DuplicateKeyError("peer keys: the same identity key is listed for two parties")
+        for p in msg.peers:
+            if self._leaf(p.party) != crypto.member_leaf(p.party, p.identity, p.c_pk, p.s_pk):
+                raise InconsistentSetsError(f"peer keys: party {p.party}'s entry is not the one in the members list")
+            if self._pinned_ids is not None and p.party != self.party and self._pinned_ids.get(p.party) != p.identity:
+                raise SignatureError(f"peer keys: party {p.party}'s identity key is not the one expected")
+        self._peer_ids = {p.party: p.identity for p in msg.peers}
+        self._peer_tokens = {p.party: p.token for p in msg.peers}
         if self._verify:  # before any share is encrypted to them: every peer's keys must be its own
-            unknown = sorted(p for p in parties if p not in self._peer_ids and p != self.party)
-            if unknown:
-                raise SignatureError(f"peer keys: no identity key for parties {unknown[:5]}")
             with self._meter.measure("signatures"):
                 for p in msg.peers:
                     if p.party == self.party:
                         continue
                     try:
-                        crypto.verify(self._peer_ids[p.party], p.signature, crypto.keys_payload(p.c_pk, p.s_pk), "")
+                        crypto.verify(p.identity, p.signature, crypto.keys_payload(p.c_pk, p.s_pk), "")
                     except SignatureError:
                         raise TaskMismatchError(p.party, "its advertised keys are not signed by its identity key") from None
+        untrusted = 0
+        if self._credentialed is not None:  # the threshold counts only members an issuer vouched for
+            trusted = sum(1 for p in msg.peers if p.party == self.party or self._counts(p.identity, p.token))
+            untrusted = len(msg.peers) - trusted
+            if trusted < self._t:
+                raise floor.UnsafeParametersError(
+                    f"threshold: {trusted} of this party's {len(msg.peers)} neighbours (itself included) hold a valid "
+                    f"issuer token, below the share threshold {self._t}")
+        if self._floor is not None:
+            floor.check(cfg.n, cfg.resolved_degree, self._t, self._floor, untrusted=untrusted)
         self._peers = {p.party: p for p in msg.peers}
         u1 = sorted(self._peers)
 
@@ -270,6 +320,25 @@ class ClientSession:
         self.phase = Phase.SHARE_KEYS
         return ShareKeys(cfg.session_id, self.party, tuple(cts), sig, self._members_wanted()).encode()
 
+    def _members_list(self, leaves: bytes) -> None:
+        """Check this party's own leaf, compute the members root, draw the graph from it and bind what follows to it."""
+        size = crypto.MEMBER_LEAF_BYTES
+        if len(leaves) != self.config.n * size:
+            raise InconsistentSetsError(f"members list: {len(leaves) // size} leaves for a cohort of {self.config.n}")
+        self._leaves = leaves
+        if self._leaf(self.party) != crypto.member_leaf(self.party, self._own_id, self._c_pk, self._s_pk):
+            raise InconsistentSetsError("members list: this party's keys are missing or altered")
+        root = crypto.members_root(leaves)
+        graph = self.config.neighbour_graph(crypto.graph_seed(self._bind, root))
+        self._nbrs = frozenset(graph.closed(self.party))
+        self._bind = crypto.round_binding(self._bind, root)
+
+    def _leaf(self, party: int) -> bytes:
+        size = crypto.MEMBER_LEAF_BYTES
+        if not 1 <= party <= self.config.n:
+            return b""
+        return self._leaves[(party - 1) * size: party * size]
+
     def _members_wanted(self) -> int:
         """Signed members beyond the neighbourhood to ask for: enough to reach `min_verified` even if every
         neighbour the protocol may lose (all but t) drops; none on the complete graph (everyone is a neighbour)."""
@@ -283,33 +352,33 @@ class ClientSession:
         cfg = self.config
         if len(msg.signatures) != len(msg.ciphertexts):
             raise TaskMismatchError(msg.ciphertexts[0][0] if msg.ciphertexts else 0, "signatures missing")
-        identities = set()
-        if self._identity is not None:
-            identities.add(crypto.ed25519_public_bytes(self._identity))
-        sender_tokens = msg.sender_tokens or (b"",) * len(msg.ciphertexts)
-        for (v, _), sig, token in zip(msg.ciphertexts, msg.signatures, sender_tokens):
+        counted = {self.party: self._own_id} if self._identity is not None else {}
+        for (v, _), sig in zip(msg.ciphertexts, msg.signatures):
             keys = self._peers[v]
             try:
                 crypto.verify(self._peer_ids[v], sig, crypto.advertise_payload(self._bind, v, keys.c_pk, keys.s_pk), "")
             except SignatureError:
                 raise TaskMismatchError(v) from None
-            if self._counts(self._peer_ids[v], token):
-                identities.add(self._peer_ids[v])
+            if self._counts(self._peer_ids[v], self._peer_tokens.get(v, b"")):
+                counted[v] = self._peer_ids[v]
         seen: set[int] = set()
         member_tokens = msg.member_tokens or (b"",) * len(msg.members)
         for m, token in zip(msg.members, member_tokens):
             if not 1 <= m.party <= cfg.n or m.party in self._nbrs or m.party in seen:
                 raise InconsistentSetsError(f"members: party {m.party} is a neighbour, repeated or outside the cohort")
             seen.add(m.party)
+            if self._leaf(m.party) != crypto.member_leaf(m.party, m.identity, m.c_pk, m.s_pk):
+                raise InconsistentSetsError(f"members: party {m.party}'s entry is not the one in the members list")
             try:
                 crypto.verify(m.identity, m.signature, crypto.advertise_payload(self._bind, m.party, m.c_pk, m.s_pk), "")
             except SignatureError:
                 raise TaskMismatchError(m.party, "member list") from None
             if self._counts(m.identity, token):
-                identities.add(m.identity)
-        self.verified_members = len(identities)
-        if self._min_verified is not None and len(identities) < self._min_verified:
-            raise CohortUnverifiedError(len(identities), self._min_verified, self._credentialed is not None)
+                counted[m.party] = m.identity
+        self._counted = counted
+        self.verified_members = len(set(counted.values()))
+        if self._min_verified is not None and self.verified_members < self._min_verified:
+            raise CohortUnverifiedError(self.verified_members, self._min_verified, self._credentialed is not None)
 
     def _counts(self, identity: bytes, token: bytes) -> bool:
         """Whether a peer whose signature verified counts toward `min_verified`: always without `credentialed`,
@@ -373,6 +442,10 @@ class ClientSession:
             raise InconsistentSetsError("survivors: not a subset of the parties that shared keys")
         if len(u3) < self._t:
             raise InconsistentSetsError(f"survivors: {len(u3)} neighbours, below the threshold {self._t}")
+        if self._min_verified is not None:  # only members whose input the survivor set says is in the sum
+            listed = len({identity for p, identity in self._counted.items() if p in everyone})
+            if listed < self._min_verified:
+                raise CohortUnverifiedError(listed, self._min_verified, self._credentialed is not None)
         return u3
 
     def _on_consistency_request(self, msg: ConsistencyRequest) -> bytes:
@@ -387,15 +460,20 @@ class ClientSession:
         u3 = self._survivors(msg.survivors)
         if cfg.active:
             if msg.survivors != self._signed_survivors:
-                raise InconsistentSetsError("survivors: differ from the set this party signed")
+                raise InconsistentSurvivorsError("survivors: differ from the set this party signed")
             signers = [p for p, _ in msg.signatures]
             if len(set(signers)) != len(signers) or not set(signers) <= u3:
-                raise InconsistentSetsError("consistency: signatures from repeated or non-surviving parties")
+                raise InconsistentSurvivorsError("consistency: signatures from repeated or non-surviving parties")
             payload = crypto.consistency_payload(self._bind, msg.survivors)
             for signer, sig in msg.signatures:
-                crypto.verify(self._peer_ids[signer], sig, payload, f"party {signer}'s consistency check")
+                try:
+                    crypto.verify(self._peer_ids[signer], sig, payload, f"party {signer}'s consistency check")
+                except SignatureError as exc:
+                    raise InconsistentSurvivorsError(str(exc)) from None
             if len(signers) < self._t:
-                raise SignatureError(f"consistency: {len(signers)} signatures, below the threshold {self._t}")
+                raise InconsistentSurvivorsError(
+                    f"consistency: {len(signers)} neighbours signed this survivor set, below the threshold {self._t}: "
+                    "the others may have been shown another set")
         decisions = {
             v: ShareKind.SELF_MASK_SEED if v in u3 else ShareKind.MASK_KEY for v in sorted(self._u2)
         }

@@ -1,9 +1,12 @@
 """Public parameters of one secure-aggregation session (one cohort), and how defaults are derived.
 
-Thresholds are per closed neighbourhood of size m (m = n for the complete graph, k + 1 for SecAgg+):
-the default is ⌊m/2⌋ + 1 for a semi-honest server and ⌊2m/3⌋ + 1 for the active model. A threshold
-above m/2 is required in both: an honest party reveals at most one share per peer, so a server cannot
-gather a threshold of self-mask shares and a threshold of key shares for the same peer.
+Thresholds are per closed neighbourhood of size m (m = n for the complete graph, k + 1 for SecAgg+). The degree
+defaults to `secagg.floor.plan(n)`: the least degree at or above the safety floor a device computes (corrupt
+fraction ⅓, 2^-40 with 40 bits of grinding) whose safe threshold survives the default dropout (the complete graph
+when no sparse degree does). The threshold defaults to the floor's least safe threshold at that degree in the active
+model, and to ⌊m/2⌋ + 1 in the semi-honest model (a benchmark-only variant: devices refuse it). A threshold above m/2
+is required in both: an honest party reveals at most one share per peer, so a server cannot gather a threshold of
+self-mask shares and a threshold of key shares for the same peer.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from secagg.crypto import graph_seed
+from secagg import floor
 from secagg.errors import ConfigError
-from secagg.graph import COMPLETE_MAX, NeighbourGraph, sparse_degree
+from secagg.graph import NeighbourGraph
 
 GraphKind = Literal["auto", "complete", "sparse"]
 ThreatModel = Literal["semi_honest", "active"]
@@ -71,17 +74,15 @@ class SecAggConfig:
 
     @property
     def uses_complete_graph(self) -> bool:
-        if self.graph == "complete":
-            return True
-        if self.graph == "auto" and self.n <= COMPLETE_MAX:
-            return True
         return self.resolved_degree >= self.n - 1
 
-    @property
+    @cached_property
     def resolved_degree(self) -> int:
-        if self.graph == "complete" or (self.graph == "auto" and self.n <= COMPLETE_MAX):
+        if self.graph == "complete":
             return self.n - 1
-        return min(self.n - 1, self.degree if self.degree is not None else sparse_degree(self.n))
+        if self.degree is not None:
+            return min(self.n - 1, self.degree)
+        return floor.plan(self.n).degree
 
     @property
     def neighbourhood_size(self) -> int:
@@ -92,7 +93,9 @@ class SecAggConfig:
         if self.threshold is not None:
             return self.threshold
         m = self.neighbourhood_size
-        return (2 * m) // 3 + 1 if self.threat_model == "active" else m // 2 + 1
+        if self.threat_model == "active":
+            return floor.threshold_floor(self.n, self.resolved_degree) or m
+        return m // 2 + 1
 
     @property
     def survivor_threshold(self) -> int:
@@ -111,10 +114,10 @@ class SecAggConfig:
         """uint32 when 2^bits divides 2^32 (half the keystream), else uint64."""
         return np.dtype(np.uint32) if self.bits <= 32 else np.dtype(np.uint64)
 
-    @cached_property
-    def neighbour_graph(self) -> NeighbourGraph:
+    def neighbour_graph(self, seed: bytes) -> NeighbourGraph:
+        """The graph drawn from `seed` (`secagg.crypto.graph_seed`: known once phase 0 closed)."""
         degree = None if self.uses_complete_graph else self.resolved_degree
-        return NeighbourGraph(self.n, degree, graph_seed(self.session_id))
+        return NeighbourGraph(self.n, degree, seed)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

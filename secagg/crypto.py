@@ -6,7 +6,10 @@
 
 The *binding* is the 16-byte session id followed by the 32-byte task digest (`queries.task_digest`: what the
 device was asked to compute, hashed by the device itself), so two devices shown different tasks derive keys
-that do not match and sign payloads that do not verify for each other (`binding()`).
+that do not match and sign payloads that do not verify for each other (`binding()`). From the share keys on it also
+carries the *members root* (`members_root`: every member's party, identity and advertised keys, as the server
+fixed them when it closed phase 0), which also seeds the neighbour graph (`graph_seed`): devices shown different
+member lists derive different keys, and the graph follows from keys the server could not know in advance.
 - The mask PRG: AES-256-CTR keyed by a full 256-bit derived key, its keystream written straight into
   the memory of the integer vector (`cryptography`'s `update_into`), no general-purpose RNG anywhere.
 
@@ -16,6 +19,7 @@ Private keys are built from 32 bytes of an injected `RandomSource` (OS entropy b
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import struct
 from typing import TYPE_CHECKING
@@ -37,7 +41,7 @@ from secagg.randomness import OsRandom, RandomSource
 if TYPE_CHECKING:
     from secagg.meter import Meter
 
-DOMAIN = b"fa-secagg/v2/"
+DOMAIN = b"fa-secagg/v3/"
 TASK_DIGEST_BYTES = 32
 NO_TASK = bytes(TASK_DIGEST_BYTES)
 """The task digest of a session that binds no task (protocol tests and benchmarks outside the service)."""
@@ -101,8 +105,37 @@ def self_mask_key(seed: bytes, bind: bytes, u: int) -> bytes:
     return hkdf(seed, DOMAIN + b"selfmask/" + bind + struct.pack(">I", u))
 
 
-def graph_seed(session_id: bytes) -> bytes:
-    return hkdf(session_id, DOMAIN + b"graph")
+MEMBER_LEAF_BYTES = 16
+"""A member leaf is SHA-256 truncated to 128 bits: a server would need a second preimage of an honest member's leaf
+(2^128 work) to show another entry in its place; colliding two entries of its own gains it nothing."""
+ABSENT_LEAF = bytes(MEMBER_LEAF_BYTES)
+"""The leaf of a party that did not advertise keys in phase 0."""
+
+
+def member_leaf(party: int, identity: bytes, c_pk: bytes, s_pk: bytes) -> bytes:
+    """One member of the members list: party id, identity key (32 zero bytes in sessions without identities) and its
+    two advertised public keys."""
+    return hashlib.sha256(DOMAIN + b"member/" + struct.pack(">I", party) + identity + c_pk + s_pk).digest()[
+        :MEMBER_LEAF_BYTES]
+
+
+def members_root(leaves: bytes) -> bytes:
+    """The members root over the leaves of parties 1..n, in order (`ABSENT_LEAF` for a party that did not advertise)."""
+    if len(leaves) % MEMBER_LEAF_BYTES:
+        raise ValueError(f"leaves: a multiple of {MEMBER_LEAF_BYTES} bytes, got {len(leaves)}")
+    return hashlib.sha256(DOMAIN + b"members/" + struct.pack(">I", len(leaves) // MEMBER_LEAF_BYTES) + leaves).digest()
+
+
+def graph_seed(bind: bytes, root: bytes) -> bytes:
+    """The neighbour graph's seed: the session binding and the members root (no value the server picks alone)."""
+    return hkdf(root, DOMAIN + b"graph/" + bind)
+
+
+def round_binding(bind: bytes, root: bytes) -> bytes:
+    """The binding of everything after phase 0: session id ‖ task digest ‖ members root."""
+    if len(root) != 32:
+        raise ValueError(f"root: must be 32 bytes, got {len(root)}")
+    return bind + root
 
 
 def share_aad(bind: bytes, sender: int, receiver: int) -> bytes:

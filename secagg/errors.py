@@ -77,6 +77,11 @@ class TooFewSurvivorsError(InconsistentSetsError):
         self.minimum = minimum
 
 
+class InconsistentSurvivorsError(InconsistentSetsError):
+    """The unmask request's survivor set is not the one this party signed, or fewer than the threshold of its
+    neighbours signed it: the server may be showing parts of the neighbourhood different survivor sets."""
+
+
 class CohortUnverifiedError(InconsistentSetsError):
     """Fewer distinct members than this client's minimum signed their keys for this session and task
     (`ClientSession(min_verified=…)`): the cohort the server announced is not one the client can verify."""

@@ -1,33 +1,20 @@
 """Neighbour graphs: the complete graph (SecAgg) and a random Harary graph (SecAgg+).
 
-Every party recomputes the graph from public values (n, degree and a seed derived from the session id),
-so the server cannot show different parties different graphs. The Harary graph H(k, n) places the
-parties on a ring in a pseudorandom order and joins each to the k/2 nearest on either side.
+Every party recomputes the graph from public values: n, the degree, and a seed derived from the members root
+(`secagg.crypto.graph_seed`: every member's party, identity and fresh advertised keys, fixed when phase 0 closed), so
+the server can neither show different parties different graphs nor pick the ring order: it learns the seed only once
+the honest members' fresh keys are in, and each try at another seed is another member list (docs/secagg.md, "A graph
+the server cannot steer"). The Harary graph H(k, n) places the parties on a ring in a pseudorandom order and joins
+each to the k/2 nearest on either side. How degree and threshold are chosen: `secagg.floor`.
 """
 
 from __future__ import annotations
 
-import math
 from functools import cached_property
 
 import numpy as np
 
 from secagg.crypto import prg_uint64
-
-COMPLETE_MAX = 100
-"""With graph="auto", cohorts up to this size use the complete graph."""
-
-DEGREE_FACTOR = 3
-"""Sparse degree k = 2·ceil(DEGREE_FACTOR·log2 n / 2)·… see `sparse_degree`."""
-
-
-def sparse_degree(n: int) -> int:
-    """Even degree ≈ 6·log2(n) (3·log2 n neighbours on each side of the ring), at most n − 1."""
-    if n <= 2:
-        return n - 1
-    half = math.ceil(DEGREE_FACTOR * math.log2(n))
-    return min(n - 1, 2 * half)
-
 
 class NeighbourGraph:
     """Closed neighbourhoods N[u] (u included) for parties 1..n."""

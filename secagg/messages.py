@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from secagg.crypto import MEMBER_LEAF_BYTES
 from secagg.errors import MessageFormatError
 from secagg.identity_token import TOKEN_BYTES
 from secagg.shamir import SHARE_BYTES
 
 MAGIC = b"SA"
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct(">2sBB16sI")
 _U32 = struct.Struct(">I")
 _SHARE_ENTRY = struct.Struct(f">IB{SHARE_BYTES}s")
@@ -177,48 +178,64 @@ class AdvertiseKeys(Message):
         return cls(sid, party, r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r))
 
 
-_PEER_HEAD = struct.Struct(f">I{KEY}s{KEY}sI")
-"""Fixed part of one PeerKeys entry: party, c_pk, s_pk, the key signature's length (then the signature)."""
+_PEER_HEAD = struct.Struct(f">I{KEY}s{KEY}s{KEY}sI")
+"""Fixed part of one PeerKeys entry: party, identity key, c_pk, s_pk, the key signature's length (then the signature,
+then the identity token as a blob)."""
 
 
 @dataclass(frozen=True)
 class PeerEntry:
+    """A neighbour as the server fixed it when phase 0 closed: its identity key (32 zero bytes in sessions without
+    identities), its advertised keys and their signature, and its issuer token (empty when the cohort has none)."""
+
     party: int
+    identity: bytes
     c_pk: bytes
     s_pk: bytes
     signature: bytes = b""
+    token: bytes = b""
 
     def encode(self) -> bytes:
-        return _PEER_HEAD.pack(self.party, self.c_pk, self.s_pk, len(self.signature)) + self.signature
+        return (_PEER_HEAD.pack(self.party, self.identity, self.c_pk, self.s_pk, len(self.signature)) + self.signature
+                + _blob(self.token))
 
 
-def encode_entries(msg_type: MsgType, session_id: bytes, party: int, entries: Sequence[bytes]) -> bytes:
-    """A message whose body is a u32 count and already-encoded entries (PeerKeys from `PeerEntry.encode()`):
-    lets the server encode each party's entry once and join it into the messages of all its neighbours."""
-    return b"".join((HEADER.pack(MAGIC, VERSION, msg_type, session_id, party), _U32.pack(len(entries)), *entries))
+def encode_peer_keys(session_id: bytes, party: int, entries: Sequence[bytes], leaves: bytes) -> bytes:
+    """PeerKeys from already-encoded entries (`PeerEntry.encode()`) and the members list's leaves: lets the server
+    encode each party's entry and the leaves once and join them into the messages of all its neighbours."""
+    return b"".join((HEADER.pack(MAGIC, VERSION, MsgType.PEER_KEYS, session_id, party), _U32.pack(len(entries)),
+                     *entries, _U32.pack(len(leaves) // MEMBER_LEAF_BYTES), leaves))
 
 
 @dataclass(frozen=True)
 class PeerKeys(Message):
+    """The recipient's neighbours that advertised keys, and the members list: one `MEMBER_LEAF_BYTES` leaf per party
+    1..n (`secagg.crypto.member_leaf`, zeros for a party that did not advertise), from which every member computes the
+    members root — the seed of the neighbour graph and part of every later binding."""
+
     TYPE = MsgType.PEER_KEYS
     peers: tuple[PeerEntry, ...]
+    leaves: bytes = b""
 
     def body(self) -> bytes:
-        return b"".join([_U32.pack(len(self.peers)), *(p.encode() for p in self.peers)])
+        return b"".join([_U32.pack(len(self.peers)), *(p.encode() for p in self.peers),
+                         _U32.pack(len(self.leaves) // MEMBER_LEAF_BYTES), self.leaves])
 
     @classmethod
     def parse(cls, sid: bytes, party: int, r: _Reader) -> PeerKeys:
-        n = r.count(_PEER_HEAD.size, "peers")
-        fast = _uniform_records(r, n, lambda size: struct.Struct(f">I{KEY}s{KEY}sI{size}s"), _PEER_HEAD, 3,
-                                _PEER_HEAD.size)
-        if fast is not None and fast[0][3] in (0, SIG):
-            return cls(sid, party, tuple(PeerEntry(v, c, s, sig) for v, c, s, _, sig in fast))
-        if fast is not None:  # a signature of a wrong length: the entry-by-entry parse names the error
-            r.pos -= n * (_PEER_HEAD.size + fast[0][3])
-        peers = tuple(
-            PeerEntry(r.u32("peer"), r.take(KEY, "c_pk"), r.take(KEY, "s_pk"), _signature(r)) for _ in range(n)
-        )
-        return cls(sid, party, peers)
+        n = r.count(_PEER_HEAD.size + 4, "peers")
+        peers = []
+        for _ in range(n):
+            v, identity, c_pk, s_pk, size = _PEER_HEAD.unpack(r.take(_PEER_HEAD.size, "peer"))
+            if size not in (0, SIG):
+                raise MessageFormatError("signature: must be empty or 64 bytes")
+            sig = r.take(size, "signature")
+            token = r.blob("token")
+            if len(token) not in (0, TOKEN_BYTES):
+                raise MessageFormatError(f"token: must be empty or {TOKEN_BYTES} bytes")
+            peers.append(PeerEntry(v, identity, c_pk, s_pk, sig, token))
+        count = r.count(MEMBER_LEAF_BYTES, "leaves")
+        return cls(sid, party, tuple(peers), r.take(count * MEMBER_LEAF_BYTES, "leaves"))
 
 
 _MEMBER = struct.Struct(f">I{KEY}s{KEY}s{KEY}s{SIG}s")
@@ -270,21 +287,21 @@ class ShareKeys(Message):
 class RoutedShares(Message):
     """The ciphertexts addressed to the recipient, each sender's signature over its advertised keys (same order),
     the signed member entries it asked for and, in sessions whose members hold identity tokens
-    (docs/identities.md), each sender's and member's token (same orders) in an optional trailing section."""
+    (docs/identities.md), each member's token (same order) in an optional trailing section (the senders' tokens
+    came with the peer keys)."""
 
     TYPE = MsgType.ROUTED_SHARES
     ciphertexts: tuple[tuple[int, bytes], ...]  # (sender, ciphertext)
     signatures: tuple[bytes, ...] = ()
     """One per ciphertext, in the same order (empty in sessions without identities)."""
     members: tuple[MemberEntry, ...] = ()
-    sender_tokens: tuple[bytes, ...] = ()
     member_tokens: tuple[bytes, ...] = ()
 
     def body(self) -> bytes:
         return b"".join([
             _encode_pairs(self.ciphertexts), _u32(len(self.signatures)), *(_blob(s) for s in self.signatures),
             _u32(len(self.members)), *(m.encode() for m in self.members),
-            _token_section([_blob(t) for t in self.sender_tokens], [_blob(t) for t in self.member_tokens]),
+            _token_section([_blob(t) for t in self.member_tokens]),
         ])
 
     @classmethod
@@ -298,15 +315,14 @@ class RoutedShares(Message):
         members = tuple(MemberEntry(*e) for e in _MEMBER.iter_unpack(r.take(m * _MEMBER.size, "members")))
         if r.pos == len(r.data):
             return cls(sid, party, cts, sigs, members)
-        senders = _tokens(r, "sender_tokens", len(cts))
-        return cls(sid, party, cts, sigs, members, senders, _tokens(r, "member_tokens", len(members)))
+        return cls(sid, party, cts, sigs, members, _tokens(r, "member_tokens", len(members)))
 
 
-def _token_section(sender_tokens: Sequence[bytes], member_tokens: Sequence[bytes]) -> bytes:
+def _token_section(member_tokens: Sequence[bytes]) -> bytes:
     """The optional trailing token section of RoutedShares (tokens already encoded as blobs); empty without any."""
-    if not sender_tokens and not member_tokens:
+    if not member_tokens:
         return b""
-    return b"".join((_u32(len(sender_tokens)), *sender_tokens, _u32(len(member_tokens)), *member_tokens))
+    return b"".join((_u32(len(member_tokens)), *member_tokens))
 
 
 def _tokens(r: _Reader, what: str, expected: int) -> tuple[bytes, ...]:
@@ -320,14 +336,13 @@ def _tokens(r: _Reader, what: str, expected: int) -> tuple[bytes, ...]:
 
 
 def encode_routed(session_id: bytes, party: int, pairs: Sequence[bytes], signatures: Sequence[bytes],
-                  members: Sequence[bytes], sender_tokens: Sequence[bytes] = (),
-                  member_tokens: Sequence[bytes] = ()) -> bytes:
+                  members: Sequence[bytes], member_tokens: Sequence[bytes] = ()) -> bytes:
     """RoutedShares from already-encoded parts (each pair as `_PAIR_HEAD` ‖ ciphertext, each signature and token as
     a blob, each member entry once per cohort), the server's fast path."""
     return b"".join((
         HEADER.pack(MAGIC, VERSION, MsgType.ROUTED_SHARES, session_id, party), _U32.pack(len(pairs)), *pairs,
         _U32.pack(len(signatures)), *signatures, _U32.pack(len(members)), *members,
-        _token_section(sender_tokens, member_tokens),
+        _token_section(member_tokens),
     ))
 
 

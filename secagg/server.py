@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from secagg import crypto, encoding, shamir
 from secagg.config import SecAggConfig
+from secagg.graph import NeighbourGraph
 from secagg.errors import (
     AbortError,
     ConfigError,
@@ -49,7 +50,6 @@ from secagg.messages import (
     Message,
     MemberEntry,
     PeerEntry,
-    PeerKeys,
     RoutedShares,
     ShareKeys,
     ShareKind,
@@ -58,8 +58,8 @@ from secagg.messages import (
     decode,
     encode_bitmap,
     encode_blob,
-    encode_entries,
     encode_pair,
+    encode_peer_keys,
     encode_routed,
 )
 from secagg.meter import Meter, NullMeter
@@ -71,6 +71,9 @@ _PROBE_KEY = X25519PrivateKey.from_private_bytes(hashlib.sha256(crypto.DOMAIN + 
 """Fixed, public scalar for rejecting low-order keys: X25519 clamps every scalar to a multiple of the
 cofactor 8 (Langley, Hamburg, Turner, RFC 7748 §5), so the shared secret is all-zero exactly for
 low-order points whatever the scalar; the probe protects nothing and needs no randomness."""
+
+NO_IDENTITY = bytes(32)
+"""The identity key in member leaves and peer entries of a session without identities (benchmarks)."""
 
 _EXPECTS: dict[Phase, type[Message]] = {
     Phase.ADVERTISE_KEYS: AdvertiseKeys,
@@ -113,17 +116,22 @@ class ServerSession:
                                   f"(missing {sorted(missing)[:5]})")
         self.config = config
         self._ids = dict(identity_public_keys or {})
-        self._token_blobs = {p: encode_blob(t) for p, t in (identity_tokens or {}).items()}
+        self._tokens = dict(identity_tokens or {})
+        self._token_blobs = {p: encode_blob(t) for p, t in self._tokens.items()}
         self._signed = identity_public_keys is not None
         """Whether share keys must carry a valid signature over the party's advertised keys (always in the service)."""
         self._bind = crypto.binding(config.session_id, task_digest)
+        """Session id ‖ task digest; from the close of phase 0 on, with the members root appended."""
+        self.members_root: bytes | None = None
+        """The members root fixed when phase 0 closed (`crypto.members_root`): seeds the graph, enters the binding."""
         self._key_sigs: dict[int, bytes] = {}
         self._wanted: dict[int, int] = {}
         self._meter = meter or NullMeter()
         self._validator = input_validator
         self.refused: dict[int, str] = {}
         """Parties whose masked input failed validation → why (they are dropped from the masked-input phase)."""
-        self._graph = config.neighbour_graph
+        self._graph: NeighbourGraph | None = None
+        """Drawn when phase 0 closes, from the members root."""
         self._t = config.share_threshold
         self.phase = Phase.ADVERTISE_KEYS
         self._expected = frozenset(range(1, config.n + 1))
@@ -295,16 +303,18 @@ class ServerSession:
     # -- closing readiness ------------------------------------------------------------------------
 
     def _open_coverage(self) -> None:
-        """Start counting answers for the phase just opened. Advertise and share keys must keep each party
-        that answers (its answering neighbours ≥ t, else the close prunes it); the later phases must keep
-        every share-keys survivor's secrets recoverable (≥ t of its neighbours answer, in unmasking with
-        its shares)."""
+        """Start counting answers for the phase just opened. Share keys must keep each party that answers (its
+        answering neighbours ≥ t, else the close prunes it); the later phases must keep every share-keys survivor's
+        secrets recoverable (≥ t of its neighbours answer, in unmasking with its shares). Phase 0 counts nothing:
+        the graph is drawn only when it closes, from the keys that came in."""
         self._cover_all = self.phase in (Phase.MASKED_INPUT, Phase.CONSISTENCY_CHECK, Phase.UNMASKING)
         cover = self._u[Phase.SHARE_KEYS] if self._cover_all else self._expected
         self._heard = dict.fromkeys(cover, 0)
         self._short = len(cover) if self._cover_all else 0
 
     def _count_answer(self, party: int) -> None:
+        if self._graph is None:
+            return
         heard, t = self._heard, self._t
         for u in self._graph.closed(party):
             if u in heard:
@@ -316,8 +326,15 @@ class ServerSession:
 
     # -- phase transitions ------------------------------------------------------------------------
 
+    @property
+    def graph(self) -> NeighbourGraph:
+        """The neighbour graph (drawn when phase 0 closed)."""
+        if self._graph is None:
+            raise WrongPhaseError("the neighbour graph is drawn when phase 0 closes")
+        return self._graph
+
     def _neighbours_in(self, u: int, members: frozenset[int]) -> frozenset[int]:
-        return self._graph.closed_set(u) & members
+        return self.graph.closed_set(u) & members
 
     def _prune(self, members: frozenset[int]) -> frozenset[int]:
         """Drop parties whose neighbourhood within `members` is below the threshold, to a fixpoint (each
@@ -330,7 +347,7 @@ class ServerSession:
             if u not in current:
                 continue
             current.discard(u)
-            for w in self._graph.closed(u):
+            for w in self.graph.closed(u):
                 if w in current:
                     count[w] -= 1
                     if count[w] < self._t:
@@ -344,13 +361,26 @@ class ServerSession:
             raise AbortError(phase.label, self.config.survivor_threshold, len(survivors))
 
     def _close_advertise_keys(self) -> dict[int, bytes]:
-        u1 = self._prune(frozenset(self._digests))
+        cfg = self.config
+        answered = frozenset(self._digests)
+        leaves = bytearray(crypto.ABSENT_LEAF * cfg.n)
+        size = crypto.MEMBER_LEAF_BYTES
+        for v in answered:
+            k = self._keys[v]
+            leaves[(v - 1) * size: v * size] = crypto.member_leaf(v, self._ids.get(v, NO_IDENTITY), k.c_pk, k.s_pk)
+        members = bytes(leaves)
+        self.members_root = root = crypto.members_root(members)
+        self._graph = cfg.neighbour_graph(crypto.graph_seed(self._bind, root))
+        self._bind = crypto.round_binding(self._bind, root)
+        u1 = self._prune(answered)
         self._finish_phase(Phase.ADVERTISE_KEYS, u1)
-        entry = {v: PeerEntry(v, k.c_pk, k.s_pk, k.signature).encode() for v, k in self._keys.items() if v in u1}
-        sid = self.config.session_id
+        entry = {v: PeerEntry(v, self._ids.get(v, NO_IDENTITY), k.c_pk, k.s_pk, k.signature,
+                              self._tokens.get(v, b"")).encode()
+                 for v, k in self._keys.items() if v in u1}
+        sid = cfg.session_id
         out = {}
         for u in sorted(u1):  # each party's entry is encoded once and joined into its neighbours' messages
-            out[u] = encode_entries(PeerKeys.TYPE, sid, u, [entry[v] for v in self._graph.closed(u) if v in u1])
+            out[u] = encode_peer_keys(sid, u, [entry[v] for v in self.graph.closed(u) if v in u1], members)
         self.phase, self._expected = Phase.SHARE_KEYS, u1
         return out
 
@@ -363,11 +393,11 @@ class ServerSession:
         ordered = sorted(u2)
         out = {}
         for v in ordered:
-            senders = [u for u in self._graph.closed(v) if u != v and u in u2]
+            senders = [u for u in self.graph.closed(v) if u != v and u in u2]
             members: list[int] = []
             wanted = self._wanted.get(v, 0) if signed else 0
             if wanted:
-                closed = self._graph.closed_set(v)
+                closed = self.graph.closed_set(v)
                 for w in ordered:
                     if len(members) >= wanted:
                         break
@@ -380,7 +410,6 @@ class ServerSession:
             tokens = self._token_blobs
             out[v] = encode_routed(sid, v, [encode_pair(u, self._cts[u][v]) for u in senders],
                                    [sig_blob[u] for u in senders] if signed else [], [member_entry[w] for w in members],
-                                   [tokens[u] for u in senders] if tokens else [],
                                    [tokens[w] for w in members] if tokens else [])
         self._cts.clear()
         self.phase, self._expected = Phase.MASKED_INPUT, u2
@@ -425,7 +454,7 @@ class ServerSession:
         the same secret, so the owners are visited in ring order and each reuses the previous owner's t
         holders while all of them answered: nearby parties' neighbourhoods share most members, so a few dozen
         sets of Lagrange coefficients (O(t²) each) serve a thousand secrets instead of one set per secret."""
-        slot, n, t = self._graph.slots, self.config.n, self._t
+        slot, n, t = self.graph.slots, self.config.n, self._t
         out: dict[int, int] = {}
         xs: tuple[int, ...] = ()
         for u in sorted(owners, key=slot.__getitem__):
