@@ -21,7 +21,9 @@ writes only the state file (the newest verified head, atomically, and only when 
 3. **The last audit.** The state file's head has the root the entries give at its size, and the served
    consistency proof (`GET /v1/log/proof/consistency`) leads from it to the newest head; otherwise the log was
    rewritten since the last audit.
-4. **Entries.** Every `task`, `charge`, `refund` and `release` names a query with an earlier `query` entry; a
+4. **Entries.** Every `task` entry's cohort parameters (`secagg`) meet the safety floor a device computes for its n
+   with the default assumptions (`secagg.floor`: active model, degree and threshold; finding `below_floor`). Every
+   `task`, `charge`, `refund` and `release` names a query with an earlier `query` entry; a
    query is logged once, with `spec_digest` the digest of its `spec`; a refund follows a charge of the same
    query; a query is charged once, to its own source, plus one charge per further run (`layer` 2, 3, … in order,
    each of the first charge's amounts, naming a logged cohort: a failed opening let its devices contribute
@@ -61,6 +63,9 @@ from pydantic import BaseModel, ValidationError
 from analyst_client.client import AnalystClient, ApiError
 from queries.dp.errors import BudgetExceeded, PrivacyError
 from queries.dp.ledger import Budget, PrivacyCost, compose_costs
+from secagg import floor
+from secagg.config import GRAPH_SEED_RULE
+from secagg.errors import ConfigError
 from translog.entries import DEFAULT_SOURCE, ENTRY_TYPES, EntryError, digest, entry_leaf_hash
 from translog.heads import HeadError, SignedHead, key_table, verify_cosignature, verify_head
 from translog.merkle import MerkleTree, ProofError, verify_consistency
@@ -99,6 +104,8 @@ CODES = {
     "bad_entry": "a malformed entry",
     "duplicate_query": "a query logged twice",
     "task_conflict": "two task entries for one cohort: its members were shown different tasks",
+    "below_floor": "a cohort whose threat model, degree or threshold is below the safety floor for its n (secagg.floor, "
+                   "a device's default assumptions): its members' devices would have refused it",
     "spec_digest": "a query entry's spec_digest is not its spec's digest",
     "unlogged_query": "an entry names a query with no earlier query entry",
     "charge_source": "a charge to another source than the query's",
@@ -584,6 +591,9 @@ class _Audit:
             if qid not in w.queries:
                 self.find("unlogged_query", i, f"{kind} entry {i} names query {qid}, which has no earlier query entry")
             if kind == "task":
+                unsafe = _below_floor(e["secagg"])
+                if unsafe is not None:
+                    self.find("below_floor", i, f"cohort {e['cohort_id']} of query {qid} (entry {i}): {unsafe}")
                 first = w.tasks.setdefault(e["cohort_id"], i)
                 if first != i:
                     self.find("task_conflict", i, f"cohort {e['cohort_id']} of query {qid} has a second task entry at "
@@ -730,13 +740,30 @@ _FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
               "kind": lambda v: isinstance(v, str), "spec": lambda v: isinstance(v, dict),
               "spec_digest": lambda v: isinstance(v, str)},
     "task": {"query_id": lambda v: isinstance(v, str), "cohort_id": lambda v: isinstance(v, str),
-             "task_digest": lambda v: isinstance(v, str)},
+             "task_digest": lambda v: isinstance(v, str), "secagg": lambda v: isinstance(v, dict)},
     "charge": {"query_id": lambda v: isinstance(v, str), "source": lambda v: isinstance(v, str),
                "epsilon": _num, "delta": _num},
     "budget": {"source": lambda v: isinstance(v, str), "total_epsilon": _num, "total_delta": _num},
     "release": {"query_id": lambda v: isinstance(v, str), "result_digest": lambda v: isinstance(v, str)},
 }
 _FIELDS["refund"] = _FIELDS["charge"]
+
+
+def _below_floor(secagg: Mapping[str, Any]) -> str | None:
+    """Why a task entry's cohort parameters are below the floor a device computes with its default assumptions
+    (`secagg.floor`), or None."""
+    n, degree, threshold = (secagg.get(k) for k in ("n", "degree", "threshold"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, degree, threshold)):
+        return f"cohort parameters n, degree, threshold not all integers: {dict(secagg)}"
+    if secagg.get("threat_model") != "active":
+        return f"threat model {secagg.get('threat_model')!r}, not active (no consistency round)"
+    if secagg.get("graph_seed") != GRAPH_SEED_RULE:
+        return f"graph seed {secagg.get('graph_seed')!r}, not {GRAPH_SEED_RULE}"
+    try:
+        floor.check(n, degree, threshold)
+    except ConfigError as exc:  # UnsafeParametersError, or parameters that are no cohort at all
+        return str(exc)
+    return None
 
 
 def _malformed(e: dict[str, Any]) -> str | None:

@@ -41,13 +41,14 @@ from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from queries import dp, uncertainty
-from queries.envelope import Assignment, AssignmentPrivacy, b64e
+from queries.envelope import Assignment, AssignmentPrivacy
 from queries.kind import AggregateNoise, QueryKind, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
 from queries.task_digest import task_digest
+from secagg import floor
 from secagg.clock import SYSTEM_CLOCK, Clock
-from secagg.config import SecAggConfig
+from secagg.config import GraphKind, SecAggConfig
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession
 from secagg.randomness import OsRandom, RandomSource
@@ -68,13 +69,6 @@ def _calibration(q: Query) -> dp.QueryCalibration | None:
 
 class QueryFailed(Exception):
     """A query that cannot continue; the message is stored as the query's error."""
-
-
-def neighbour_identity_keys(cfg: SecAggConfig, members: dict[str, int], keys: dict[str, bytes]) -> dict[int, dict[str, str]]:
-    """Per party, the identity keys of its closed neighbourhood (party id → base64), all a device verifies
-    signatures of — O(n log n) in all with a sparse graph, not n²."""
-    encoded = {p: b64e(keys[d]) for d, p in members.items()}
-    return {p: {str(v): encoded[v] for v in cfg.neighbour_graph.closed(p)} for p in members.values()}
 
 
 class Orchestrator:
@@ -418,7 +412,8 @@ class Orchestrator:
         try:
             await self.store.create_cohort(
                 cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase, owner=self.process.id,
-                assignments=wire, task=(rnd.index, cohort.task_digest),
+                assignments=wire,
+                task=(rnd.index, cohort.task_digest, SecAggConfig.from_dict(cohort.secagg_dict).public_summary()),
             )
         except BaseException:
             self.cohorts.pop(cohort.id, None)
@@ -522,7 +517,7 @@ class Orchestrator:
     ) -> CohortRuntime:
         """`tokens`: members' identity tokens, relayed with the routed shares when every member has one (a device
         that pins the issuer's keys counts toward its floor only peers whose token it verified)."""
-        n, threat = len(members), self.settings.effective_threat_model()
+        n = len(members)
         cohort_id = session_id.hex()
         # shares sized for this cohort's t_c, and at least t_c survivors to unmask (queries/dp/plan.py)
         t_c, noise = privacy.cohort_noise(spec, _calibration(q), plan, rnd.noise, n)
@@ -533,15 +528,18 @@ class Orchestrator:
         if statement is not None:
             checks = validation.CohortValidation(statement, q.id, rnd.index, session_id)
         dim = validation.cohort_dim(plan, statement)
+        # degree and threshold at or above the floor every device computes (secagg/floor.py), live at the spec's dropout
+        safe = floor.plan(n, spec.cohort.dropout_allowance)
+        graph: GraphKind = "complete" if safe.complete else "sparse"
+        degree = None if safe.complete else safe.degree
         if self.unmasked:
-            cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=need)
+            cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=need,
+                               threat_model="active", graph=graph, degree=degree, threshold=safe.threshold)
             mode = "plain"
         else:
-            cfg = SecAggConfig(
-                session_id=session_id, n=n, dim=dim, bits=rnd.bits, threat_model=threat, min_survivors=need
-            )
+            cfg = SecAggConfig(session_id=session_id, n=n, dim=dim, bits=rnd.bits, threat_model="active", graph=graph,
+                               degree=degree, threshold=safe.threshold, min_survivors=need)
             mode = "secagg"
-        peer_ids = neighbour_identity_keys(cfg, members, keys) if mode == "secagg" else {}
         noise_block = privacy.device_noise_block(noise)
         privacy_block = AssignmentPrivacy.model_validate(
             privacy.assignment_privacy(spec, _calibration(q), plan, q.rounds_upper_bound, t_c)
@@ -563,7 +561,6 @@ class Orchestrator:
                 noise=noise_block,
                 validation=validation.assignment_block(statement),
                 privacy=privacy_block,
-                peer_identity_keys=peer_ids.get(p),
                 server_url=self.process.assignment_url,
                 spec=q.spec,
             )

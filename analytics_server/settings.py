@@ -57,11 +57,11 @@ class Settings(BaseSettings):
     retry_after_s: float = Field(default=5.0, gt=0, description="`retry_after` given to devices with nothing to do")
     checkin_max_wait_s: float = Field(default=20.0, ge=0, description="cap on a device's long-poll")
     signature_window_s: float = Field(default=300.0, gt=0, description="accepted clock skew of signed device requests")
-    threat_model: Literal["semi_honest", "active"] | None = Field(
-        default=None,
-        description="secure aggregation's server model: `active` adds the consistency round (devices sign the survivor "
-        "set and check their neighbours' signatures before unmasking; docs/secagg.md); default: active in production, "
-        "semi_honest in demo",
+    threat_model: Literal["active"] = Field(
+        default="active",
+        description="secure aggregation's server model: always `active` — the consistency round (devices sign the "
+        "survivor set and check their neighbours' signatures before unmasking; docs/secagg.md). Devices refuse any "
+        "other; the semi-honest variant is measured only in process (`python -m secagg.bench --threat-model semi_honest`)",
     )
     profile: Literal["demo", "production"] = "demo"
     event_loop: Literal["uvloop", "asyncio"] = Field(
@@ -204,12 +204,6 @@ class Settings(BaseSettings):
             return ("the production profile needs the transparency log's key in a file: run `fa-server log-key FILE` "
                     "and set FA_LOG_KEY_FILE=FILE (docs/transparency.md)")
         return None
-
-    def effective_threat_model(self) -> Literal["semi_honest", "active"]:
-        """The model cohorts run in: `threat_model`, else active in production and semi-honest in demo."""
-        if self.threat_model is not None:
-            return self.threat_model
-        return "active" if self.profile == "production" else "semi_honest"
 
     def metrics_need_token(self) -> bool:
         return (self.metrics_auth or ("token" if self.profile == "production" else "open")) == "token"

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import ValidationError
 
-from device_sdk.contribution import Contribution
+from device_sdk.contribution import LOGGED_REFUSALS, Contribution
 from device_sdk.hooks import DeviceHooks
 from device_sdk.identity import TOKEN_META, Enrolment, EnrolmentError, issuer_key, obtain_token
 from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
@@ -74,7 +74,14 @@ from secagg import encoding, identity_token
 from secagg.client import ClientSession, KeyPairs
 from secagg.config import SecAggConfig
 from secagg.crypto import keys_payload
-from secagg.errors import CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError
+from secagg.errors import (
+    CohortUnverifiedError,
+    InconsistentSurvivorsError,
+    SecAggError,
+    TaskMismatchError,
+    TooFewSurvivorsError,
+)
+from secagg.floor import UnsafeParametersError
 from secagg.phases import Phase
 from secagg.plain import PlainClientSession
 from secagg.randomness import RandomSource
@@ -394,6 +401,9 @@ class DeviceClient:
             verdict = decide(self.policy, a, kind, self.ledger.history(a.query_id), spent, count,
                              self.store.is_opted_out(a.source))
             if isinstance(verdict, Refusal):
+                if verdict.reason in LOGGED_REFUSALS:  # evidence of a server below this device's floor: kept
+                    row = self.ledger.reserve(**_ledger_fields(a, Decision(None, None, None, None, None, False), now))
+                    self.ledger.refused(row, verdict.reason, verdict.detail)
                 return verdict
             row = self.ledger.reserve(**_ledger_fields(a, verdict, now))
         return Contribution(a, verdict, self.ledger, row)
@@ -601,12 +611,8 @@ class DeviceClient:
                 ahead = None
                 client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
             else:
-                if not a.peer_identity_keys:
-                    return Outcome("refused", cohort_id=a.cohort_id, reason="invalid_assignment",
-                                   detail="no peer identity keys: the cohort cannot be verified")
-                peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in a.peer_identity_keys.items()}
                 client = ClientSession(
-                    cfg, a.party_id, modular, self.key, peers, randomness=draws.secagg,
+                    cfg, a.party_id, modular, self.key, randomness=draws.secagg,
                     input_proof=proof,
                     min_survivors=contribution.min_survivors,
                     keys=ahead.keys if ahead is not None else None,
@@ -614,8 +620,11 @@ class DeviceClient:
                     verify_peers=self.policy.verify_cohort,
                     min_verified=self.policy.min_verified,
                     credentialed=self.policy.credentialed if self.policy.trusted_issuers else None,
+                    floor_assumptions=self.policy.floor_assumptions,
                 )
             message: bytes | None = client.start()  # with `ahead`, the bytes the server built from the check-in
+        except UnsafeParametersError as exc:  # below this device's own safety floor: nothing computed, nothing sent
+            return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="unsafe_parameters")
         except (ValueError, KeyError, RuntimeError) as exc:
             return Outcome("rejected", cohort_id=a.cohort_id, detail=f"cannot take part: {exc}")
         return client, message
@@ -663,8 +672,12 @@ class DeviceClient:
                 return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="survivors_below_minimum")
             except TaskMismatchError as exc:  # a peer signed another task (or its keys were swapped): nothing sent
                 return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="task_mismatch")
-            except CohortUnverifiedError as exc:  # fewer verified members than the policy's min_cohort: nothing sent
+            except CohortUnverifiedError as exc:  # fewer verified members than the policy's min_cohort: nothing revealed
                 return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="cohort_unverified")
+            except UnsafeParametersError as exc:  # neighbours short of the floor (invented identities): nothing sent
+                return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="unsafe_parameters")
+            except InconsistentSurvivorsError as exc:  # two survivor sets: nothing revealed
+                return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="inconsistent_survivors")
             except SecAggError as exc:
                 return Outcome("rejected", cohort_id=a.cohort_id, detail=f"refused server message: {exc}")
             phase = int(headers.get(HDR_PHASE, phase + 1))

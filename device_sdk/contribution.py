@@ -19,7 +19,8 @@ from queries.envelope import Assignment
 from secagg.phases import Phase
 
 BOUND_TOLERANCE = 1e-9
-LOGGED_REFUSALS = frozenset({"task_mismatch", "cohort_unverified", "not_logged"})
+LOGGED_REFUSALS = frozenset({"task_mismatch", "cohort_unverified", "not_logged", "unsafe_parameters",
+                             "inconsistent_survivors"})
 """Refusals after the device checked its cohort: kept in its transparency log (evidence of a server that broke the
 protocol, or of one it could not verify), unlike refusals under its own policy, which leave no row."""
 
@@ -65,5 +66,7 @@ class Contribution:
                 return self.ledger.record(self.row_id)
             self.ledger.release(self.row_id)
             return None
+        if refused is not None:  # refused after the masked input left (it then revealed nothing): the reason is kept
+            detail = f"{refused}: {detail}"
         self.ledger.finish(self.row_id, "finished" if finished else "abandoned", contributed, detail)
         return self.ledger.record(self.row_id)

@@ -5,6 +5,12 @@ before any local data is read and returns a `Refusal` (reason, detail) or a `Dec
 the device's ledger, the survivor floor to hold the cohort to, the bounds to hold the vector to). See
 docs/device_sdk.md for every field and what the device guarantees on its own.
 
+The safety floor: the device refuses (`unsafe_parameters`) any cohort without the consistency round (the active
+model) or whose neighbourhood degree or share threshold is below the floor it computes for the cohort's n from its
+own `corrupt_fraction` and `dropout_fraction` (`secagg.floor`; docs/secagg.md, "The safety floor"); no server setting
+lowers it. The secagg session checks it again once the members list arrives, counting neighbours without a valid
+issuer token as corrupt when issuer keys are pinned.
+
 The noise floor: for a noisy assignment the device recomputes the smallest per-device noise any accounting
 of the query's public (ε, δ, rounds, t_min) allows for the round's sensitivity (`queries.dp.floor`) —
 taking the sensitivity from the kind's own `task_sensitivity(task)` when it has one, never the server's
@@ -27,7 +33,7 @@ from queries.dp.errors import PrivacyError
 from queries.dp.floor import per_device_floor
 from queries.envelope import Assignment, RefusalReason
 from queries.kind import QueryKind, QueryKindError
-from secagg import identity_token
+from secagg import floor as safety, identity_token
 from secagg.blind_rsa import load_public_key
 from secagg.config import SecAggConfig
 from secagg.errors import ConfigError
@@ -75,6 +81,11 @@ class DevicePolicy:
       device pins the key the server shows on first use (TOFU) and never accepts another.
     - `witness_keys`, `witness_quorum`, `witness_max_age_s`: witnesses the app pins (base64 Ed25519); the head must
       extend one that `witness_quorum` of them cosigned within `witness_max_age_s` seconds.
+    - `corrupt_fraction` (γ, default ⅓) and `dropout_fraction` (default 0.15): what the device assumes of any cohort
+      — at most γ·n members collude with the server (its own invented identities count), up to that share drops out —
+      when it computes its safety floor (`secagg.floor`, 2^-40 with 40 bits of grinding): it refuses
+      (`unsafe_parameters`) a cohort without the consistency round, or whose degree or threshold is below the floor.
+      Raising γ raises the floor; no server setting lowers it.
     """
 
     allowed_sources: Collection[str] | Mapping[str, Collection[str] | None] | None = None
@@ -93,10 +104,18 @@ class DevicePolicy:
     witness_keys: Sequence[str] | None = None
     witness_quorum: int = 1
     witness_max_age_s: float = 3600.0
+    corrupt_fraction: float = safety.DEFAULT_CORRUPT_FRACTION
+    dropout_fraction: float = safety.DEFAULT_DROPOUT_FRACTION
     _sources: dict[str, frozenset[str] | None] | None = field(default=None, init=False, repr=False, compare=False)
     _issuers: dict[bytes, RSAPublicKey] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _assumptions: safety.Assumptions = field(default_factory=safety.Assumptions, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        try:
+            assumptions = safety.Assumptions(self.corrupt_fraction, self.dropout_fraction)
+        except ConfigError as exc:
+            raise PolicyError(str(exc)) from None
+        object.__setattr__(self, "_assumptions", assumptions)
         object.__setattr__(self, "_sources", _normalise_sources(self.allowed_sources))
         object.__setattr__(self, "_issuers", _issuer_keys(self.issuer_keys))
         for name in ("log_keys", "witness_keys"):
@@ -135,6 +154,11 @@ class DevicePolicy:
         """Distinct members (this device included) whose signatures for the session and task the device must verify
         before it sends its masked input: `min_cohort` when `verify_cohort` is on."""
         return self.min_cohort if self.verify_cohort else None
+
+    @property
+    def floor_assumptions(self) -> safety.Assumptions:
+        """What the device assumes when it computes its safety floor (`secagg.floor`)."""
+        return self._assumptions
 
     @property
     def trusted_issuers(self) -> dict[bytes, RSAPublicKey]:
@@ -288,6 +312,13 @@ def decide(
         cfg = SecAggConfig.from_dict(a.secagg)
     except ConfigError as exc:
         return refuse(a, "invalid_assignment", f"secagg: {exc}")
+    if a.threat_model != "active" or cfg.threat_model != "active":
+        return refuse(a, "unsafe_parameters", f"threat model {cfg.threat_model}: no consistency round, so the server "
+                      "could show parts of the cohort different survivor sets; this device requires the active model")
+    try:
+        safety.check(cfg.n, cfg.resolved_degree, cfg.share_threshold, policy.floor_assumptions)
+    except safety.UnsafeParametersError as exc:
+        return refuse(a, "unsafe_parameters", str(exc))
     p = a.privacy
     mechanism = a.noise.mechanism if a.noise is not None else "none"
     if p is not None and p.mechanism != mechanism:

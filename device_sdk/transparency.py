@@ -10,6 +10,7 @@ import json
 from device_sdk.policy import DevicePolicy, pinned_keys
 from device_sdk.store import LocalStore
 from queries.envelope import Assignment
+from secagg.config import SecAggConfig
 from translog.check import LogCheckError, check_task_proof
 from translog.heads import SignedHead, TreeHead, key_table
 from translog.wire import HeadModel, LogKeyResponse, TaskProof
@@ -54,7 +55,8 @@ class LogFollower:
         if not keys:
             raise LogCheckError("no log key pinned")
         return check_task_proof(
-            proof, task_digest=digest, query_id=a.query_id, round=a.round, cohort_id=a.cohort_id, log_keys=keys,
+            proof, task_digest=digest, secagg=SecAggConfig.from_dict(a.secagg).public_summary(), query_id=a.query_id,
+            round=a.round, cohort_id=a.cohort_id, log_keys=keys,
             last=self.last(), witness_keys=self.witnesses, quorum=self.policy.witness_quorum,
             max_witness_age_s=self.policy.witness_max_age_s, now_s=now_s)
 

@@ -34,8 +34,8 @@ is a bound, not a wait."""
 @lru_cache(maxsize=64)
 def _neighbourhood(parties: int) -> int:
     """The size of one party's closed neighbourhood in a session of `parties` (SecAgg+ graphs grow slower than n)."""
-    config = SecAggConfig(b"\0" * 16, max(parties, 2), 16, 20)
-    return len(config.neighbour_graph.closed(1))
+    config = SecAggConfig(b"\0" * 16, max(parties, 2), 16, 20, threat_model="active")
+    return config.neighbourhood_size
 
 
 @dataclass(frozen=True)

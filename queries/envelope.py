@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from translog.wire import TaskProof, b64
 from translog.wire import b64d as b64d
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Version of this device wire protocol; sent by devices in `HDR_PROTOCOL`, the server refuses any other."""
 SIGNING_DOMAIN = b"fa-device-request/v1"
 MAX_LONG_POLL_S = 60.0
@@ -53,6 +53,8 @@ RefusalReason = Literal[
     "task_mismatch",
     "cohort_unverified",
     "not_logged",
+    "unsafe_parameters",
+    "inconsistent_survivors",
 ]
 """Why a device refused an assignment (its own policy, docs/device_sdk.md); the server counts refusals by
 reason in `/metrics` (`fa_device_refusals_total{reason=…}`)."""
@@ -185,7 +187,9 @@ class Assignment(_Model):
     source: str
     task: dict[str, Any]
     secagg: dict[str, Any] = Field(description="secagg.SecAggConfig.to_dict()")
-    threat_model: Literal["semi_honest", "active"]
+    threat_model: Literal["semi_honest", "active"] = Field(
+        description="always `active` from this server (the consistency round); a device refuses anything else "
+        "(`unsafe_parameters`)")
     first_phase: int = 0
     phase_timeout_s: float
     noise: NoiseBlock | None = None
@@ -194,11 +198,6 @@ class Assignment(_Model):
     )
     privacy: AssignmentPrivacy | None = Field(
         default=None, description="the query's public privacy parameters (absent from servers before this field)"
-    )
-    peer_identity_keys: dict[str, str] | None = Field(
-        default=None, description="party id → base64 Ed25519 identity key, for the party's closed neighbourhood: the keys "
-        "its peers sign their advertised keys (bound to session and task digest) and, in the active model, the survivor "
-        "set with"
     )
     spec: dict[str, Any] | None = Field(
         default=None, description="the query's spec as stored and shown to analysts (GET /v1/queries/{id}): part of the "

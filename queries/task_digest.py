@@ -12,7 +12,7 @@ refuse before any input is sent (docs/secagg.md, "Devices that check the server"
 null, taken as the device received them; JCS is the JSON Canonicalization Scheme of RFC 8785 (members sorted by
 UTF-16 code units, numbers as IEEE-754 doubles in ECMAScript's shortest form, minimal string escapes, UTF-8).
 Integers beyond ±(2^53 − 1) are refused: two languages could read them differently. The per-device fields
-(`party_id`, `peer_identity_keys`, `server_url`, `first_phase`, `phase_timeout_s`) are left out; `cohort_id` is the
+(`party_id`, `server_url`, `first_phase`, `phase_timeout_s`) are left out; `cohort_id` is the
 session id, which the binding carries anyway. Known-answer vectors: tests/vectors/task_digest.json.
 """
 

@@ -39,6 +39,9 @@ from translog.wire import HeadModel, TaskProof
 
 SIZES = (1_000, 20_000)
 
+SECAGG = {"n": 1000, "degree": 786, "threshold": 601, "threat_model": "active", "graph_seed": "members_root/v1"}
+"""A task entry's cohort parameters (their size only matters here)."""
+
 
 def log(msg: str) -> None:
     print(f"[translog] {msg}", file=sys.stderr, flush=True)
@@ -49,7 +52,7 @@ async def _append_many(store: Store, n: int, start: int) -> float:
     for i in range(start, start + n):
         async with store._tx([LOG_LOCK]) as s:
             await store._log_append(s, [te.task_entry(f"q{i // 10}", 0, f"c{i:031d}", hashlib.sha256(str(i).encode()).digest(),
-                                                      now_ms())])
+                                                      now_ms(), SECAGG)])
     return (time.perf_counter() - t0) / n * 1000
 
 
@@ -76,7 +79,7 @@ async def run() -> dict:
                 await store._log_append(s, [te.query_entry(qid, "src", "histogram", {"kind": "histogram", "k": k}, now_ms()),
                                             te.charge_entry(qid, "src", 1.0, 1e-7, now_ms())])
             async with store._tx([LOG_LOCK]) as s:
-                await store._log_append(s, [te.task_entry(qid, 0, f"cq{target}{k:020d}", bytes(32), now_ms())])
+                await store._log_append(s, [te.task_entry(qid, 0, f"cq{target}{k:020d}", bytes(32), now_ms(), SECAGG)])
             async with store._tx([LOG_LOCK]) as s:
                 await store._log_append(s, [te.release_entry(qid, "succeeded", {"counts": [k]}, {"epsilon": 1.0}, now_ms())])
         per_query = (time.perf_counter() - t0) / 20 * 1000
@@ -93,7 +96,7 @@ async def run() -> dict:
             sizes.append(len(wire))
             e = proof.entry
             t0 = time.perf_counter()
-            check_task_proof(TaskProof.model_validate_json(wire), task_digest=bytes.fromhex(e["task_digest"]),
+            check_task_proof(TaskProof.model_validate_json(wire), task_digest=bytes.fromhex(e["task_digest"]), secagg=e["secagg"],
                              query_id=e["query_id"], round=e["round"], cohort_id=e["cohort_id"],
                              log_keys=key_table([signer.public_key]), last=before.head)
             checks.append((time.perf_counter() - t0) * 1000)

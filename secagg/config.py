@@ -27,6 +27,9 @@ SESSION_ID_BYTES = 16
 MAX_BITS = 62
 MAX_PARTIES = 1 << 20
 MAX_DIM = 1 << 26
+GRAPH_SEED_RULE = "members_root/v1"
+"""How the neighbour graph is seeded: `crypto.graph_seed(binding, members root)`, the members root over every member's
+party, identity and advertised keys as phase 0 closed — no value the server picks alone (docs/secagg.md)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,13 @@ class SecAggConfig:
         """The graph drawn from `seed` (`secagg.crypto.graph_seed`: known once phase 0 closed)."""
         degree = None if self.uses_complete_graph else self.resolved_degree
         return NeighbourGraph(self.n, degree, seed)
+
+    def public_summary(self) -> dict[str, Any]:
+        """What the transparency log's task entry records of the cohort (`translog.entries.task_entry`): n, the resolved
+        degree and threshold, the threat model and how the graph is seeded; a device checks it against its own config,
+        `fa audit` against the floor (`secagg.floor`)."""
+        return {"n": self.n, "degree": self.resolved_degree, "threshold": self.share_threshold,
+                "threat_model": self.threat_model, "graph_seed": GRAPH_SEED_RULE}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

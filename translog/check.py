@@ -4,7 +4,8 @@
 store as the last one it saw:
 
 1. the logged entry is a `task` entry for this query, round and cohort, with the digest the device computed
-   for its own assignment;
+   for its own assignment and the cohort parameters (`secagg`: n, degree, threshold, threat model, graph seed rule)
+   of its own config;
 2. the head is signed by a pinned log key;
 3. the entry is included under that head (RFC 9162 inclusion proof);
 4. the head extends the last head the device stored (same origin, no smaller, RFC 9162 consistency proof from
@@ -15,6 +16,8 @@ store as the last one it saw:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from translog.entries import entry_leaf_hash
 from translog.heads import HeadError, SignedHead, TreeHead, verify_cosignature, verify_head
@@ -30,6 +33,7 @@ def check_task_proof(
     proof: TaskProof,
     *,
     task_digest: bytes,
+    secagg: dict[str, Any],
     query_id: str,
     round: int,
     cohort_id: str,
@@ -42,7 +46,7 @@ def check_task_proof(
 ) -> SignedHead:
     e = proof.entry
     want = {"type": "task", "query_id": query_id, "round": round, "cohort_id": cohort_id,
-            "task_digest": task_digest.hex()}
+            "task_digest": task_digest.hex(), "secagg": secagg}
     wrong = [k for k, v in want.items() if e.get(k) != v]
     if wrong:
         raise LogCheckError(f"the logged entry {proof.index} is not this task (it differs in {', '.join(wrong)})")

@@ -5,7 +5,9 @@ those bytes. Every entry has `type` and `at` (Unix milliseconds when the server 
 
 - `query`    — a query was accepted: `query_id`, `source`, `kind`, its canonical `spec` and `spec_digest`;
 - `task`     — a cohort was formed: `query_id`, `round`, `cohort_id`, `task_digest` (hex; what every member
-               binds into its keys, `queries.task_digest`);
+               binds into its keys, `queries.task_digest`) and `secagg`: the parameters that protect its members
+               (`n`, `degree`, `threshold`, `threat_model`, `graph_seed`: the rule that seeds the neighbour graph),
+               which every member checks against its own config and `fa audit` against the safety floor;
 - `charge`   — a query's (ε, δ) was charged to its source: `query_id`, `source`, `epsilon`, `delta`; a charge
                for one more run of the query (its devices' data may enter a second sum of a round after a
                cohort's sum failed its opening check; docs/validation.md) also has `layer` (2, 3, …: the runs
@@ -61,9 +63,10 @@ def query_entry(query_id: str, source: str, kind: str, spec: Mapping[str, Any], 
             "spec": dict(spec), "spec_digest": digest(dict(spec))}
 
 
-def task_entry(query_id: str, round: int, cohort_id: str, task_digest: bytes, at: int) -> dict[str, Any]:
+def task_entry(query_id: str, round: int, cohort_id: str, task_digest: bytes, at: int,
+               secagg: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "task", "at": at, "query_id": query_id, "round": round, "cohort_id": cohort_id,
-            "task_digest": task_digest.hex()}
+            "task_digest": task_digest.hex(), "secagg": dict(secagg)}
 
 
 def charge_entry(query_id: str, source: str, epsilon: float, delta: float, at: int, refund: bool = False,

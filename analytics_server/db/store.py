@@ -703,14 +703,15 @@ class Store(ClusterStore, ReportStore, LogStore, BlameStore):
         phase: int = Phase.ADVERTISE_KEYS,
         owner: str | None = None,
         assignments: dict[str, dict[str, Any]] | None = None,
-        task: tuple[int, bytes] | None = None,
+        task: tuple[int, bytes, dict[str, Any]] | None = None,
     ) -> None:
         """Insert the cohort (open in `phase`, run by process `owner`) and its seats, and store each member's
-        assignment for delivery; with `task` (round index, task digest) log the cohort's task first
+        assignment for delivery; with `task` (round index, task digest, the config's `public_summary`) log the
+        cohort's task first
         (docs/transparency.md); IntegrityError if a device already has a seat in this round."""
         async with self._tx([LOG_LOCK] if task is not None else []) as s:
             if task is not None:
-                await self._log_append(s, [te.task_entry(query_id, task[0], cohort_id, task[1], now_ms())])
+                await self._log_append(s, [te.task_entry(query_id, task[0], cohort_id, task[1], now_ms(), task[2])])
             s.add(
                 Cohort(
                     id=cohort_id,

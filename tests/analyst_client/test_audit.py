@@ -27,6 +27,7 @@ from aiohttp.test_utils import TestServer
 from analyst_client import cli as analyst_cli
 from analyst_client.audit import CODES, AuditReport, audit_log, read_state
 from analyst_client.witness import init_key, read_key, witness_once
+from tests.support.translog_cases import TASK_SECAGG
 from translog import entries as te
 from translog.heads import Signer, TreeHead, key_table, verify_cosignature
 from translog.merkle import MerkleTree
@@ -55,7 +56,7 @@ def honest_transactions() -> list[list[Json]]:
         [te.budget_entry("app.theme", 3.0, 1e-6, next(at))],
         [te.query_entry("q-1", "app.theme", "histogram", spec_of("app.theme", "one"), next(at)),
          te.charge_entry("q-1", "app.theme", 1.0, 1e-7, next(at))],
-        [te.task_entry("q-1", 0, "c" * 32, hashlib.sha256(b"task q-1").digest(), next(at))],
+        [te.task_entry("q-1", 0, "c" * 32, hashlib.sha256(b"task q-1").digest(), next(at), TASK_SECAGG)],
         [te.release_entry("q-1", "succeeded", RESULT, {"epsilon": 1.0, "delta": 1e-7}, next(at))],
         [te.query_entry("q-2", "app.theme", "histogram", spec_of("app.theme", "two"), next(at)),
          te.charge_entry("q-2", "app.theme", 0.5, 1e-7, next(at))],
@@ -354,7 +355,7 @@ async def test_a_release_of_an_unlogged_query_and_entry_order_faults_are_named()
 async def test_a_second_task_for_one_cohort_is_a_conflict() -> None:
     """A server that logs two tasks for one cohort (to show its members different ones, each finding its own
     digest in the log) is caught by the audit; the task binding makes those members refuse anyway."""
-    decoy = te.task_entry("q-1", 0, "c" * 32, hashlib.sha256(b"decoy").digest(), T0 + 900)
+    decoy = te.task_entry("q-1", 0, "c" * 32, hashlib.sha256(b"decoy").digest(), T0 + 900, TASK_SECAGG)
     log = FakeLog(honest_transactions() + [[decoy]])
     server = await serve(log)
     try:
@@ -670,7 +671,7 @@ def _console_cases() -> list[tuple[str, FakeLog]]:
     bad_spec = FakeLog(honest_transactions())
     bad_spec.entries[2]["spec_digest"] = "0" * 64
     bad_spec = FakeLog([[e] for e in bad_spec.entries])
-    two_tasks = FakeLog(honest_transactions() + [[te.task_entry("q-1", 0, "c" * 32, bytes(32), T0 + 900)]])
+    two_tasks = FakeLog(honest_transactions() + [[te.task_entry("q-1", 0, "c" * 32, bytes(32), T0 + 900, TASK_SECAGG)]])
     return [("honest", FakeLog(honest_transactions())), ("altered", altered), ("over", over), ("ghost", ghost),
             ("two_tasks", two_tasks), ("runs", _runs(_run(2))), ("bad_runs", _runs(_run(3), _run(2, cohort="d" * 32))),
             ("equivocating", equivocating), ("bad_spec", bad_spec), ("empty", FakeLog([]))]

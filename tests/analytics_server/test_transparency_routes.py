@@ -17,6 +17,7 @@ from analytics_server.db.store import Store
 from analytics_server.db.translog_store import LOG_LOCK, now_ms
 from analytics_server.state import STATE
 from tests.device_sdk.fleet import Fleet, analyst, run_query
+from tests.support.translog_cases import TASK_SECAGG
 from translog import entries as te
 from translog.heads import Signer, key_table, verify_head
 from translog.merkle import MerkleTree, verify_consistency, verify_inclusion
@@ -119,7 +120,7 @@ async def test_two_processes_appending_at_once_get_consecutive_indexes_under_con
     async def append(store: Store, tag: str) -> None:
         for i in range(40):
             async with store._tx([LOG_LOCK]) as s:
-                await store._log_append(s, [te.task_entry(tag, i, f"{tag}{i:08d}", bytes(32), now_ms())])
+                await store._log_append(s, [te.task_entry(tag, i, f"{tag}{i:08d}", bytes(32), now_ms(), TASK_SECAGG)])
 
     await asyncio.gather(*(append(s, tag) for s, tag in zip(stores, ("a", "b"))))
     size, entries = await stores[0].log_entries(0, 1000)

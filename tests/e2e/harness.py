@@ -71,7 +71,7 @@ def client_session(a: dict[str, Any], device: SignedDevice, rows: list[Any] | No
     its noise and validity proof when the assignment asks for proofs."""
     from device_sdk.randomness import DeviceRandomness
     from device_sdk.validity import masked_content
-    from queries.envelope import Assignment, b64d
+    from queries.envelope import Assignment
     from queries.task_digest import task_digest
     from secagg import ClientSession, SecAggConfig, encoding
 
@@ -82,8 +82,7 @@ def client_session(a: dict[str, Any], device: SignedDevice, rows: list[Any] | No
     kind = get_kind(assignment.kind)
     vec, proof = masked_content(assignment, kind, kind.contribute(assignment.task, list(rows or []), draws.kind), draws,
                                 digest)
-    peers = {int(p): b64d(k, "peer_identity_keys", 32) for p, k in (a.get("peer_identity_keys") or {}).items()}
-    return ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits), device.key, peers, input_proof=proof,
+    return ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits), device.key, input_proof=proof,
                          task_digest=digest)
 
 

@@ -1,5 +1,6 @@
 """A server broken by the attacker who runs it: `python -m tests.e2e.malicious_server serve --db URL --port P`
-(the arguments of `fa-server`) with `FA_EVIL` = `task` | `model` | `n`.
+(the arguments of `fa-server`) with `FA_EVIL` = `task` | `model` | `n` (a device shown another task) or `sparse2` |
+`semi_honest` | `split_survivors` | `invented_neighbours` (a cohort below the devices' safety floor).
 
 It is the real server (`analytics_server.cli.main`) with two changes made in this process only:
 
@@ -28,7 +29,25 @@ It is the real server (`analytics_server.cli.main`) with two changes made in thi
    victim's task too (a second `task` entry for the cohort) and gives each device the proof of the entry for what it
    was shown: the log checks pass, the task binding does not, and `fa audit` names the second entry.
 
-Test tooling only (tests/e2e/test_checking_the_server.py); never installed.
+Below the devices' safety floor (docs/secagg.md; `secagg/floor.py`; tests/e2e/test_safety_floor_e2e.py) — each its
+own change, signatures are checked as usual:
+
+- `sparse2`: every cohort on the sparse graph of degree 2 with threshold 2 of its neighbourhood of 3 (`floor.plan`,
+  the server's choice of degree and threshold, answers that): masks a server that owns two of a device's neighbours
+  could strip, whatever `min_cohort` the devices verify beyond their neighbourhood.
+- `semi_honest`: cohorts without the consistency round — the assignment's `threat_model` and its secagg block both
+  say `semi_honest`, and the server's session runs that way.
+- `split_survivors`: the active model, but when the masked inputs close the server shows half of the honest members
+  the true survivor set and the other half a set from which some of the first half (the victims) "dropped": the
+  first half would reveal the victims' self-mask shares, the second their mask-key shares. One colluding member —
+  a real registered device whose identity key the attacker holds (`FA_EVIL_COLLUDER_KEY`, base64 of the raw Ed25519
+  private key) — signs both sets; each member is forwarded the signatures over the set it was shown. The server
+  logs which parties revealed shares and how many shares of each victim's secrets it got.
+- `invented_neighbours`: a server configured with an issuer that seats identities it invented: it registers devices
+  without an issuer token (the attacker's own fleet) and relays the real members' tokens and none for its own, so
+  that a member's neighbourhood holds fewer token holders than the share threshold.
+
+Test tooling only (tests/e2e/test_checking_the_server.py, tests/e2e/test_safety_floor_e2e.py); never installed.
 """
 
 from __future__ import annotations
@@ -71,8 +90,9 @@ def _changed(mode: str, a: Any) -> dict[str, Any] | None:
 
 
 _DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("checkin_device", default=None)
-_VICTIMS: dict[str, tuple[str, bytes, int, bytes]] = {}
-"""cohort id → (victim device, the digest of what it was shown, round, the digest of what the others were shown)"""
+_VICTIMS: dict[str, tuple[str, bytes, int, bytes, dict[str, Any]]] = {}
+"""cohort id → (victim device, the digest of what it was shown, round, the digest of what the others were shown, the
+cohort parameters it was shown)"""
 
 
 def install_log_both() -> None:
@@ -83,9 +103,9 @@ def install_log_both() -> None:
 
     async def create_cohort(self: Store, cohort_id: str, query_id: str, *args: Any, **kwargs: Any) -> None:
         if cohort_id in _VICTIMS:  # logged first: committed before any member's assignment can be delivered
-            _, digest, rnd, _ = _VICTIMS[cohort_id]
+            _, digest, rnd, _, shown = _VICTIMS[cohort_id]
             async with self._tx([LOG_LOCK]) as s:
-                await self._log_append(s, [te.task_entry(query_id, rnd, cohort_id, digest, now_ms())])
+                await self._log_append(s, [te.task_entry(query_id, rnd, cohort_id, digest, now_ms(), shown)])
         await real_create(self, cohort_id, query_id, *args, **kwargs)
 
     async def log_task_proof(self: Store, cohort_id: str, from_size: int | None, *args: Any, **kwargs: Any) -> Any:
@@ -115,7 +135,8 @@ def install(mode: str) -> None:
         update = _changed(mode, a)
         if update is not None:
             cohort.assignments[victim] = shown = a.model_copy(update=update)
-            _VICTIMS[cohort.id] = (victim, task_digest(shown), a.round, cohort.task_digest)
+            _VICTIMS[cohort.id] = (victim, task_digest(shown), a.round, cohort.task_digest,
+                                   SecAggConfig.from_dict(shown.secagg).public_summary())
             log.warning("FA_EVIL=%s: cohort %s shows party %d (device %s) another %s", mode, cohort.id[:8], a.party_id,
                         victim[:8], {"task": "task", "model": "model", "n": "cohort size"}[mode])
         return cohort

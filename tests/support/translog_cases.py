@@ -38,13 +38,17 @@ def _tree(leaves: list[str]) -> Json:
     }
 
 
+TASK_SECAGG: Json = {"n": 60, "degree": 59, "threshold": 41, "threat_model": "active", "graph_seed": "members_root/v1"}
+"""The sample task entry's cohort parameters (`SecAggConfig.public_summary()` of a 60-device complete cohort)."""
+
+
 def sample_entries() -> list[Json]:
     spec = {"kind": "histogram", "source": "app.theme", "params": {"buckets": ["dark", "light"]}, "note": "é ✓"}
     return [
         te.budget_entry(te.DEFAULT_SOURCE, 10.0, 1e-5, TIME_MS),
         te.query_entry("q-1", "app.theme", "histogram", spec, TIME_MS + 1),
         te.charge_entry("q-1", "app.theme", 1.0, 1e-7, TIME_MS + 1),
-        te.task_entry("q-1", 0, "c0ffee" * 5 + "00", hashlib.sha256(b"task").digest(), TIME_MS + 2),
+        te.task_entry("q-1", 0, "c0ffee" * 5 + "00", hashlib.sha256(b"task").digest(), TIME_MS + 2, TASK_SECAGG),
         te.release_entry("q-1", "succeeded", {"counts": {"dark": 16.5, "light": 2}}, {"epsilon": 1.0, "delta": 1e-7},
                          TIME_MS + 3),
         te.charge_entry("q-2", "app.theme", 0.5, 0.0, TIME_MS + 4, refund=True),
@@ -76,7 +80,7 @@ def task_proof_cases() -> list[Json]:
     es = sample_entries()
     t = MerkleTree(te.entry_leaf_hash(e) for e in es)
     digest = hashlib.sha256(b"task").digest()
-    ctx = {"task_digest": digest.hex(), "query_id": "q-1", "round": 0, "cohort_id": "c0ffee" * 5 + "00",
+    ctx = {"task_digest": digest.hex(), "secagg": TASK_SECAGG, "query_id": "q-1", "round": 0, "cohort_id": "c0ffee" * 5 + "00",
            "log_keys": [b64(log.public_key)], "witness_keys": [], "quorum": 1, "max_witness_age_s": 3600.0,
            "now_s": TIME_MS / 1000 + 60}
 
@@ -101,6 +105,8 @@ def task_proof_cases() -> list[Json]:
         ("honest, first head", proof(), ctx, None, "ok"),
         ("honest, consistent with the stored head", honest_from4, ctx, last(4), "ok"),
         ("another task's digest", proof(entry=other_entry), ctx, None, "the logged entry"),
+        ("another cohort's parameters", proof(), {**ctx, "secagg": {**TASK_SECAGG, "threshold": 40}}, None,
+         "the logged entry"),
         ("head signed by an unpinned key", proof(head=head(6, rogue).model_dump()), ctx, None, "tree head of size"),
         ("inclusion proof tampered", proof(inclusion=[b64(bytes(32))] + proof()["inclusion"][1:]), ctx, None,
          "inclusion proof"),
@@ -121,7 +127,7 @@ def run_case(case: Json) -> str:
     last = HeadModel.model_validate(case["last"]).parse().head if case["last"] else None
     try:
         check_task_proof(
-            TaskProof.model_validate(case["proof"]), task_digest=bytes.fromhex(c["task_digest"]),
+            TaskProof.model_validate(case["proof"]), task_digest=bytes.fromhex(c["task_digest"]), secagg=c["secagg"],
             query_id=c["query_id"], round=c["round"], cohort_id=c["cohort_id"],
             log_keys=key_table(base64.b64decode(k) for k in c["log_keys"]), last=last,
             witness_keys=key_table(base64.b64decode(k) for k in c["witness_keys"]),
