@@ -313,8 +313,9 @@ def decide(
     except ConfigError as exc:
         return refuse(a, "invalid_assignment", f"secagg: {exc}")
     if a.threat_model != "active" or cfg.threat_model != "active":
-        return refuse(a, "unsafe_parameters", f"threat model {cfg.threat_model}: no consistency round, so the server "
-                      "could show parts of the cohort different survivor sets; this device requires the active model")
+        model = cfg.threat_model if cfg.threat_model != "active" else a.threat_model
+        return refuse(a, "unsafe_parameters", f"threat model {model}: no consistency round, so the server could show "
+                      "parts of the cohort different survivor sets; this device requires the active model")
     try:
         safety.check(cfg.n, cfg.resolved_degree, cfg.share_threshold, policy.floor_assumptions)
     except safety.UnsafeParametersError as exc:

@@ -352,6 +352,27 @@ async def test_a_release_of_an_unlogged_query_and_entry_order_faults_are_named()
         await server.close()
 
 
+@pytest.mark.parametrize(("secagg", "why"), [
+    ({**TASK_SECAGG, "threat_model": "semi_honest"}, "not active"),
+    ({**TASK_SECAGG, "threshold": 40}, "threshold: 40 of a neighbourhood of 60"),
+    ({"n": 1000, "degree": 2, "threshold": 2, "threat_model": "active", "graph_seed": "members_root/v1"}, "degree: 2"),
+    ({**TASK_SECAGG, "graph_seed": "session_id"}, "graph seed"),
+    ({**TASK_SECAGG, "degree": "59"}, "not all integers"),
+])
+async def test_a_cohort_below_the_safety_floor_is_named(secagg: dict[str, Any], why: str) -> None:
+    """`fa audit` recomputes the floor a device would (secagg.floor, default assumptions) for every logged cohort: a
+    server that logs the parameters it used cannot hide a cohort its devices should have refused."""
+    unsafe = te.task_entry("q-1", 0, "d" * 32, hashlib.sha256(b"unsafe").digest(), T0 + 900, secagg)
+    log = FakeLog(honest_transactions() + [[unsafe]])
+    server = await serve(log)
+    try:
+        report = await audit(server)
+        assert [(f.code, f.index) for f in report.findings] == [("below_floor", len(log.entries) - 1)]
+        assert why in report.findings[0].message
+    finally:
+        await server.close()
+
+
 async def test_a_second_task_for_one_cohort_is_a_conflict() -> None:
     """A server that logs two tasks for one cohort (to show its members different ones, each finding its own
     digest in the log) is caught by the audit; the task binding makes those members refuse anyway."""

@@ -41,8 +41,9 @@ def assignment(mechanism: str = "skellam", epsilon: float = 1.0, delta: float = 
     wire = {
         "query_id": "q1", "round": round_, "cohort_id": os.urandom(16).hex(), "party_id": 1, "kind": "histogram",
         "source": source, "task": plan.task,
-        "secagg": SecAggConfig(session_id=os.urandom(16), n=n, dim=plan.dim, bits=40, min_survivors=t_min).to_dict(),
-        "threat_model": "semi_honest", "phase_timeout_s": 5, "noise": privacy.device_noise_block(noise),
+        "secagg": SecAggConfig(session_id=os.urandom(16), n=n, dim=plan.dim, bits=40, min_survivors=t_min,
+                               threat_model="active").to_dict(),
+        "threat_model": "active", "phase_timeout_s": 5, "noise": privacy.device_noise_block(noise),
         "privacy": privacy.assignment_privacy(spec, cal, plan, rounds, t_c),
     }
     return Assignment.model_validate({**wire, **changes})
@@ -55,6 +56,52 @@ def verdict(policy: DevicePolicy, a: Assignment, history: QueryHistory = EMPTY, 
 
 def reason(v: Refusal | Decision) -> str | None:
     return v.reason if isinstance(v, Refusal) else None
+
+
+def _secagg(a: Assignment, **changes: Any) -> dict[str, Any]:
+    return {**a.secagg, **changes}
+
+
+@pytest.mark.parametrize(("changes", "policy", "detail"), [
+    ({"threat_model": "semi_honest"}, DevicePolicy(), "threat model semi_honest"),
+    ({"secagg": {"threat_model": "semi_honest"}}, DevicePolicy(), "threat model semi_honest"),
+    ({"secagg": {"threshold": 5}}, DevicePolicy(), "threshold: 5 of a neighbourhood of 8"),  # the floor is 6 of 8
+    ({"secagg": {"n": 300, "graph": "sparse", "degree": 2, "threshold": 2}}, DevicePolicy(), "degree: 2 neighbours"),
+    ({}, DevicePolicy(corrupt_fraction=0.5), "threshold: 6 of a neighbourhood of 8"),  # a wary device's floor is 7
+])
+def test_a_cohort_below_the_device_s_own_floor_is_refused_before_anything_is_read(
+        changes: dict[str, Any], policy: DevicePolicy, detail: str) -> None:
+    """The safety floor (secagg/floor.py): no consistency round, a threshold below ⌊(m + ⌊γn⌋)/2⌋ + 1, a sparse degree
+    below the connectivity floor — whatever the server set, and however consistently it set it."""
+    a = assignment()
+    update = {k: v for k, v in changes.items() if k != "secagg"}
+    if "secagg" in changes:
+        update["secagg"] = _secagg(a, **changes["secagg"])
+    v = verdict(policy, a.model_copy(update=update))
+    assert isinstance(v, Refusal) and v.reason == "unsafe_parameters", v
+    assert detail in v.detail
+    assert isinstance(verdict(DevicePolicy(), a), Decision)  # the honest assignment passes the default floor
+
+
+def test_a_refusal_below_the_floor_is_kept_in_the_device_s_transparency_log(tmp_path: Any) -> None:
+    store = LocalStore(tmp_path / "device.db")
+    client = DeviceClient("http://127.0.0.1:9", store)
+    a = assignment()
+    bad = a.model_copy(update={"secagg": _secagg(a, threshold=5)})
+    refusal = client._admit(bad)
+    assert isinstance(refusal, Refusal) and refusal.reason == "unsafe_parameters"
+    (record,) = client.transparency_log()
+    assert record.status == "refused" and record.epsilon is None and record.detail.startswith("unsafe_parameters: ")
+    assert record.cohort_id == bad.cohort_id
+
+
+def test_the_policy_s_floor_assumptions_are_checked() -> None:
+    for name, value in (("corrupt_fraction", 1.0), ("corrupt_fraction", -0.1), ("dropout_fraction", float("nan")),
+                        ("corrupt_fraction", True)):
+        with pytest.raises(PolicyError, match=name):
+            DevicePolicy(**{name: value})
+    with pytest.raises(PolicyError, match="corrupt_fraction \\+ dropout_fraction"):
+        DevicePolicy(corrupt_fraction=0.6, dropout_fraction=0.5)
 
 
 def test_the_default_policy_accepts_an_honest_assignment() -> None:
