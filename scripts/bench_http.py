@@ -13,8 +13,8 @@
 - Checking the server (docs/secagg.md, "Devices that check the server"): 1,000 devices, the same masked round with
   the devices' cohort verification off (`verify_cohort: false`: they still sign their keys bound to the task, but
   check no peer), on (the default: every share sender's signature over its keys and the task digest checked before
-  the masked input leaves), and on in the active model (the production profile's default: the consistency round
-  too); per configuration the device requests per device, the devices' CPU per device (the `fa-sim` processes'
+  the masked input leaves) and on with identity tokens; every round runs the active model (the consistency round);
+  per configuration the device requests per device, the devices' CPU per device (the `fa-sim` processes'
   CPU over the round, their check-in polling included) and the server's CPU.
 
 The masked/unmasked and dropout comparisons run without validity proofs on both sides (an unmasked round
@@ -227,7 +227,7 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
                 "server_cpu_ms_per_device_request": round(1000 * cpu / device_requests, 3) if device_requests else None,
                 "server_peak_rss_mb": round(peak_rss_mb(server.proc.pid), 1),
                 "device_cpu_ms_per_device": round(1000 * fleet_cpu / n, 2),
-                "threat_model": (server_env or {}).get("FA_THREAT_MODEL", "semi_honest"),
+                "threat_model": "active",
                 "policy": policy or {},
                 "identity_tokens": identities,
                 "checkins_per_s": checkins_per_s,
@@ -264,13 +264,12 @@ def protocol_server_s(n: int) -> float | None:
 
 
 def verification_rounds(n: int, processes: int) -> dict[str, Any]:
-    """The same masked n-device round with the devices' cohort checks off, on (default), on in the active model
-    (production's default) and on with identity tokens (an issuer admits the fleet; each device verifies the token of
-    every peer it exchanges shares with), side by side in one run; differences per device against the checks off."""
-    configs = {
+    """The same masked n-device round (the active model, the only one on the wire) with the devices' cohort checks
+    off, on (default) and on with identity tokens (an issuer admits the fleet; each device verifies the token of every
+    peer it exchanges shares with), side by side in one run; differences per device against the checks off."""
+    configs: dict[str, tuple[dict[str, str], dict[str, Any] | None]] = {
         "verify_off": ({}, {"verify_cohort": False}),
         "verify_on": ({}, None),
-        "verify_on_active": ({"FA_THREAT_MODEL": "active"}, None),
         "verify_on_tokens": ({}, None),
     }
     rounds = {}
@@ -280,7 +279,7 @@ def verification_rounds(n: int, processes: int) -> dict[str, Any]:
         print(f"[bench_http] {name}: {rounds[name]}", file=sys.stderr, flush=True)
     base = rounds["verify_off"]
     added = {}
-    for name in ("verify_on", "verify_on_active", "verify_on_tokens"):
+    for name in ("verify_on", "verify_on_tokens"):
         r = rounds[name]
         added[name] = {
             "device_requests_per_device": round(r["device_requests_per_device"] - base["device_requests_per_device"], 2),
