@@ -39,7 +39,7 @@ collect_ignore = [] if PG_URL else ["test_cluster.py"]
 LONGEST_FIRST = [
     "test_training_e2e.py", "test_js_device_cohorts.py", "test_console_browser.py", "test_heavy_hitters_e2e.py",
     "test_readme.py", "test_memory_soak.py", "test_schemathesis.py", "test_dp_histogram.py", "test_transport.py",
-    "test_feature_stats_e2e.py", "test_checking_the_server.py", "test_identities_e2e.py", "test_tenancy.py", "test_restart.py",
+    "test_feature_stats_e2e.py", "test_checking_the_server.py", "test_safety_floor_e2e.py", "test_identities_e2e.py", "test_tenancy.py", "test_restart.py",
     "test_device_sdk_docs.py", "test_histogram_e2e.py", "test_validation_e2e.py", "test_concurrent.py",
     "test_bad_input.py", "test_dropped_long_polls.py", "test_garbage.py", "test_spec_submit.py", "test_ledger_concurrency.py",
 ]
