@@ -6,7 +6,11 @@
  * settled. The device hashes the assignment it received (taskDigest.ts) and binds the digest into its secagg keys,
  * signatures and validity proof; unless its policy says `verifyCohort: false` it verifies its peers' signatures for
  * that session and task before its masked input leaves, and refuses (`task_mismatch`, `cohort_unverified`, kept in the
- * transparency log with nothing charged) a cohort it cannot verify. `start()` / `stop()` run `runForever` in the
+ * transparency log with nothing charged) a cohort it cannot verify. It refuses (`unsafe_parameters`, kept in the
+ * transparency log) a cohort below the safety floor it computes for itself (secagg/floor.ts): without the consistency
+ * round, with a degree or threshold below the floor — before it reads any data — or, once the peer keys arrive, a
+ * neighbourhood whose token-holding members fall short of the threshold; and (`inconsistent_survivors`) a server
+ * that shows its neighbourhood two survivor sets. `start()` / `stop()` run `runForever` in the
  * background: pace steering (`retry_after`), exponential back-off with full jitter on errors, and an immediate stop
  * even mid long-poll. Every request is signed with the device's Ed25519 key, kept in the store.
  *
@@ -40,7 +44,8 @@ import { ClientSession, KeyPairs, Phase } from "./secagg/client.js";
 import { SecAggConfig } from "./secagg/config.js";
 import { keysPayload } from "./secagg/crypto.js";
 import { ModVector } from "./secagg/encoding.js";
-import { CohortUnverifiedError, SecAggError, TaskMismatchError, TooFewSurvivorsError } from "./secagg/errors.js";
+import { CohortUnverifiedError, InconsistentSurvivorsError, SecAggError, TaskMismatchError, TooFewSurvivorsError } from "./secagg/errors.js";
+import { UnsafeParametersError } from "./secagg/floor.js";
 import { LocalStore } from "./store.js";
 import { taskDigest } from "./taskDigest.js";
 import { HeadJson, LogCheckError, SignedHead, TreeHead, checkTaskProof, headJson, keyId, keyTable, parseHead, parseTaskProof, toHeadJson } from "./translog.js";
@@ -61,7 +66,7 @@ const FAILOVER_STATUSES = [502, 503, 504];
 const RETENTION_EVERY_S = 60;
 /** Refusals after the device checked its cohort: kept in its transparency log (evidence of a server that broke the
  * protocol, or of one it could not verify), unlike refusals under its own policy, which leave no row. */
-export const LOGGED_REFUSALS: ReadonlySet<string> = new Set(["task_mismatch", "cohort_unverified", "not_logged"]);
+export const LOGGED_REFUSALS: ReadonlySet<string> = new Set(["task_mismatch", "cohort_unverified", "not_logged", "unsafe_parameters", "inconsistent_survivors"]);
 
 export type OutcomeStatus = "idle" | "paused" | "refused" | "finished" | "dropped" | "aborted" | "rejected";
 
@@ -227,6 +232,9 @@ function checkEnrolment(e: unknown, policy: DevicePolicy): Enrolment {
   return { issuerUrl: url, credential: o.credential };
 }
 
+/** The decision a refused assignment's kept row records: nothing charged. */
+const NOTHING: Decision = { epsilonCharge: null, deltaCharge: null, minSurvivors: null, declaredBounds: null, noiseFloor: null, proofs: false };
+
 /** The ledger row of an accepted assignment (the query's public privacy parameters, never its sensitivities). */
 function ledgerFields(a: Assignment, d: Decision, now: number): NewRecord {
   const p = a.privacy;
@@ -278,6 +286,8 @@ class Contribution {
       await this.ledger.release(this.rowId);
       return null;
     }
+    // refused after the masked input left (it then revealed nothing): the reason is kept
+    if (refused !== null) detail = `${refused}: ${detail}`;
     await this.ledger.finish(this.rowId, finished ? "finished" : "abandoned", contributed, detail);
     return this.ledger.record(this.rowId);
   }
@@ -513,6 +523,8 @@ export class DeviceClient {
       (history, spent, count, optedOut) => decide(this.policy, a, kind, history, spent, count, optedOut),
       (v): v is Decision => !isRefusal(v),
       (verdict) => ledgerFields(a, verdict, now),
+      // evidence of a server below this device's floor: kept, charging nothing
+      (r) => (LOGGED_REFUSALS.has(r.reason) ? { fields: ledgerFields(a, NOTHING, now), reason: r.reason, detail: r.detail } : null),
     );
     if (!Array.isArray(admitted)) return admitted;
     const [verdict, row] = admitted;
@@ -668,20 +680,19 @@ export class DeviceClient {
       if (over) return outcome("refused", { cohortId: a.cohort_id, detail: over.detail, reason: over.reason });
       const [content, proof] = await maskedContent(a, kind, raw, draws, digest);
       const vec = ModVector.fromSigned(content, cfg.bits);
-      // every threat model: the device signs its keys for this session and task with its registration key, and checks
-      // its neighbours' signatures with the keys the server lists
-      if (!a.peer_identity_keys || !Object.keys(a.peer_identity_keys).length) {
-        return outcome("refused", { cohortId: a.cohort_id, detail: "no peer identity keys: the cohort cannot be verified", reason: "invalid_assignment" });
-      }
-      const peers = new Map(Object.entries(a.peer_identity_keys).map(([p, k]) => [Number(p), b64decode(k, "peer_identity_keys", 32)]));
+      // the device signs its keys for this session and task with its registration key, and checks its neighbours'
+      // signatures with the identity keys the peer keys list (each one fixed in the members list), and their tokens
+      // under the pinned issuer keys
       client = new ClientSession(cfg, a.party_id, vec, {
-        randomness: draws.secagg, identityKey: (await this.identity()).key, peerIdentityKeys: peers,
+        randomness: draws.secagg, identityKey: (await this.identity()).key,
         inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.opts.onPhaseTiming, keys: ahead?.keys,
         taskDigest: digest, verifyPeers: this.policy.verifyCohort, minVerified: this.policy.minVerified,
-        issuerKeys: this.policy.verifyCohort ? await this.policy.trustedIssuerKeys() : null,
+        issuerKeys: await this.policy.trustedIssuerKeys(), floorAssumptions: this.policy.floorAssumptions,
       });
       message = await client.start();  // with `ahead`, the bytes the server built from the check-in
     } catch (exc) {
+      // below this device's own safety floor: nothing computed, nothing sent
+      if (exc instanceof UnsafeParametersError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "unsafe_parameters" });
       return outcome("rejected", { cohortId: a.cohort_id, detail: `cannot take part: ${(exc as Error).message}` });
     }
     const dropAt = this.opts.dropout ? this.opts.dropout(a) : null;
@@ -733,6 +744,10 @@ export class DeviceClient {
         // a peer signed another task (or its keys were swapped), or fewer verified members than minCohort: nothing sent
         if (exc instanceof TaskMismatchError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "task_mismatch" });
         if (exc instanceof CohortUnverifiedError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "cohort_unverified" });
+        // neighbours short of the floor (invented identities): nothing sent
+        if (exc instanceof UnsafeParametersError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "unsafe_parameters" });
+        // two survivor sets: nothing revealed
+        if (exc instanceof InconsistentSurvivorsError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "inconsistent_survivors" });
         if (exc instanceof SecAggError) return outcome("rejected", { cohortId: a.cohort_id, detail: `refused server message: ${exc.message}` });
         throw exc;
       }
@@ -829,7 +844,7 @@ export class DeviceClient {
     let signed: SignedHead;
     try {
       signed = await checkTaskProof(log, {
-        taskDigest: digest, queryId: a.query_id, round: a.round, cohortId: a.cohort_id, logKeys: keys, last: stored?.head ?? null,
+        taskDigest: digest, secagg: SecAggConfig.fromDict(a.secagg).publicSummary(), queryId: a.query_id, round: a.round, cohortId: a.cohort_id, logKeys: keys, last: stored?.head ?? null,
         witnessKeys: await this.witnessKeys(), quorum: this.policy.witnessQuorum, maxWitnessAgeS: this.policy.witnessMaxAgeS, nowS: Date.now() / 1000,
       });
     } catch (exc) {

@@ -5,7 +5,7 @@ import { b64decode, concat, hex, utf8 } from "./bytes.js";
 import { unsafeIntegerLiterals } from "./taskDigest.js";
 import { sha256 } from "./webcrypto.js";
 
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 export const SIGNING_DOMAIN = "fa-device-request/v1";
 export const MAX_LONG_POLL_S = 60;
 export const HDR_PROTOCOL = "X-FA-Protocol";
@@ -19,7 +19,7 @@ export const REFUSAL_REASONS = [
   "source_not_allowed", "kind_not_allowed", "opted_out", "noise_required", "proofs_required", "epsilon_per_query",
   "delta_per_query", "epsilon_per_day", "participation_cap", "cohort_too_small", "survivors_below_minimum",
   "noise_below_floor", "privacy_unverifiable", "contribution_exceeds_bound", "not_eligible",
-  "invalid_assignment", "task_mismatch", "cohort_unverified", "not_logged",
+  "invalid_assignment", "task_mismatch", "cohort_unverified", "not_logged", "unsafe_parameters", "inconsistent_survivors",
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 
@@ -71,15 +71,13 @@ export interface Assignment {
   source: string;
   task: Record<string, unknown>;
   secagg: Record<string, unknown>;
+  /** Always `active` from this server (the consistency round); a device refuses anything else (`unsafe_parameters`). */
   threat_model: "semi_honest" | "active";
   first_phase: number;
   phase_timeout_s: number;
   noise: NoiseBlock | null;
   validation: ValidationBlock | null;
   privacy: AssignmentPrivacy | null;
-  /** Party id → base64 Ed25519 identity key, for the party's closed neighbourhood: the keys its peers sign their
-   * advertised keys (bound to session and task digest) and, in the active model, the survivor set with. */
-  peer_identity_keys: Record<string, string> | null;
   /** The query's spec as stored and shown to analysts: part of the task digest every device computes. */
   spec?: Record<string, unknown> | null;
   server_url: string | null;
@@ -161,7 +159,7 @@ function mechanism(v: unknown, where: string): Mechanism {
 /** `unsafeIntegers`: the integer literals beyond ±(2^53 − 1) of the JSON text `v` was parsed from, when known. */
 export function parseAssignment(v: unknown, unsafeIntegers: ReadonlySet<number> | null = null): Assignment {
   const a = fields(v, "assignment", ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model",
-    "first_phase", "phase_timeout_s", "noise", "validation", "privacy", "peer_identity_keys", "spec", "server_url"],
+    "first_phase", "phase_timeout_s", "noise", "validation", "privacy", "spec", "server_url"],
   ["query_id", "round", "cohort_id", "party_id", "kind", "source", "task", "secagg", "threat_model", "phase_timeout_s"]);
   if (!isObj(a.task)) throw new EnvelopeError("assignment.task: expected an object");
   if (!isObj(a.secagg)) throw new EnvelopeError("assignment.secagg: expected an object");
@@ -204,12 +202,6 @@ export function parseAssignment(v: unknown, unsafeIntegers: ReadonlySet<number> 
       validation: validationMode,
     };
   }
-  let peers: Record<string, string> | null = null;
-  if (a.peer_identity_keys != null) {
-    if (!isObj(a.peer_identity_keys)) throw new EnvelopeError("assignment.peer_identity_keys: expected an object");
-    peers = {};
-    for (const [k, val] of Object.entries(a.peer_identity_keys)) peers[k] = str(val, `peer_identity_keys.${k}`);
-  }
   if (a.spec != null && !isObj(a.spec)) throw new EnvelopeError("assignment.spec: expected an object");
   const serverUrl = a.server_url == null ? null : str(a.server_url, "assignment.server_url");
   if (serverUrl !== null && serverUrl.length > 2048) throw new EnvelopeError("assignment.server_url: too long");
@@ -228,7 +220,6 @@ export function parseAssignment(v: unknown, unsafeIntegers: ReadonlySet<number> 
     noise,
     validation,
     privacy,
-    peer_identity_keys: peers,
     spec: (a.spec ?? null) as Record<string, unknown> | null,
     server_url: serverUrl,
   };

@@ -18,7 +18,9 @@ export { HeadError, LogCheckError, ProofError, checkTaskProof, entryLeafHash, ke
 export type { HeadJson, TaskProofContext, TaskProofJson } from "./translog.js";
 export * as translog from "./translog.js";
 export { DIGEST_FIELDS, TaskDigestError, canonicalJson, digestView, taskDigest } from "./taskDigest.js";
-export { CohortUnverifiedError, SecAggError, SignatureError, TaskMismatchError } from "./secagg/errors.js";
+export { CohortUnverifiedError, InconsistentSurvivorsError, SecAggError, SignatureError, TaskMismatchError } from "./secagg/errors.js";
+export { Assumptions as FloorAssumptions, UnsafeParametersError, check as checkSafetyFloor, plan as planCohort, safetyFloor, thresholdFloor } from "./secagg/floor.js";
+export type { Floor } from "./secagg/floor.js";
 export { OsRandom, SeededRandom, KeyedRandom } from "./randomness.js";
 export type { RandomSource, ByteSource } from "./randomness.js";
 export { registerScoringFunction } from "./kinds/training/blackbox.js";

@@ -91,19 +91,30 @@ export class ContributionLedger {
 
   /** Decide on an assignment and reserve its row in one store transaction, so two cohorts started at once cannot
    * both pass a daily limit: `decide` gets the query's history, the (ε, contributions) charged since `since` and
-   * whether `source` is opted out; a Decision's row (`fields` of it) is reserved and its id returned with it. */
+   * whether `source` is opted out; a Decision's row (`fields` of it) is reserved and its id returned with it. A
+   * refusal for which `kept` gives a row (its fields, the reason and the detail) leaves that row in the transparency
+   * log as `refused`, charging nothing (evidence of a server below the device's floor), in the same transaction. */
   admit<D extends object, R>(
     queryId: string, source: string, since: number,
     decide: (history: QueryHistory, spentEpsilon: number, contributions: number, optedOut: boolean) => D | R,
     isDecision: (v: D | R) => v is D,
     fields: (d: D) => NewRecord,
+    kept: (r: R) => { fields: NewRecord; reason: string; detail: string } | null = () => null,
   ): Promise<[D, number] | R> {
     return this.store.transaction((t) => {
       const rows = rowsOf(t);
       const [spent, , count] = spentOf(rows, since);
       const optedOut = source in t.state.optedOut || ALL in t.state.optedOut;
       const verdict = decide(historyOf(rows, queryId), spent, count, optedOut);
-      if (!isDecision(verdict)) return verdict;
+      if (!isDecision(verdict)) {
+        const row = kept(verdict);
+        if (row !== null) {
+          const id = this.put(t, row.fields);
+          const r = t.state.contributions[String(id)] as ContributionRecord;
+          t.put("contributions", String(id), refusedRow(r, row.reason, row.detail, Date.now() / 1000));
+        }
+        return verdict;
+      }
       return [verdict, this.put(t, fields(verdict))] as [D, number];
     });
   }
@@ -159,9 +170,7 @@ export class ContributionLedger {
   /** Nothing was sent because the device refused the cohort after checking it: the row stays in the transparency log
    * with status `refused`, charging nothing. */
   refused(id: number, reason: string, detail: string, at = Date.now() / 1000): Promise<void> {
-    return this.update(id, (r) => (r.status === "pending"
-      ? { ...r, status: "refused", epsilon: null, delta: null, ended_at: at, detail: `${reason}: ${detail}`.slice(0, 500) }
-      : r));
+    return this.update(id, (r) => (r.status === "pending" ? refusedRow(r, reason, detail, at) : r));
   }
 
   release(id: number): Promise<void> {
@@ -183,6 +192,10 @@ export class ContributionLedger {
       return n;
     });
   }
+}
+
+function refusedRow(r: ContributionRecord, reason: string, detail: string, at: number): ContributionRecord {
+  return { ...r, status: "refused", epsilon: null, delta: null, ended_at: at, detail: `${reason}: ${detail}`.slice(0, 500) };
 }
 
 function rowsOf(t: Txn): ContributionRecord[] {

@@ -19,7 +19,14 @@
  * empty, the device pins the key `GET /v1/log/key` names on first use and keeps it in its store. `requireLog` (on by
  * default) refuses, with `not_logged`, an assignment that comes without a log proof; one whose proof does not check is
  * refused whatever it says. `witnessKeys` pins witnesses: the proof must then carry a head cosigned by
- * `witnessQuorum` distinct pinned witnesses within `witnessMaxAgeS` seconds, which the log's head extends. */
+ * `witnessQuorum` distinct pinned witnesses within `witnessMaxAgeS` seconds, which the log's head extends.
+ *
+ * The safety floor (secagg/floor.ts; docs/secagg.md, "The safety floor"): the device refuses (`unsafe_parameters`) any
+ * cohort without the consistency round (the active model) or whose neighbourhood degree or share threshold is below
+ * the floor it computes for the cohort's n from its own `corruptFraction` (γ, default ⅓: at most γ·n members collude
+ * with the server, its own invented identities counted) and `dropoutFraction` (default 0.15), at 2^-40 with 40 bits of
+ * grinding; no server setting lowers it. The secagg session checks it again once the members list arrives, counting
+ * neighbours without a valid issuer token as corrupt when issuer keys are pinned. */
 
 import { b64decode } from "./bytes.js";
 import { TrustedKeys, trustedKeys } from "./identityToken.js";
@@ -28,6 +35,7 @@ import { Assignment, RefusalReason } from "./envelope.js";
 import { DeviceKind, QueryKindError } from "./kinds/kind.js";
 import { QueryHistory, DAY_S } from "./ledger.js";
 import { SecAggConfig } from "./secagg/config.js";
+import * as safety from "./secagg/floor.js";
 
 export const DEFAULT_MAX_DELTA = 1e-5;
 const FLOOR_TOLERANCE = 1e-9;
@@ -59,12 +67,17 @@ export interface DevicePolicyOptions {
   witnessQuorum?: number;
   /** The oldest cosignature that counts, in seconds (default 3600). */
   witnessMaxAgeS?: number;
+  /** γ: the share of any cohort the device assumes may collude with the server (its invented identities counted), in
+   * [0, 1) (default ⅓); raising it raises the safety floor. */
+  corruptFraction?: number;
+  /** The share of any cohort the device assumes may drop out, in [0, 1) (default 0.15); γ + it must stay below 1. */
+  dropoutFraction?: number;
 }
 
 /** At most this many pinned log or witness keys. */
 export const MAX_PINNED_LOG_KEYS = 16;
 
-const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay", "verifyCohort", "issuerKeys", "logKeys", "requireLog", "witnessKeys", "witnessQuorum", "witnessMaxAgeS"];
+const KNOWN = ["allowedSources", "requireNoise", "maxEpsilonPerQuery", "maxEpsilonPerDay", "minCohort", "minSurvivors", "maxDeltaPerQuery", "requireProofs", "maxContributionsPerDay", "verifyCohort", "issuerKeys", "logKeys", "requireLog", "witnessKeys", "witnessQuorum", "witnessMaxAgeS", "corruptFraction", "dropoutFraction"];
 
 /** Base64 Ed25519 public keys (32 bytes each), validated: PolicyError naming the field and the index. */
 function ed25519Keys(v: unknown, name: string): Uint8Array[] {
@@ -97,6 +110,9 @@ export class DevicePolicy {
   readonly witnessKeys: string[];
   readonly witnessQuorum: number;
   readonly witnessMaxAgeS: number;
+  readonly corruptFraction: number;
+  readonly dropoutFraction: number;
+  private readonly assumptions: safety.Assumptions;
   private readonly logKeyRaw: Uint8Array[];
   private readonly witnessKeyRaw: Uint8Array[];
   private readonly issuerSpkis: Uint8Array[] | null;
@@ -105,6 +121,13 @@ export class DevicePolicy {
 
   constructor(o: DevicePolicyOptions = {}) {
     for (const k of Object.keys(o)) if (!KNOWN.includes(k)) throw new PolicyError(`${k}: not a DevicePolicy field (known: ${KNOWN.join(", ")})`);
+    try {
+      this.assumptions = new safety.Assumptions({ corruptFraction: o.corruptFraction, dropoutFraction: o.dropoutFraction });
+    } catch (exc) {
+      throw new PolicyError((exc as Error).message);
+    }
+    this.corruptFraction = this.assumptions.corruptFraction;
+    this.dropoutFraction = this.assumptions.dropoutFraction;
     this.allowedSources = o.allowedSources ?? null;
     this.sources = normaliseSources(this.allowedSources);
     for (const name of ["requireNoise", "requireProofs", "verifyCohort", "requireLog"] as const) {
@@ -197,6 +220,11 @@ export class DevicePolicy {
     return this.verifyCohort ? this.minCohort : null;
   }
 
+  /** What the device assumes when it computes its safety floor (secagg/floor.ts). */
+  get floorAssumptions(): safety.Assumptions {
+    return this.assumptions;
+  }
+
   get survivorFloor(): number | null {
     return this.minSurvivors ?? this.minCohort;
   }
@@ -284,6 +312,16 @@ export function decide(policy: DevicePolicy, a: Assignment, kind: DeviceKind, hi
     cfg = SecAggConfig.fromDict(a.secagg);
   } catch (exc) {
     return refuse(a, "invalid_assignment", `secagg: ${(exc as Error).message}`);
+  }
+  if (a.threat_model !== "active" || cfg.threatModel !== "active") {
+    const model = cfg.threatModel !== "active" ? cfg.threatModel : a.threat_model;
+    return refuse(a, "unsafe_parameters", `threat model ${model}: no consistency round, so the server could show parts of the cohort different survivor sets; this device requires the active model`);
+  }
+  try {
+    safety.check(cfg.n, cfg.resolvedDegree, cfg.shareThreshold, policy.floorAssumptions);
+  } catch (exc) {
+    if (exc instanceof safety.UnsafeParametersError) return refuse(a, "unsafe_parameters", exc.message);
+    throw exc;
   }
   const p = a.privacy;
   const mechanism = a.noise ? a.noise.mechanism : "none";

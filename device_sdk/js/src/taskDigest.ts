@@ -18,7 +18,7 @@
  * are taken whatever their value (`1e21`, `9007199254740992.0`). JSON.parse cannot tell the two apart, so the device
  * scans the text it received for such integer literals (`unsafeIntegerLiterals`) and passes what it found; without
  * the text, every integral number beyond ±(2^53 − 1) is refused (the conservative reading). The
- * per-device fields (`party_id`, `peer_identity_keys`, `server_url`, `first_phase`, `phase_timeout_s`) are left out;
+ * per-device fields (`party_id`, `server_url`, `first_phase`, `phase_timeout_s`) are left out;
  * `cohort_id` is the session id, which the binding carries anyway. Known-answer vectors: tests/vectors/task_digest.json. */
 
 import canonicalize from "canonicalize";

@@ -15,6 +15,7 @@
  * tests/vectors/translog.json. */
 
 import { b64decode, b64encode, concat, equalBytes, hex, utf8 } from "./bytes.js";
+import type { PublicSummary } from "./secagg/config.js";
 import { canonicalJson } from "./taskDigest.js";
 import { ed25519Verify, sha256 } from "./webcrypto.js";
 
@@ -427,6 +428,9 @@ export function hashes(proof: readonly string[], what: string): Bytes[] {
 export interface TaskProofContext {
   /** The digest the device computed for its own assignment. */
   taskDigest: Bytes;
+  /** The cohort parameters of the device's own config (secagg/config.ts `publicSummary`: n, degree, threshold, threat
+   * model, graph seed rule), which the task entry must record. */
+  secagg: PublicSummary | Record<string, unknown>;
   queryId: string;
   round: number;
   cohortId: string;
@@ -442,14 +446,25 @@ export interface TaskProofContext {
   nowS?: number;
 }
 
-/** Python's `==` between a JSON value and an int or str (True == 1, 1.0 == 1). */
+/** Python's `==` between JSON values (True == 1, 1.0 == 1; objects member by member, whatever their order). */
 function pyEquals(a: unknown, b: unknown): boolean {
   if (typeof a === "boolean" && typeof b === "number") return Number(a) === b;
+  if (typeof a === "number" && typeof b === "boolean") return a === Number(b);
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((x, i) => pyEquals(x, b[i]));
+  }
+  if (a !== null && b !== null && typeof a === "object" && typeof b === "object") {
+    const ka = Object.keys(a);
+    const kb = Object.keys(b);
+    const bo = b as Record<string, unknown>;
+    return ka.length === kb.length && ka.every((k) => Object.prototype.hasOwnProperty.call(bo, k) && pyEquals((a as Record<string, unknown>)[k], bo[k]));
+  }
   return a === b;
 }
 
 /** translog.check.check_task_proof: throw LogCheckError unless
- * 1. the logged entry is a `task` entry for this query, round and cohort, with the device's own digest;
+ * 1. the logged entry is a `task` entry for this query, round and cohort, with the device's own digest and the cohort
+ *    parameters (`secagg`: n, degree, threshold, threat model, graph seed rule) of its own config;
  * 2. the head is signed by a pinned log key;
  * 3. the entry is included under that head;
  * 4. the head extends the device's stored head (same origin, no smaller, a consistency proof from it);
@@ -461,6 +476,7 @@ export async function checkTaskProof(proof: unknown, ctx: TaskProofContext): Pro
   const e = p.entry;
   const want: [string, unknown][] = [
     ["type", "task"], ["query_id", ctx.queryId], ["round", ctx.round], ["cohort_id", ctx.cohortId], ["task_digest", hex(ctx.taskDigest)],
+    ["secagg", ctx.secagg],
   ];
   const wrong = want.filter(([k, v]) => !pyEquals(Object.prototype.hasOwnProperty.call(e, k) ? e[k] : null, v)).map(([k]) => k);
   if (wrong.length) throw new LogCheckError(`the logged entry ${p.index} is not this task (it differs in ${wrong.join(", ")})`);

@@ -3,14 +3,17 @@
  * the session uses them, sends nothing for phase 0 and answers `next` (or long-polls phase 0's next message);
  * otherwise it runs phase 0 itself; a server that refuses the field with a 422 gets check-ins without it. The keys
  * carry the device's session-free signature over them (`keysPayload`), the same one its AdvertiseKeys carries, so the
- * server builds the very bytes the device would have sent, in every threat model (bound to session and task the device
- * signs its keys again with its shares). */
+ * server builds the very bytes the device would have sent (bound to session, task and members root the device signs
+ * its keys again with its shares). The cohort here runs at threshold 2 of 3, which the devices accept because their
+ * policy assumes no corrupt member (`corruptFraction: 0`): the test server can then open the device's shares with its
+ * two peers' keys. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { b64decode, b64encode, bigToBE, hex, unhex, utf8 } from "../src/bytes.js";
+import { b64decode, b64encode, bigToBE, concat, hex, unhex, utf8 } from "../src/bytes.js";
 import { DeviceClient } from "../src/client.js";
+import { DevicePolicy } from "../src/policy.js";
 import { EnvelopeError, parseCheckin } from "../src/envelope.js";
 import { DeviceRandomness, SeededRandom } from "../src/randomness.js";
 import { ClientSession, KeyPairs } from "../src/secagg/client.js";
@@ -25,17 +28,17 @@ import { Ed25519Key, X25519Key, ed25519Verify } from "../src/webcrypto.js";
 import { Seen, bodyJson, fakeServer, idle, json, phaseMessage } from "./fakeServer.js";
 
 const COHORT = "c".repeat(32);
-const SECAGG = { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "semi_honest" };
-/** The identity keys of parties 2 and 3 (the device's own, party 1's, is listed too, as the server lists the closed
- * neighbourhood; its value is not used). */
+const SECAGG = { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "active", threshold: 2 };
+/** The identity keys of parties 2 and 3. */
 const PEER_IDS = [await Ed25519Key.fromSeed(new Uint8Array(32).fill(2)), await Ed25519Key.fromSeed(new Uint8Array(32).fill(3))];
 const assignmentFor = (threatModel: string) => ({
   query_id: "q".repeat(32), round: 0, cohort_id: COHORT, party_id: 1, kind: "histogram", source: "colors",
   task: { buckets: ["red", "blue", "green"], other_bucket: null, max_contributions: 1 },
   secagg: { ...SECAGG, threat_model: threatModel }, threat_model: threatModel, phase_timeout_s: 5,
-  peer_identity_keys: { "1": b64encode(new Uint8Array(32)), "2": b64encode(PEER_IDS[0].publicBytes), "3": b64encode(PEER_IDS[1].publicBytes) },
 });
-const ASSIGNMENT = assignmentFor("semi_honest");
+const ASSIGNMENT = assignmentFor("active");
+/** The devices' policy: a cohort assumed honest (the floor then allows threshold 2 of 3). */
+const POLICY = { corruptFraction: 0 };
 const PHASES = `/v1/device/cohorts/${COHORT}/phases`;
 const SEED = utf8("fa-checkin-keys");
 
@@ -57,8 +60,10 @@ interface Cohort {
   checkins: any[];
   /** The device's ShareKeys message, once it sent one. */
   shareKeys: () => Uint8Array | undefined;
-  /** PeerKeys for the device (party 1) with these keys, and parties 2 and 3 with `peers`' keys. */
-  peerKeys: (cPk: Uint8Array, sPk: Uint8Array) => Uint8Array;
+  /** PeerKeys for the device (party 1) with these keys, and parties 2 and 3 with `peers`' keys; with the members list. */
+  peerKeys: (cPk: Uint8Array, sPk: Uint8Array) => Promise<Uint8Array>;
+  /** The members root of the last PeerKeys built. */
+  root: () => Uint8Array;
 }
 
 /** A fake server for a 3-party cohort the device is party 1 of: `checkin` answers each check-in (its parsed body);
@@ -76,11 +81,14 @@ async function cohort(checkin: (body: any, cohort: Cohort) => Response | Promise
     assert.ok(await ed25519Verify(identity(), k.signature, c.keysPayload(k.cPk, k.sPk)), "the device's keys are signed by its identity key");
     return k;
   };
-  const peerKeys = (cPk: Uint8Array, sPk: Uint8Array) => encode({
-    type: MsgType.PeerKeys, sessionId: sid, party: 1,
-    peers: [{ party: 1, cPk, sPk, signature: advertised?.signature }, ...peers.map((k, i) => ({ party: i + 2, cPk: k.c.publicBytes, sPk: k.s.publicBytes, signature: peerSigs[i] }))],
-  });
-  const state: Cohort & { peers: KeyPairs[] } = { server: undefined as never, checkins, shareKeys: () => shareKeys, peerKeys, peers };
+  let root: Uint8Array = new Uint8Array(32);
+  const peerKeys = async (cPk: Uint8Array, sPk: Uint8Array) => {
+    const entries = [{ party: 1, identity: identity(), cPk, sPk, signature: advertised?.signature }, ...peers.map((k, i) => ({ party: i + 2, identity: PEER_IDS[i].publicBytes, cPk: k.c.publicBytes, sPk: k.s.publicBytes, signature: peerSigs[i] }))];
+    const leaves = concat(...(await Promise.all(entries.map((e) => c.memberLeaf(e.party, e.identity, e.cPk, e.sPk)))));
+    root = await c.membersRoot(leaves);
+    return encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: entries, leaves });
+  };
+  const state: Cohort & { peers: KeyPairs[] } = { server: undefined as never, checkins, shareKeys: () => shareKeys, peerKeys, root: () => root, peers };
   state.server = fakeServer(async (req: Seen) => {
     if (req.path === "/v1/device/checkin") {
       const body = bodyJson(req);
@@ -97,7 +105,7 @@ async function cohort(checkin: (body: any, cohort: Cohort) => Response | Promise
     }
     if (req.method === "GET" && req.path.startsWith(`${PHASES}/0/next?`)) {
       assert.ok(advertised, "phase 0's next message asked for before any keys were advertised");
-      return phaseMessage(peerKeys(advertised.cPk, advertised.sPk), 1);
+      return phaseMessage(await peerKeys(advertised.cPk, advertised.sPk), 1);
     }
     if (req.method === "POST" && req.path.startsWith(`${PHASES}/1?`)) {
       shareKeys = req.body;
@@ -113,16 +121,16 @@ const assigned = (extra: Record<string, unknown> = {}, assignment: Record<string
 async function device(server: ReturnType<typeof fakeServer>, opts: { keysWithCheckin?: boolean; dropout?: () => number | null } = {}) {
   const store = new LocalStore();
   await store.addMany("colors", ["red", "blue"]);
-  return new DeviceClient("http://device.test", store, { fetch: server.fetch, randomness: new SeededRandom(SEED), log: () => {}, ...opts });
+  return new DeviceClient("http://device.test", store, { fetch: server.fetch, randomness: new SeededRandom(SEED), policy: new DevicePolicy(POLICY), log: () => {}, ...opts });
 }
 
 const phaseRequests = (seen: Seen[]) => seen.filter((r) => r.path.startsWith(PHASES)).map((r) => `${r.method} ${r.path.replace(PHASES, "").split("?")[0]}`);
 
-/** The device's shares for parties 2 and 3, opened with their channel keys bound to the session and the assignment's
- * task digest: its self-mask seed b and mask key s_sk; and its signature over its keys, checked with its registration
- * key (`identity`) when given. */
-async function openShares(shareKeys: Uint8Array, deviceCPk: Uint8Array, peers: KeyPairs[], identity?: Uint8Array, assignment: Record<string, unknown> = ASSIGNMENT): Promise<{ b: Uint8Array; sSk: Uint8Array }> {
-  const bind = c.binding(SecAggConfig.fromDict(SECAGG).sessionId, await taskDigest(assignment));
+/** The device's shares for parties 2 and 3, opened with their channel keys bound to the session, the assignment's
+ * task digest and the members root: its self-mask seed b and mask key s_sk; and its signature over its keys, checked
+ * with its registration key (`identity`) when given. */
+async function openShares(shareKeys: Uint8Array, deviceCPk: Uint8Array, peers: KeyPairs[], root: Uint8Array, identity?: Uint8Array, assignment: Record<string, unknown> = ASSIGNMENT): Promise<{ b: Uint8Array; sSk: Uint8Array }> {
+  const bind = c.roundBinding(c.binding(SecAggConfig.fromDict(SECAGG).sessionId, await taskDigest(assignment)), root);
   const m = decode(shareKeys);
   if (m.type !== MsgType.ShareKeys) throw new assert.AssertionError({ message: `expected ShareKeys, got ${MsgType[m.type]}` });
   assert.equal(m.membersWanted, 0, "the complete graph: no members beyond the neighbourhood to ask for");
@@ -143,10 +151,10 @@ async function openShares(shareKeys: Uint8Array, deviceCPk: Uint8Array, peers: K
 }
 
 test("keys sent with the check-in and taken: no phase-0 request, `next` answered with those keys", async () => {
-  const fake = await cohort((body, s) => {
+  const fake = await cohort(async (body, s) => {
     if (!body.secagg_keys) return idle();
     const k = body.secagg_keys;
-    const next = s.peerKeys(b64decode(k.c_pk, "c_pk", 32), b64decode(k.s_pk, "s_pk", 32));
+    const next = await s.peerKeys(b64decode(k.c_pk, "c_pk", 32), b64decode(k.s_pk, "s_pk", 32));
     return assigned({ advertised: true, next: { phase: 1, body: b64encode(next) } });
   });
   const client = await device(fake.server);
@@ -164,37 +172,30 @@ test("keys sent with the check-in and taken: no phase-0 request, `next` answered
   const session = new ClientSession(cfg, 1, ModVector.fromUnsigned([0n, 0n, 0n], 16), { randomness: new SeededRandom(utf8("unused")), keys: expected, identityKey: identity, taskDigest: await taskDigest(ASSIGNMENT) });
   assert.equal(hex(await session.start()), hex(built));
   // the phase-1 reply is computed from the keys sent: shares sealed under the sent channel key, of the sent mask key
-  const { b, sSk } = await openShares(fake.shareKeys() as Uint8Array, expected.c.publicBytes, fake.peers, [...fake.server.identities.values()][0]);
+  const { b, sSk } = await openShares(fake.shareKeys() as Uint8Array, expected.c.publicBytes, fake.peers, fake.root(), [...fake.server.identities.values()][0]);
   assert.equal(hex((await X25519Key.fromPrivate(sSk)).publicBytes), hex(expected.s.publicBytes));
   // and start() drew nothing from the contribution's secagg stream: its first 32 bytes are the self-mask seed
   const secagg = new DeviceRandomness(new SeededRandom(SEED)).forContribution(COHORT).secagg;
   assert.equal(hex(b), hex(await secagg.bytes(32)));
 });
 
-test("active model: the keys sent with the check-in serve too (signed session-free; ShareKeys signs them for the session and task)", async () => {
-  const active = assignmentFor("active");
-  const fake = await cohort((body, s) => {
+test("a semi-honest assignment whose keys the server took from the check-in: refused (unsafe_parameters) before any phase request", async () => {
+  const semi = assignmentFor("semi_honest");
+  const fake = await cohort(async (body, s) => {
     if (!body.secagg_keys) return idle();
     const k = body.secagg_keys;
-    const next = s.peerKeys(b64decode(k.c_pk, "c_pk", 32), b64decode(k.s_pk, "s_pk", 32));
-    return assigned({ advertised: true, next: { phase: 1, body: b64encode(next) } }, active);
+    const next = await s.peerKeys(b64decode(k.c_pk, "c_pk", 32), b64decode(k.s_pk, "s_pk", 32));
+    return assigned({ advertised: true, next: { phase: 1, body: b64encode(next) } }, semi);
   });
-  const out = await (await device(fake.server)).runOnce();
-  assert.equal(out.status, "finished", out.detail);
-  assert.deepEqual(phaseRequests(fake.server.seen), ["POST /1"]);
-  // the ShareKeys signature covers the keys sent with the check-in, bound to the session and the active task's digest
-  const sent = fake.checkins[0].secagg_keys;
-  const m = decode(fake.shareKeys() as Uint8Array);
-  assert.ok(m.type === MsgType.ShareKeys);
-  const bind = c.binding(SecAggConfig.fromDict(SECAGG).sessionId, await taskDigest(active));
-  const payload = c.advertisePayload(bind, 1, b64decode(sent.c_pk, "c_pk", 32), b64decode(sent.s_pk, "s_pk", 32));
-  assert.ok(await ed25519Verify([...fake.server.identities.values()][0], m.signature, payload));
-  assert.ok(!(await ed25519Verify([...fake.server.identities.values()][0], m.signature, c.advertisePayload(c.binding(bind.subarray(0, 16)), 1, b64decode(sent.c_pk, "c_pk", 32), b64decode(sent.s_pk, "s_pk", 32)))), "not over the session alone");
-  // its shares open with channel keys bound to the same task (threshold 3 of 3 here: no reconstruction from two)
-  for (const [v, ct] of m.ciphertexts) {
-    const key = await c.channelKey(await fake.peers[v - 2].c.agree(b64decode(sent.c_pk, "c_pk", 32)), bind, 1, v);
-    assert.equal((await c.openShare(key, bind, 1, v, ct)).length, 74);
-  }
+  const client = await device(fake.server);
+  const out = await client.runOnce();
+  assert.deepEqual([out.status, out.reason], ["refused", "unsafe_parameters"]);
+  assert.match(out.detail, /^threat model semi_honest: no consistency round/);
+  assert.deepEqual(phaseRequests(fake.server.seen), [], "nothing sent for the cohort");
+  assert.equal(fake.shareKeys(), undefined);
+  const [record] = await client.transparencyLog();
+  assert.deepEqual([record.status, record.epsilon, record.sent_at], ["refused", null, null]);
+  assert.match(record.detail, /^unsafe_parameters: threat model semi_honest/);
 });
 
 test("keys taken without `next`: the device long-polls phase 0's next message, and sends nothing for phase 0", async () => {
@@ -202,7 +203,7 @@ test("keys taken without `next`: the device long-polls phase 0's next message, a
   const client = await device(fake.server);
   assert.equal((await client.runOnce()).status, "finished");
   assert.deepEqual(phaseRequests(fake.server.seen), ["GET /0/next", "POST /1"]);
-  await openShares(fake.shareKeys() as Uint8Array, b64decode(fake.checkins[0].secagg_keys.c_pk, "c_pk", 32), fake.peers);
+  await openShares(fake.shareKeys() as Uint8Array, b64decode(fake.checkins[0].secagg_keys.c_pk, "c_pk", 32), fake.peers, fake.root());
 });
 
 test("keys not taken (advertised false, or absent): the device runs phase 0 itself with the contribution's keys", async () => {

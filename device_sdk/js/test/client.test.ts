@@ -13,8 +13,8 @@ import { fakeServer, idle, json } from "./fakeServer.js";
 const assignment = (cohort: string) => parseAssignment({
   query_id: "q".repeat(32), round: 0, cohort_id: cohort, party_id: 1, kind: "histogram", source: "colors",
   task: { buckets: ["red", "blue", "green"], other_bucket: null, max_contributions: 1 },
-  secagg: { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "semi_honest" },
-  threat_model: "semi_honest", phase_timeout_s: 5, peer_identity_keys: { "1": "A".repeat(43) + "=", "2": "Ag".padEnd(43, "A") + "=", "3": "Aw".padEnd(43, "A") + "=" },
+  secagg: { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "active" },
+  threat_model: "active", phase_timeout_s: 5,
 });
 
 test("two cohorts admitted at once cannot both pass maxContributionsPerDay (one store transaction)", async () => {

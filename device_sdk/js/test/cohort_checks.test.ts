@@ -1,9 +1,13 @@
-/** Devices that check the server (device protocol 2, docs/secagg.md "Devices that check the server"): whole cohorts of
+/** Devices that check the server (device protocol 3, docs/secagg.md "Devices that check the server"): whole cohorts of
  * JS devices against a fake server that speaks the protocol like secagg/server.py. Each device hashes the assignment
  * it received into its task digest and binds it into its keys and signatures; it verifies its peers' signatures
  * before its masked input leaves and refuses — `task_mismatch` when a peer was shown another task, `cohort_unverified`
- * below its `minCohort` of verified members — reporting the refusal and keeping it in its transparency log, with
- * nothing charged. `verifyCohort: false` signs but verifies nothing. */
+ * below its `minCohort` of verified members, `unsafe_parameters` for a cohort below the safety floor it computes for
+ * itself (before it reads any data), `inconsistent_survivors` when the server shows its neighbourhood two survivor sets
+ * — reporting the refusal and keeping it in its transparency log, with nothing charged. `verifyCohort: false` signs but
+ * verifies nothing. Cohorts run in the active model at the floor's threshold (3 of 3, 3 of 4, 5 of 6 on the complete
+ * graph); the SecAgg+ cases run on a sparse graph whose devices assume an honest cohort (`HONEST`), the only way a
+ * handful of devices reaches a sparse floor. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -16,6 +20,8 @@ import { LocalStore } from "../src/store.js";
 import { CohortOptions, FakeCohort } from "./fakeServer.js";
 
 const COLORS = ["red", "blue", "green"];
+/** A device that assumes no member colludes with the server and none drops out: its floor is degree 2, threshold 2. */
+const HONEST = { corruptFraction: 0, dropoutFraction: 0 };
 
 /** A noised round whose ε the device would charge (the noise at the floor the device recomputes, plus 1 %). */
 const NOISED = {
@@ -55,28 +61,88 @@ const votes = (parties: number[]): bigint[] => COLORS.map((_, j) => BigInt(parti
 const phase2 = (cohort: FakeCohort, party: number) => cohort.requests(party).filter((r) => r === "POST /phases/2");
 
 test("an honest cohort: each device signs its keys for the session and task, verifies its peers' and the sum unmasks", async () => {
-  for (const threatModel of ["semi_honest", "active"] as const) {
-    for (const takeCheckinKeys of [false, true]) {
-      const { cohort, outs, contributions } = await run({ devices: 3, threatModel, takeCheckinKeys });
-      assert.deepEqual(outs.map((o) => [o.status, o.contributed]), [["finished", true], ["finished", true], ["finished", true]], JSON.stringify(outs));
-      assert.deepEqual(cohort.sum, votes([1, 2, 3]));
-      for (const p of [1, 2, 3]) {
-        assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "ShareKeys carries the party's signature");
-        assert.equal(cohort.shareKeys.get(p)?.membersWanted, 0);
-        assert.equal(cohort.routed.get(p)?.signatures.length, 2, "the routed shares carry both senders' signatures");
-        assert.equal(cohort.requests(p).includes("POST /phases/0"), !takeCheckinKeys, "phase 0 ran by the check-in when the keys were taken");
-        assert.equal(contributions[p - 1][0]?.status, "finished");
-      }
-      assert.equal(cohort.refusals.size, 0);
-      assert.equal(cohort.refusedByServer.size, 0);
+  for (const takeCheckinKeys of [false, true]) {
+    const { cohort, outs, contributions } = await run({ devices: 3, takeCheckinKeys });
+    assert.deepEqual(outs.map((o) => [o.status, o.contributed]), [["finished", true], ["finished", true], ["finished", true]], JSON.stringify(outs));
+    assert.deepEqual(cohort.sum, votes([1, 2, 3]));
+    assert.equal(cohort.cfg.shareThreshold, 3, "the floor's threshold for a complete cohort of 3");
+    for (const p of [1, 2, 3]) {
+      assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "ShareKeys carries the party's signature");
+      assert.equal(cohort.shareKeys.get(p)?.membersWanted, 0);
+      assert.equal(cohort.routed.get(p)?.signatures.length, 2, "the routed shares carry both senders' signatures");
+      assert.equal(cohort.requests(p).includes("POST /phases/0"), !takeCheckinKeys, "phase 0 ran by the check-in when the keys were taken");
+      assert.equal(contributions[p - 1][0]?.status, "finished");
+    }
+    assert.equal(cohort.refusals.size, 0);
+    assert.equal(cohort.refusedByServer.size, 0);
+  }
+});
+
+test("a semi-honest assignment (either threat model field) is refused with unsafe_parameters before any data is read; kept in the transparency log", async () => {
+  for (const [what, opts] of [
+    ["both", { threatModel: "semi_honest" }],
+    ["the secagg config only", { secagg: { threat_model: "semi_honest" } }],
+    ["the assignment only", { assignment: { threat_model: "semi_honest" } }],
+  ] as [string, CohortOptions | Record<string, unknown>][]) {
+    const { cohort, devices, outs, contributions } = await run({ devices: 3, ...(opts as Partial<CohortOptions>) });
+    assert.deepEqual(outs.map((o) => [o.status, o.reason]), Array(3).fill(["refused", "unsafe_parameters"]), `${what}: ${JSON.stringify(outs)}`);
+    assert.match(outs[0].detail, /^threat model semi_honest: no consistency round, so the server could show parts of the cohort different survivor sets; this device requires the active model$/);
+    for (const p of [1, 2, 3]) {
+      assert.deepEqual(cohort.requests(p), ["POST /refusal"], `${what}: party ${p} sent nothing but its refusal`);
+      assert.equal(cohort.refusals.get(p)?.reason, "unsafe_parameters");
+      const log = await devices[p - 1].transparencyLog();
+      assert.equal(log.length, 1, "the refusal is evidence: kept");
+      assert.deepEqual([log[0].status, log[0].epsilon, log[0].delta, log[0].sent_at, log[0].cohort_id], ["refused", null, null, null, cohort.cohortId]);
+      assert.match(log[0].detail, /^unsafe_parameters: threat model/);
+      assert.deepEqual(await devices[p - 1].ledger.spentSince(0), [0, 0, 0], "nothing charged, no participation counted");
+      assert.deepEqual(contributions[p - 1], []);
     }
   }
 });
 
-test("a server that shows one member another task (buckets, cohort size, privacy block): every member refuses with task_mismatch before any masked input", async () => {
+test("a cohort below the device's safety floor (threshold, degree, or the device's own γ) is refused with unsafe_parameters before any data is read", async () => {
+  const reads: number[] = [];
+  const cases: [string, CohortOptions, (p: number) => DevicePolicyOptions, RegExp][] = [
+    ["threshold 2 of 3", { devices: 3, secagg: { threshold: 2 } }, () => ({}),
+      /^threshold: 2 of a neighbourhood of 3 \(cohort of 3\), below this device's floor of 3: a server with 1 corrupt neighbours could show two survivor sets$/],
+    ["a sparse degree for 6", { devices: 6, secagg: { graph: "sparse", degree: 2 } }, () => ({}),
+      /^degree: 2 neighbours in a cohort of 6, below this device's floor of 5 \(γ=0\.333, dropout 0\.15, 2\^-40 with 40 bits of grinding\)$/],
+    ["a device that assumes half the cohort corrupt", { devices: 4 }, () => ({ corruptFraction: 0.5 }),
+      /^threshold: 3 of a neighbourhood of 4 \(cohort of 4\), below this device's floor of 4/],
+  ];
+  for (const [what, opts, policy, detail] of cases) {
+    const cohort = new FakeCohort(opts);
+    const devices: DeviceClient[] = [];
+    let read = 0;
+    for (let i = 0; i < opts.devices; i++) {
+      const store = new LocalStore();
+      await store.add("colors", COLORS[i % 3]);
+      const rows = store.rows.bind(store);
+      store.rows = (c: string) => {
+        read++;
+        return rows(c);
+      };
+      devices.push(new DeviceClient("http://fa.test", store, { fetch: cohort.fetch, policy: new DevicePolicy(policy(i + 1)), log: () => {}, checkinWaitS: 1 }));
+    }
+    for (const d of devices) cohort.seat((await d.identity()).deviceId);
+    const outs = await Promise.all(devices.map((d) => d.runOnce()));
+    assert.deepEqual(outs.map((o) => o.reason), Array(opts.devices).fill("unsafe_parameters"), `${what}: ${JSON.stringify(outs)}`);
+    assert.match(outs[0].detail, detail, what);
+    reads.push(read);
+    for (let p = 1; p <= opts.devices; p++) {
+      assert.deepEqual(cohort.requests(p), ["POST /refusal"], what);
+      const [record] = await devices[p - 1].transparencyLog();
+      assert.equal(record.status, "refused");
+      assert.equal(record.detail, `unsafe_parameters: ${outs[p - 1].detail}`);
+    }
+  }
+  assert.deepEqual(reads, [0, 0, 0], "no device read its data");
+});
+
+test("a server that shows one member another task (buckets, threshold, privacy block, spec): every member refuses with task_mismatch before any masked input", async () => {
   const lies: [string, (w: any) => void][] = [
     ["task buckets", (w) => (w.task.buckets = ["red", "blue", "yellow"])],
-    ["secagg n", (w) => (w.secagg.n = 4)],
+    ["secagg threshold", (w) => (w.secagg.threshold = 3)],
     ["privacy epsilon", (w) => (w.privacy.epsilon = 2)],
     ["spec", (w) => (w.spec.params.buckets = ["red", "blue", "yellow"])],
   ];
@@ -104,26 +170,34 @@ test("a server that shows one member another task (buckets, cohort size, privacy
   }
 });
 
+test("a member shown another cohort size refuses the members list (its n leaves); the others finish without it", async () => {
+  const { cohort, outs } = await run({ devices: 4, phaseTimeoutMs: 300, show: (p, w) => { if (p === 4) w.secagg.n = 5; return w; } });
+  assert.deepEqual([outs[3].status, outs[3].detail], ["rejected", "refused server message: members list: 4 leaves for a cohort of 5"]);
+  assert.equal(cohort.shareKeys.has(4), false, "nothing encrypted to a cohort it cannot check");
+  assert.deepEqual(outs.slice(0, 3).map((o) => o.status), ["finished", "finished", "finished"], JSON.stringify(outs));
+  assert.deepEqual(cohort.sum, votes([1, 2, 3]));
+});
+
 test("minCohort above the members a device can verify: cohort_unverified before any masked input; verifyCohort false takes the server's word", async () => {
-  // the server announces 5 members, 3 exist: every device's policy asks for 5
-  const checked = await run({ devices: 3, n: 5 }, () => ({ minCohort: 5 }));
-  assert.deepEqual(checked.outs.map((o) => o.reason), ["cohort_unverified", "cohort_unverified", "cohort_unverified"]);
-  assert.match(checked.outs[0].detail, /^cohort: 3 distinct members \(this one included\) signed their keys for this session and task, below this party's minimum of 5/);
-  for (const p of [1, 2, 3]) {
+  // the server announces 6 members, 5 exist (threshold 5 of 6: the peer keys reach it): every device's policy asks for 6
+  const checked = await run({ devices: 5, n: 6 }, () => ({ minCohort: 6 }));
+  assert.deepEqual(checked.outs.map((o) => o.reason), Array(5).fill("cohort_unverified"));
+  assert.match(checked.outs[0].detail, /^cohort: 5 distinct members \(this one included\) signed their keys for this session and task, below this party's minimum of 6/);
+  for (const p of [1, 2, 3, 4, 5]) {
     assert.deepEqual(phase2(checked.cohort, p), []);
     assert.equal(checked.cohort.refusals.get(p)?.reason, "cohort_unverified");
     const [record] = await checked.devices[p - 1].transparencyLog();
     assert.equal(record.status, "refused");
-    assert.match(record.detail, /^cohort_unverified: cohort: 3 distinct members/);
+    assert.match(record.detail, /^cohort_unverified: cohort: 5 distinct members/);
   }
-  const trusting = await run({ devices: 3, n: 5 }, () => ({ minCohort: 5, minSurvivors: 3, verifyCohort: false }));
-  assert.deepEqual(trusting.outs.map((o) => o.status), ["finished", "finished", "finished"], JSON.stringify(trusting.outs));
-  assert.deepEqual(trusting.cohort.sum, votes([1, 2, 3]));
+  const trusting = await run({ devices: 5, n: 6 }, () => ({ minCohort: 6, minSurvivors: 5, verifyCohort: false }));
+  assert.deepEqual(trusting.outs.map((o) => o.status), Array(5).fill("finished"), JSON.stringify(trusting.outs));
+  assert.deepEqual(trusting.cohort.sum, votes([1, 2, 3, 4, 5]));
 });
 
 test("SecAgg+ (sparse graph): a device asks for signed members beyond its neighbourhood and counts them toward minCohort", async () => {
-  const sparse = { graph: "sparse", degree: 2 };  // neighbourhood 3, threshold 2
-  const ok = await run({ devices: 6, secagg: sparse }, () => ({ minCohort: 5 }));
+  const sparse = { graph: "sparse", degree: 2, threshold: 2 };  // neighbourhood 3, threshold 2: at the floor of HONEST
+  const ok = await run({ devices: 6, secagg: sparse }, () => ({ minCohort: 5, ...HONEST }));
   assert.deepEqual(ok.outs.map((o) => o.status), Array(6).fill("finished"), JSON.stringify(ok.outs));
   assert.deepEqual(ok.cohort.sum, votes([1, 2, 3, 4, 5, 6]));
   for (let p = 1; p <= 6; p++) {
@@ -132,23 +206,24 @@ test("SecAgg+ (sparse graph): a device asks for signed members beyond its neighb
     assert.equal(routed?.members.length, 3);
     assert.equal(routed?.ciphertexts.length, 2);
   }
-  const withheld = await run({ devices: 6, secagg: sparse, members: "none" }, () => ({ minCohort: 5 }));
+  const withheld = await run({ devices: 6, secagg: sparse, members: "none" }, () => ({ minCohort: 5, ...HONEST }));
   assert.deepEqual(withheld.outs.map((o) => o.reason), Array(6).fill("cohort_unverified"));
   assert.match(withheld.outs[0].detail, /^cohort: 3 distinct members/);
-  const forged = await run({ devices: 6, secagg: sparse, members: "forged" }, () => ({ minCohort: 5 }));
+  const forged = await run({ devices: 6, secagg: sparse, members: "forged" }, () => ({ minCohort: 5, ...HONEST }));
   assert.deepEqual(forged.outs.map((o) => o.reason), Array(6).fill("task_mismatch"));
   assert.match(forged.outs[0].detail, /\(member list\)$/);
   for (let p = 1; p <= 6; p++) assert.deepEqual(phase2(forged.cohort, p), []);
 });
 
 test("verifyCohort false skips verification: a server that forwards no signatures is refused by checking devices only", async () => {
-  const { cohort, outs, devices } = await run({ devices: 3, forwardSignatures: false }, (p) => ({ verifyCohort: p === 1 }));
-  assert.deepEqual(outs.map((o) => [o.status, o.reason]), [["refused", "task_mismatch"], ["finished", null], ["finished", null]], JSON.stringify(outs));
+  // 4 devices, threshold 3: the cohort finishes without the one that refuses
+  const { cohort, outs, devices } = await run({ devices: 4, forwardSignatures: false }, (p) => ({ verifyCohort: p === 1 }));
+  assert.deepEqual(outs.map((o) => [o.status, o.reason]), [["refused", "task_mismatch"], ["finished", null], ["finished", null], ["finished", null]], JSON.stringify(outs));
   assert.match(outs[0].detail, /\(signatures missing\)$/);
   assert.deepEqual(phase2(cohort, 1), []);
-  for (const p of [2, 3]) assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "a device that verifies nothing still signs its keys");
+  for (const p of [2, 3, 4]) assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "a device that verifies nothing still signs its keys");
   // party 1 left after sharing keys: the server removed its pairwise masks from the survivors' inputs
-  assert.deepEqual(cohort.sum, votes([2, 3]));
+  assert.deepEqual(cohort.sum, votes([2, 3, 4]));
   assert.equal((await devices[0].transparencyLog())[0].status, "refused");
   assert.equal((await devices[1].transparencyLog())[0].status, "finished");
 });
@@ -181,4 +256,23 @@ test("a server that substitutes keys of its own for one peer's in PeerKeys: the 
     assert.deepEqual(await devices[0].ledger.spentSince(0), [0, 0, 0]);
     for (const p of [2, 3]) assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "the peers shown honest keys go on");
   }
+});
+
+test("a server that shows two parts of the cohort two survivor sets: every device refuses (inconsistent_survivors) before it reveals a share", async () => {
+  // 4 devices, threshold 3: parties 1 and 2 sign the set of all four, 3 and 4 a set without party 1; each part gets
+  // its own set back with its own part's two signatures, short of the threshold
+  const { cohort, devices, outs } = await run({ devices: 4, splitSurvivors: { parties: [3, 4], drop: 1 } });
+  assert.deepEqual(outs.map((o) => [o.status, o.reason]), Array(4).fill(["refused", "inconsistent_survivors"]), JSON.stringify(outs));
+  assert.equal(outs[0].detail, "consistency: 2 neighbours signed this survivor set, below the threshold 3: the others may have been shown another set");
+  for (let p = 1; p <= 4; p++) {
+    assert.ok(cohort.requests(p).includes("POST /phases/3"), "it signed the set it was shown");
+    assert.ok(!cohort.requests(p).includes("POST /phases/4"), "no share revealed");
+    assert.equal(cohort.refusals.get(p)?.reason, "inconsistent_survivors", "reported");
+    // the masked input had left: the row stays (abandoned, charged as sent) and keeps the reason
+    const [record] = await devices[p - 1].transparencyLog();
+    assert.equal(record.status, "abandoned");
+    assert.notEqual(record.sent_at, null);
+    assert.equal(record.detail, `inconsistent_survivors: ${outs[p - 1].detail}`);
+  }
+  assert.equal(cohort.sum, null);
 });

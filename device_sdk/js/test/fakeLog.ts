@@ -122,13 +122,15 @@ export class FakeLog {
     return this.entries.length - 1;
   }
 
-  /** The index of the `task` entry for this cohort task, appended if new. Calls run one after another: devices
-   * checking in at once must not both find the task missing and append it twice. */
-  task(queryId: string, round: number, cohortId: string, digestHex: string): Promise<number> {
+  /** The index of the `task` entry for this cohort task (with `secagg`, the config's public summary), appended if
+   * new. Calls run one after another: devices checking in at once must not both find the task missing and append it
+   * twice. */
+  task(queryId: string, round: number, cohortId: string, digestHex: string, secagg: Obj): Promise<number> {
     const next = this.taskQueue.then(() => {
-      const i = this.entries.findIndex((e) => e.type === "task" && e.query_id === queryId && e.round === round && e.cohort_id === cohortId && e.task_digest === digestHex);
+      const i = this.entries.findIndex((e) => e.type === "task" && e.query_id === queryId && e.round === round && e.cohort_id === cohortId && e.task_digest === digestHex &&
+        JSON.stringify(e.secagg) === JSON.stringify(secagg));
       if (i >= 0) return i;
-      return this.append({ type: "task", at: 1_764_300_000_000 + this.entries.length, query_id: queryId, round, cohort_id: cohortId, task_digest: digestHex });
+      return this.append({ type: "task", at: 1_764_300_000_000 + this.entries.length, query_id: queryId, round, cohort_id: cohortId, task_digest: digestHex, secagg });
     });
     this.taskQueue = next.catch(() => -1);
     return next;

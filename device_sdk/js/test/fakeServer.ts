@@ -1,12 +1,14 @@
 /** An in-memory stand-in for the device API, as a `fetch` function: registration answers with the device id the
  * public key implies (as the server does) and keeps the key, other routes from the test's handler; every request is
- * recorded. `FakeCohort` speaks the whole device protocol 2 for a cohort of real DeviceClients, the way the Python
- * server does (secagg/server.py): it verifies every AdvertiseKeys signature over the party's fresh keys (and relays
- * it in PeerKeys), every ShareKeys signature over the party's keys bound to session and
- * task, forwards the senders' signatures with the routed shares, answers `members_wanted` with signed member entries,
- * and unmasks the sum — or, told to, lies to one member about its task or substitutes keys of its own for a peer's.
- * With trusted issuer keys registration requires an identity token (403 otherwise, as analytics_server); a cohort
- * told `tokens` sends the token section with its routed shares.
+ * recorded. `FakeCohort` speaks the whole device protocol 3 for a cohort of real DeviceClients, the way the Python
+ * server does (secagg/server.py): it verifies every AdvertiseKeys signature over the party's fresh keys, closes phase 0
+ * with the members list (one leaf per party: identity and advertised keys) whose root seeds the neighbour graph and
+ * joins the binding, relays each neighbour's identity, keys, key signature (and token) in PeerKeys with the leaves,
+ * verifies every ShareKeys signature over the party's keys bound to session, task and members root, forwards the
+ * senders' signatures with the routed shares, answers `members_wanted` with signed member entries, and unmasks the sum
+ * — or, told to, lies to one member about its task, substitutes keys of its own for a peer's, invents members of its
+ * own, or shows parts of the cohort two survivor sets. With trusted issuer keys registration requires an identity token
+ * (403 otherwise, as analytics_server); a cohort told `tokens` relays a token per peer entry and member entry.
  *
  * The fake server keeps a public transparency log (fakeLog.ts): it serves `GET /v1/log/key`, and to every check-in
  * answer with an assignment and no `log` of the handler's own it adds the `task` entry of what it hands out (the
@@ -14,17 +16,17 @@
  * — so it logs whatever it shows, a decoy task too (which the log then makes public; the cohort checks still refuse
  * it). `log: false` makes a server without a log. */
 
-import { b64decode, b64encode, bigToBE, hex } from "../src/bytes.js";
+import { b64decode, bigToBE, hex } from "../src/bytes.js";
 import { HDR_DEVICE, deviceIdFor } from "../src/envelope.js";
 import { TokenError, TrustedKeys, verifyToken } from "../src/identityToken.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import * as c from "../src/secagg/crypto.js";
 import { ModVector, unpack } from "../src/secagg/encoding.js";
 import { NeighbourGraph } from "../src/secagg/graph.js";
-import { MemberEntry, Message, MsgType, ShareKind, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
+import { MemberEntry, Message, MsgType, PeerEntry, ShareKind, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
 import * as shamir from "../src/secagg/shamir.js";
 import { taskDigest, unsafeIntegerLiterals } from "../src/taskDigest.js";
-import { X25519Key, ed25519Verify } from "../src/webcrypto.js";
+import { Ed25519Key, X25519Key, ed25519Verify } from "../src/webcrypto.js";
 import { FakeLog } from "./fakeLog.js";
 
 export interface Seen {
@@ -65,7 +67,13 @@ async function withLogProof(resp: Response, request: Uint8Array, log: FakeLog): 
   const a = answer?.assignment;
   if (!a || typeof a !== "object" || "log" in answer) return resp;
   const digest = hex(await taskDigest(a, { unsafeIntegers: unsafeIntegerLiterals(text) }));
-  const index = await log.task(a.query_id, a.round, a.cohort_id, digest);
+  let summary: Record<string, unknown>;
+  try {
+    summary = SecAggConfig.fromDict(a.secagg).publicSummary() as unknown as Record<string, unknown>;
+  } catch {
+    summary = {};  // a config no device accepts: logged as it is
+  }
+  const index = await log.task(a.query_id, a.round, a.cohort_id, digest, summary);
   let fromSize: number | null = null;
   try {
     const size = JSON.parse(new TextDecoder().decode(request)).log_size;
@@ -133,6 +141,7 @@ export interface CohortOptions {
   devices: number;
   /** The cohort size the server announces (default: `devices`; more announces members that do not exist). */
   n?: number;
+  /** The model the assignment names (default active: devices refuse the semi-honest one). */
   threatModel?: "semi_honest" | "active";
   /** Extra secagg fields (graph, degree, threshold…). */
   secagg?: Obj;
@@ -152,9 +161,15 @@ export interface CohortOptions {
   substitutePeerKeys?: { to: number; peer: number };
   /** Milliseconds a phase waits for its last member before closing without it. */
   phaseTimeoutMs?: number;
-  /** Send the identity-token section with the routed shares: the token the server shows for party p (its registered
+  /** Relay identity tokens: the token the server shows for party p in peer entries and member entries (its registered
    * one is `cohort.registeredToken(p)`). */
   tokens?: (party: number, cohort: FakeCohort) => Uint8Array;
+  /** Members the server makes up (parties devices+1..devices+invented of a cohort of `devices + invented`): identities
+   * and keys of its own, their keys signed by those identities, no token; they answer nothing after phase 0. */
+  invented?: number;
+  /** Show these parties a survivor set without party `drop` in the consistency round (the others see every survivor),
+   * and each part the unmask request for the set it signed, with its own part's signatures. */
+  splitSurvivors?: { parties: number[]; drop: number };
   /** Registration requires a token under these keys. */
   trusted?: TrustedKeys;
   /** The server's transparency log (default: one of its own; false: none). */
@@ -202,10 +217,16 @@ export class FakeCohort {
   private opened: number[] = [0, 0, 0, 0, 0];
   private graph!: NeighbourGraph;
   private honestBind!: Uint8Array;
+  /** The members list as phase 0 closed (one leaf per party, zeros for a party without keys) and its root. */
+  leaves: Uint8Array | null = null;
+  root: Uint8Array | null = null;
+  private invented = new Map<number, Uint8Array>();
+  private inventing: Promise<void> | null = null;
+  private shownSurvivors = new Map<number, Uint8Array>();
 
   constructor(readonly opts: CohortOptions) {
-    const n = opts.n ?? opts.devices;
-    const tm = opts.threatModel ?? "semi_honest";
+    const n = opts.n ?? opts.devices + (opts.invented ?? 0);
+    const tm = opts.threatModel ?? "active";
     const buckets = ["red", "blue", "green"];
     const secagg = { session_id: this.sessionId, n, dim: buckets.length, bits: 16, graph: "auto", threat_model: tm, ...opts.secagg };
     this.cfg = SecAggConfig.fromDict(secagg);
@@ -227,6 +248,11 @@ export class FakeCohort {
 
   get fetch(): typeof fetch {
     return this.server.fetch;
+  }
+
+  /** Party p's closed neighbourhood in the graph drawn when phase 0 closed. */
+  closed(party: number): number[] {
+    return this.graph.closed(party);
   }
 
   /** Requests by path (without the cohort prefix and query): "POST /phases/2", "GET /phases/1/next", … */
@@ -268,15 +294,11 @@ export class FakeCohort {
     this.checkedIn.add(party);
     for (let i = 0; i < 2000 && this.checkedIn.size < this.opts.devices; i++) await sleep(5);
     if (this.checkedIn.size < this.opts.devices) return idle(1);
-    if (!this.graph) {
-      this.graph = await this.cfg.neighbourGraph();
-      this.honestBind = c.binding(this.cfg.sessionId, await taskDigest(this.base));
-    }
+    this.honestBind ??= c.binding(this.cfg.sessionId, await taskDigest(this.base));
+    await (this.inventing ??= this.invent());
     if (!this.parties.has(party)) {
       const identity = this.server.identities.get(device) as Uint8Array;
-      const peers: Record<string, string> = {};
-      for (const [d, p] of this.byDevice) if (this.graph.closed(party).includes(p)) peers[String(p)] = b64encode(this.server.identities.get(d) as Uint8Array);
-      const honest = { ...this.base, party_id: party, peer_identity_keys: peers };
+      const honest = { ...this.base, party_id: party };
       const wire = this.opts.show ? this.opts.show(party, structuredClone(honest)) : honest;
       // the server binds what it showed this party: a lying server makes each signature verify for its own sender
       this.parties.set(party, { deviceId: device, identity, wire, bind: c.binding(this.cfg.sessionId, await taskDigest(wire)) });
@@ -299,12 +321,25 @@ export class FakeCohort {
     return json(200, { assignment: wire, queries_running: 1, ...extra });
   }
 
+  /** The members the server makes up: identities and fresh keys of its own, the keys signed by those identities
+   * (they pass every signature check; only an issuer's token could tell them apart). */
+  private async invent(): Promise<void> {
+    for (let i = 1; i <= (this.opts.invented ?? 0); i++) {
+      const party = this.opts.devices + i;
+      const identity = await Ed25519Key.fromSeed(new Uint8Array(32).fill(0xe0 + i));
+      const cPk = (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x60 + 2 * i))).publicBytes;
+      const sPk = (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x61 + 2 * i))).publicBytes;
+      this.invented.set(party, identity.publicBytes);
+      this.keys.set(party, { cPk, sPk, signature: await identity.sign(c.keysPayload(cPk, sPk)) });
+    }
+  }
+
   // -- phases -----------------------------------------------------------------------------------
 
   /** Parties expected to answer phase `p`: those the previous phase's close sent a message, less the refusals. */
   private expected(p: number): number[] {
     const prev = p === 0 ? new Set(this.byDevice.values()) : new Set(this.out[p === 4 && !this.cfg.active ? 2 : p - 1]?.keys() ?? []);
-    return sorted(prev).filter((u) => !this.refusals.has(u) && !this.refusedByServer.has(u));
+    return sorted(prev).filter((u) => !this.refusals.has(u) && !this.refusedByServer.has(u) && !this.invented.has(u));
   }
 
   private async submit(party: number, phase: number, body: Uint8Array): Promise<Response> {
@@ -334,7 +369,7 @@ export class FakeCohort {
     } else if (phase === 2 && (msg.type === MsgType.MaskedInput || msg.type === MsgType.MaskedInputProved)) {
       this.masked.set(party, unpack(msg.packed, msg.dim, msg.bits));
     } else if (phase === 3 && msg.type === MsgType.ConsistencySignature) {
-      const bitmap = encodeBitmap(this.masked.keys(), this.cfg.n);
+      const bitmap = this.shownSurvivors.get(party) as Uint8Array;
       if (!(await ed25519Verify(p.identity, msg.signature, c.consistencyPayload(this.honestBind, bitmap)))) return json(400, { error: "consistency signature" });
       this.consistency.set(party, msg.signature);
     } else if (phase === 4 && msg.type === MsgType.UnmaskShares) {
@@ -376,23 +411,58 @@ export class FakeCohort {
     return this.closing[p] as Promise<void>;
   }
 
+  /** The identity key of party v (a device's registered one, or one the server made up). */
+  private identityOf(v: number): Uint8Array {
+    return this.invented.get(v) ?? (this.parties.get(v) as Party).identity;
+  }
+
+  /** The members list over `keys` (party → identity and advertised keys), zeros for the parties without keys. */
+  private async membersList(entries: Map<number, PeerEntry>): Promise<Uint8Array> {
+    const leaves = new Uint8Array(this.cfg.n * c.MEMBER_LEAF_BYTES);
+    for (const [v, e] of entries) leaves.set(await c.memberLeaf(v, e.identity, e.cPk, e.sPk), (v - 1) * c.MEMBER_LEAF_BYTES);
+    return leaves;
+  }
+
+  /** secagg/server.py `_close_advertise_keys`: the members list and its root, the graph drawn from it, the binding
+   * extended with it; each party's PeerKeys lists its neighbours that advertised keys (identity, keys, signature,
+   * token) and carries the leaves. */
   private async closeAdvertise(): Promise<Map<number, Uint8Array>> {
     const u1 = sorted(this.keys.keys()).filter((u) => !this.refusals.has(u));
+    const tok = this.opts.tokens;
+    const entries = new Map<number, PeerEntry>(u1.map((v) => {
+      const k = this.keys.get(v) as { cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array };
+      const token = tok && !this.invented.has(v) ? tok(v, this) : new Uint8Array(0);
+      return [v, { party: v, identity: this.identityOf(v), cPk: k.cPk, sPk: k.sPk, signature: k.signature, token }];
+    }));
+    const leaves = await this.membersList(entries);
+    const root = await c.membersRoot(leaves);
+    this.leaves = leaves;
+    this.root = root;
+    this.graph = await this.cfg.neighbourGraph(await c.graphSeed(this.honestBind, root));
+    this.honestBind = c.roundBinding(this.honestBind, root);
+    for (const p of this.parties.values()) p.bind = c.roundBinding(p.bind, root);
     const out = new Map<number, Uint8Array>();
     for (const u of u1) {
-      const peers = this.graph.closed(u).filter((v) => u1.includes(v)).map((v) => ({ party: v, ...(this.keys.get(v) as { cPk: Uint8Array; sPk: Uint8Array; signature: Uint8Array }) }));
+      if (this.invented.has(u)) continue;
+      let peers = this.graph.closed(u).filter((v) => u1.includes(v)).map((v) => entries.get(v) as PeerEntry);
+      let shown = leaves;
       const sub = this.opts.substitutePeerKeys;
       if (sub && sub.to === u) {
-        const i = peers.findIndex((e) => e.party === sub.peer);
-        // the server's own keys (its two fresh public keys: any distinct valid points do), under the peer's signature
-        if (i >= 0) peers[i] = { ...peers[i], cPk: (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x51))).publicBytes, sPk: (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x52))).publicBytes };
+        // the server's own keys (its two fresh public keys: any distinct valid points do), under the peer's signature,
+        // in the entry and in the leaves it shows this party
+        const forged = new Map(entries);
+        const e = forged.get(sub.peer) as PeerEntry;
+        forged.set(sub.peer, { ...e, cPk: (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x51))).publicBytes, sPk: (await X25519Key.fromPrivate(new Uint8Array(32).fill(0x52))).publicBytes });
+        peers = peers.map((p) => forged.get(p.party) as PeerEntry);
+        shown = await this.membersList(forged);
       }
-      out.set(u, encode({ type: MsgType.PeerKeys, sessionId: this.cfg.sessionId, party: u, peers }));
+      out.set(u, encode({ type: MsgType.PeerKeys, sessionId: this.cfg.sessionId, party: u, peers, leaves: shown }));
     }
     return out;
   }
 
   private closeShareKeys(): Map<number, Uint8Array> {
+    const tok = this.opts.tokens;
     const u2 = sorted(this.shareKeys.keys()).filter((u) => !this.refusals.has(u));
     const out = new Map<number, Uint8Array>();
     for (const v of u2) {
@@ -407,11 +477,10 @@ export class FakeCohort {
         const k = this.keys.get(w) as { cPk: Uint8Array; sPk: Uint8Array };
         const signature = Uint8Array.from((this.shareKeys.get(w) as { signature: Uint8Array }).signature);
         if (this.opts.members === "forged") signature[0] ^= 1;
-        members.push({ party: w, identity: (this.parties.get(w) as Party).identity, cPk: k.cPk, sPk: k.sPk, signature });
+        members.push({ party: w, identity: this.identityOf(w), cPk: k.cPk, sPk: k.sPk, signature });
       }
-      const tok = this.opts.tokens;
-      const tokens = tok ? { senders: senders.map((u) => tok(u, this)), members: members.map((e) => tok(e.party, this)) } : null;
-      const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, signatures, members, tokens });
+      const memberTokens = tok ? members.map((e) => tok(e.party, this)) : null;
+      const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, signatures, members, memberTokens });
       this.routed.set(v, decode(msg) as Extract<Message, { type: MsgType.RoutedShares }>);
       out.set(v, msg);
     }
@@ -425,16 +494,25 @@ export class FakeCohort {
   private closeMasked(): Map<number, Uint8Array> {
     const u3 = this.survivors();
     const bitmap = encodeBitmap(u3, this.cfg.n);
+    const split = this.opts.splitSurvivors;
+    const other = split ? encodeBitmap(u3.filter((u) => u !== split.drop), this.cfg.n) : bitmap;
     const sid = this.cfg.sessionId;
+    for (const u of u3) this.shownSurvivors.set(u, split?.parties.includes(u) ? other : bitmap);
     return new Map(u3.map((u) => [u, this.cfg.active
-      ? encode({ type: MsgType.ConsistencyRequest, sessionId: sid, party: u, survivors: bitmap })
+      ? encode({ type: MsgType.ConsistencyRequest, sessionId: sid, party: u, survivors: this.shownSurvivors.get(u) as Uint8Array })
       : encode({ type: MsgType.UnmaskRequest, sessionId: sid, party: u, survivors: bitmap, signatures: [] })]));
   }
 
+  /** Each party gets the set it signed and the signatures of its neighbours shown that same set (secagg/server.py
+   * `_close_consistency_check`: the neighbours' signatures). */
   private closeConsistency(): Map<number, Uint8Array> {
-    const bitmap = encodeBitmap(this.survivors(), this.cfg.n);
-    const signatures = sorted(this.consistency.keys()).map((u) => [u, this.consistency.get(u)] as [number, Uint8Array]);
-    return new Map(signatures.map(([u]) => [u, encode({ type: MsgType.UnmaskRequest, sessionId: this.cfg.sessionId, party: u, survivors: bitmap, signatures })]));
+    const signers = sorted(this.consistency.keys());
+    return new Map(signers.map((u) => {
+      const bitmap = this.shownSurvivors.get(u) as Uint8Array;
+      const signatures = signers.filter((w) => this.graph.closed(u).includes(w) && hex(this.shownSurvivors.get(w) as Uint8Array) === hex(bitmap))
+        .map((w) => [w, this.consistency.get(w)] as [number, Uint8Array]);
+      return [u, encode({ type: MsgType.UnmaskRequest, sessionId: this.cfg.sessionId, party: u, survivors: bitmap, signatures })];
+    }));
   }
 
   /** The sum: survivors' masked inputs, less their self masks and the pairwise masks they shared with parties that

@@ -14,13 +14,13 @@ function assignment(round: number, n: number, tC: number): Assignment {
   return {
     query_id: "q1", round, cohort_id: "c0".repeat(16), party_id: 1, kind: "histogram", source: "words",
     task: { buckets: ["a", "b", "c"], other_bucket: null, max_contributions: 1 },
-    secagg: { session_id: "7f".repeat(16), n, dim: 3, bits: 40, graph: "auto", threat_model: "semi_honest" },
-    threat_model: "semi_honest", first_phase: 0, phase_timeout_s: 5,
+    secagg: { session_id: "7f".repeat(16), n, dim: 3, bits: 40, graph: "auto", threat_model: "active" },
+    threat_model: "active", first_phase: 0, phase_timeout_s: 5,
     noise: { mechanism: "skellam", scale: 1e6, std: 1e3, encoding_scale: 1 },  // far above any floor
     validation: null,
     privacy: { mechanism: "skellam", epsilon: 1, delta: 1e-6, rounds: 3, t_min: tC, l1_sensitivity: 1, l2_sensitivity: 1,
                weight: 1, validation: "none" },
-    peer_identity_keys: null, server_url: null,
+    server_url: null,
   };
 }
 

@@ -1,91 +1,158 @@
-/** The client's checks of protocol 2 at the session level (secagg/client.py's): before computing its masked input a
- * party verifies every share sender's signature over its advertised keys bound to session and task, and every member
- * entry the server adds (non-neighbours in 1..n, once each, signed with their own identity key), and counts distinct
- * identities toward `minVerified`; any failure aborts the session. */
+/** The client's checks of protocol 3 at the session level (secagg/client.py's): the members list (its own leaf, every
+ * peer's and member's entry against its leaf, the graph drawn from the members root, which then joins the binding),
+ * every peer's signature over its keys before any share is encrypted, every share sender's and member entry's
+ * signature bound to session, task and members root before its masked input is computed, distinct identities toward
+ * `minVerified` (counted again among the survivors), the consistency round (`InconsistentSurvivorsError`) and the
+ * safety floor (`UnsafeParametersError`); any failure aborts the session. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { utf8 } from "../src/bytes.js";
+import { concat, utf8 } from "../src/bytes.js";
 import { SeededRandom } from "../src/randomness.js";
 import { ClientSession, Phase } from "../src/secagg/client.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import * as c from "../src/secagg/crypto.js";
 import { ModVector } from "../src/secagg/encoding.js";
-import { CohortUnverifiedError, ConfigError, InconsistentSetsError, SignatureError, TaskMismatchError, WrongPhaseError } from "../src/secagg/errors.js";
-import { MemberEntry, Message, MsgType, decode, encode } from "../src/secagg/messages.js";
+import {
+  CohortUnverifiedError, ConfigError, DuplicateKeyError, InconsistentSetsError, InconsistentSurvivorsError, SignatureError, TaskMismatchError, WrongPhaseError,
+} from "../src/secagg/errors.js";
+import { Assumptions, UnsafeParametersError } from "../src/secagg/floor.js";
+import { NeighbourGraph } from "../src/secagg/graph.js";
+import { MemberEntry, Message, MsgType, PeerEntry, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
 import { Ed25519Key, ed25519Verify } from "../src/webcrypto.js";
 
 const SID = "0123456789abcdef0123456789abcdef";
 const DIGEST = new Uint8Array(32).fill(0xd1);
 type ShareKeys = Extract<Message, { type: MsgType.ShareKeys }>;
+type Advert = Extract<Message, { type: MsgType.AdvertiseKeys }>;
+
+/** Every party's PeerKeys entry as the server fixes it when phase 0 closes, and the members list over them. */
+async function membersOf(n: number, entries: Map<number, PeerEntry>): Promise<{ leaves: Uint8Array; root: Uint8Array }> {
+  const leaves = new Uint8Array(n * c.MEMBER_LEAF_BYTES);
+  for (const [v, e] of entries) leaves.set(await c.memberLeaf(v, e.identity, e.cPk, e.sPk), (v - 1) * c.MEMBER_LEAF_BYTES);
+  return { leaves, root: await c.membersRoot(leaves) };
+}
 
 interface Setup {
   cfg: SecAggConfig;
   ids: Map<number, Ed25519Key>;
   sessions: Map<number, ClientSession>;
-  keys: Map<number, { cPk: Uint8Array; sPk: Uint8Array; signature?: Uint8Array }>;
+  entries: Map<number, PeerEntry>;
+  leaves: Uint8Array;
+  graph: NeighbourGraph;
   shares: Map<number, ShareKeys>;
   closed: (p: number) => number[];
+  /** Session ‖ task digest ‖ members root. */
   bind: Uint8Array;
+  /** PeerKeys for party u: its neighbours' entries (or `peers`) and the leaves (or `leaves`). */
+  peerKeys: (u: number, o?: { peers?: PeerEntry[]; leaves?: Uint8Array }) => Uint8Array;
   /** RoutedShares for party v: its neighbours' shares and signatures, and `members` as given. */
   routed: (v: number, o?: { signatures?: Uint8Array[]; members?: MemberEntry[] }) => Uint8Array;
   /** An honest member entry for party w (as the server builds it from w's share keys). */
   member: (w: number) => MemberEntry;
 }
 
-/** n sessions run to the point where each has sent its ShareKeys; `digestOf(p)` is the task party p was shown. */
-async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVerified?: (p: number) => number | undefined; digestOf?: (p: number) => Uint8Array } = {}): Promise<Setup> {
+/** n sessions run to the point where each has sent its ShareKeys (`upTo: "adverts"`: only started); `digestOf(p)` is
+ * the task party p was shown. The server's binding is the honest one (DIGEST). */
+async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVerified?: (p: number) => number | undefined; digestOf?: (p: number) => Uint8Array; upTo?: "adverts" } = {}): Promise<Setup> {
   const cfg = SecAggConfig.fromDict({ session_id: SID, n, dim: 2, bits: 16, ...secagg });
-  const graph = await cfg.neighbourGraph();
   const ids = new Map<number, Ed25519Key>();
   for (let p = 1; p <= n; p++) ids.set(p, await Ed25519Key.fromSeed(new Uint8Array(32).fill(p)));
-  const publics = new Map([...ids].map(([p, k]) => [p, k.publicBytes]));
   const sessions = new Map<number, ClientSession>();
-  const keys = new Map<number, { cPk: Uint8Array; sPk: Uint8Array; signature?: Uint8Array }>();
+  const entries = new Map<number, PeerEntry>();
   for (let p = 1; p <= n; p++) {
     const s = new ClientSession(cfg, p, ModVector.fromUnsigned([BigInt(p), 1n], 16), {
-      randomness: new SeededRandom(utf8(`party ${p}`)), identityKey: ids.get(p), peerIdentityKeys: publics,
-      taskDigest: o.digestOf?.(p) ?? DIGEST, minVerified: o.minVerified?.(p),
+      randomness: new SeededRandom(utf8(`party ${p}`)), identityKey: ids.get(p), taskDigest: o.digestOf?.(p) ?? DIGEST, minVerified: o.minVerified?.(p),
     });
     sessions.set(p, s);
-    const ad = decode(await s.start());
-    assert.ok(ad.type === MsgType.AdvertiseKeys);
+    const ad = decode(await s.start()) as Advert;
     assert.ok(await ed25519Verify((ids.get(p) as Ed25519Key).publicBytes, ad.signature as Uint8Array, c.keysPayload(ad.cPk, ad.sPk)), "AdvertiseKeys carries the signature over the keys");
-    keys.set(p, { cPk: ad.cPk, sPk: ad.sPk, signature: ad.signature });
+    entries.set(p, { party: p, identity: (ids.get(p) as Ed25519Key).publicBytes, cPk: ad.cPk, sPk: ad.sPk, signature: ad.signature });
   }
+  const { leaves, root } = await membersOf(n, entries);
+  const honest = c.binding(cfg.sessionId, DIGEST);
+  const graph = await cfg.neighbourGraph(await c.graphSeed(honest, root));
+  const bind = c.roundBinding(honest, root);
+  const peerKeys = (u: number, k: { peers?: PeerEntry[]; leaves?: Uint8Array } = {}) =>
+    encode({ type: MsgType.PeerKeys, sessionId: cfg.sessionId, party: u, peers: k.peers ?? graph.closed(u).map((v) => entries.get(v) as PeerEntry), leaves: k.leaves ?? leaves });
   const shares = new Map<number, ShareKeys>();
-  for (let p = 1; p <= n; p++) {
-    const peers = graph.closed(p).map((v) => ({ party: v, ...(keys.get(v) as { cPk: Uint8Array; sPk: Uint8Array }) }));
-    shares.set(p, decode((await (sessions.get(p) as ClientSession).receive(encode({ type: MsgType.PeerKeys, sessionId: cfg.sessionId, party: p, peers }))) as Uint8Array) as ShareKeys);
+  if (o.upTo !== "adverts") {
+    for (let p = 1; p <= n; p++) shares.set(p, decode((await (sessions.get(p) as ClientSession).receive(peerKeys(p))) as Uint8Array) as ShareKeys);
   }
-  const bind = c.binding(cfg.sessionId, DIGEST);
   const member = (w: number): MemberEntry => {
-    const k = keys.get(w) as { cPk: Uint8Array; sPk: Uint8Array };
-    return { party: w, identity: (ids.get(w) as Ed25519Key).publicBytes, cPk: k.cPk, sPk: k.sPk, signature: (shares.get(w) as ShareKeys).signature };
+    const e = entries.get(w) as PeerEntry;
+    return { party: w, identity: e.identity, cPk: e.cPk, sPk: e.sPk, signature: (shares.get(w) as ShareKeys).signature };
   };
   const routed = (v: number, r: { signatures?: Uint8Array[]; members?: MemberEntry[] } = {}) => {
     const senders = graph.closed(v).filter((u) => u !== v);
     const cts = senders.map((u) => [u, (shares.get(u) as ShareKeys).ciphertexts.find(([x]) => x === v)![1]] as [number, Uint8Array]);
     return encode({ type: MsgType.RoutedShares, sessionId: cfg.sessionId, party: v, ciphertexts: cts, signatures: r.signatures ?? senders.map((u) => (shares.get(u) as ShareKeys).signature), members: r.members ?? [] });
   };
-  return { cfg, ids, sessions, keys, shares, closed: (p) => graph.closed(p), bind, routed, member };
+  return { cfg, ids, sessions, entries, leaves, graph, shares, closed: (p) => graph.closed(p), bind, peerKeys, routed, member };
 }
 
-test("ShareKeys carries the party's signature over its keys bound to session and task, and members_wanted", async () => {
+test("ShareKeys carries the party's signature over its keys bound to session, task and members root, and members_wanted", async () => {
   const s = await setup(3);
   for (const [p, m] of s.shares) {
-    const k = s.keys.get(p) as { cPk: Uint8Array; sPk: Uint8Array };
-    const ok = await ed25519Verify((s.ids.get(p) as Ed25519Key).publicBytes, m.signature, c.advertisePayload(s.bind, p, k.cPk, k.sPk));
+    const e = s.entries.get(p) as PeerEntry;
+    const ok = await ed25519Verify(e.identity, m.signature, c.advertisePayload(s.bind, p, e.cPk, e.sPk));
     assert.ok(ok, `party ${p}`);
+    assert.ok(!(await ed25519Verify(e.identity, m.signature, c.advertisePayload(s.bind.subarray(0, 48), p, e.cPk, e.sPk))), "not without the members root");
     assert.equal(m.membersWanted, 0);
   }
-  // SecAgg+ (8 parties, degree 2: neighbourhood 3, threshold 2): min(n, minVerified) − t members beyond the neighbourhood
+  // SecAgg+ (8 parties, degree 2: neighbourhood 3, semi-honest threshold 2): min(n, minVerified) − t members beyond
   const sparse = await setup(8, { graph: "sparse", degree: 2 }, { minVerified: (p) => (p === 1 ? 5 : p === 2 ? 20 : undefined) });
   assert.deepEqual([1, 2, 3].map((p) => (sparse.shares.get(p) as ShareKeys).membersWanted), [3, 6, 0]);
   // the complete graph: every member is a neighbour, none to ask for
   const complete = await setup(3, {}, { minVerified: () => 3 });
   assert.equal((complete.shares.get(1) as ShareKeys).membersWanted, 0);
+});
+
+test("the graph is drawn from the members root: another members list, another ring; the party refuses peers outside its own neighbourhood", async () => {
+  const s = await setup(8, { graph: "sparse", degree: 2 }, { upTo: "adverts" });
+  // the server's graph is the one every party draws from the same leaves
+  const other = new Map(s.entries);
+  other.set(8, { ...(other.get(8) as PeerEntry), cPk: new Uint8Array(32).fill(0x42) });
+  const moved = await s.cfg.neighbourGraph(await c.graphSeed(c.binding(s.cfg.sessionId, DIGEST), (await membersOf(8, other)).root));
+  assert.notDeepEqual(moved.ringOrder(), s.graph.ringOrder(), "one leaf changed: another ring order");
+  // PeerKeys naming a party outside party 1's neighbourhood (by the graph of these leaves)
+  const outside = [1, 2, 3, 4, 5, 6, 7, 8].find((w) => !s.closed(1).includes(w)) as number;
+  const peers = [...s.closed(1), outside].map((v) => s.entries.get(v) as PeerEntry);
+  const c1 = s.sessions.get(1) as ClientSession;
+  await assert.rejects(c1.receive(s.peerKeys(1, { peers })), (e: Error) => e instanceof InconsistentSetsError && e.message === `peer keys: parties [${outside}] are not neighbours`);
+  assert.equal(c1.phase, Phase.Aborted);
+  // the honest PeerKeys is answered
+  const c2 = s.sessions.get(2) as ClientSession;
+  assert.equal(decode((await c2.receive(s.peerKeys(2))) as Uint8Array).type, MsgType.ShareKeys);
+});
+
+test("the members list: its size, this party's own leaf, every peer entry against its leaf, one identity per peer", async () => {
+  const bad: [string, (s: Setup) => Uint8Array, (e: Error) => boolean][] = [
+    ["one leaf short", (s) => s.peerKeys(1, { leaves: s.leaves.subarray(16) }), (e) => e instanceof InconsistentSetsError && e.message === "members list: 2 leaves for a cohort of 3"],
+    ["no leaves", (s) => s.peerKeys(1, { leaves: new Uint8Array(0) }), (e) => e instanceof InconsistentSetsError && e.message === "members list: 0 leaves for a cohort of 3"],
+    ["its own leaf altered", (s) => s.peerKeys(1, { leaves: concat(c.ABSENT_LEAF, s.leaves.subarray(16)) }), (e) => e instanceof InconsistentSetsError && e.message === "members list: this party's keys are missing or altered"],
+    ["a peer's entry with other keys than its leaf", (s) => s.peerKeys(1, { peers: [1, 2, 3].map((v) => (v === 3 ? { ...(s.entries.get(3) as PeerEntry), sPk: new Uint8Array(32).fill(9) } : s.entries.get(v) as PeerEntry)) }),
+      (e) => e instanceof InconsistentSetsError && e.message === "peer keys: party 3's entry is not the one in the members list"],
+    ["a peer's entry with another identity than its leaf", (s) => s.peerKeys(1, { peers: [1, 2, 3].map((v) => (v === 2 ? { ...(s.entries.get(2) as PeerEntry), identity: new Uint8Array(32).fill(7) } : s.entries.get(v) as PeerEntry)) }),
+      (e) => e instanceof InconsistentSetsError && e.message === "peer keys: party 2's entry is not the one in the members list"],
+    ["two peers with one identity", (s) => s.peerKeys(1, { peers: [1, 2, 3].map((v) => (v === 2 ? { ...(s.entries.get(2) as PeerEntry), identity: (s.ids.get(3) as Ed25519Key).publicBytes } : s.entries.get(v) as PeerEntry)) }),
+      (e) => e instanceof DuplicateKeyError && e.message === "peer keys: the same identity key is listed for two parties"],
+    ["its own identity altered", (s) => s.peerKeys(1, { peers: [1, 2, 3].map((v) => (v === 1 ? { ...(s.entries.get(1) as PeerEntry), identity: new Uint8Array(32) } : s.entries.get(v) as PeerEntry)) }),
+      (e) => e instanceof InconsistentSetsError && e.message === "peer keys: this party's own keys are missing or altered"],
+  ];
+  for (const [what, message, check] of bad) {
+    const s = await setup(3, {}, { upTo: "adverts" });
+    const c1 = s.sessions.get(1) as ClientSession;
+    await assert.rejects(c1.receive(message(s)), check, what);
+    assert.equal(c1.phase, Phase.Aborted, what);
+  }
+  // one identity for two peers, consistently in the leaves too: still refused
+  const s = await setup(3, {}, { upTo: "adverts" });
+  const twin = new Map(s.entries);
+  twin.set(3, { ...(twin.get(3) as PeerEntry), identity: (s.ids.get(2) as Ed25519Key).publicBytes });
+  const { leaves } = await membersOf(3, twin);
+  await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.peerKeys(1, { peers: [...twin.values()], leaves })), DuplicateKeyError);
 });
 
 test("honest routed shares: signatures verify, the masked input follows, verifiedMembers counts distinct identities", async () => {
@@ -115,7 +182,7 @@ test("a peer that was shown another task: its signature fails for everyone else,
   await assert.rejects((s.sessions.get(3) as ClientSession).receive(s.routed(3)), (e: Error) => e instanceof TaskMismatchError && (e as TaskMismatchError).party === 1);
 });
 
-test("member entries: non-neighbours in 1..n, once each, signed with their own key; distinct identities toward minVerified", async () => {
+test("member entries: non-neighbours in 1..n, once each, as in the members list, signed with their own key; distinct identities toward minVerified", async () => {
   const opts = { minVerified: () => 5 };
   const sparse = { graph: "sparse", degree: 2 };
   const fresh = () => setup(8, sparse, opts);
@@ -130,83 +197,107 @@ test("member entries: non-neighbours in 1..n, once each, signed with their own k
   await assert.rejects((s.sessions.get(2) as ClientSession).receive(s.routed(2, { members: [s.member(outside(2)[0])] })), (e: Error) =>
     e instanceof CohortUnverifiedError && e instanceof InconsistentSetsError && (e as CohortUnverifiedError).verified === 4 && (e as CohortUnverifiedError).minimum === 5);
   assert.equal((s.sessions.get(2) as ClientSession).phase, Phase.Aborted);
-  // bad member lists (the sessions are seeded: every fresh setup has the same keys): a neighbour, a repeat, outside 1..n
+  // bad member lists (the sessions are seeded: every fresh setup has the same keys and graph): a neighbour, a repeat,
+  // outside 1..n
   const neighbour = s.closed(1).find((v) => v !== 1) as number;
   for (const members of [[s.member(neighbour)], [s.member(w1), s.member(w1)], [{ ...s.member(w1), party: 0 }], [{ ...s.member(w1), party: 9 }]]) {
     s = await fresh();
     await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1, { members })), (e: Error) => e instanceof InconsistentSetsError && /^members: party \d+ is a neighbour, repeated or outside the cohort$/.test(e.message));
   }
-  // a forged signature, or keys that are not the ones it signed
+  // a forged signature
   s = await fresh();
   const forged = { ...s.member(w1), signature: Uint8Array.from(s.member(w1).signature).map((b, i) => (i === 0 ? b ^ 1 : b)) };
   await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1, { members: [forged] })), (e: Error) => e instanceof TaskMismatchError && /\(member list\)$/.test(e.message));
+  // keys or an identity that are not the member's entry in the members list (a Sybil signing for others)
   s = await fresh();
-  await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1, { members: [{ ...s.member(w1), sPk: s.member(w2).sPk }] })), TaskMismatchError);
-  // Sybil entries: three members signed with one identity key count once (1 + 2 + 1 = 4 < 5)
+  await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1, { members: [{ ...s.member(w1), sPk: s.member(w2).sPk }] })),
+    (e: Error) => e instanceof InconsistentSetsError && e.message === `members: party ${w1}'s entry is not the one in the members list`);
   s = await fresh();
   const sybilKey = s.ids.get(w1) as Ed25519Key;
   const sybils = await Promise.all([w1, w2, w3].map(async (w) => {
     const m = s.member(w);
     return { ...m, identity: sybilKey.publicBytes, signature: await sybilKey.sign(c.advertisePayload(s.bind, w, m.cPk, m.sPk)) };
   }));
-  await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1, { members: sybils })), (e: Error) => e instanceof CohortUnverifiedError && (e as CohortUnverifiedError).verified === 4);
+  await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1, { members: sybils })), (e: Error) => e instanceof InconsistentSetsError && e.message === `members: party ${w2}'s entry is not the one in the members list`);
 });
 
-test("PeerKeys: a verifying party needs every peer's identity key; configuration errors are typed", async () => {
-  const cfg = SecAggConfig.fromDict({ session_id: SID, n: 3, dim: 2, bits: 16 });
-  const me = await Ed25519Key.fromSeed(new Uint8Array(32).fill(1));
-  const vec = ModVector.fromUnsigned([1n, 2n], 16);
-  const peerKeys = async (s: ClientSession) => {
-    const own = decode(await s.start());
-    assert.ok(own.type === MsgType.AdvertiseKeys);
-    const other = (b: number) => ({ cPk: new Uint8Array(32).fill(b), sPk: new Uint8Array(32).fill(b + 1) });
-    return encode({ type: MsgType.PeerKeys, sessionId: cfg.sessionId, party: 1, peers: [{ party: 1, cPk: own.cPk, sPk: own.sPk }, { party: 2, ...other(9) }, { party: 3, ...other(11) }] });
-  };
-  const partial = new Map([[2, new Uint8Array(32)]]);
-  const verifying = new ClientSession(cfg, 1, vec, { randomness: new SeededRandom(utf8("a")), identityKey: me, peerIdentityKeys: partial });
-  await assert.rejects(verifying.receive(await peerKeys(verifying)), (e: Error) => e instanceof SignatureError && /no identity key for parties 3/.test(e.message));
-  const trusting = new ClientSession(cfg, 1, vec, { randomness: new SeededRandom(utf8("a")), identityKey: me, peerIdentityKeys: partial, verifyPeers: false });
-  assert.equal(decode((await trusting.receive(await peerKeys(trusting))) as Uint8Array).type, MsgType.ShareKeys);
+test("minVerified is counted again among the parties the survivor set lists, before the party signs or reveals anything", async () => {
+  // a sparse cohort (semi-honest threshold 2 of 3): the survivor set leaves out two of the three members counted beyond
+  // the neighbourhood
+  const sp = await setup(8, { graph: "sparse", degree: 2 }, { minVerified: () => 5 });
+  const outside = [1, 2, 3, 4, 5, 6, 7, 8].filter((w) => !sp.closed(1).includes(w));
+  const p1 = sp.sessions.get(1) as ClientSession;
+  await p1.receive(sp.routed(1, { members: outside.slice(0, 3).map((w) => sp.member(w)) }));
+  assert.equal(p1.verifiedMembers, 6);
+  const unmask = (members: number[]) => encode({ type: MsgType.UnmaskRequest, sessionId: sp.cfg.sessionId, party: 1, survivors: encodeBitmap(members, 8), signatures: [] });
+  await assert.rejects(p1.receive(unmask([...sp.closed(1), outside[0]])), (e: Error) => e instanceof CohortUnverifiedError && (e as CohortUnverifiedError).verified === 4 && (e as CohortUnverifiedError).minimum === 5);
+  assert.equal(p1.phase, Phase.Aborted);
+});
 
+test("the consistency round: another set than the one signed, repeated or non-surviving signers, a bad signature, fewer than t signers → InconsistentSurvivorsError", async () => {
+  // 4 parties, active threshold 3 of 4 (the floor's)
+  const run = async () => {
+    const s = await setup(4, { threat_model: "active" });
+    assert.equal(s.cfg.shareThreshold, 3);
+    const all = encodeBitmap([1, 2, 3, 4], 4);
+    const sigs = new Map<number, Uint8Array>();
+    for (let p = 1; p <= 4; p++) {
+      const session = s.sessions.get(p) as ClientSession;
+      await session.receive(s.routed(p));
+      const reply = decode((await session.receive(encode({ type: MsgType.ConsistencyRequest, sessionId: s.cfg.sessionId, party: p, survivors: all }))) as Uint8Array);
+      assert.ok(reply.type === MsgType.ConsistencySignature);
+      sigs.set(p, reply.signature);
+    }
+    const unmask = (survivors: Uint8Array, signatures: [number, Uint8Array][]) => encode({ type: MsgType.UnmaskRequest, sessionId: s.cfg.sessionId, party: 1, survivors, signatures });
+    return { s, all, sigs, unmask, c1: s.sessions.get(1) as ClientSession };
+  };
+  const cases: [string, (r: Awaited<ReturnType<typeof run>>) => Uint8Array, string][] = [
+    ["another set", (r) => r.unmask(encodeBitmap([1, 2, 3], 4), [1, 2, 3].map((p) => [p, r.sigs.get(p) as Uint8Array])), "survivors: differ from the set this party signed"],
+    ["a repeated signer", (r) => r.unmask(r.all, [[2, r.sigs.get(2) as Uint8Array], [2, r.sigs.get(2) as Uint8Array], [3, r.sigs.get(3) as Uint8Array]]), "consistency: signatures from repeated or non-surviving parties"],
+    ["a bad signature", (r) => r.unmask(r.all, [[2, r.sigs.get(2) as Uint8Array], [3, r.sigs.get(4) as Uint8Array], [4, r.sigs.get(4) as Uint8Array]]), "invalid signature on party 3's consistency check"],
+    ["two signers", (r) => r.unmask(r.all, [[1, r.sigs.get(1) as Uint8Array], [2, r.sigs.get(2) as Uint8Array]]), "consistency: 2 neighbours signed this survivor set, below the threshold 3: the others may have been shown another set"],
+  ];
+  for (const [what, message, detail] of cases) {
+    const r = await run();
+    await assert.rejects(r.c1.receive(message(r)), (e: Error) => e instanceof InconsistentSurvivorsError && e instanceof InconsistentSetsError && e.message === detail, what);
+    assert.equal(r.c1.phase, Phase.Aborted, what);
+  }
+  // the honest request: three signers of the set it signed
+  const r = await run();
+  const shares = decode((await r.c1.receive(r.unmask(r.all, [1, 2, 3].map((p) => [p, r.sigs.get(p) as Uint8Array])))) as Uint8Array);
+  assert.equal(shares.type, MsgType.UnmaskShares);
+});
+
+test("pinned peer identity keys: an identity in the peer keys other than the pinned one is refused; configuration errors are typed", async () => {
+  const s = await setup(3, {}, { upTo: "adverts" });
+  const pinnedWrong = new Map([[2, (s.ids.get(2) as Ed25519Key).publicBytes], [3, new Uint8Array(32).fill(7)]]);
+  const fresh = new ClientSession(s.cfg, 1, ModVector.fromUnsigned([1n, 1n], 16), { randomness: new SeededRandom(utf8("party 1")), identityKey: s.ids.get(1), taskDigest: DIGEST, peerIdentityKeys: pinnedWrong });
+  await fresh.start();
+  await assert.rejects(fresh.receive(s.peerKeys(1)), (e: Error) => e instanceof SignatureError && e.message === "peer keys: party 3's identity key is not the one expected");
+  const pinned = new Map([2, 3].map((p) => [p, (s.ids.get(p) as Ed25519Key).publicBytes]));
+  const ok = new ClientSession(s.cfg, 1, ModVector.fromUnsigned([1n, 1n], 16), { randomness: new SeededRandom(utf8("party 1")), identityKey: s.ids.get(1), taskDigest: DIGEST, peerIdentityKeys: pinned });
+  await ok.start();
+  assert.equal(decode((await ok.receive(s.peerKeys(1))) as Uint8Array).type, MsgType.ShareKeys);
+
+  const cfg = s.cfg;
+  const me = s.ids.get(1) as Ed25519Key;
+  const vec = ModVector.fromUnsigned([1n, 2n], 16);
   const opts = { randomness: new SeededRandom(utf8("b")) };
   assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, taskDigest: new Uint8Array(31) }), (e: Error) => e instanceof ConfigError && /task_digest: must be 32 bytes/.test(e.message));
-  assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, minVerified: 2 }), /min_verified: needs identity_key, peer_identity_keys and verify_peers/);
-  assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, identityKey: me, peerIdentityKeys: partial, verifyPeers: false, minVerified: 2 }), /min_verified: needs/);
-  assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, identityKey: me, peerIdentityKeys: partial, minVerified: 0 }), /min_verified: must be a positive integer/);
+  assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, minVerified: 2 }), /min_verified: needs identity_key and verify_peers$/);
+  assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, identityKey: me, verifyPeers: false, minVerified: 2 }), /min_verified: needs/);
+  assert.throws(() => new ClientSession(cfg, 1, vec, { ...opts, identityKey: me, minVerified: 0 }), /min_verified: must be a positive integer/);
+  const active = SecAggConfig.fromDict({ session_id: SID, n: 3, dim: 2, bits: 16, threat_model: "active" });
+  assert.throws(() => new ClientSession(active, 1, vec, opts), /identity_key is required in the active threat model/);
 });
 
-test("PeerKeys: every peer's keys must carry its identity key's signature over them, checked before any share is encrypted", async () => {
-  const cfg = SecAggConfig.fromDict({ session_id: SID, n: 3, dim: 2, bits: 16 });
-  const ids = new Map<number, Ed25519Key>();
-  for (let p = 1; p <= 3; p++) ids.set(p, await Ed25519Key.fromSeed(new Uint8Array(32).fill(p)));
-  const publics = new Map([...ids].map(([p, k]) => [p, k.publicBytes]));
-  const adverts = new Map<number, Extract<Message, { type: MsgType.AdvertiseKeys }>>();
-  const sessions = new Map<number, ClientSession>();
-  for (let p = 1; p <= 3; p++) {
-    const session = new ClientSession(cfg, p, ModVector.fromUnsigned([1n, 2n], 16), { randomness: new SeededRandom(utf8(`k${p}`)), identityKey: ids.get(p), peerIdentityKeys: publics, taskDigest: DIGEST });
-    sessions.set(p, session);
-    adverts.set(p, decode(await session.start()) as Extract<Message, { type: MsgType.AdvertiseKeys }>);
-  }
-  const entry = (p: number) => ({ party: p, cPk: adverts.get(p)!.cPk, sPk: adverts.get(p)!.sPk, signature: adverts.get(p)!.signature });
-  const peerKeys = (peers: ReturnType<typeof entry>[]) => encode({ type: MsgType.PeerKeys, sessionId: cfg.sessionId, party: 1, peers });
-  const c1 = sessions.get(1) as ClientSession;
-  // the server's own keys in place of party 3's, under party 3's signature; then unsigned keys; then a signature by another identity
-  const forged = new Uint8Array(32).fill(0x77);
-  const cases = [
-    [entry(1), entry(2), { ...entry(3), sPk: forged }],
-    [entry(1), entry(2), { ...entry(3), signature: new Uint8Array(0) }],
-    [entry(1), entry(2), { ...entry(3), signature: adverts.get(2)!.signature }],
-  ];
-  for (const peers of cases) {
-    const fresh = new ClientSession(cfg, 1, ModVector.fromUnsigned([1n, 2n], 16), { randomness: new SeededRandom(utf8("k1")), identityKey: ids.get(1), peerIdentityKeys: publics, taskDigest: DIGEST });
-    await fresh.start();
-    await assert.rejects(fresh.receive(peerKeys(peers)), (e: Error) => e instanceof TaskMismatchError && (e as TaskMismatchError).party === 3 && /its advertised keys are not signed by its identity key/.test(e.message));
-    assert.equal(fresh.phase, Phase.Aborted);
-  }
-  // this party's own entry is not checked (its keys are compared); the honest list is answered
-  assert.equal(decode((await c1.receive(peerKeys([{ ...entry(1), signature: new Uint8Array(0) }, entry(2), entry(3)]))) as Uint8Array).type, MsgType.ShareKeys);
-  // without identities: no signature in AdvertiseKeys, none checked
-  const plain = new ClientSession(cfg, 1, ModVector.fromUnsigned([1n, 2n], 16), { randomness: new SeededRandom(utf8("k1")) });
-  const ad = decode(await plain.start());
-  assert.ok(ad.type === MsgType.AdvertiseKeys && ad.signature?.length === 0);
+test("the safety floor at construction: a semi-honest config, or a threshold or degree below the floor → UnsafeParametersError", async () => {
+  const me = await Ed25519Key.fromSeed(new Uint8Array(32).fill(1));
+  const vec = ModVector.fromUnsigned([1n, 2n], 16);
+  const floorAssumptions = new Assumptions();
+  const make = (secagg: Record<string, unknown>) => new ClientSession(SecAggConfig.fromDict({ session_id: SID, n: 3, dim: 2, bits: 16, ...secagg }), 1, vec, { randomness: new SeededRandom(utf8("f")), identityKey: me, floorAssumptions });
+  assert.throws(() => make({}), (e: Error) => e instanceof UnsafeParametersError && e instanceof ConfigError &&
+    e.message === "threat model: semi_honest has no consistency round: the server could show two survivor sets; this device requires the active model");
+  assert.throws(() => make({ threat_model: "active", threshold: 2 }), (e: Error) => e instanceof UnsafeParametersError && /^threshold: 2 of a neighbourhood of 3/.test(e.message));
+  assert.equal(make({ threat_model: "active" }).phase, Phase.AdvertiseKeys, "the floor's own threshold (3 of 3) is taken");
 });

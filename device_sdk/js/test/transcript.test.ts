@@ -1,6 +1,6 @@
 /** Whole cohorts (tests/vectors/transcript.json): the client, fed the server's messages, produces every client
- * message byte for byte — keys, shares, masks and signatures bound to the case's task digest, identities in every
- * threat model — and its checks refuse what an honest server never sends. */
+ * message byte for byte — keys, shares, masks and signatures bound to the case's task digest and members root (the
+ * graph drawn from it), identities in every threat model — and its checks refuse what an honest server never sends. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -11,11 +11,12 @@ import { ClientSession, Phase } from "../src/secagg/client.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import { ModVector } from "../src/secagg/encoding.js";
 import { DoubleRevealError, InconsistentSetsError, TaskMismatchError, TooFewSurvivorsError } from "../src/secagg/errors.js";
+import { ABSENT_LEAF, binding, graphSeed, memberLeaf, membersRoot } from "../src/secagg/crypto.js";
 import { MsgType, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
 import { Ed25519Key } from "../src/webcrypto.js";
 import { vectors } from "./helpers.js";
 
-async function clients(input: any, output: any, minSurvivors?: number) {
+async function clients(input: any, output: any, minSurvivors?: number): Promise<{ cfg: SecAggConfig; out: Map<number, ClientSession> }> {
   const cfg = SecAggConfig.fromDict(output.config);
   const root = new SeededRandom(unhex(input.seed));
   const parties = Array.from({ length: cfg.n }, (_, i) => i + 1);
@@ -34,11 +35,15 @@ async function clients(input: any, output: any, minSurvivors?: number) {
 }
 
 test("transcript: a client port reproduces every client message of whole cohorts", async () => {
-  for (const { input, output } of vectors("transcript").cases) {
-    const { out } = await clients(input, output);
+  const cases = vectors("transcript").cases;
+  assert.ok(cases.some((c) => c.input.degree !== null && c.input.degree < c.input.n - 1), "a sparse cohort among the cases");
+  assert.ok(cases.some((c) => c.input.drop_before_advertise_keys.length), "a party absent from the members list among the cases");
+  for (const { input, output } of cases) {
+    const { cfg, out } = await clients(input, output);
+    assert.equal(cfg.shareThreshold, output.share_threshold, input.name);
     const sent: string[] = [];
     const expected: string[] = [];
-    for (const p of out.keys()) sent.push(hex(await (out.get(p) as ClientSession).start()));
+    for (const p of out.keys()) if (!input.drop_before_advertise_keys.includes(p)) sent.push(hex(await (out.get(p) as ClientSession).start()));
     for (const m of output.messages) {
       if (m.from === "client") expected.push(m.bytes);
       else {
@@ -50,8 +55,19 @@ test("transcript: a client port reproduces every client message of whole cohorts
       }
     }
     assert.deepEqual(sent.sort(), expected.sort(), input.name);
+    // the members list the server fixed: its root, and the graph every party draws from it
+    const peerKeys = decode(unhex(output.messages.find((m: any) => m.type === "PeerKeys").bytes));
+    assert.ok(peerKeys.type === MsgType.PeerKeys);
+    const root = await membersRoot(peerKeys.leaves);
+    assert.equal(hex(root), output.members_root, input.name);
+    for (const p of input.drop_before_advertise_keys) assert.equal(hex(peerKeys.leaves.subarray(16 * (p - 1), 16 * p)), hex(ABSENT_LEAF), "an absent party's leaf");
+    const graph = await cfg.neighbourGraph(await graphSeed(binding(cfg.sessionId, unhex(input.task_digest)), root));
+    for (const p of out.keys()) assert.deepEqual(graph.closed(p), output.closed_neighbourhoods[String(p)], `${input.name}: party ${p}`);
+    // each party verified its own signature and its senders': the neighbours that shared keys
+    const shared = new Set(output.messages.filter((m: any) => m.from === "client" && m.type === "ShareKeys").map((m: any) => m.party as number));
     for (const [p, c] of out) {
-      if (!input.drop_before_masked_input.includes(p)) assert.equal(c.verifiedMembers, 3, "each party verified its two senders' signatures");
+      if (input.drop_before_masked_input.includes(p) || input.drop_before_advertise_keys.includes(p)) continue;
+      assert.equal(c.verifiedMembers, graph.closed(p).filter((v) => shared.has(v)).length, `${input.name}: party ${p}`);
     }
   }
 });
@@ -98,6 +114,16 @@ test("transcript: a peer's keys the server substituted in PeerKeys are refused (
   assert.ok(peerKeys.type === MsgType.PeerKeys);
   assert.ok(peerKeys.peers.every((p) => p.signature?.length === 64), "the server relays every party's key signature");
   const swapped = peerKeys.peers.map((p) => (p.party === 2 ? { ...p, sPk: peerKeys.peers.find((q) => q.party === 3)!.cPk.map((b) => b ^ 0x5a) } : p));
-  await assert.rejects(c1.receive(encode({ ...peerKeys, peers: swapped })), (exc: unknown) => exc instanceof TaskMismatchError && exc.party === 2 && /not signed by its identity key/.test(exc.message));
+  // the entry alone: it is not the one in the members list
+  await assert.rejects(c1.receive(encode({ ...peerKeys, peers: swapped })), (exc: unknown) => exc instanceof InconsistentSetsError && exc.message === "peer keys: party 2's entry is not the one in the members list");
   assert.equal(c1.phase, Phase.Aborted);
+  // the entry and its leaf (a server that lists its own keys for party 2 to this party): the keys are not signed by
+  // party 2's identity
+  const { out: again } = await clients(input, output);
+  for (const c of again.values()) await c.start();
+  const leaves = Uint8Array.from(peerKeys.leaves);
+  for (const p of swapped) leaves.set(await memberLeaf(p.party, p.identity, p.cPk, p.sPk), (p.party - 1) * 16);
+  const fresh = again.get(1) as ClientSession;
+  await assert.rejects(fresh.receive(encode({ ...peerKeys, peers: swapped, leaves })), (exc: unknown) => exc instanceof TaskMismatchError && exc.party === 2 && /not signed by its identity key/.test(exc.message));
+  assert.equal(fresh.phase, Phase.Aborted);
 });

@@ -11,6 +11,7 @@ import { test } from "node:test";
 import { hex } from "../src/bytes.js";
 import { DeviceClient, LOG_HEAD_META, LOG_KEYS_META, Outcome } from "../src/client.js";
 import { DevicePolicy, DevicePolicyOptions } from "../src/policy.js";
+import { SecAggConfig } from "../src/secagg/config.js";
 import { LocalStore } from "../src/store.js";
 import { taskDigest } from "../src/taskDigest.js";
 import { FakeLog } from "./fakeLog.js";
@@ -21,9 +22,12 @@ type Obj = Record<string, any>;
 const assignment = (cohort: string): Obj => ({
   query_id: "q".repeat(32), round: 0, cohort_id: cohort, party_id: 1, kind: "histogram", source: "colors",
   task: { buckets: ["red", "blue", "green"], other_bucket: null, max_contributions: 1 },
-  secagg: { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "semi_honest" },
-  threat_model: "semi_honest", phase_timeout_s: 5, peer_identity_keys: { "1": "A".repeat(43) + "=", "2": "Ag".padEnd(43, "A") + "=", "3": "Aw".padEnd(43, "A") + "=" },
+  secagg: { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 3, bits: 16, graph: "auto", threat_model: "active" },
+  threat_model: "active", phase_timeout_s: 5,
 });
+
+/** The cohort parameters a task entry records (the config's public summary). */
+const summary = (a: Obj): Obj => SecAggConfig.fromDict(a.secagg).publicSummary() as unknown as Obj;
 
 /** A log with a few entries before any task (so proofs are not trivial). */
 async function logWith(entries: number, label?: string, salt = "x"): Promise<FakeLog> {
@@ -35,7 +39,7 @@ async function logWith(entries: number, label?: string, salt = "x"): Promise<Fak
 /** The TaskProof of `log` for an assignment (its task entry appended if new), from the device's `log_size`. */
 async function proofFor(log: FakeLog, a: Obj, body: Obj, digest?: string): Promise<Obj> {
   const d = digest ?? hex(await taskDigest(a));
-  return log.proof(await log.task(a.query_id, a.round, a.cohort_id, d), typeof body.log_size === "number" ? body.log_size : null) as Promise<Obj>;
+  return log.proof(await log.task(a.query_id, a.round, a.cohort_id, d, summary(a)), typeof body.log_size === "number" ? body.log_size : null) as Promise<Obj>;
 }
 
 interface Device {
@@ -190,7 +194,7 @@ test("a head that does not extend the stored one is refused: a rewritten log, a 
   assert.match(out.detail, /^the log shrank: 2 entries, the device saw 6$/);
 
   // a proof that does not start from the stored head
-  view = async (a) => log.proof(await log.task(a.query_id, a.round, a.cohort_id, hex(await taskDigest(a))));
+  view = async (a) => log.proof(await log.task(a.query_id, a.round, a.cohort_id, hex(await taskDigest(a)), summary(a)));
   out = await d.client.runOnce();
   assert.match(out.detail, /^no consistency proof from the device's last head \(size 6\)$/);
 

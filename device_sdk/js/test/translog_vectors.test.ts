@@ -133,7 +133,7 @@ test("translog vectors: the log key, the signed head and the witness's cosignatu
 
 async function context(c: any, last: any): Promise<TaskProofContext> {
   return {
-    taskDigest: unhex(c.task_digest), queryId: c.query_id, round: c.round, cohortId: c.cohort_id,
+    taskDigest: unhex(c.task_digest), secagg: c.secagg, queryId: c.query_id, round: c.round, cohortId: c.cohort_id,
     logKeys: await keyTable((c.log_keys as string[]).map((k) => b64decode(k, "log key", 32))),
     last: last ? parseHead(headJson(last)).head : null,
     witnessKeys: await keyTable((c.witness_keys as string[]).map((k) => b64decode(k, "witness key", 32))),

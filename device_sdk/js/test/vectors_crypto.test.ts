@@ -1,6 +1,7 @@
 /** Known-answer vectors, byte for byte: randomness, key agreement, PRG, neighbour graph, share encryption, Shamir,
- * messages, request signing, signed payloads (tests/vectors, docs/vectors.md; device protocol 2: every key, associated
- * data and signature bound to session id ‖ task digest). */
+ * messages, request signing, signed payloads, the members list (tests/vectors, docs/vectors.md; device protocol 3: the
+ * graph seeded by the members root, every key, associated data and signature after phase 0 bound to session id ‖ task
+ * digest ‖ members root). */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -11,7 +12,7 @@ import { RandomSource, SeededRandom, keyedStream, random, randbelow, sample, uin
 import * as sc from "../src/secagg/crypto.js";
 import { ModVector, pack } from "../src/secagg/encoding.js";
 import { NeighbourGraph, graphSeed, prgUint64 } from "../src/secagg/graph.js";
-import { Message, MsgType, VERSION, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
+import { Message, MsgType, TOKEN_BYTES, VERSION, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
 import * as shamir from "../src/secagg/shamir.js";
 import { Ed25519Key, X25519Key, ed25519Verify } from "../src/webcrypto.js";
 import { vectors } from "./helpers.js";
@@ -42,8 +43,10 @@ test("randomness: reads split differently give the same stream", async () => {
   assert.equal(hex(parts), hex(whole));
 });
 
-test("the vectors are pinned to device protocol 2: the secagg wire version and the HKDF domain", () => {
-  for (const topic of ["key_agreement", "messages", "transcript", "signed_payloads"]) {
+test("the vectors are pinned to device protocol 3: the secagg wire version and the HKDF domain", () => {
+  assert.equal(VERSION, 3);
+  assert.equal(PROTOCOL_VERSION, 3);
+  for (const topic of ["key_agreement", "messages", "transcript", "signed_payloads", "members", "neighbour_graph", "safety_floor"]) {
     const v = vectors(topic).versions as Record<string, unknown>;
     assert.equal(v.secagg_wire, VERSION, topic);
     assert.equal(v.secagg_hkdf_domain, new TextDecoder().decode(sc.DOMAIN), topic);
@@ -62,16 +65,21 @@ test("key agreement and key derivation", async () => {
     const sid = unhex(input.session_id);
     const bind = sc.binding(sid, unhex(input.task_digest));
     assert.equal(hex(bind), output.binding);
+    const root = unhex(input.members_root);
+    const rbind = sc.roundBinding(bind, root);
+    assert.equal(hex(rbind), output.round_binding);
+    assert.equal(hex(concat(sc.DOMAIN, utf8("graph/"), bind)), output.graph_seed_info);
+    assert.equal(hex(await graphSeed(bind, root)), output.graph_seed, "the graph seed: the binding and the members root");
     const [u, v] = [input.a_party, input.b_party];
     const [lo, hi] = u < v ? [u, v] : [v, u];
-    assert.equal(hex(concat(sc.DOMAIN, utf8("channel/"), bind, u32be(lo), u32be(hi))), output.channel_info);
-    assert.equal(hex(concat(sc.DOMAIN, utf8("pairmask/"), bind, u32be(lo), u32be(hi))), output.pairmask_info);
-    assert.equal(hex(await sc.channelKey(shared, bind, u, v)), output.channel_key);
-    assert.equal(hex(await sc.pairMaskKey(shared, bind, u, v)), output.pairmask_key);
-    assert.equal(hex(await sc.pairMaskKey(shared, bind, v, u)), output.pairmask_key);
-    assert.equal(hex(await sc.selfMaskKey(unhex(input.self_mask_seed), bind, u)), output.selfmask_key);
-    assert.equal(hex(await graphSeed(sid)), output.graph_seed, "the graph seed depends on the session alone");
-    assert.equal(hex(concat(sc.DOMAIN, utf8("selfmask/"), bind, u32be(u))), output.selfmask_info);
+    assert.equal(hex(concat(sc.DOMAIN, utf8("channel/"), rbind, u32be(lo), u32be(hi))), output.channel_info);
+    assert.equal(hex(concat(sc.DOMAIN, utf8("pairmask/"), rbind, u32be(lo), u32be(hi))), output.pairmask_info);
+    assert.equal(hex(await sc.channelKey(shared, rbind, u, v)), output.channel_key);
+    assert.equal(hex(await sc.pairMaskKey(shared, rbind, u, v)), output.pairmask_key);
+    assert.equal(hex(await sc.pairMaskKey(shared, rbind, v, u)), output.pairmask_key);
+    assert.equal(hex(await sc.selfMaskKey(unhex(input.self_mask_seed), rbind, u)), output.selfmask_key);
+    assert.equal(hex(concat(sc.DOMAIN, utf8("selfmask/"), rbind, u32be(u))), output.selfmask_info);
+    assert.throws(() => sc.roundBinding(bind, root.subarray(1)), /root: must be 32 bytes, got 31/);
   }
 });
 
@@ -94,7 +102,9 @@ test("mask PRG: keystream, words and their reduction", async () => {
 
 test("neighbour graph: seed, words, ring order and neighbourhoods", async () => {
   for (const { input, output } of vectors("neighbour_graph").cases) {
-    const seed = await graphSeed(unhex(input.session_id));
+    const bind = sc.binding(unhex(input.session_id), unhex(input.task_digest));
+    assert.equal(hex(bind), output.binding);
+    const seed = await graphSeed(bind, unhex(input.members_root));
     assert.equal(hex(seed), output.graph_seed);
     assert.deepEqual((await prgUint64(seed, input.n)).map(String), output.prg_uint64);
     const g = await NeighbourGraph.create(input.n, input.degree, seed);
@@ -106,7 +116,7 @@ test("neighbour graph: seed, words, ring order and neighbourhoods", async () => 
 test("share encryption: nonce, associated data and AES-GCM ciphertext", async () => {
   for (const { input, output } of vectors("share_encryption").cases) {
     const sid = unhex(input.session_id);
-    const bind = sc.binding(sid, unhex(input.task_digest));
+    const bind = sc.roundBinding(sc.binding(sid, unhex(input.task_digest)), unhex(input.members_root));
     assert.equal(hex(sc.shareNonce(input.sender)), output.nonce);
     assert.equal(hex(sc.shareAad(bind, input.sender, input.receiver)), output.associated_data);
     const ct = await sc.sealShare(unhex(input.key), bind, input.sender, input.receiver, unhex(input.plaintext));
@@ -115,8 +125,10 @@ test("share encryption: nonce, associated data and AES-GCM ciphertext", async ()
     const bad = Uint8Array.from(ct);
     bad[0] ^= 1;
     await assert.rejects(sc.openShare(unhex(input.key), bind, input.sender, input.receiver, bad), /failed authentication/);
-    const otherTask = sc.binding(sid, new Uint8Array(32).fill(0xaa));
+    const otherTask = sc.roundBinding(sc.binding(sid, new Uint8Array(32).fill(0xaa)), unhex(input.members_root));
     await assert.rejects(sc.openShare(unhex(input.key), otherTask, input.sender, input.receiver, ct), /failed authentication/, "bound to the task");
+    const otherRoot = sc.roundBinding(sc.binding(sid, unhex(input.task_digest)), new Uint8Array(32).fill(0xbb));
+    await assert.rejects(sc.openShare(unhex(input.key), otherRoot, input.sender, input.receiver, ct), /failed authentication/, "bound to the members root");
   }
 });
 
@@ -155,7 +167,11 @@ function build(input: any): Message {
     case "AdvertiseKeys":
       return { ...h, type: MsgType.AdvertiseKeys, cPk: unhex(f.c_pk), sPk: unhex(f.s_pk), signature: unhex(f.signature ?? "") };
     case "PeerKeys":
-      return { ...h, type: MsgType.PeerKeys, peers: f.peers.map((p: any) => ({ party: p.party, cPk: unhex(p.c_pk), sPk: unhex(p.s_pk), signature: unhex(p.signature ?? "") })) };
+      return {
+        ...h, type: MsgType.PeerKeys,
+        peers: f.peers.map((p: any) => ({ party: p.party, identity: unhex(p.identity), cPk: unhex(p.c_pk), sPk: unhex(p.s_pk), signature: unhex(p.signature ?? ""), token: unhex(p.token ?? "") })),
+        leaves: concat(...(f.leaves as string[]).map((leaf) => unhex(leaf))),
+      };
     case "ShareKeys":
       return { ...h, type: MsgType.ShareKeys, ciphertexts: cts(f.ciphertexts), signature: unhex(f.signature), membersWanted: f.members_wanted };
     case "RoutedShares":
@@ -163,9 +179,7 @@ function build(input: any): Message {
         ...h, type: MsgType.RoutedShares, ciphertexts: cts(f.ciphertexts), signatures: f.signatures.map((x: string) => unhex(x)),
         members: f.members.map((e: any) => ({ party: e.party, identity: unhex(e.identity), cPk: unhex(e.c_pk), sPk: unhex(e.s_pk), signature: unhex(e.signature) })),
         // the optional identity-token section (docs/identities.md), when the vector has one
-        ...(f.sender_tokens != null || f.member_tokens != null
-          ? { tokens: { senders: (f.sender_tokens ?? []).map((x: string) => unhex(x)), members: (f.member_tokens ?? []).map((x: string) => unhex(x)) } }
-          : {}),
+        ...(f.member_tokens != null ? { memberTokens: f.member_tokens.map((x: string) => unhex(x)) } : {}),
       };
     case "MaskedInput":
       return { ...h, type: MsgType.MaskedInput, bits: f.bits, dim: f.values.length, packed: vec(f.values, f.bits) };
@@ -217,7 +231,7 @@ test("request signing: payload, signature, device id and headers", async () => {
   }
 });
 
-test("messages: protocol 2's length checks (signature counts, members_wanted, fixed entries)", () => {
+test("messages: protocol 3's length checks (signature counts, members_wanted, fixed entries, tokens, leaves)", () => {
   const sid = unhex("c0c1c2c3c4c5c6c7c8c9cacbcccdcecf");
   const ct = new Uint8Array(90);
   const routed = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [[1, ct], [3, ct]], signatures: [new Uint8Array(64), new Uint8Array(64)], members: [] });
@@ -238,13 +252,22 @@ test("messages: protocol 2's length checks (signature counts, members_wanted, fi
   assert.equal(advert.length, 24 + 64 + 4 + 64);
   const oddAdvert = concat(advert.subarray(0, 24 + 64), u32be(63), new Uint8Array(63));
   assert.throws(() => decode(oddAdvert), /signature: must be empty or 64 bytes/);
-  const peerHead = encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [] }).subarray(0, 24);
-  const peerKeys = (sigs: number[]) => concat(peerHead, u32be(sigs.length), ...sigs.flatMap((n, i) => [u32be(i + 1), k(2 * i + 1), k(2 * i + 2), u32be(n), new Uint8Array(n)]));
-  const mixed = decode(peerKeys([64, 0]));
+  const peerHead = encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [], leaves: new Uint8Array(0) }).subarray(0, 24);
+  // an entry: u32 party ‖ identity ‖ c_pk ‖ s_pk ‖ u32 signature length ‖ signature ‖ u32 token length ‖ token; then
+  // u32 leaf count ‖ leaves
+  const peerKeys = (sigs: number[], tokens: number[] = sigs.map(() => 0), leaves = 0) => concat(peerHead, u32be(sigs.length),
+    ...sigs.flatMap((n, i) => [u32be(i + 1), k(3 * i + 3), k(3 * i + 1), k(3 * i + 2), u32be(n), new Uint8Array(n), u32be(tokens[i]), new Uint8Array(tokens[i])]),
+    u32be(leaves), new Uint8Array(16 * leaves));
+  const mixed = decode(peerKeys([64, 0], [TOKEN_BYTES, 0], 2));
   assert.ok(mixed.type === MsgType.PeerKeys && mixed.peers[0].signature?.length === 64 && mixed.peers[1].signature?.length === 0);
+  assert.ok(mixed.peers[0].token?.length === TOKEN_BYTES && mixed.peers[1].token?.length === 0 && mixed.leaves.length === 32);
+  assert.deepEqual(mixed.peers[1].identity, k(6));
   assert.throws(() => decode(peerKeys([64, 32])), /signature: must be empty or 64 bytes/);
   assert.throws(() => decode(peerKeys([65])), /signature: must be empty or 64 bytes/);
-  assert.throws(() => encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [{ party: 1, cPk: k(1), sPk: k(2), signature: new Uint8Array(10) }] }), /signature: must be empty or 64 bytes/);
+  assert.throws(() => decode(peerKeys([64], [TOKEN_BYTES - 1])), /token: must be empty or 354 bytes/);
+  assert.throws(() => decode(peerKeys([64]).subarray(0, 24 + 4 + 104 + 64 + 4)), /leaves: truncated message/);
+  assert.throws(() => encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [{ party: 1, identity: k(3), cPk: k(1), sPk: k(2), signature: new Uint8Array(10) }], leaves: new Uint8Array(0) }), /signature: must be empty or 64 bytes/);
+  assert.throws(() => encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [{ party: 1, identity: k(3).subarray(1), cPk: k(1), sPk: k(2) }], leaves: new Uint8Array(0) }), /identity: expected 32 bytes/);
   // a member count beyond the bytes present
   const head = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [], signatures: [], members: [] });
   head.set(u32be(1), head.length - 4);
@@ -255,8 +278,10 @@ test("signed payloads: the keys, advertise and consistency payloads, their deter
   for (const { input, output } of vectors("signed_payloads").cases) {
     const key = await Ed25519Key.fromSeed(unhex(input.identity_private));
     assert.equal(hex(key.publicBytes), output.public_key);
-    const bind = sc.binding(unhex(input.session_id), unhex(input.task_digest));
-    assert.equal(hex(bind), output.binding);
+    const plain = sc.binding(unhex(input.session_id), unhex(input.task_digest));
+    assert.equal(hex(plain), output.binding);
+    const bind = sc.roundBinding(plain, unhex(input.members_root));
+    assert.equal(hex(bind), output.round_binding);
     const keys = sc.keysPayload(unhex(input.c_pk), unhex(input.s_pk));
     assert.equal(hex(keys), output.keys_payload);
     assert.equal(hex(await key.sign(keys)), output.keys_signature);
@@ -276,8 +301,9 @@ test("signed payloads: the keys, advertise and consistency payloads, their deter
     assert.ok(await ed25519Verify(key.publicBytes, unhex(output.consistency_signature), consistency));
     const digest = unhex(input.task_digest);
     digest[31] ^= 1;
-    const other = sc.binding(unhex(input.session_id), digest);
+    const other = sc.roundBinding(sc.binding(unhex(input.session_id), digest), unhex(input.members_root));
     assert.ok(!(await ed25519Verify(key.publicBytes, unhex(output.advertise_signature), sc.advertisePayload(other, input.party, unhex(input.c_pk), unhex(input.s_pk)))), "another task");
     assert.ok(!(await ed25519Verify(key.publicBytes, unhex(output.consistency_signature), sc.consistencyPayload(other, bitmap))), "another task");
+    assert.ok(!(await ed25519Verify(key.publicBytes, unhex(output.advertise_signature), sc.advertisePayload(plain, input.party, unhex(input.c_pk), unhex(input.s_pk)))), "without the members root");
   }
 });

@@ -30,7 +30,7 @@ test("task digest vectors: canonical text and digest of every case", async () =>
 
 test("task digest vectors: the example assignments parse as a device's check-in answer and digest the same", async () => {
   for (const { input, output } of FILE.cases.filter((c) => c.input.name.startsWith("examples/"))) {
-    const text = JSON.stringify({ assignment: { ...input.assignment, peer_identity_keys: { "1": "A".repeat(43) + "=" } }, queries_running: 1 });
+    const text = JSON.stringify({ assignment: input.assignment, queries_running: 1 });
     const a = parseCheckin(JSON.parse(text), text).assignment;
     assert.ok(a, "the server's assignment is one the device accepts");
     assert.equal(hex(await taskDigest(rawAssignment(a), { unsafeIntegers: assignmentUnsafeIntegers(a) })), output.digest, input.name);

@@ -14,15 +14,26 @@
  *
  * Task binding (docs/secagg.md, "Devices that check the server"): `taskDigest` — the device's own hash of what it was
  * asked to compute (taskDigest.ts) — enters every derived key and signed payload. With an `identityKey` the party
- * signs its advertised keys bound to session and task and sends the signature with its shares; with
- * `peerIdentityKeys` (and `verifyPeers`, the default) it verifies each peer's signature over its advertised keys before
- * encrypting any share to them, and every share sender's signature, and any member
- * entries the server adds, before it computes its masked input (`TaskMismatchError` on any failure), and with
- * `minVerified` it refuses (`CohortUnverifiedError`) unless that many distinct identities (its own included) signed
- * for this session and task. With `issuerKeys` (identity tokens, docs/identities.md) an identity counts toward
- * `minVerified` only when its signature verifies and the routed shares carry a token that vouches for that identity
- * under one of those keys: a token that does not verify is no abort by itself (the identity just does not count), and
- * routed shares without tokens leave only the party itself counted. */
+ * signs its advertised keys bound to session and task and sends the signature with its shares; with `verifyPeers` (the
+ * default, and an identity key) it verifies each peer's signature over its advertised keys before encrypting any share
+ * to them, and every share sender's signature, and any member entries the server adds, before it computes its masked
+ * input (`TaskMismatchError` on any failure), and with `minVerified` it refuses (`CohortUnverifiedError`) unless that
+ * many distinct identities (its own included) signed for this session and task — counted again when the survivor set
+ * arrives, among the members it lists, before the party signs or reveals anything. With `issuerKeys` (identity tokens,
+ * docs/identities.md) an identity counts — toward `minVerified` and toward the share threshold of its neighbourhood —
+ * only when the server also relayed a token for it that verifies under one of those keys: a member the server invented
+ * signs, but has no token, so it does not count. Peers' identities and tokens come with the peer keys;
+ * `peerIdentityKeys`, when given, pins them (every peer's identity must be the one listed there).
+ *
+ * The members list and the graph (docs/secagg.md, "A graph the server cannot steer"): PeerKeys carries one leaf per
+ * party (its identity and advertised keys, as the server fixed them when phase 0 closed); the party checks its own leaf
+ * and each peer's against it, computes the members root, draws the neighbour graph from it and refuses peers outside
+ * its own neighbourhood. The root then joins the binding of every later key and signature, so devices shown different
+ * member lists cannot complete a session together.
+ *
+ * The safety floor (floor.ts): with `floorAssumptions` (the device's own) the party refuses (`UnsafeParametersError`)
+ * a session without the consistency round or whose degree or threshold is below the floor it computes for n, and —
+ * with `issuerKeys` — a neighbourhood whose token-holding members fall short of the threshold. */
 
 import { bigFromBE, concat, equalBytes, hex, u32be } from "../bytes.js";
 import { TrustedKeys, tokenVerifies } from "../identityToken.js";
@@ -38,6 +49,7 @@ import {
   DoubleRevealError,
   DuplicateKeyError,
   InconsistentSetsError,
+  InconsistentSurvivorsError,
   SignatureError,
   TaskMismatchError,
   TooFewSurvivorsError,
@@ -45,7 +57,8 @@ import {
   WrongPhaseError,
   WrongSessionError,
 } from "./errors.js";
-import { Message, MsgType, ShareKind, decode, decodeBitmap, encode } from "./messages.js";
+import * as floor from "./floor.js";
+import { Message, MsgType, PeerEntry, ShareKind, decode, decodeBitmap, encode } from "./messages.js";
 import * as shamir from "./shamir.js";
 
 export enum Phase {
@@ -58,7 +71,10 @@ export enum Phase {
   Aborted = 6,
 }
 
-const FATAL = [SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError];
+/** Errors after which the client abandons the session (TooFewSurvivorsError is an InconsistentSetsError). */
+const FATAL = [SignatureError, DuplicateKeyError, DecryptionError, InconsistentSetsError, DoubleRevealError, floor.UnsafeParametersError];
+const EMPTY = new Uint8Array(0);
+const list = (xs: number[]): string => `[${xs.join(", ")}]`;
 
 /** A party's two X25519 key pairs: c (the channel key, encrypting its shares) and s (the mask key, agreeing pairwise
  * masks). */
@@ -75,6 +91,8 @@ export class KeyPairs {
 
 export interface ClientOptions {
   identityKey?: Ed25519Key | null;
+  /** Party → identity key: when given, every peer's identity in the peer keys must be the one listed here (the
+   * service's devices learn their peers' identities from the peer keys and the members list themselves). */
   peerIdentityKeys?: Map<number, Uint8Array> | null;
   randomness: RandomSource;
   inputProof?: Uint8Array | null;
@@ -83,15 +101,18 @@ export interface ClientOptions {
   keys?: KeyPairs | null;
   /** The device's own digest of its task (32 bytes; default: NO_TASK, a session that binds no task). */
   taskDigest?: Uint8Array | null;
-  /** Verify every share sender's (and requested member's) signature before masking (default true; needs
-   * `peerIdentityKeys`). */
+  /** Verify every peer's, share sender's (and requested member's) signature before encrypting shares and before
+   * masking (default true; needs `identityKey`). */
   verifyPeers?: boolean;
   /** Distinct identities (this party's included) whose signatures for this session and task must verify before the
-   * masked input is sent; needs `identityKey`, `peerIdentityKeys` and `verifyPeers`. */
+   * masked input is sent (and, among the survivors, before anything is revealed); needs `identityKey` and
+   * `verifyPeers`. */
   minVerified?: number | null;
-  /** Pinned identity-token issuer keys: an identity counts toward `minVerified` only with a token that verifies for it
-   * under one of them (null: tokens are not checked). */
+  /** Pinned identity-token issuer keys: an identity counts toward `minVerified` and toward the share threshold of the
+   * neighbourhood only with a token that verifies for it under one of them (null: tokens are not checked). */
   issuerKeys?: TrustedKeys | null;
+  /** The device's own assumptions for the safety floor (floor.ts; null: no floor, library use). */
+  floorAssumptions?: floor.Assumptions | null;
   /** Called with the seconds each phase's computation took (the benchmark's per-phase times). */
   onTiming?: (phase: string, seconds: number) => void;
 }
@@ -99,15 +120,23 @@ export interface ClientOptions {
 export class ClientSession {
   phase = Phase.AdvertiseKeys;
   private readonly t: number;
-  private nbrs: Set<number> | null = null;
+  /** This party's closed neighbourhood, drawn from the members root when the peer keys arrive. */
+  private nbrs = new Set<number>();
+  private leaves: Uint8Array = EMPTY;
   private advert: Uint8Array | null = null;
   private cKey!: X25519Key;
   private sKey!: X25519Key;
-  private peers = new Map<number, { cPk: Uint8Array; sPk: Uint8Array }>();
-  private readonly bind: Uint8Array;
+  private peers = new Map<number, PeerEntry>();
+  /** Session id ‖ task digest; from the peer keys on, with the members root appended. */
+  private bind: Uint8Array;
   private readonly verify: boolean;
-  /** Distinct identities (this party's included) whose signatures for this session and task it verified; null until
-   * the routed shares were checked. */
+  private readonly ownId: Uint8Array;
+  private peerIds = new Map<number, Uint8Array>();
+  private peerTokens = new Map<number, Uint8Array>();
+  /** Party → identity of every member this party counted toward `minVerified` at the routed shares. */
+  private counted = new Map<number, Uint8Array>();
+  /** Distinct identities (this party's included) whose signatures for this session and task it verified (and, with
+   * `issuerKeys`, whose tokens verified); null until the routed shares were checked. */
   verifiedMembers: number | null = null;
   private channel = new Map<number, Uint8Array>();
   private bSeed!: Uint8Array;
@@ -122,8 +151,15 @@ export class ClientSession {
   constructor(readonly config: SecAggConfig, readonly party: number, private readonly input: ModVector, private readonly opts: ClientOptions) {
     if (!Number.isInteger(party) || party < 1 || party > config.n) throw new ConfigError(`party_id: must be between 1 and n=${config.n}, got ${party}`);
     if (input.dim !== config.dim || input.bits !== config.bits) throw new ConfigError(`input_vector: must be a vector of length ${config.dim} at ${config.bits} bits`);
-    if (config.active && (!opts.identityKey || !opts.peerIdentityKeys)) {
-      throw new ConfigError("identity_key and peer_identity_keys are required in the active threat model");
+    if (config.active && !opts.identityKey) throw new ConfigError("identity_key is required in the active threat model");
+    const assumptions = opts.floorAssumptions ?? null;
+    if (assumptions !== null) {
+      if (!config.active) {
+        throw new floor.UnsafeParametersError(
+          `threat model: ${config.threatModel} has no consistency round: the server could show two survivor sets; this device requires the active model`,
+        );
+      }
+      floor.check(config.n, config.resolvedDegree, config.shareThreshold, assumptions);
     }
     const ms = opts.minSurvivors;
     if (ms != null && (!Number.isInteger(ms) || ms < 1)) throw new ConfigError(`min_survivors: must be a positive integer, got ${ms}`);
@@ -132,10 +168,11 @@ export class ClientSession {
     const mv = opts.minVerified;
     if (mv != null) {
       if (!Number.isInteger(mv) || mv < 1) throw new ConfigError(`min_verified: must be a positive integer, got ${mv}`);
-      if (!opts.identityKey || !opts.peerIdentityKeys || opts.verifyPeers === false) throw new ConfigError("min_verified: needs identity_key, peer_identity_keys and verify_peers");
+      if (!opts.identityKey || opts.verifyPeers === false) throw new ConfigError("min_verified: needs identity_key and verify_peers");
     }
     this.bind = c.binding(config.sessionId, digest);
-    this.verify = (opts.verifyPeers ?? true) && opts.peerIdentityKeys != null;
+    this.ownId = opts.identityKey ? opts.identityKey.publicBytes : c.NO_IDENTITY;
+    this.verify = (opts.verifyPeers ?? true) && !!opts.identityKey;
     this.t = config.shareThreshold;
   }
 
@@ -154,13 +191,12 @@ export class ClientSession {
       if (this.advert) return this.advert;
       return this.timed("advertise_keys", async () => {
         const cfg = this.config;
-        this.nbrs = new Set((await cfg.neighbourGraph()).closed(this.party));
         const keys = this.opts.keys ?? (await KeyPairs.draw(this.opts.randomness));
         this.cKey = keys.c;
         this.sKey = keys.s;
-        // signed session-free (keys sent ahead with a check-in carry the same signature); bound to session and task
-        // the party signs them again with its shares
-        let signature: Uint8Array = new Uint8Array(0);
+        // signed session-free (keys sent ahead with a check-in carry the same signature); bound to session, task and
+        // members root the party signs them again with its shares
+        let signature: Uint8Array = EMPTY;
         if (this.opts.identityKey) signature = await this.opts.identityKey.sign(c.keysPayload(this.cKey.publicBytes, this.sKey.publicBytes));
         this.advert = encode({ type: MsgType.AdvertiseKeys, sessionId: cfg.sessionId, party: this.party, cPk: this.cKey.publicBytes, sPk: this.sKey.publicBytes, signature });
         return this.advert;
@@ -208,32 +244,69 @@ export class ClientSession {
     throw new WrongPhaseError(`${MsgType[msg.type]} does not belong to phase ${Phase[p]}`);
   }
 
+  /** Whether an identity counts toward `minVerified` and the neighbourhood's threshold: always without `issuerKeys`,
+   * else only with a token that verifies for it under a pinned key. */
+  private counts(identity: Uint8Array, token: Uint8Array | undefined): Promise<boolean> {
+    const issuers = this.opts.issuerKeys ?? null;
+    if (issuers === null) return Promise.resolve(true);
+    if (!token || !token.length) return Promise.resolve(false);
+    return tokenVerifies(token, identity, issuers);
+  }
+
   private async onPeerKeys(msg: Extract<Message, { type: MsgType.PeerKeys }>): Promise<Uint8Array> {
     const cfg = this.config;
-    const nbrs = this.nbrs as Set<number>;
+    await this.membersList(msg.leaves);
+    const nbrs = this.nbrs;
     const parties = msg.peers.map((p) => p.party);
     if (new Set(parties).size !== parties.length) throw new InconsistentSetsError("peer keys: a party is listed twice");
     const stray = parties.filter((p) => !nbrs.has(p)).sort((a, b) => a - b);
-    if (stray.length) throw new InconsistentSetsError(`peer keys: parties ${stray.slice(0, 5)} are not neighbours`);
+    if (stray.length) throw new InconsistentSetsError(`peer keys: parties ${list(stray.slice(0, 5))} are not neighbours`);
     if (parties.length < this.t) throw new InconsistentSetsError(`peer keys: ${parties.length} peers, below the threshold ${this.t}`);
     const own = msg.peers.find((p) => p.party === this.party);
-    if (!own || !equalBytes(own.cPk, this.cKey.publicBytes) || !equalBytes(own.sPk, this.sKey.publicBytes)) {
+    if (!own || !equalBytes(own.cPk, this.cKey.publicBytes) || !equalBytes(own.sPk, this.sKey.publicBytes) || !equalBytes(own.identity, this.ownId)) {
       throw new InconsistentSetsError("peer keys: this party's own keys are missing or altered");
     }
     const keys = new Set(msg.peers.flatMap((p) => [hex(p.cPk), hex(p.sPk)]));
     if (keys.size !== 2 * msg.peers.length) throw new DuplicateKeyError("peer keys: the same public key is advertised twice");
-    if (this.verify) {
-      const ids = this.opts.peerIdentityKeys as Map<number, Uint8Array>;
-      const unknown = parties.filter((p) => p !== this.party && !ids.has(p)).sort((a, b) => a - b);
-      if (unknown.length) throw new SignatureError(`peer keys: no identity key for parties ${unknown.slice(0, 5)}`);
-      // before any share is encrypted to them: every peer's keys must be its own (checked concurrently, errors in order)
-      const others = msg.peers.filter((p) => p.party !== this.party);
-      const ok = await Promise.all(others.map((p) => ed25519Verify(ids.get(p.party) as Uint8Array, p.signature ?? new Uint8Array(0), c.keysPayload(p.cPk, p.sPk))));
+    if (this.opts.identityKey && new Set(msg.peers.map((p) => hex(p.identity))).size !== msg.peers.length) {
+      throw new DuplicateKeyError("peer keys: the same identity key is listed for two parties");
+    }
+    const others = msg.peers.filter((p) => p.party !== this.party);
+    // the leaves, signatures and tokens are checked concurrently (WebCrypto works off the main thread); the errors are
+    // those of checking them in order
+    const [leaves, signed, vouched] = await Promise.all([
+      Promise.all(msg.peers.map((p) => c.memberLeaf(p.party, p.identity, p.cPk, p.sPk))),
+      this.verify ? Promise.all(others.map((p) => ed25519Verify(p.identity, p.signature ?? EMPTY, c.keysPayload(p.cPk, p.sPk)))) : Promise.resolve(null),
+      Promise.all(msg.peers.map((p) => (p.party === this.party ? Promise.resolve(true) : this.counts(p.identity, p.token)))),
+    ]);
+    const pinned = this.opts.peerIdentityKeys ?? null;
+    msg.peers.forEach((p, i) => {
+      if (!equalBytes(this.leaf(p.party), leaves[i])) throw new InconsistentSetsError(`peer keys: party ${p.party}'s entry is not the one in the members list`);
+      if (pinned !== null && p.party !== this.party) {
+        const expected = pinned.get(p.party);
+        if (!expected || !equalBytes(expected, p.identity)) throw new SignatureError(`peer keys: party ${p.party}'s identity key is not the one expected`);
+      }
+    });
+    this.peerIds = new Map(msg.peers.map((p) => [p.party, p.identity]));
+    this.peerTokens = new Map(msg.peers.map((p) => [p.party, p.token ?? EMPTY]));
+    if (signed !== null) {  // before any share is encrypted to them: every peer's keys must be its own
       others.forEach((p, i) => {
-        if (!ok[i]) throw new TaskMismatchError(p.party, "its advertised keys are not signed by its identity key");
+        if (!signed[i]) throw new TaskMismatchError(p.party, "its advertised keys are not signed by its identity key");
       });
     }
-    for (const p of msg.peers) this.peers.set(p.party, { cPk: p.cPk, sPk: p.sPk });
+    let untrusted = 0;
+    if (this.opts.issuerKeys) {  // the threshold counts only members an issuer vouched for
+      const trusted = vouched.filter(Boolean).length;
+      untrusted = msg.peers.length - trusted;
+      if (trusted < this.t) {
+        throw new floor.UnsafeParametersError(
+          `threshold: ${trusted} of this party's ${msg.peers.length} neighbours (itself included) hold a valid issuer token, below the share threshold ${this.t}`,
+        );
+      }
+    }
+    const assumptions = this.opts.floorAssumptions ?? null;
+    if (assumptions !== null) floor.check(cfg.n, cfg.resolvedDegree, this.t, assumptions, untrusted);
+    for (const p of msg.peers) this.peers.set(p.party, p);
     const u1 = [...this.peers.keys()].sort((a, b) => a - b);
     const rng = this.opts.randomness;
     this.bSeed = await rng.bytes(32);
@@ -243,15 +316,37 @@ export class ClientSession {
     const cts: [number, Uint8Array][] = [];
     for (const v of u1) {
       if (v === this.party) continue;
-      const key = await c.channelKey(await this.agree(this.cKey, (this.peers.get(v) as { cPk: Uint8Array }).cPk), this.bind, this.party, v);
+      const key = await c.channelKey(await this.agree(this.cKey, (this.peers.get(v) as PeerEntry).cPk), this.bind, this.party, v);
       this.channel.set(v, key);
       const pt = concat(u32be(this.party), u32be(v), shamir.toBytes(bShares.get(v) as bigint), shamir.toBytes(sShares.get(v) as bigint));
       cts.push([v, await c.sealShare(key, this.bind, this.party, v, pt)]);
     }
-    let signature: Uint8Array = new Uint8Array(0);
+    let signature: Uint8Array = EMPTY;
     if (this.opts.identityKey) signature = await this.opts.identityKey.sign(c.advertisePayload(this.bind, this.party, this.cKey.publicBytes, this.sKey.publicBytes));
     this.phase = Phase.ShareKeys;
     return encode({ type: MsgType.ShareKeys, sessionId: cfg.sessionId, party: this.party, ciphertexts: cts, signature, membersWanted: this.membersWanted() });
+  }
+
+  /** Check this party's own leaf, compute the members root, draw the graph from it and bind what follows to it. */
+  private async membersList(leaves: Uint8Array): Promise<void> {
+    const cfg = this.config;
+    const size = c.MEMBER_LEAF_BYTES;
+    if (leaves.length !== cfg.n * size) throw new InconsistentSetsError(`members list: ${Math.floor(leaves.length / size)} leaves for a cohort of ${cfg.n}`);
+    this.leaves = leaves;
+    if (!equalBytes(this.leaf(this.party), await c.memberLeaf(this.party, this.ownId, this.cKey.publicBytes, this.sKey.publicBytes))) {
+      throw new InconsistentSetsError("members list: this party's keys are missing or altered");
+    }
+    const root = await c.membersRoot(leaves);
+    const graph = await cfg.neighbourGraph(await c.graphSeed(this.bind, root));
+    this.nbrs = new Set(graph.closed(this.party));
+    this.bind = c.roundBinding(this.bind, root);
+  }
+
+  /** Party's leaf in the members list (empty outside 1..n). */
+  private leaf(party: number): Uint8Array {
+    const size = c.MEMBER_LEAF_BYTES;
+    if (!(Number.isInteger(party) && party >= 1 && party <= this.config.n)) return EMPTY;
+    return this.leaves.subarray((party - 1) * size, party * size);
   }
 
   /** Signed members beyond the neighbourhood to ask for: enough to reach `minVerified` even if every neighbour the
@@ -267,42 +362,41 @@ export class ClientSession {
    * concurrently (WebCrypto works off the main thread); the errors are those of checking them in order. */
   private async verifyCohort(msg: Extract<Message, { type: MsgType.RoutedShares }>): Promise<void> {
     const cfg = this.config;
-    const ids = this.opts.peerIdentityKeys as Map<number, Uint8Array>;
     if (msg.signatures.length !== msg.ciphertexts.length) throw new TaskMismatchError(msg.ciphertexts.length ? msg.ciphertexts[0][0] : 0, "signatures missing");
     const senders = msg.ciphertexts.map(([v], i) => {
-      const keys = this.peers.get(v) as { cPk: Uint8Array; sPk: Uint8Array };
-      return { party: v, identity: ids.get(v) as Uint8Array, signature: msg.signatures[i], cPk: keys.cPk, sPk: keys.sPk };
+      const keys = this.peers.get(v) as PeerEntry;
+      return { party: v, identity: this.peerIds.get(v) as Uint8Array, signature: msg.signatures[i], cPk: keys.cPk, sPk: keys.sPk };
     });
     const check = (e: { party: number; identity: Uint8Array; signature: Uint8Array; cPk: Uint8Array; sPk: Uint8Array }) =>
       ed25519Verify(e.identity, e.signature, c.advertisePayload(this.bind, e.party, e.cPk, e.sPk));
-    const issuers = this.opts.issuerKeys ?? null;
-    // with pinned issuers an identity counts only with a token for it (none in routed shares without the section)
-    const credentialed = (identity: Uint8Array, token: Uint8Array | undefined): Promise<boolean> =>
-      issuers === null ? Promise.resolve(true) : token === undefined ? Promise.resolve(false) : tokenVerifies(token, identity, issuers);
-    const [senderOk, memberOk, senderTok, memberTok] = await Promise.all([
+    const memberTokens = msg.memberTokens?.length ? msg.memberTokens : msg.members.map(() => EMPTY);
+    const [senderOk, memberOk, senderTok, memberTok, memberLeaves] = await Promise.all([
       Promise.all(senders.map(check)), Promise.all(msg.members.map(check)),
-      Promise.all(senders.map((e, i) => credentialed(e.identity, msg.tokens?.senders[i]))),
-      Promise.all(msg.members.map((e, i) => credentialed(e.identity, msg.tokens?.members[i]))),
+      Promise.all(senders.map((e) => this.counts(e.identity, this.peerTokens.get(e.party)))),
+      Promise.all(msg.members.map((e, i) => this.counts(e.identity, memberTokens[i]))),
+      Promise.all(msg.members.map((e) => c.memberLeaf(e.party, e.identity, e.cPk, e.sPk))),
     ]);
-    const identities = new Set<string>();
-    if (this.opts.identityKey) identities.add(hex(this.opts.identityKey.publicBytes));
+    const counted = new Map<number, Uint8Array>();
+    if (this.opts.identityKey) counted.set(this.party, this.ownId);
     senders.forEach((e, i) => {
       if (!senderOk[i]) throw new TaskMismatchError(e.party);
-      if (senderTok[i]) identities.add(hex(e.identity));
+      if (senderTok[i]) counted.set(e.party, e.identity);
     });
-    const nbrs = this.nbrs as Set<number>;
     const seen = new Set<number>();
     msg.members.forEach((m, i) => {
-      if (!(m.party >= 1 && m.party <= cfg.n) || nbrs.has(m.party) || seen.has(m.party)) {
+      if (!(m.party >= 1 && m.party <= cfg.n) || this.nbrs.has(m.party) || seen.has(m.party)) {
         throw new InconsistentSetsError(`members: party ${m.party} is a neighbour, repeated or outside the cohort`);
       }
       seen.add(m.party);
+      if (!equalBytes(this.leaf(m.party), memberLeaves[i])) throw new InconsistentSetsError(`members: party ${m.party}'s entry is not the one in the members list`);
       if (!memberOk[i]) throw new TaskMismatchError(m.party, "member list");
-      if (memberTok[i]) identities.add(hex(m.identity));
+      if (memberTok[i]) counted.set(m.party, m.identity);
     });
-    this.verifiedMembers = identities.size;
+    this.counted = counted;
+    const verified = new Set([...counted.values()].map(hex)).size;
+    this.verifiedMembers = verified;
     const min = this.opts.minVerified;
-    if (min != null && identities.size < min) throw new CohortUnverifiedError(identities.size, min, issuers !== null);
+    if (min != null && verified < min) throw new CohortUnverifiedError(verified, min, this.opts.issuerKeys != null);
   }
 
   private async agree(key: X25519Key, peer: Uint8Array): Promise<Uint8Array> {
@@ -318,7 +412,7 @@ export class ClientSession {
     const senders = msg.ciphertexts.map(([s]) => s);
     if (new Set(senders).size !== senders.length) throw new InconsistentSetsError("routed shares: a sender is listed twice");
     const stray = senders.filter((s) => s === this.party || !this.peers.has(s)).sort((a, b) => a - b);
-    if (stray.length) throw new InconsistentSetsError(`routed shares: senders ${stray.slice(0, 5)} were not in the key set`);
+    if (stray.length) throw new InconsistentSetsError(`routed shares: senders ${list(stray.slice(0, 5))} were not in the key set`);
     const u2 = new Set([...senders, this.party]);
     if (u2.size < this.t) throw new InconsistentSetsError(`routed shares: ${u2.size} parties, below the threshold ${this.t}`);
     if (this.verify) await this.verifyCohort(msg);
@@ -337,7 +431,7 @@ export class ClientSession {
     const acc = this.input.copy();
     acc.addInto(await c.expandMask(await c.selfMaskKey(this.bSeed, this.bind, this.party), cfg.dim, cfg.bits), 1);
     for (const v of [...u2].filter((x) => x !== this.party).sort((a, b) => a - b)) {
-      const shared = await this.agree(this.sKey, (this.peers.get(v) as { sPk: Uint8Array }).sPk);
+      const shared = await this.agree(this.sKey, (this.peers.get(v) as PeerEntry).sPk);
       const key = await c.pairMaskKey(shared, this.bind, this.party, v);
       acc.addInto(await c.expandMask(key, cfg.dim, cfg.bits), this.party < v ? 1 : -1);
     }
@@ -353,11 +447,15 @@ export class ClientSession {
     const everyone = decodeBitmap(bitmap, this.config.n);
     const min = this.opts.minSurvivors;
     if (min != null && everyone.size < min) throw new TooFewSurvivorsError(everyone.size, min);
-    const nbrs = this.nbrs as Set<number>;
-    const u3 = new Set([...everyone].filter((p) => nbrs.has(p)));
+    const u3 = new Set([...everyone].filter((p) => this.nbrs.has(p)));
     if (!u3.has(this.party)) throw new InconsistentSetsError("survivors: this party is missing from the survivor set");
     if ([...u3].some((p) => !this.u2.has(p))) throw new InconsistentSetsError("survivors: not a subset of the parties that shared keys");
     if (u3.size < this.t) throw new InconsistentSetsError(`survivors: ${u3.size} neighbours, below the threshold ${this.t}`);
+    const mv = this.opts.minVerified;
+    if (mv != null) {  // only members whose input the survivor set says is in the sum
+      const listed = new Set([...this.counted].filter(([p]) => everyone.has(p)).map(([, identity]) => hex(identity))).size;
+      if (listed < mv) throw new CohortUnverifiedError(listed, mv, this.opts.issuerKeys != null);
+    }
     return u3;
   }
 
@@ -373,17 +471,21 @@ export class ClientSession {
     const cfg = this.config;
     const u3 = this.survivors(msg.survivors);
     if (cfg.active) {
-      if (!this.signedSurvivors || !equalBytes(msg.survivors, this.signedSurvivors)) throw new InconsistentSetsError("survivors: differ from the set this party signed");
+      if (!this.signedSurvivors || !equalBytes(msg.survivors, this.signedSurvivors)) throw new InconsistentSurvivorsError("survivors: differ from the set this party signed");
       const signers = msg.signatures.map(([p]) => p);
       if (new Set(signers).size !== signers.length || signers.some((p) => !u3.has(p))) {
-        throw new InconsistentSetsError("consistency: signatures from repeated or non-surviving parties");
+        throw new InconsistentSurvivorsError("consistency: signatures from repeated or non-surviving parties");
       }
       const payload = c.consistencyPayload(this.bind, msg.survivors);
-      for (const [signer, sig] of msg.signatures) {
-        const key = this.opts.peerIdentityKeys?.get(signer);
-        if (!key || !(await ed25519Verify(key, sig, payload))) throw new SignatureError(`invalid signature on party ${signer}'s consistency check`);
+      const ok = await Promise.all(msg.signatures.map(([signer, sig]) => ed25519Verify(this.peerIds.get(signer) as Uint8Array, sig, payload)));
+      msg.signatures.forEach(([signer], i) => {
+        if (!ok[i]) throw new InconsistentSurvivorsError(`invalid signature on party ${signer}'s consistency check`);
+      });
+      if (signers.length < this.t) {
+        throw new InconsistentSurvivorsError(
+          `consistency: ${signers.length} neighbours signed this survivor set, below the threshold ${this.t}: the others may have been shown another set`,
+        );
       }
-      if (signers.length < this.t) throw new SignatureError(`consistency: ${signers.length} signatures, below the threshold ${this.t}`);
     }
     const decisions = [...this.u2].sort((a, b) => a - b).map((v) => [v, u3.has(v) ? ShareKind.SelfMaskSeed : ShareKind.MaskKey] as const);
     for (const [v, kind] of decisions) {

@@ -1,8 +1,15 @@
-/** Public parameters of one secure-aggregation session (secagg/config.py), with the same checks. */
+/** Public parameters of one secure-aggregation session (secagg/config.py), with the same checks.
+ *
+ * Thresholds are per closed neighbourhood of size m (m = n for the complete graph, k + 1 for SecAgg+). The degree
+ * defaults to `floor.plan(n)`: the least degree at or above the safety floor a device computes (corrupt fraction ⅓,
+ * 2^-40 with 40 bits of grinding) whose safe threshold survives the default dropout (the complete graph when no sparse
+ * degree does). The threshold defaults to the floor's least safe threshold at that degree in the active model, and to
+ * ⌊m/2⌋ + 1 in the semi-honest model (a benchmark-only variant: devices refuse it). */
 
 import { unhex } from "../bytes.js";
 import { ConfigError } from "./errors.js";
-import { COMPLETE_MAX, NeighbourGraph, graphSeed, sparseDegree } from "./graph.js";
+import * as floor from "./floor.js";
+import { NeighbourGraph } from "./graph.js";
 
 export const SESSION_ID_BYTES = 16;
 export const MAX_BITS = 62;
@@ -11,6 +18,17 @@ export const MAX_DIM = 1 << 26;
 
 export type ThreatModel = "semi_honest" | "active";
 export type GraphKind = "auto" | "complete" | "sparse";
+/** How the neighbour graph is seeded: `graphSeed(binding, members root)` (secagg/config.py GRAPH_SEED_RULE). */
+export const GRAPH_SEED_RULE = "members_root/v1";
+
+/** What the transparency log's task entry records of a cohort (secagg/config.py `public_summary`). */
+export interface PublicSummary {
+  n: number;
+  degree: number;
+  threshold: number;
+  threat_model: ThreatModel;
+  graph_seed: string;
+}
 
 export interface SecAggConfigDict {
   session_id: string;
@@ -39,7 +57,7 @@ export class SecAggConfig {
   readonly minSurvivors: number | null;
   readonly degree: number | null;
   readonly maxInput: number | null;
-  private graphCache: Promise<NeighbourGraph> | null = null;
+  private degreeCache: number | null = null;
 
   constructor(d: SecAggConfigDict) {
     for (const k of Object.keys(d)) if (!FIELDS.has(k)) throw new ConfigError(`invalid secagg config: unexpected field ${k}`);
@@ -91,14 +109,16 @@ export class SecAggConfig {
   }
 
   get usesCompleteGraph(): boolean {
-    if (this.graph === "complete") return true;
-    if (this.graph === "auto" && this.n <= COMPLETE_MAX) return true;
     return this.resolvedDegree >= this.n - 1;
   }
 
   get resolvedDegree(): number {
-    if (this.graph === "complete" || (this.graph === "auto" && this.n <= COMPLETE_MAX)) return this.n - 1;
-    return Math.min(this.n - 1, this.degree ?? sparseDegree(this.n));
+    if (this.degreeCache === null) {
+      if (this.graph === "complete") this.degreeCache = this.n - 1;
+      else if (this.degree !== null) this.degreeCache = Math.min(this.n - 1, this.degree);
+      else this.degreeCache = floor.plan(this.n).degree;
+    }
+    return this.degreeCache;
   }
 
   get neighbourhoodSize(): number {
@@ -108,7 +128,8 @@ export class SecAggConfig {
   get shareThreshold(): number {
     if (this.threshold !== null) return this.threshold;
     const m = this.neighbourhoodSize;
-    return this.threatModel === "active" ? Math.floor((2 * m) / 3) + 1 : Math.floor(m / 2) + 1;
+    if (this.threatModel === "active") return floor.thresholdFloor(this.n, this.resolvedDegree) ?? m;
+    return Math.floor(m / 2) + 1;
   }
 
   get survivorThreshold(): number {
@@ -119,10 +140,14 @@ export class SecAggConfig {
     return this.threatModel === "active";
   }
 
-  neighbourGraph(): Promise<NeighbourGraph> {
-    this.graphCache ??= graphSeed(this.sessionId).then((seed) =>
-      NeighbourGraph.create(this.n, this.usesCompleteGraph ? null : this.resolvedDegree, seed),
-    );
-    return this.graphCache;
+  /** The graph drawn from `seed` (`graphSeed(binding, members root)`: known once phase 0 closed). */
+  neighbourGraph(seed: Uint8Array): Promise<NeighbourGraph> {
+    return NeighbourGraph.create(this.n, this.usesCompleteGraph ? null : this.resolvedDegree, seed);
+  }
+
+  /** What the transparency log's task entry records of the cohort: n, the resolved degree and threshold, the threat
+   * model and how the graph is seeded; a device checks it against its own config. */
+  publicSummary(): PublicSummary {
+    return { n: this.n, degree: this.resolvedDegree, threshold: this.shareThreshold, threat_model: this.threatModel, graph_seed: GRAPH_SEED_RULE };
   }
 }

@@ -37,6 +37,10 @@ export class TooFewSurvivorsError extends InconsistentSetsError {
   }
 }
 
+/** The unmask request's survivor set is not the one this party signed, or fewer than the threshold of its neighbours
+ * signed it: the server may be showing parts of the neighbourhood different survivor sets. */
+export class InconsistentSurvivorsError extends InconsistentSetsError {}
+
 /** Fewer distinct members than this client's minimum signed their keys for this session and task
  * (`ClientSession` option `minVerified`): the cohort the server announced is not one the client can verify. */
 export class CohortUnverifiedError extends InconsistentSetsError {

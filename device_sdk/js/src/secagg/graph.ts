@@ -1,21 +1,18 @@
 /** Neighbour graphs (secagg/graph.py): the complete graph, or the SecAgg+ Harary graph H(k, n) on a ring whose order
- * is a Fisher–Yates shuffle driven by AES-CTR words keyed from the session id. */
+ * is a Fisher–Yates shuffle driven by AES-CTR words keyed from the graph seed — `graphSeed(binding, members root)`: the
+ * session binding and the members root over every member's party, identity and fresh advertised keys as phase 0 closed
+ * (crypto.ts `membersRoot`), so the server can neither show different parties different graphs nor pick the ring
+ * order (docs/secagg.md, "A graph the server cannot steer"). How degree and threshold are chosen: floor.ts. */
 
 import { concat, utf8 } from "../bytes.js";
 import { aesKey, ctrKeystream, hkdf } from "../webcrypto.js";
 
-export const DOMAIN = utf8("fa-secagg/v2/");
-export const COMPLETE_MAX = 100;
-const DEGREE_FACTOR = 3;
+export const DOMAIN = utf8("fa-secagg/v3/");
 
-export function sparseDegree(n: number): number {
-  if (n <= 2) return n - 1;
-  const half = Math.ceil(DEGREE_FACTOR * Math.log2(n));
-  return Math.min(n - 1, 2 * half);
-}
-
-export function graphSeed(sessionId: Uint8Array): Promise<Uint8Array> {
-  return hkdf(sessionId, concat(DOMAIN, utf8("graph")));
+/** The neighbour graph's seed: HKDF(key = members root, info = DOMAIN ‖ "graph/" ‖ binding) — the session binding and
+ * the members root (no value the server picks alone). */
+export function graphSeed(bind: Uint8Array, root: Uint8Array): Promise<Uint8Array> {
+  return hkdf(root, concat(DOMAIN, utf8("graph/"), bind));
 }
 
 /** `count` uint64 words (little-endian) of the AES-256-CTR stream keyed HKDF(seed, DOMAIN ‖ "prg-uint64"). */

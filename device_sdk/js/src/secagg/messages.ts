@@ -2,22 +2,23 @@
  * u32 party) and a length-checked body; counts are bounded by the bytes present and trailing bytes are an error. */
 
 import { concat, u32be } from "../bytes.js";
+import { MEMBER_LEAF_BYTES } from "./crypto.js";
 import { MessageFormatError } from "./errors.js";
 import { SHARE_BYTES } from "./shamir.js";
 
-export const VERSION = 2;
+export const VERSION = 3;
 export const HEADER_SIZE = 24;
 const KEY = 32;
 const SIG = 64;
 export const MAX_PROOF_BYTES = 1 << 26;
 /** The most signed members beyond its neighbourhood a party may ask for (ShareKeys). */
 export const MAX_MEMBERS_WANTED = 1 << 20;
-/** The fixed part of one PeerKeys entry: u32 party, c_pk, s_pk, the key signature's u32 length (then the signature,
- * 0 or 64 bytes). */
-export const PEER_ENTRY_BYTES = 4 + 2 * KEY + 4;
+/** The fixed part of one PeerKeys entry: u32 party, identity key, c_pk, s_pk, the key signature's u32 length (then the
+ * signature, 0 or 64 bytes, then the identity token as a blob: u32 length and 0 or TOKEN_BYTES bytes). */
+export const PEER_ENTRY_BYTES = 4 + 3 * KEY + 4;
 /** One member entry of RoutedShares: u32 party, identity key, c_pk, s_pk, signature. */
 export const MEMBER_ENTRY_BYTES = 4 + 3 * KEY + SIG;
-/** An identity token in RoutedShares' optional token section (identityToken.ts TOKEN_BYTES). */
+/** An identity token in PeerKeys entries and RoutedShares' optional token section (identityToken.ts TOKEN_BYTES). */
 export const TOKEN_BYTES = 354;
 
 export enum MsgType {
@@ -38,15 +39,19 @@ export enum ShareKind {
   MaskKey = 2,
 }
 
-/** A peer's advertised keys, as PeerKeys lists them, with its identity key's signature over them (`keysPayload`;
- * empty only in sessions without identities). Each party signs its keys again, bound to session and task, with its
- * ShareKeys. */
+/** A neighbour as the server fixed it when phase 0 closed: its identity key (32 zero bytes in sessions without
+ * identities), its advertised keys and its identity key's signature over them (`keysPayload`; empty only in sessions
+ * without identities), and its issuer token (empty when the cohort has none). Each party signs its keys again, bound
+ * to session, task and members root, with its ShareKeys. */
 export interface PeerEntry {
   party: number;
+  identity: Uint8Array;
   cPk: Uint8Array;
   sPk: Uint8Array;
   /** Absent: empty (as Python's default). */
   signature?: Uint8Array;
+  /** Absent: empty (as Python's default). */
+  token?: Uint8Array;
 }
 
 /** A cohort member outside the recipient's neighbourhood, as it signed its keys for this session and task: lets a
@@ -59,13 +64,6 @@ export interface MemberEntry {
   signature: Uint8Array;
 }
 
-/** RoutedShares' optional trailing section: one identity token (TOKEN_BYTES) per share sender, then one per member
- * entry. */
-export interface RoutedTokens {
-  senders: Uint8Array[];
-  members: Uint8Array[];
-}
-
 export interface Head {
   sessionId: Uint8Array;
   party: number;
@@ -76,15 +74,18 @@ export type Message = Head &
     /** `signature`: the party's identity-key signature over its keys (`keysPayload`, session-free; empty only in
      * sessions without identities). */
     | { type: MsgType.AdvertiseKeys; cPk: Uint8Array; sPk: Uint8Array; signature?: Uint8Array }
-    | { type: MsgType.PeerKeys; peers: PeerEntry[] }
+    /** `leaves`: the members list, one MEMBER_LEAF_BYTES leaf per party 1..n (crypto.ts `memberLeaf`, zeros for a party
+     * that did not advertise), from which every member computes the members root — the seed of the neighbour graph
+     * and part of every later binding. */
+    | { type: MsgType.PeerKeys; peers: PeerEntry[]; leaves: Uint8Array }
     /** `signature`: the party's identity-key signature over its advertised keys bound to session and task (empty only
      * in sessions without identities); `membersWanted`: signed members beyond its neighbourhood it asks to see. */
     | { type: MsgType.ShareKeys; ciphertexts: [number, Uint8Array][]; signature: Uint8Array; membersWanted: number }
     /** `signatures`: each sender's signature over its advertised keys, in the ciphertexts' order (empty in sessions
-     * without identities); `members`: the signed member entries the recipient asked for; `tokens`: present only in
-     * sessions that carry identity tokens (docs/identities.md): each sender's token in the ciphertexts' order, and
-     * each member entry's. */
-    | { type: MsgType.RoutedShares; ciphertexts: [number, Uint8Array][]; signatures: Uint8Array[]; members: MemberEntry[]; tokens?: RoutedTokens | null }
+     * without identities); `members`: the signed member entries the recipient asked for; `memberTokens`: present only
+     * in sessions that carry identity tokens (docs/identities.md), each member entry's token in the same order (the
+     * senders' tokens came with the peer keys); an empty list is no section. */
+    | { type: MsgType.RoutedShares; ciphertexts: [number, Uint8Array][]; signatures: Uint8Array[]; members: MemberEntry[]; memberTokens?: Uint8Array[] | null }
     | { type: MsgType.MaskedInput; bits: number; dim: number; packed: Uint8Array }
     | { type: MsgType.MaskedInputProved; bits: number; dim: number; packed: Uint8Array; proof: Uint8Array }
     | { type: MsgType.ConsistencyRequest; survivors: Uint8Array }
@@ -107,6 +108,17 @@ function sig(s: Uint8Array | undefined): Uint8Array {
   return out;
 }
 
+function token(t: Uint8Array | undefined): Uint8Array {
+  const out = t ?? new Uint8Array(0);
+  if (out.length !== 0 && out.length !== TOKEN_BYTES) throw new MessageFormatError(`token: must be empty or ${TOKEN_BYTES} bytes`);
+  return out;
+}
+
+function leavesOf(leaves: Uint8Array): Uint8Array {
+  if (leaves.length % MEMBER_LEAF_BYTES) throw new MessageFormatError(`leaves: a multiple of ${MEMBER_LEAF_BYTES} bytes, got ${leaves.length}`);
+  return concat(u32be(leaves.length / MEMBER_LEAF_BYTES), leaves);
+}
+
 export function encode(m: Message): Uint8Array {
   const head = new Uint8Array(HEADER_SIZE);
   head.set([0x53, 0x41, VERSION, m.type]);
@@ -119,7 +131,11 @@ export function encode(m: Message): Uint8Array {
       body = concat(fixed(m.cPk, KEY, "c_pk"), fixed(m.sPk, KEY, "s_pk"), blob(sig(m.signature)));
       break;
     case MsgType.PeerKeys:
-      body = concat(u32be(m.peers.length), ...m.peers.flatMap((p) => [u32be(p.party), fixed(p.cPk, KEY, "c_pk"), fixed(p.sPk, KEY, "s_pk"), blob(sig(p.signature))]));
+      body = concat(
+        u32be(m.peers.length),
+        ...m.peers.flatMap((p) => [u32be(p.party), fixed(p.identity, KEY, "identity"), fixed(p.cPk, KEY, "c_pk"), fixed(p.sPk, KEY, "s_pk"), blob(sig(p.signature)), blob(token(p.token))]),
+        leavesOf(m.leaves),
+      );
       break;
     case MsgType.ShareKeys:
       if (m.membersWanted > MAX_MEMBERS_WANTED) throw new MessageFormatError(`members_wanted: ${m.membersWanted} exceeds ${MAX_MEMBERS_WANTED}`);
@@ -131,7 +147,7 @@ export function encode(m: Message): Uint8Array {
         u32be(m.signatures.length), ...m.signatures.map(blob),
         u32be(m.members.length),
         ...m.members.flatMap((e) => [u32be(e.party), fixed(e.identity, KEY, "identity"), fixed(e.cPk, KEY, "c_pk"), fixed(e.sPk, KEY, "s_pk"), fixed(e.signature, SIG, "signature")]),
-        m.tokens ? tokenSection(m.tokens, m.ciphertexts.length, m.members.length) : new Uint8Array(0),
+        m.memberTokens?.length ? tokenSection(m.memberTokens, m.members.length) : new Uint8Array(0),
       );
       break;
     case MsgType.MaskedInput:
@@ -156,12 +172,10 @@ export function encode(m: Message): Uint8Array {
   return concat(head, body);
 }
 
-/** `u32 n ‖ n × (u32 len ‖ token)` for the senders, then the same for the member entries. */
-function tokenSection(t: RoutedTokens, senders: number, members: number): Uint8Array {
-  if (t.senders.length !== senders) throw new MessageFormatError(`sender tokens: ${t.senders.length} for ${senders} ciphertexts`);
-  if (t.members.length !== members) throw new MessageFormatError(`member tokens: ${t.members.length} for ${members} member entries`);
-  const list = (xs: Uint8Array[], what: string) => concat(u32be(xs.length), ...xs.map((x) => blob(fixed(x, TOKEN_BYTES, what))));
-  return concat(list(t.senders, "sender token"), list(t.members, "member token"));
+/** `u32 n ‖ n × (u32 len ‖ token)`, one token per member entry. */
+function tokenSection(tokens: Uint8Array[], members: number): Uint8Array {
+  if (tokens.length !== members) throw new MessageFormatError(`member tokens: ${tokens.length} for ${members} member entries`);
+  return concat(u32be(tokens.length), ...tokens.map((x) => blob(fixed(x, TOKEN_BYTES, "member token"))));
 }
 
 class Reader {
@@ -208,13 +222,10 @@ function signature(r: Reader): Uint8Array {
 
 function parseTokens(r: Reader, expected: number, what: string): Uint8Array[] {
   const n = r.count(4 + TOKEN_BYTES, what);
-  if (n !== expected) throw new MessageFormatError(`${what}: ${n} for ${expected} entries`);
+  if (n !== expected) throw new MessageFormatError(`${what}: ${n} tokens for ${expected} entries`);
   const out: Uint8Array[] = [];
-  for (let i = 0; i < n; i++) {
-    const len = r.u32(what);
-    if (len !== TOKEN_BYTES) throw new MessageFormatError(`${what}: a token is ${TOKEN_BYTES} bytes, got ${len}`);
-    out.push(r.take(len, what));
-  }
+  for (let i = 0; i < n; i++) out.push(r.blob(what));
+  if (out.some((t) => t.length !== TOKEN_BYTES)) throw new MessageFormatError(`${what}: a token must be ${TOKEN_BYTES} bytes`);
   return out;
 }
 
@@ -242,10 +253,21 @@ export function decode(data: Uint8Array): Message {
       m = { ...h, type, cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) };
       break;
     case MsgType.PeerKeys: {
-      const n = r.count(PEER_ENTRY_BYTES, "peers");
+      const n = r.count(PEER_ENTRY_BYTES + 4, "peers");
       const peers: PeerEntry[] = [];
-      for (let i = 0; i < n; i++) peers.push({ party: r.u32("peer"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: signature(r) });
-      m = { ...h, type, peers };
+      for (let i = 0; i < n; i++) {
+        const head = r.take(PEER_ENTRY_BYTES, "peer");
+        const view = new DataView(head.buffer, head.byteOffset, head.byteLength);
+        const size = view.getUint32(4 + 3 * KEY, false);
+        if (size !== 0 && size !== SIG) throw new MessageFormatError("signature: must be empty or 64 bytes");
+        const entry = { party: view.getUint32(0, false), identity: head.slice(4, 4 + KEY), cPk: head.slice(4 + KEY, 4 + 2 * KEY), sPk: head.slice(4 + 2 * KEY, 4 + 3 * KEY) };
+        const signature = r.take(size, "signature");
+        const tok = r.blob("token");
+        if (tok.length !== 0 && tok.length !== TOKEN_BYTES) throw new MessageFormatError(`token: must be empty or ${TOKEN_BYTES} bytes`);
+        peers.push({ ...entry, signature, token: tok });
+      }
+      const count = r.count(MEMBER_LEAF_BYTES, "leaves");
+      m = { ...h, type, peers, leaves: r.take(count * MEMBER_LEAF_BYTES, "leaves") };
       break;
     }
     case MsgType.ShareKeys: {
@@ -266,9 +288,9 @@ export function decode(data: Uint8Array): Message {
       for (let i = 0; i < nm; i++) {
         members.push({ party: r.u32("member"), identity: r.take(KEY, "identity"), cPk: r.take(KEY, "c_pk"), sPk: r.take(KEY, "s_pk"), signature: r.take(SIG, "signature") });
       }
-      // the optional token section: present only when the session carries identity tokens
-      const tokens = r.rest() ? { senders: parseTokens(r, cts.length, "sender tokens"), members: parseTokens(r, members.length, "member tokens") } : null;
-      m = { ...h, type, ciphertexts: cts, signatures: sigs, members, ...(tokens ? { tokens } : {}) };
+      // the optional token section: present only when the session carries identity tokens (and member entries)
+      const memberTokens = r.rest() ? parseTokens(r, members.length, "member_tokens") : null;
+      m = { ...h, type, ciphertexts: cts, signatures: sigs, members, ...(memberTokens ? { memberTokens } : {}) };
       break;
     }
     case MsgType.MaskedInput: {
