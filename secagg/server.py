@@ -151,6 +151,8 @@ class ServerSession:
         self._short = 0
         """How many of those parties have fewer than t answering neighbours so far."""
         self._cover_all = False
+        self._advertised_ready: tuple[int, bool] | None = None
+        """(answers, whether closing advertise keys with them would keep them all): `_advertised_keep_all`'s cache."""
         self._open_coverage()
 
     # -- public API -------------------------------------------------------------------------------
@@ -216,12 +218,38 @@ class ServerSession:
         secrets recoverable (t answering neighbours in masked input and the consistency check; t shares of each
         needed secret in unmasking). Later answers could add contributors but never rescue a phase closed
         now, so a caller may close it before its deadline once answers stall. O(1); kept up to date per
-        answer in O(degree)."""
+        answer in O(degree) — except advertise keys, whose graph is drawn from the answers only when it closes:
+        there the graph the answers so far would draw is checked (O(n), once per answer count)."""
         return (
             self.phase not in (Phase.DONE, Phase.ABORTED)
             and self._short == 0
             and len(self._digests) >= self.config.survivor_threshold
+            and (self.phase is not Phase.ADVERTISE_KEYS or self._advertised_keep_all())
         )
+
+    def _advertised_keep_all(self) -> bool:
+        """Whether closing advertise keys now would prune none of the parties that answered: each has at least t
+        answering parties in its closed neighbourhood of the graph drawn from the members root of the answers so far
+        (ring windows, O(n)). Cached per answer count (answers only accumulate within the phase)."""
+        count = len(self._digests)
+        if self._advertised_ready is not None and self._advertised_ready[0] == count:
+            return self._advertised_ready[1]
+        answered = frozenset(self._digests)
+        root = crypto.members_root(self._member_leaves(answered))
+        graph = self.config.neighbour_graph(crypto.graph_seed(self._bind, root))
+        if graph.complete:
+            keeps = count >= self._t
+        else:
+            n, half = self.config.n, graph.degree // 2
+            slots = np.array(graph.slots[1:], dtype=np.int64)
+            on_ring = np.zeros(n, dtype=np.int64)
+            on_ring[slots[np.array(sorted(answered), dtype=np.int64) - 1]] = 1
+            doubled = np.concatenate(([0], np.cumsum(np.concatenate((on_ring, on_ring, on_ring)))))
+            centre = slots + n  # party u's window is ring slots slot[u] − half .. slot[u] + half (wrapping)
+            window = doubled[centre + half + 1] - doubled[centre - half]
+            keeps = all(window[u - 1] >= self._t for u in answered)
+        self._advertised_ready = (count, keeps)
+        return keeps
 
     def survivors(self, phase: Phase) -> frozenset[int]:
         """Parties that completed `phase` (available once it closed)."""
@@ -360,15 +388,19 @@ class ServerSession:
         if len(survivors) < self.config.survivor_threshold:
             raise AbortError(phase.label, self.config.survivor_threshold, len(survivors))
 
-    def _close_advertise_keys(self) -> dict[int, bytes]:
-        cfg = self.config
-        answered = frozenset(self._digests)
-        leaves = bytearray(crypto.ABSENT_LEAF * cfg.n)
+    def _member_leaves(self, answered: frozenset[int]) -> bytes:
+        """The members list: one leaf per party 1..n, `ABSENT_LEAF` for a party that did not advertise."""
+        leaves = bytearray(crypto.ABSENT_LEAF * self.config.n)
         size = crypto.MEMBER_LEAF_BYTES
         for v in answered:
             k = self._keys[v]
             leaves[(v - 1) * size: v * size] = crypto.member_leaf(v, self._ids.get(v, NO_IDENTITY), k.c_pk, k.s_pk)
-        members = bytes(leaves)
+        return bytes(leaves)
+
+    def _close_advertise_keys(self) -> dict[int, bytes]:
+        cfg = self.config
+        answered = frozenset(self._digests)
+        members = self._member_leaves(answered)
         self.members_root = root = crypto.members_root(members)
         self._graph = cfg.neighbour_graph(crypto.graph_seed(self._bind, root))
         self._bind = crypto.round_binding(self._bind, root)

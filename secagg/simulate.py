@@ -6,6 +6,10 @@ identity key comes from `randomness.child(f"identity/{p}")` and its session from
 `randomness.child(f"party/{p}")` (OS entropy unless the caller passes a seeded source). Sessions are signed and
 verified as the service runs them (every party signs its keys bound to `task_digest` and checks its peers'),
 unless `signed=False`.
+
+The neighbour graph is drawn only when phase 0 closes (from the members root, `secagg.crypto.graph_seed`), so a
+caller whose later drops depend on it passes `later_drops(graph)`: called once with the server's graph, it returns
+drops for the phases after advertise keys (added to `drop_before`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from secagg.client import ClientSession
 from secagg.config import SecAggConfig
 from secagg.crypto import NO_TASK, ed25519_public_bytes
 from secagg.errors import AbortError
+from secagg.graph import NeighbourGraph
 from secagg.meter import Meter
 from secagg.phases import Phase
 from secagg.randomness import OsRandom, RandomSource, SeededRandom
@@ -59,6 +64,7 @@ def run_session(
     signed: bool = True,
     min_verified: int | None = None,
     verify: bool = True,
+    later_drops: Callable[[NeighbourGraph], Mapping[Phase, Iterable[int]]] | None = None,
 ) -> RunReport:
     rng = randomness or OsRandom()
     drops = {phase: set(parties) for phase, parties in (drop_before or {}).items()}
@@ -107,6 +113,9 @@ def run_session(
             report.abort = exc
             return report
         report.server_s[phase.label] += tick() - start
+        if phase is Phase.ADVERTISE_KEYS and later_drops is not None:
+            for ph, parties in later_drops(server.graph).items():
+                drops.setdefault(ph, set()).update(parties)
         if phase is Phase.MASKED_INPUT:
             report.sent_input = frozenset(outgoing)
         if server.phase is Phase.DONE:
