@@ -8,12 +8,14 @@ server recovers one party's input, or reads a share meant for another party), so
 to be what stops it.
 
 Cohorts: n=5 semi-honest on the complete graph (threshold t=3), n=7 active (t=5), and n=30 on a
-sparse graph of degree 6 (t=4). As the service runs them (device protocol 2), every party has an identity key,
-signs its fresh keys in AdvertiseKeys (the server verifies that signature and relays it in each PeerKeys entry;
-every party checks each peer's before it encrypts a share to it), and signs its advertised keys again, bound to the
-session and the task digest, in its ShareKeys; the server verifies those signatures and relays them in
-RoutedShares, and every party verifies its senders' before it masks (`make_cohort(signed=False)`: a session
-without identities). Task binding itself: test_task_binding.py.
+sparse graph of degree 6 (t=4). As the service runs them (device protocol 3), every party has an identity key,
+signs its fresh keys in AdvertiseKeys (the server verifies that signature and relays it in each PeerKeys entry, with
+the party's identity key and the members list: one leaf per party over its identity and keys; every party checks its
+own leaf, each entry against its leaf and each peer's key signature before it encrypts a share to it, and draws its
+graph from the list's root), and signs its advertised keys again, bound to the session, the task digest and the
+members root, in its ShareKeys; the server verifies those signatures and relays them in RoutedShares, and every party
+verifies its senders' before it masks (`make_cohort(signed=False)`: a session without identities). Task binding
+itself: test_task_binding.py; the members list and the safety floor: test_members.py.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from secagg import (
     encoding,
     shamir,
 )
+from secagg.errors import InconsistentSurvivorsError
 from secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -61,6 +64,7 @@ from secagg.messages import (
     encode_bitmap,
 )
 from secagg.phases import Phase
+from tests.secagg.members_lists import relisted, view_binding
 from tests.secagg.test_task_binding import seal_spy
 
 DIM, BITS = 4, 16
@@ -87,8 +91,15 @@ class Cohort:
 
     @property
     def bind(self) -> bytes:
-        """What keys, associated data and signatures are bound to: session id ‖ task digest."""
+        """What the graph seed is bound to: session id ‖ task digest."""
         return crypto.binding(self.sid, self.digest)
+
+    @property
+    def round_bind(self) -> bytes:
+        """What keys, associated data and signatures are bound to once phase 0 closed: session id ‖ task digest ‖
+        members root (as the server fixed it)."""
+        assert self.server.members_root is not None, "the members root is fixed when phase 0 closes"
+        return crypto.round_binding(self.bind, self.server.members_root)
 
     @property
     def public_ids(self) -> dict[int, bytes]:
@@ -111,15 +122,16 @@ class Cohort:
         return encode_bitmap(set(members), self.cfg.n)
 
     def sign_survivors(self, signer: int, bitmap: bytes) -> bytes:
-        return crypto.sign(self.identities[signer], crypto.consistency_payload(self.bind, bitmap))
+        return crypto.sign(self.identities[signer], crypto.consistency_payload(self.round_bind, bitmap))
 
     def sign_advert(self, signer: int, c_pk: bytes, s_pk: bytes) -> bytes:
         """`signer`'s identity signature over bare keys, as AdvertiseKeys and PeerKeys entries carry it."""
         return crypto.sign(self.identities[signer], crypto.keys_payload(c_pk, s_pk))
 
     def sign_keys(self, signer: int, party: int, c_pk: bytes, s_pk: bytes, bind: bytes | None = None) -> bytes:
-        """`signer`'s identity signature over `party`'s advertised keys (bound to this session and task)."""
-        return crypto.sign(self.identities[signer], crypto.advertise_payload(bind or self.bind, party, c_pk, s_pk))
+        """`signer`'s identity signature over `party`'s advertised keys (bound to this session, task and members
+        root)."""
+        return crypto.sign(self.identities[signer], crypto.advertise_payload(bind or self.round_bind, party, c_pk, s_pk))
 
 
 def make_cohort(
@@ -224,15 +236,17 @@ def test_client_rejects_peer_keys_that_alter_its_own_keys():
 
 
 def test_client_rejects_peer_keys_naming_a_non_neighbour():
-    """SecAgg+: the graph is recomputed by each client, so the server cannot add a stranger."""
+    """SecAgg+: the graph is recomputed by each client from the members root, so the server cannot add a stranger —
+    not even one whose entry is genuine (its identity, keys and key signature, matching its leaf)."""
     c = make_cohort(30, graph="sparse", degree=6)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
     msg = decode(peer_keys[1])
-    stranger = next(p for p in range(1, 31) if p not in c.cfg.neighbour_graph.closed(1))
-    entry = decode(c.clients[stranger].start())
-    extra = msg.peers + ((dataclasses.replace(msg.peers[0], party=stranger, c_pk=entry.c_pk, s_pk=entry.s_pk)),)
+    assert {e.party for e in msg.peers} == set(c.server.graph.closed(1))
+    stranger = next(p for p in range(1, 31) if p not in c.server.graph.closed(1))
+    genuine = next(e for e in decode(peer_keys[stranger]).peers if e.party == stranger)
     with pytest.raises(InconsistentSetsError, match="not neighbours"):
-        c.clients[1].receive(dataclasses.replace(msg, peers=extra).encode())
+        c.clients[1].receive(dataclasses.replace(msg, peers=msg.peers + (genuine,)).encode())
+    expect_abandoned(c.clients[1])
 
 
 def test_client_rejects_routed_shares_from_a_sender_outside_its_key_set():
@@ -354,11 +368,11 @@ def _unmask_party(tr: Transcript, v: int, b_shares: dict[int, int], s_shares: di
     s_sk = X25519PrivateKey.from_private_bytes(shamir.secret_from_int(rec.reconstruct(s_shares, "s", "attack")))
     y = encoding.unpack(decode(tr.masked[v]).packed, cfg.dim, cfg.bits, cfg.work_dtype).copy()
     stream = crypto.MaskStream(cfg.dim, cfg.work_dtype)
-    stream.add_into(y, crypto.self_mask_key(seed, c.bind, v), -1)
+    stream.add_into(y, crypto.self_mask_key(seed, c.round_bind, v), -1)
     for u in sorted(tr.adverts):
         if u != v:
             shared = s_sk.exchange(X25519PublicKey.from_public_bytes(decode(tr.adverts[u]).s_pk))
-            stream.add_into(y, crypto.pair_mask_key(shared, c.bind, v, u), -1 if v < u else +1)
+            stream.add_into(y, crypto.pair_mask_key(shared, c.round_bind, v, u), -1 if v < u else +1)
     return y.astype(np.uint64) & np.uint64(cfg.modulus_mask)
 
 
@@ -443,7 +457,7 @@ def test_server_refuses_advertise_keys_without_a_valid_key_signature(active):
         c.sign_advert(1, fake, a1.s_pk),  # its identity, over other keys
         c.sign_advert(1, a1.s_pk, a1.c_pk),  # its keys swapped
         c.sign_advert(2, a1.c_pk, a1.s_pk),  # another party's identity
-        c.sign_keys(1, 1, a1.c_pk, a1.s_pk),  # its session-bound ShareKeys signature: another payload
+        c.sign_keys(1, 1, a1.c_pk, a1.s_pk, c.bind),  # a session-bound ShareKeys signature: another payload
     ):
         with pytest.raises(SignatureError, match="party 1"):
             c.server.receive(1, dataclasses.replace(a1, signature=bad).encode())
@@ -500,6 +514,8 @@ def test_server_rejects_bad_key_signatures_in_share_keys(active):
         c.sign_keys(2, 1, a1.c_pk, a1.s_pk),  # signed by another party's identity
         c.sign_keys(1, 1, a1.c_pk, a1.s_pk, crypto.binding(os.urandom(16), c.digest)),  # another session
         c.sign_keys(1, 1, a1.c_pk, a1.s_pk, crypto.binding(c.sid, bytes(32))),  # no task / another task
+        c.sign_keys(1, 1, a1.c_pk, a1.s_pk, c.bind),  # session and task, without the members root
+        c.sign_keys(1, 1, a1.c_pk, a1.s_pk, crypto.round_binding(c.bind, bytes(32))),  # another members root
         b"",
     ):
         with pytest.raises(SignatureError, match="party 1"):
@@ -526,19 +542,22 @@ def _active_peer_keys() -> tuple[Cohort, PeerKeys]:
     return c, decode(c.server_messages[1])
 
 
-def _swap_keys_of(msg: PeerKeys, party: int, c_pk: bytes, s_pk: bytes | None = None) -> bytes:
+def _swap_keys_of(msg: PeerKeys, party: int, c_pk: bytes, s_pk: bytes | None = None, *, relist: bool = True) -> bytes:
+    """`msg` with party's keys replaced — and its leaf in the members list with them (`relist`: the server's
+    consistent lie, caught by the key signature) or not (caught by the leaf check)."""
     peers = tuple(dataclasses.replace(p, c_pk=c_pk, s_pk=s_pk or p.s_pk) if p.party == party else p for p in msg.peers)
-    return dataclasses.replace(msg, peers=peers).encode()
+    return (relisted(msg, peers) if relist else dataclasses.replace(msg, peers=peers)).encode()
 
 
-
-
+@pytest.mark.parametrize("relist", [False, True], ids=["entry", "entry-and-leaf"])
 @pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
 @pytest.mark.parametrize("which", ["c_pk", "s_pk", "both"])
-def test_client_rejects_peer_keys_with_a_substituted_peer_key(active, which):
+def test_client_rejects_peer_keys_with_a_substituted_peer_key(active, which, relist):
     """The server shows party 1 its own key in place of party 3's, relaying party 3's genuine key signature. Party 1
-    checks every peer's signature over the keys it was shown at PeerKeys, before it encrypts any share: party 3's
-    does not verify, so TaskMismatchError naming party 3, no ShareKeys and not one share sealed."""
+    checks, at PeerKeys and before it encrypts any share, each entry against its leaf in the members list and each
+    peer's signature over the keys it was shown. The entry alone altered: its leaf does not match
+    (InconsistentSetsError naming party 3). The leaf rewritten with it: party 3's key signature does not verify
+    (TaskMismatchError naming party 3). Either way no ShareKeys and not one share sealed."""
     c = make_cohort(7, active=active)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
     msg = decode(peer_keys[1])
@@ -547,11 +566,15 @@ def test_client_rejects_peer_keys_with_a_substituted_peer_key(active, which):
     genuine = next(p for p in msg.peers if p.party == 3)
     c_pk = genuine.c_pk if which == "s_pk" else server_c
     s_pk = genuine.s_pk if which == "c_pk" else server_s
-    shown = _swap_keys_of(msg, 3, c_pk, s_pk)
+    shown = _swap_keys_of(msg, 3, c_pk, s_pk, relist=relist)
     with seal_spy() as sealed:
-        with pytest.raises(TaskMismatchError, match="party 3") as err:
-            c.clients[1].receive(shown)
-        assert err.value.party == 3 and "not signed by its identity key" in str(err.value)
+        if relist:
+            with pytest.raises(TaskMismatchError, match="party 3") as err:
+                c.clients[1].receive(shown)
+            assert err.value.party == 3 and "not signed by its identity key" in str(err.value)
+        else:
+            with pytest.raises(InconsistentSetsError, match="party 3's entry is not the one in the members list"):
+                c.clients[1].receive(shown)
         expect_abandoned(c.clients[1])
         with pytest.raises(WrongPhaseError):
             c.clients[1].receive(shown)  # no retry yields a ShareKeys either
@@ -571,27 +594,36 @@ def test_a_server_cannot_make_a_substituted_key_pass_with_a_signature_of_its_own
     peers = tuple(dataclasses.replace(p, c_pk=server_c, signature=sig) if p.party == 3 else p for p in msg.peers)
     with seal_spy() as sealed:
         with pytest.raises(TaskMismatchError, match="party 3"):
-            c.clients[1].receive(dataclasses.replace(msg, peers=peers).encode())
+            c.clients[1].receive(relisted(msg, peers).encode())  # the members list rewritten to match
     assert sealed == []
     expect_abandoned(c.clients[1])
 
 
-def test_client_refuses_peer_keys_naming_a_party_without_an_identity_key():
+@pytest.mark.parametrize("pinned", ["missing", "another-key"])
+def test_client_with_pinned_identities_refuses_peer_keys_naming_another_identity(pinned):
+    """`peer_identity_keys` (optional since protocol 3: devices learn identities from the members list) pins each
+    peer's identity: a PeerKeys entry — and its leaf — for party 4 under an identity other than the pinned one (or with
+    none pinned) is a SignatureError naming party 4, before any share is sealed."""
     c = make_cohort(7, active=True)
     ids = {p: k for p, k in c.public_ids.items() if p != 4}
+    if pinned == "another-key":
+        ids[4] = crypto.ed25519_public_bytes(Ed25519PrivateKey.generate())
     c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], ids, task_digest=c.digest)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
-    with pytest.raises(SignatureError, match=r"no identity key for parties \[4\]"):
-        c.clients[1].receive(peer_keys[1])
+    with seal_spy() as sealed:
+        with pytest.raises(SignatureError, match="party 4's identity key is not the one expected"):
+            c.clients[1].receive(peer_keys[1])
+    assert sealed == []
     expect_abandoned(c.clients[1])
 
 
 def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
-    """Counterpart: with the checks off (verify_peers=False), a server that shows party 1 its own keys for every peer
-    decrypts all of party 1's shares (so learns b_1), answers with RoutedShares it made itself, and — knowing every
-    pairwise mask key of party 1 — strips party 1's masks from its masked input: the individual input is exposed.
-    The same attack against a checking client ends at PeerKeys (TaskMismatchError: the substituted keys carry no
-    valid key signature), before it seals a single share, so the server has nothing to decrypt."""
+    """Counterpart: with the checks off (verify_peers=False), a server that shows party 1 its own keys for every peer —
+    and a members list rewritten to match, so the leaves check out — decrypts all of party 1's shares (so learns b_1),
+    answers with RoutedShares it made itself, and — knowing every pairwise mask key of party 1 and the root of the
+    list it showed (party 1's binding) — strips party 1's masks from its masked input: the individual input is
+    exposed. The same attack against a checking client ends at PeerKeys (TaskMismatchError: the substituted keys carry
+    no valid key signature), before it seals a single share, so the server has nothing to decrypt."""
     for verify in (False, True):
         c = make_cohort(5)
         c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], c.public_ids, task_digest=c.digest,
@@ -600,10 +632,12 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
         msg = decode(c.advance(adverts)[1])
         own = next(p for p in msg.peers if p.party == 1)
         fakes = {v: (crypto.x25519_keypair(), crypto.x25519_keypair()) for v in (2, 3, 4, 5)}
-        shown = dataclasses.replace(msg, peers=(own, *(
+        shown = relisted(msg, (own, *(
             dataclasses.replace(p, c_pk=fakes[p.party][0][1], s_pk=fakes[p.party][1][1])
             for p in msg.peers if p.party != 1
         )))
+        bind = view_binding(c.bind, shown)  # party 1's binding from here on: the root of the list it was shown
+        assert bind != c.round_bind
         if verify:
             with seal_spy() as sealed:
                 with pytest.raises(TaskMismatchError, match="not signed by its identity key") as err:
@@ -615,12 +649,12 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
         # The server decrypts every share party 1 sent (each under a channel key it agreed as the "peer").
         b_shares, cts_back, sigs_back = {}, [], []
         for v, ct in share_1.ciphertexts:
-            key = crypto.channel_key(crypto.agree(fakes[v][0][0], own.c_pk), c.bind, 1, v)
-            pt = crypto.open_share(key, c.bind, 1, v, ct)
+            key = crypto.channel_key(crypto.agree(fakes[v][0][0], own.c_pk), bind, 1, v)
+            pt = crypto.open_share(key, bind, 1, v, ct)
             b_shares[v] = shamir.from_bytes(pt[8:41])
             # … and sends party 1 a share "from" v under the same key (any share will do), with a made-up signature
             fake_pt = v.to_bytes(4, "big") + (1).to_bytes(4, "big") + bytes(66)
-            cts_back.append((v, crypto.seal_share(key, c.bind, v, 1, fake_pt)))
+            cts_back.append((v, crypto.seal_share(key, bind, v, 1, fake_pt)))
             sigs_back.append(crypto.sign(Ed25519PrivateKey.generate(), b"not party v's signature"))
         forged = RoutedShares(c.sid, 1, tuple(cts_back), tuple(sigs_back))
         masked = decode(c.clients[1].receive(forged.encode()))
@@ -628,10 +662,10 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
             {v: b_shares[v] for v in (2, 3, 4)}, "b", "attack"))
         y = encoding.unpack(masked.packed, c.cfg.dim, c.cfg.bits, c.cfg.work_dtype).copy()
         stream = crypto.MaskStream(c.cfg.dim, c.cfg.work_dtype)
-        stream.add_into(y, crypto.self_mask_key(b_1, c.bind, 1), -1)
+        stream.add_into(y, crypto.self_mask_key(b_1, bind, 1), -1)
         for v in (2, 3, 4, 5):
             shared = crypto.agree(fakes[v][1][0], own.s_pk)
-            stream.add_into(y, crypto.pair_mask_key(shared, c.bind, 1, v), -1)  # party 1 < v added +mask
+            stream.add_into(y, crypto.pair_mask_key(shared, bind, 1, v), -1)  # party 1 < v added +mask
         assert np.array_equal(y.astype(np.uint64) & np.uint64(c.cfg.modulus_mask), c.inputs[1])
 
 
@@ -640,12 +674,16 @@ def test_a_substituted_channel_key_exposes_no_share_to_a_checking_client():
     would read the shares party 1 encrypts for party 3 (one share of b_1 and of s_1 per substituted peer) — even if it
     then reported party 3 dropped, so that no RoutedShares signature from party 3 is ever checked (the regression in
     test_task_binding.py, section 7). A checking party 1 verifies party 3's key signature at PeerKeys and stops
-    before sealing any share. Counterpart (verify_peers=False): the share for party 3 is readable by the server."""
+    before sealing any share (and with the members list left as it was, at the leaf of party 3's entry). Counterpart
+    (verify_peers=False, the list rewritten to match): the share for party 3 is readable by the server."""
     c, msg = _active_peer_keys()
     server_sk, server_pk = crypto.x25519_keypair()
     with seal_spy() as sealed:
         with pytest.raises(TaskMismatchError, match="party 3"):
             c.clients[1].receive(_swap_keys_of(msg, 3, server_pk))
+        c2, msg2 = _active_peer_keys()
+        with pytest.raises(InconsistentSetsError, match="party 3's entry"):
+            c2.clients[1].receive(_swap_keys_of(msg2, 3, server_pk, relist=False))
     assert sealed == []
     expect_abandoned(c.clients[1])
 
@@ -654,10 +692,12 @@ def test_a_substituted_channel_key_exposes_no_share_to_a_checking_client():
                                  verify_peers=False)
     c.server_messages = c.advance({p: cl.start() for p, cl in c.clients.items()})
     msg = decode(c.server_messages[1])
-    share_keys_1 = decode(c.clients[1].receive(_swap_keys_of(msg, 3, server_pk)))
+    shown = _swap_keys_of(msg, 3, server_pk)
+    share_keys_1 = decode(c.clients[1].receive(shown))
+    bind = view_binding(c.bind, decode(shown))
     c_pk_1 = next(p.c_pk for p in msg.peers if p.party == 1)
-    key = crypto.channel_key(crypto.agree(server_sk, c_pk_1), c.bind, 1, 3)
-    plaintext = crypto.open_share(key, c.bind, 1, 3, dict(share_keys_1.ciphertexts)[3])
+    key = crypto.channel_key(crypto.agree(server_sk, c_pk_1), bind, 1, 3)
+    plaintext = crypto.open_share(key, bind, 1, 3, dict(share_keys_1.ciphertexts)[3])
     assert plaintext[:8] == (1).to_bytes(4, "big") + (3).to_bytes(4, "big")
 
 
@@ -695,7 +735,7 @@ def test_client_rejects_consistency_signatures_from_non_survivors_or_repeated_si
     # survivor's signature is counted twice. Either way t=5 entries hide only 4 surviving signers.
     extra = (7, c.sign_survivors(7, req.survivors)) if case == "non_survivor" else four[0]
     forged = dataclasses.replace(req, signatures=tuple(four + [extra]))
-    with pytest.raises(InconsistentSetsError, match="repeated or non-surviving"):
+    with pytest.raises(InconsistentSurvivorsError, match="repeated or non-surviving"):
         c.clients[1].receive(forged.encode())
     expect_abandoned(c.clients[1])
 
@@ -704,7 +744,7 @@ def test_client_rejects_an_invalid_consistency_signature():
     c, tr = _active_unmask_stage()
     req = decode(tr.unmask_requests[1])
     sigs = tuple((p, flip(s, 9) if p == 4 else s) for p, s in req.signatures)
-    with pytest.raises(SignatureError, match="party 4"):
+    with pytest.raises(InconsistentSurvivorsError, match="party 4"):
         c.clients[1].receive(dataclasses.replace(req, signatures=sigs).encode())
     expect_abandoned(c.clients[1])
 
@@ -713,7 +753,7 @@ def test_client_rejects_fewer_than_threshold_consistency_signatures():
     c, tr = _active_unmask_stage()
     req = decode(tr.unmask_requests[1])
     short = dataclasses.replace(req, signatures=req.signatures[: c.t - 1])
-    with pytest.raises(SignatureError, match="below the threshold"):
+    with pytest.raises(InconsistentSurvivorsError, match="below the threshold"):
         c.clients[1].receive(short.encode())
     # The genuine request is still refused: the client abandoned the session.
     with pytest.raises(WrongPhaseError):

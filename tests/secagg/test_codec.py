@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from secagg import ConfigError, MessageFormatError, encoding, shamir
 from secagg.config import MAX_BITS
+from secagg.crypto import MEMBER_LEAF_BYTES
 from secagg.identity_token import TOKEN_BYTES
 from secagg.messages import (
     HEADER,
@@ -46,6 +47,9 @@ from secagg.messages import (
 
 SID = bytes(range(16))
 KEY_A, KEY_B, KEY_C, KEY_D = (bytes([i]) * 32 for i in (0xA1, 0xB2, 0xC3, 0xD4))
+ID_1, ID_2 = bytes([0x11]) * 32, bytes([0x22]) * 32
+LEAVES = bytes(range(3 * MEMBER_LEAF_BYTES))
+"""A members list of three leaves (the codec does not look inside: the client checks them, test_members.py)."""
 SIG = bytes(range(64))
 CT = bytes(range(90))
 SHARE = bytes(range(33))
@@ -56,7 +60,7 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 SAMPLES: list[Message] = [
     AdvertiseKeys(SID, 1, KEY_A, KEY_B),
     AdvertiseKeys(SID, 7, KEY_C, KEY_D),
-    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B), PeerEntry(2, KEY_C, KEY_D))),
+    PeerKeys(SID, 2, (PeerEntry(1, ID_1, KEY_A, KEY_B), PeerEntry(2, ID_2, KEY_C, KEY_D)), LEAVES),
     PeerKeys(SID, 2, ()),
     ShareKeys(SID, 3, ((1, CT), (2, CT[::-1])), SIG, 0),
     RoutedShares(SID, 4, ((5, CT), (6, b""))),
@@ -74,10 +78,12 @@ SAMPLES: list[Message] = [
     RoutedShares(SID, 4, ((5, CT),), (SIG,), (MEMBER, MemberEntry(12, KEY_B, KEY_C, KEY_D, SIG[::-1]))),
     RoutedShares(SID, 4, (), (), (MEMBER,)),
     AdvertiseKeys(SID, 2, KEY_A, KEY_B, SIG),  # signed over its bare keys (a session with identities)
-    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D, SIG[::-1]))),
-    PeerKeys(SID, 2, (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D))),  # mixed: the entry-by-entry path
-    RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER,), (TOKEN, TOKEN[::-1]), (TOKEN,)),  # with tokens
-    RoutedShares(SID, 4, (), (), (MEMBER,), (), (TOKEN,)),
+    PeerKeys(SID, 2, (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG), PeerEntry(2, ID_2, KEY_C, KEY_D, SIG[::-1])), LEAVES),
+    PeerKeys(SID, 2, (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG), PeerEntry(2, ID_2, KEY_C, KEY_D)), LEAVES[:16]),  # mixed
+    PeerKeys(SID, 2, (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG, TOKEN), PeerEntry(2, ID_2, KEY_C, KEY_D, SIG[::-1])),
+             LEAVES),  # with an issuer token (and one member without)
+    RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER,), (TOKEN,)),  # with the member's token
+    RoutedShares(SID, 4, (), (), (MEMBER, MEMBER), (TOKEN, TOKEN[::-1])),
 ]
 ENCODED = [m.encode() for m in SAMPLES]
 IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)]
@@ -106,7 +112,7 @@ def test_every_truncation_is_rejected(data):
             with pytest.raises(MessageFormatError, match="vector"):
                 encoding.unpack(short.packed, msg.dim, msg.bits)
             continue
-        if isinstance(msg, RoutedShares) and (msg.sender_tokens or msg.member_tokens) and \
+        if isinstance(msg, RoutedShares) and msg.member_tokens and \
                 cut == len(RoutedShares(msg.session_id, msg.party, msg.ciphertexts, msg.signatures, msg.members).encode()):
             # cut exactly before the optional token section: the message as it is without tokens, whose devices
             # then count no peer as credentialed (only the server, who sends it, loses by this)
@@ -125,22 +131,35 @@ def test_trailing_bytes_are_rejected(data):
 
 
 def test_a_token_section_must_match_its_entries():
-    base = RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER,))
-    for senders, members, error in [((TOKEN,), (TOKEN,), "sender_tokens: 1 tokens for 2 entries"),
-                                    ((TOKEN, TOKEN), (), "member_tokens: 0 tokens for 1 entries"),
-                                    ((TOKEN, TOKEN[:-1]), (TOKEN,), "must be 354 bytes")]:
-        bad = RoutedShares(SID, 4, base.ciphertexts, base.signatures, base.members, senders, members).encode()
+    """RoutedShares' optional section holds one token per member entry (the senders' came with the peer keys)."""
+    base = RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER, MEMBER))
+    for members, error in [((TOKEN,), "member_tokens: 1 tokens for 2 entries"),
+                           ((TOKEN, TOKEN, TOKEN), "member_tokens: 3 tokens for 2 entries"),
+                           ((TOKEN[:-1], TOKEN + b"x"), "must be 354 bytes")]:
+        bad = RoutedShares(SID, 4, base.ciphertexts, base.signatures, base.members, members).encode()
         with pytest.raises(MessageFormatError, match=error):
             decode(bad)
-    assert decode(base.encode()) == base  # no section: no tokens (the format before tokens)
+    assert decode(base.encode()) == base  # no section: no tokens
+    # a protocol-2 section (sender tokens, then member tokens) is refused, not read as member tokens
+    v2 = base.encode() + struct.pack(">I", 2) + (struct.pack(">I", TOKEN_BYTES) + TOKEN) * 2 + struct.pack(">I", 2) + (
+        struct.pack(">I", TOKEN_BYTES) + TOKEN) * 2
+    with pytest.raises(MessageFormatError):
+        decode(v2)
+
+
+def test_peer_entry_tokens_are_empty_or_a_whole_token():
+    for bad in (TOKEN[:-1], TOKEN + b"x", b"x"):
+        entry = PeerEntry(1, ID_1, KEY_A, KEY_B, SIG, bad)
+        with pytest.raises(MessageFormatError, match="token"):
+            decode(PeerKeys(SID, 1, (entry,), LEAVES).encode())
 
 
 def test_bad_magic_version_and_type_are_rejected():
     data = ENCODED[0]
     with pytest.raises(MessageFormatError, match="magic"):
         decode(b"SB" + data[2:])
-    assert VERSION == 2  # device protocol 2: key signatures in AdvertiseKeys / PeerKeys, bound ones in ShareKeys / …
-    for version in (0, 1, 3, 255):  # 1: a protocol-1 device or server is refused, not misparsed
+    assert VERSION == 3  # device protocol 3: identities, tokens and the members list in PeerKeys (issue 46)
+    for version in (0, 1, 2, 4, 255):  # 2: a protocol-2 device or server is refused, not misparsed
         with pytest.raises(MessageFormatError, match="version"):
             decode(data[:2] + bytes([version]) + data[3:])
     for mtype in (0, 7, 10, 15, 255):
@@ -162,6 +181,14 @@ _SK = H + 4 + 64 + 4
 """Where a signed ShareKeys' ciphertext count is: after blob(signature) and members_wanted."""
 _RS_SIGS = H + 4 + 2 * (8 + 90)
 """Where the signature count of a RoutedShares with two 90-byte ciphertexts is."""
+_PEER = 4 + 3 * 32 + 4
+"""A PeerKeys entry's fixed head: party, identity, c_pk, s_pk, the key signature's length (then the signature and the
+token blob)."""
+
+
+def _leaves_at(msg: PeerKeys) -> int:
+    """Where a PeerKeys' leaf count is: just before its leaves, at the end."""
+    return len(msg.encode()) - 4 - len(msg.leaves)
 
 
 @pytest.mark.parametrize(
@@ -182,8 +209,11 @@ _RS_SIGS = H + 4 + 2 * (8 + 90)
         (SAMPLES[18], H + 4 + 4, "members"),
         (SAMPLES[19], H + 64, "signature"),  # the key signature's length prefix
         (SAMPLES[20], H, "peers"),
-        (SAMPLES[20], H + 4 + 68, "signature"),  # the first entry's key signature length prefix
-        (SAMPLES[21], H + 4 + 72 + 64 + 68, "signature"),  # the second entry's (mixed lengths)
+        (SAMPLES[20], _leaves_at(SAMPLES[20]), "leaves"),  # the members list's leaf count
+        (SAMPLES[21], _leaves_at(SAMPLES[21]), "leaves"),
+        (SAMPLES[22], H + 4 + _PEER + 64, "token"),  # the first entry's token length prefix
+        (SAMPLES[22], H + 4 + _PEER + 64 + 4 + TOKEN_BYTES + _PEER + 64, "token"),  # the second entry's (empty)
+        (SAMPLES[23], len(SAMPLES[23].encode()) - 4 - TOKEN_BYTES - 4, "member_tokens"),
     ],
 )
 def test_counts_larger_than_the_message_are_rejected_before_use(msg, offset, field):
@@ -203,19 +233,31 @@ def test_malformed_fields_are_rejected():
         # the key signature of AdvertiseKeys and of every PeerKeys entry (one length for all, or mixed)
         with pytest.raises(MessageFormatError, match="signature"):
             decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B, bad).encode())
-        for peers in ((PeerEntry(1, KEY_A, KEY_B, bad),),
-                      (PeerEntry(1, KEY_A, KEY_B, bad), PeerEntry(2, KEY_C, KEY_D, bad)),  # uniform: the fast path
-                      (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(2, KEY_C, KEY_D, bad)),
-                      (PeerEntry(1, KEY_A, KEY_B, bad), PeerEntry(2, KEY_C, KEY_D, SIG)),
-                      (PeerEntry(1, KEY_A, KEY_B), PeerEntry(2, KEY_C, KEY_D, bad))):
+        for peers in ((PeerEntry(1, ID_1, KEY_A, KEY_B, bad),),
+                      (PeerEntry(1, ID_1, KEY_A, KEY_B, bad), PeerEntry(2, ID_2, KEY_C, KEY_D, bad)),
+                      (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG), PeerEntry(2, ID_2, KEY_C, KEY_D, bad)),
+                      (PeerEntry(1, ID_1, KEY_A, KEY_B, bad), PeerEntry(2, ID_2, KEY_C, KEY_D, SIG)),
+                      (PeerEntry(1, ID_1, KEY_A, KEY_B), PeerEntry(2, ID_2, KEY_C, KEY_D, bad))):
             with pytest.raises(MessageFormatError, match="signature"):
-                decode(PeerKeys(SID, 1, peers).encode())
+                decode(PeerKeys(SID, 1, peers, LEAVES).encode())
+    for length in (65, 0x7FFFFFFF, 0xFFFFFFFF):  # a key signature's length is checked before anything is read
+        entry = struct.pack(">I", 1) + ID_1 + KEY_A + KEY_B + struct.pack(">I", length) + SIG + struct.pack(">I", 0)
+        with pytest.raises(MessageFormatError, match="signature: must be empty or 64 bytes"):
+            decode(HEADER.pack(MAGIC, VERSION, MsgType.PEER_KEYS, SID, 1) + struct.pack(">I", 1) + entry
+                   + struct.pack(">I", 0))
     # protocol-2-before-key-signatures layouts (keys without the signature blob) are refused, not misparsed
     with pytest.raises(MessageFormatError):
         decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B).encode()[:-4])
     unsigned_entries = struct.pack(">II", 2, 1) + KEY_A + KEY_B + struct.pack(">I", 2) + KEY_C + KEY_D
     with pytest.raises(MessageFormatError, match="peers"):
         decode(HEADER.pack(MAGIC, VERSION, MsgType.PEER_KEYS, SID, 1) + unsigned_entries)
+    # protocol-2 PeerKeys (entries without identity and token, no members list) are refused, not misparsed
+    v2_entries = b"".join(struct.pack(">I", v) + c + s + struct.pack(">I", 64) + SIG
+                          for v, c, s in ((1, KEY_A, KEY_B), (2, KEY_C, KEY_D)))
+    with pytest.raises(MessageFormatError):
+        decode(HEADER.pack(MAGIC, VERSION, MsgType.PEER_KEYS, SID, 1) + struct.pack(">I", 2) + v2_entries)
+    with pytest.raises(MessageFormatError, match="leaves"):  # a leaf count beyond the bytes, or a partial leaf
+        decode(PeerKeys(SID, 1, (), LEAVES).encode()[:-1])
     assert AdvertiseKeys(SID, 1, KEY_A, KEY_B).encode().endswith(KEY_B + struct.pack(">I", 0))
     with pytest.raises(MessageFormatError, match="members_wanted"):
         decode(ShareKeys(SID, 1, ((2, CT),), SIG, MAX_MEMBERS_WANTED + 1).encode())
@@ -283,7 +325,8 @@ def test_mutated_valid_messages_only_raise_message_format_error(data, edits, cut
 
 def _entry_by_entry(data: bytes) -> Message:
     """Reference parse of the entry-list messages (PeerKeys, ShareKeys, RoutedShares), one field at a time, as
-    the codec did before its one-`iter_unpack` fast path for entries of one length."""
+    the codec did before its one-`iter_unpack` fast path for entries of one length (ShareKeys, RoutedShares; PeerKeys
+    entries carry two variable-length blobs and are always read one field at a time)."""
     _, _, mtype, sid, party = HEADER.unpack_from(data)
     pos = HEADER.size
 
@@ -312,9 +355,15 @@ def _entry_by_entry(data: bytes) -> Message:
     def pairs() -> tuple[tuple[int, bytes], ...]:
         return tuple((u32(), take(count(1))) for _ in range(count(8)))
 
+    def token() -> bytes:
+        tok = take(count(1))
+        if len(tok) not in (0, TOKEN_BYTES):
+            raise MessageFormatError("token")
+        return tok
+
     if mtype == MsgType.PEER_KEYS:
-        out: Message = PeerKeys(sid, party, tuple(PeerEntry(u32(), take(32), take(32), signature())
-                                                  for _ in range(count(72))))
+        peers = tuple(PeerEntry(u32(), take(32), take(32), take(32), signature(), token()) for _ in range(count(108)))
+        out: Message = PeerKeys(sid, party, peers, take(16 * count(16)))
     elif mtype == MsgType.SHARE_KEYS:
         sig, wanted = signature(), u32()
         if wanted > MAX_MEMBERS_WANTED:
@@ -329,11 +378,10 @@ def _entry_by_entry(data: bytes) -> Message:
         if pos == len(data):
             out = RoutedShares(sid, party, cts, sigs, members)
         else:
-            senders = tuple(take(count(1)) for _ in range(count(4 + TOKEN_BYTES)))
             held = tuple(take(count(1)) for _ in range(count(4 + TOKEN_BYTES)))
-            if len(senders) != len(cts) or len(held) != len(members) or any(len(t) != TOKEN_BYTES for t in senders + held):
+            if len(held) != len(members) or any(len(t) != TOKEN_BYTES for t in held):
                 raise MessageFormatError("tokens")
-            out = RoutedShares(sid, party, cts, sigs, members, senders, held)
+            out = RoutedShares(sid, party, cts, sigs, members, held)
     if pos != len(data):
         raise MessageFormatError("trailing")
     return out
@@ -358,9 +406,10 @@ def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, unif
     entry-by-entry path; either way decode() returns what the reference parse returns, or both refuse."""
     if uniform and entries:
         entries = [(v, entries[0][1]) for v, _ in entries]
-    if mtype == MsgType.PEER_KEYS:
-        msg: Message = PeerKeys(SID, 3, tuple(PeerEntry(v, KEY_A, bytes([k]) * 32, bytes([k % 251]) * k)
-                                              for v, k in entries))  # key signatures of 0, 1, 64 or 90 bytes
+    if mtype == MsgType.PEER_KEYS:  # key signatures of 0, 1, 64 or 90 bytes; tokens of 0 or 354 (after an odd party)
+        msg: Message = PeerKeys(SID, 3, tuple(PeerEntry(v, ID_1, KEY_A, bytes([k]) * 32, bytes([k % 251]) * k,
+                                                        TOKEN if v % 2 else b"") for v, k in entries),
+                                LEAVES[: 16 * members])
     elif mtype == MsgType.SHARE_KEYS:
         msg = ShareKeys(SID, 3, tuple((v, bytes([k % 251]) * k) for v, k in entries), SIG if signed else b"", members)
     else:
@@ -383,13 +432,16 @@ def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, unif
 
 
 def test_peer_keys_from_pre_encoded_entries_equal_the_message_encoding():
-    from secagg.messages import encode_entries
+    """The server's fast path (`encode_peer_keys`: each entry and the leaves encoded once per cohort) writes exactly
+    what `PeerKeys.encode()` writes."""
+    from secagg.messages import encode_peer_keys
 
-    for peers in ((PeerEntry(1, KEY_A, KEY_B), PeerEntry(4, KEY_C, KEY_D)),
-                  (PeerEntry(1, KEY_A, KEY_B, SIG), PeerEntry(4, KEY_C, KEY_D, SIG[::-1]))):
-        fast = encode_entries(PeerKeys.TYPE, SID, 9, [p.encode() for p in peers])
-        assert fast == PeerKeys(SID, 9, peers).encode() and decode(fast) == PeerKeys(SID, 9, peers)
-    assert encode_entries(PeerKeys.TYPE, SID, 9, []) == PeerKeys(SID, 9, ()).encode()
+    for peers in ((PeerEntry(1, ID_1, KEY_A, KEY_B), PeerEntry(4, ID_2, KEY_C, KEY_D)),
+                  (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG), PeerEntry(4, ID_2, KEY_C, KEY_D, SIG[::-1], TOKEN))):
+        for leaves in (LEAVES, b""):
+            fast = encode_peer_keys(SID, 9, [p.encode() for p in peers], leaves)
+            assert fast == PeerKeys(SID, 9, peers, leaves).encode() and decode(fast) == PeerKeys(SID, 9, peers, leaves)
+    assert encode_peer_keys(SID, 9, [], LEAVES) == PeerKeys(SID, 9, (), LEAVES).encode()
 
 
 def test_routed_shares_from_pre_encoded_parts_equal_the_message_encoding():
@@ -403,6 +455,12 @@ def test_routed_shares_from_pre_encoded_parts_equal_the_message_encoding():
                              [e.encode() for e in m])
         assert fast == RoutedShares(SID, 9, c, sg, m).encode()
         assert decode(fast) == RoutedShares(SID, 9, c, sg, m)
+        if m:  # with the members' tokens
+            tokens = tuple(TOKEN[i:] + TOKEN[:i] for i in range(len(m)))
+            fast = encode_routed(SID, 9, [encode_pair(v, ct) for v, ct in c], [encode_blob(x) for x in sg],
+                                 [e.encode() for e in m], [encode_blob(t) for t in tokens])
+            assert fast == RoutedShares(SID, 9, c, sg, m, tokens).encode()
+            assert decode(fast) == RoutedShares(SID, 9, c, sg, m, tokens)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from secagg import AbortError, ClientSession, SecAggConfig, ServerSession
+from secagg import AbortError, ClientSession, SecAggConfig, ServerSession, crypto
 from secagg.crypto import ed25519_public_bytes
+from secagg.messages import decode
 from secagg.phases import Phase
 from secagg.simulate import PROTOCOL_PHASES, expected_sum, run_session
 
@@ -30,7 +31,10 @@ def sessions(draw, graphs=("complete", "sparse")):
     dim = draw(st.integers(1, 24))
     graph = draw(st.sampled_from(graphs))
     threat = draw(st.sampled_from(["semi_honest", "active"]))
-    cfg = SecAggConfig(os.urandom(16), n, dim, bits, graph=graph, threat_model=threat)
+    # the plan puts cohorts this small on the complete graph: a sparse one gets an explicit even degree (n − 1 or more
+    # is the complete graph again)
+    degree = 2 * draw(st.integers(1, max(1, n // 2))) if graph == "sparse" else None
+    cfg = SecAggConfig(os.urandom(16), n, dim, bits, graph=graph, threat_model=threat, degree=degree)
     seed = draw(st.integers(0, 2**32 - 1))
     digest = draw(st.binary(min_size=32, max_size=32))
     rng = np.random.default_rng(seed)
@@ -87,10 +91,10 @@ def test_complete_graph_aborts_exactly_when_below_threshold(case):
         assert report.result.contributors == survivors
 
 
-def test_sparse_graph_above_complete_max_tolerates_drops_everywhere():
+def test_sparse_graph_tolerates_drops_everywhere():
     n, dim, bits = 160, 8, 24
-    cfg = SecAggConfig(os.urandom(16), n, dim, bits)  # graph="auto" → sparse above 100 parties
-    assert not cfg.uses_complete_graph and cfg.resolved_degree < n - 1
+    cfg = SecAggConfig(os.urandom(16), n, dim, bits, graph="sparse", degree=40)
+    assert not cfg.uses_complete_graph and cfg.share_threshold == 21
     rng = np.random.default_rng(7)
     inputs = {p: rng.integers(0, 1 << bits, dim, dtype=np.uint64) for p in range(1, n + 1)}
     drops = {ph: {1 + 5 * i + k for i in range(4)} for k, ph in enumerate(PROTOCOL_PHASES)}
@@ -101,15 +105,47 @@ def test_sparse_graph_above_complete_max_tolerates_drops_everywhere():
 
 
 def test_neighbourhoods_are_symmetric_and_recomputable():
-    sid = os.urandom(16)
-    a = SecAggConfig(sid, 300, 4, 16).neighbour_graph
-    b = SecAggConfig(sid, 300, 4, 16).neighbour_graph
+    """The graph follows from its seed alone (every party recomputes it), its neighbourhoods are symmetric and of one
+    size, and another seed — another members root — draws another graph."""
+    seed = os.urandom(32)
+    cfg = SecAggConfig(os.urandom(16), 300, 4, 16, graph="sparse", degree=60)
+    a = cfg.neighbour_graph(seed)
+    b = SecAggConfig(os.urandom(16), 300, 4, 16, graph="sparse", degree=60).neighbour_graph(seed)
     for u in range(1, 301):
         nu = a.closed(u)
-        assert nu == b.closed(u) and u in nu and len(nu) == a.size()
+        assert nu == b.closed(u) and u in nu and len(nu) == a.size() == 61
         assert all(u in a.closed(v) for v in nu)
-    other = SecAggConfig(os.urandom(16), 300, 4, 16).neighbour_graph
+    other = cfg.neighbour_graph(os.urandom(32))
     assert any(a.closed(u) != other.closed(u) for u in range(1, 301))
+
+
+def test_server_and_every_client_draw_the_graph_from_the_members_root():
+    """The server draws the graph when phase 0 closes, from `graph_seed(binding, members root)`; each client draws the
+    same graph from the members list in its PeerKeys, so every peer it is shown is a neighbour of the server's graph.
+    The session id alone no longer decides it: the same session with fresh keys draws another graph."""
+    n = 120
+    cfg = SecAggConfig(os.urandom(16), n, 2, 16, graph="sparse", degree=20)
+    graphs = []
+    for _ in range(2):
+        clients = {p: ClientSession(cfg, p, np.zeros(2, dtype=np.uint64)) for p in range(1, n + 1)}
+        server = ServerSession(cfg)
+        for p, c in clients.items():
+            if p != 7:  # party 7 never advertises: its leaf is absent, it is in no neighbourhood
+                server.receive(p, c.start())
+        peer_keys = server.close_phase()
+        root = server.members_root
+        assert root is not None
+        graph = cfg.neighbour_graph(crypto.graph_seed(crypto.binding(cfg.session_id), root))
+        assert all(graph.closed(u) == server.graph.closed(u) for u in range(1, n + 1))
+        for p, msg in peer_keys.items():
+            shown = decode(msg)
+            assert crypto.members_root(shown.leaves) == root
+            assert shown.leaves[(7 - 1) * 16: 7 * 16] == crypto.ABSENT_LEAF
+            assert {e.party for e in shown.peers} == set(graph.closed(p)) - {7}
+            clients[p].receive(msg)
+            assert clients[p]._nbrs == graph.closed_set(p)
+        graphs.append(graph)
+    assert any(graphs[0].closed(u) != graphs[1].closed(u) for u in range(1, n + 1))
 
 
 def test_too_many_drops_abort_with_the_phase_named():
@@ -157,3 +193,30 @@ def test_close_ready_holds_exactly_when_closing_loses_nothing(case, order):
         if server.phase is Phase.DONE:
             return
         outgoing = {p: clients[p].receive(m) for p, m in delivered.items() if p not in drops.get(server.phase, ())}
+
+
+def test_close_ready_in_advertise_keys_checks_the_graph_the_answers_would_draw():
+    """Advertise keys counts no coverage as answers arrive (the graph is drawn from them only when the phase closes),
+    so `close_ready` there draws the graph the answers so far would: on a sparse graph (n = 200, degree 20, t = 11) a
+    quorum of answers is not enough when closing would prune a party that answered — exactly as a trial close says,
+    over random answer sets around the threshold of pruning."""
+    n = 200
+    cfg = SecAggConfig(os.urandom(16), n, 1, 16, graph="sparse", degree=20)
+    adverts = {p: ClientSession(cfg, p, np.zeros(1, dtype=np.uint64)).start() for p in range(1, n + 1)}
+    rng = np.random.default_rng(46)
+    verdicts = []
+    for rate in (0.2, 0.3, 0.35, 0.4, 0.45, 0.5) * 4:
+        server = ServerSession(cfg)
+        for p in range(1, n + 1):
+            if rng.random() >= rate:
+                server.receive(p, adverts[p])
+        trial = copy.deepcopy(server)
+        try:
+            trial.close_phase()
+            kept_all = trial.survivors(Phase.ADVERTISE_KEYS) == server.received()
+        except AbortError:
+            kept_all = False
+        assert server.received_count() >= cfg.survivor_threshold
+        assert server.close_ready() == kept_all
+        verdicts.append(kept_all)
+    assert any(verdicts) and not all(verdicts)  # both outcomes occur: a quorum alone would have said ready to all

@@ -29,9 +29,12 @@ def _prune_by_passes(server: ServerSession, members: frozenset[int]) -> frozense
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(20, 400), st.sampled_from(["sparse", "complete"]), st.floats(0, 0.9), st.integers(0, 2**32 - 1))
-def test_prune_is_the_fixpoint_of_the_definition(n, graph, rate, seed):
-    server = ServerSession(SecAggConfig(os.urandom(16), n, 1, 16, graph=graph))
+@given(st.integers(20, 400), st.sampled_from(["sparse", "complete"]), st.integers(1, 40), st.floats(0, 0.9),
+       st.integers(0, 2**32 - 1))
+def test_prune_is_the_fixpoint_of_the_definition(n, graph, half, rate, seed):
+    cfg = SecAggConfig(os.urandom(16), n, 1, 16, graph=graph, degree=2 * half if graph == "sparse" else None)
+    server = ServerSession(cfg)
+    server._graph = cfg.neighbour_graph(seed.to_bytes(32, "big"))  # as if phase 0 had closed with that members root
     rng = np.random.default_rng(seed)
     members = frozenset(p for p in range(1, n + 1) if rng.random() >= rate)
     assert server._prune(members) == _prune_by_passes(server, members)
@@ -42,7 +45,7 @@ def test_unmasking_reuses_coefficient_sets_along_the_ring(monkeypatch):
     real = shamir.lagrange_at_zero
     monkeypatch.setattr(shamir, "lagrange_at_zero", lambda xs: computed.append(tuple(xs)) or real(xs))
     n = 400
-    cfg = SecAggConfig(os.urandom(16), n, 3, 20, graph="sparse")
+    cfg = SecAggConfig(os.urandom(16), n, 3, 20, graph="sparse", degree=52)
     rng = np.random.default_rng(7)
     inputs = {p: rng.integers(0, 1 << 20, 3, dtype=np.uint64) for p in range(1, n + 1)}
     dropped = rng.choice(np.arange(1, n + 1), size=40, replace=False).tolist()

@@ -1,10 +1,12 @@
-"""Task binding (device protocol 2): adversarial and property tests.
+"""Task binding (device protocol 3): adversarial and property tests.
 
-Every party binds its own task digest (queries/task_digest.py: what it was asked to compute) into every derived
-key, the share AAD and its signature over its advertised keys (`crypto.binding`), signs those keys in ShareKeys,
-and verifies each share sender's signature — and any member entries it asked for — at RoutedShares, *before* it
-derives a single mask. Every party also signs its fresh keys themselves (`crypto.keys_payload`, in AdvertiseKeys,
-relayed in each PeerEntry), and each peer's is checked at PeerKeys, *before* a single share is encrypted to it.
+Every party binds its own task digest (queries/task_digest.py: what it was asked to compute) and, from its share keys
+on, the members root of the members list it was shown (`crypto.round_binding`) into every derived key, the share AAD
+and its signature over its advertised keys, signs those keys in ShareKeys, and verifies each share sender's signature
+— and any member entries it asked for — at RoutedShares, *before* it derives a single mask. Every party also signs its
+fresh keys themselves (`crypto.keys_payload`, in AdvertiseKeys, relayed in each PeerEntry), and each peer's entry is
+checked against its leaf in the members list and its key signature at PeerKeys, *before* a single share is encrypted
+to it.
 These tests play a server that shows members of one cohort different tasks (another digest, another cohort size
 n), substitutes a peer's keys, withholds or forges member entries, and a device that signs for another task; each
 checks the typed refusal (TaskMismatchError, CohortUnverifiedError, InconsistentSetsError, SignatureError) and,
@@ -22,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +43,7 @@ from secagg import (
     CohortUnverifiedError,
     ConfigError,
     DecryptionError,
+    DuplicateKeyError,
     InconsistentSetsError,
     SecAggConfig,
     ServerSession,
@@ -50,10 +54,12 @@ from secagg import (
     encoding,
     shamir,
 )
+from secagg.client import KeyPairs
 from secagg.messages import RoutedShares, ShareKeys, ShareKind, UnmaskRequest, decode, encode_bitmap
 from secagg.phases import Phase
 from secagg.randomness import SeededRandom
 from secagg.simulate import expected_sum, run_session
+from tests.secagg.members_lists import leaf_of, relisted, view_binding
 
 DIM, BITS = 3, 16
 TASK_A, TASK_B, TASK_C = (hashlib.sha256(b"test_task_binding/" + x).digest() for x in (b"A", b"B", b"C"))
@@ -107,6 +113,15 @@ def seal_spy() -> Iterator[list[tuple[int, int]]]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(crypto, "seal_share", spy)
         yield sealed
+
+
+@contextmanager
+def without_members_check(leaves: bytes) -> Iterator[None]:
+    """Clients without the members-list check: every entry is taken to match its leaf in `leaves` (the genuine list,
+    which they then draw their graph and binding from), whatever keys it carries."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(crypto, "member_leaf", lambda party, identity, c_pk, s_pk: leaf_of(leaves, party))
+        yield
 
 
 @contextmanager
@@ -168,13 +183,13 @@ def make_cohort(
     n: int, digests: bytes | Mapping[int, bytes], *, active: bool = False, server_digest: bytes | None = None,
     relaying: bool = True, verify: bool = True, graph: str = "auto", sid: bytes | None = None,
     configs: Mapping[int, SecAggConfig] | None = None, min_verified: Mapping[int, int] | None = None,
-    identities: Mapping[int, Ed25519PrivateKey] | None = None,
+    identities: Mapping[int, Ed25519PrivateKey] | None = None, degree: int | None = None,
 ) -> Cohort:
     """n parties; party p's task digest is `digests[p]` (or `digests` for all), its config `configs[p]` (default: the
     cohort's). The server binds `server_digest` (default: party 1's) and relays without checking (`relaying`) or
     checks every ShareKeys signature (an honest server)."""
     cfg = SecAggConfig(sid or os.urandom(16), n, DIM, BITS, graph=graph,  # type: ignore[arg-type]
-                       threat_model="active" if active else "semi_honest")
+                       threat_model="active" if active else "semi_honest", degree=degree)
     per = {p: digests for p in range(1, n + 1)} if isinstance(digests, bytes) else dict(digests)
     rng = np.random.default_rng(n)
     inputs = {p: rng.integers(0, 1 << BITS, DIM, dtype=np.uint64) for p in range(1, n + 1)}
@@ -318,9 +333,11 @@ def test_without_verification_a_split_task_never_yields_the_true_sum():
 @pytest.mark.parametrize("which", ["c_pk", "s_pk", "both"])
 def test_substituted_peer_keys_are_refused_at_peer_keys_before_any_share(active, which):
     """An honest-looking server (it checks every signature) shows party 1 its own key for party 4, relaying party 4's
-    genuine key signature with it. Party 1 checks every peer's key signature at PeerKeys: party 4's does not verify
-    over the keys party 1 was shown, so it refuses (TaskMismatchError naming party 4) before it encrypts a single
-    share — to party 4 or anyone — and never derives a mask. The others, shown the genuine keys, go on without it."""
+    genuine key signature with it, and a members list whose leaf for party 4 matches what it shows. Party 1 checks
+    every peer's key signature at PeerKeys: party 4's does not verify over the keys party 1 was shown, so it refuses
+    (TaskMismatchError naming party 4) before it encrypts a single share — to party 4 or anyone — and never derives a
+    mask. The others, shown the genuine keys, go on without it. (The entry altered without its leaf: refused at the
+    leaf, test_adversarial.py.)"""
     c = make_cohort(5, TASK_A, active=active, relaying=False)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
     shown = decode(peer_keys[1])
@@ -332,8 +349,7 @@ def test_substituted_peer_keys_are_refused_at_peer_keys_before_any_share(active,
     )
     assert next(e for e in peers if e.party == 4).signature  # party 4's genuine key signature, relayed unchanged
     with seal_spy() as sealed, mask_spy() as derived:
-        err = assert_refuses(c.clients[1], dataclasses.replace(shown, peers=peers).encode(), TaskMismatchError,
-                             party=4)
+        err = assert_refuses(c.clients[1], relisted(shown, peers).encode(), TaskMismatchError, party=4)
         assert "not signed by its identity key" in str(err)
         share_keys = c.reply(peer_keys, skip={1})
         routed = c.advance(share_keys)
@@ -368,14 +384,21 @@ def test_a_peer_entry_whose_key_signature_does_not_verify_is_refused_at_peer_key
 
 
 def test_substituted_keys_of_a_member_entry_are_refused():
-    """The same for a member entry (sparse graph): keys other than those the member signed → TaskMismatchError."""
+    """The same for a member entry (sparse graph): keys other than those in the member's leaf of the members list →
+    InconsistentSetsError naming it; and with the leaf check off, keys other than those the member signed →
+    TaskMismatchError."""
     s = _sparse_session(min_verified={1: 60})
     members = s.routed1.members
     _, fake = crypto.x25519_keypair()
     for field in ("c_pk", "s_pk"):
         forged = members[:3] + (dataclasses.replace(members[3], **{field: fake}),) + members[4:]
-        assert_refuses(s.fresh_party1(), dataclasses.replace(s.routed1, members=forged).encode(), TaskMismatchError,
-                       party=members[3].party)
+        err = assert_refuses(s.fresh_party1(), dataclasses.replace(s.routed1, members=forged).encode(),
+                             InconsistentSetsError)
+        assert f"party {members[3].party}'s entry is not the one in the members list" in str(err)
+        party1 = s.fresh_party1()
+        with without_members_check(decode(s.peer_keys[1]).leaves):
+            assert_refuses(party1, dataclasses.replace(s.routed1, members=forged).encode(), TaskMismatchError,
+                           party=members[3].party)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -389,11 +412,21 @@ def _digest_of(cfg: SecAggConfig) -> bytes:
                         "threat_model": cfg.threat_model, "mode": "secagg"})
 
 
+def _padded_for(peer_keys: dict[int, bytes], party: int, n: int) -> None:
+    """The server's move for a party told the cohort has `n` members: its members list padded with absent leaves to
+    n (party `n` "did not advertise"), so that the list has the length the party expects."""
+    shown = decode(peer_keys[party])
+    peer_keys[party] = dataclasses.replace(
+        shown, leaves=shown.leaves + crypto.ABSENT_LEAF * (n - len(shown.leaves) // crypto.MEMBER_LEAF_BYTES)).encode()
+
+
 @pytest.mark.parametrize("relaying", [True, False], ids=["relaying-server", "checking-server"])
 def test_a_party_shown_another_cohort_size_is_detected(relaying):
-    """Party 2 is told n = 7 (same session id), the others n = 6. Its digest differs, so: with a relaying server it
-    refuses at RoutedShares and its peers refuse its signature; an honest server refuses its ShareKeys. Without the
-    digest (both configs bound to no task) party 2 would not notice: it masks and sends its input (counterpart)."""
+    """Party 2 is told n = 7 (same session id), the others n = 6. Shown the cohort's members list it refuses at PeerKeys
+    (6 leaves for a cohort of 7) before sealing a share. Shown a list padded to 7 (an absent seventh member), its
+    members root — and its digest — differ from everyone else's: with a relaying server it refuses at RoutedShares and
+    its peers refuse its signature; an honest server refuses its ShareKeys. Without the digest (both configs bound to
+    no task) the padded list alone still splits it from the others: the members root is in the binding too."""
     sid = os.urandom(16)
     cfg6, cfg7 = SecAggConfig(sid, 6, DIM, BITS), SecAggConfig(sid, 7, DIM, BITS)
     d6, d7 = _digest_of(cfg6), _digest_of(cfg7)
@@ -401,6 +434,12 @@ def test_a_party_shown_another_cohort_size_is_detected(relaying):
     c = make_cohort(6, {**{p: d6 for p in range(1, 7)}, 2: d7}, sid=sid, configs={2: cfg7}, relaying=relaying,
                     server_digest=d6)
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    probe = ClientSession(cfg7, 2, c.inputs[2], c.identities[2], task_digest=d7, randomness=party_randomness(c.cfg, 2))
+    probe.start()
+    with seal_spy() as sealed:
+        assert_refuses(probe, peer_keys[2], InconsistentSetsError)  # 6 leaves for a cohort of 7
+    assert sealed == []
+    _padded_for(peer_keys, 2, 7)
     share_keys = c.reply(peer_keys)
     if relaying:
         routed = c.advance(share_keys)
@@ -412,10 +451,16 @@ def test_a_party_shown_another_cohort_size_is_detected(relaying):
     else:
         with pytest.raises(SignatureError, match="party 2"):
             c.server.receive(2, share_keys[2])
-    # counterpart: the same split bound to no task goes unnoticed by party 2
+    # the same split bound to no task: the padded list's root still sets party 2 apart
     c = make_cohort(6, crypto.NO_TASK, sid=sid, configs={2: cfg7})
-    routed = c.advance(c.reply(c.advance({p: cl.start() for p, cl in c.clients.items()})))
-    assert c.clients[2].receive(routed[2]) is not None
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    _padded_for(peer_keys, 2, 7)
+    routed = c.advance(c.reply(peer_keys))
+    with mask_spy() as derived:
+        assert_refuses(c.clients[2], routed[2], TaskMismatchError)
+        for p in (1, 3, 4, 5, 6):
+            assert_refuses(c.clients[p], routed[p], TaskMismatchError, party=2)
+    assert derived == []
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -437,12 +482,13 @@ def test_server_refuses_share_keys_signed_for_another_task_and_the_rest_complete
     assert not c.server.has_answered(4)
     # the same keys signed for task A would be accepted: it is the task, not the keys, that is refused
     adverts4 = decode(c.clients[4].start())
-    good = crypto.sign(c.identities[4], crypto.advertise_payload(crypto.binding(c.cfg.session_id, TASK_A), 4,
-                                                                 adverts4.c_pk, adverts4.s_pk))
     probe = ServerSession(c.cfg, c.public_ids, task_digest=TASK_A)
     for p in range(1, n + 1):
         probe.receive(p, c.clients[p].start())
     probe.close_phase()
+    assert probe.members_root == c.server.members_root
+    bind_a = crypto.round_binding(crypto.binding(c.cfg.session_id, TASK_A), c.server.members_root)
+    good = crypto.sign(c.identities[4], crypto.advertise_payload(bind_a, 4, adverts4.c_pk, adverts4.s_pk))
     probe.receive(4, dataclasses.replace(decode(share_keys[4]), signature=good).encode())
     routed = c.advance({p: m for p, m in share_keys.items() if p != 4})
     assert set(routed) == set(range(1, n + 1)) - {4}
@@ -470,6 +516,8 @@ class SparseSession:
     share_keys: dict[int, bytes]
     routed: dict[int, bytes]
     min_verified: Mapping[int, int]
+    refused: frozenset[int] = frozenset()
+    """Parties that refused their PeerKeys (DuplicateKeyError: two seats of one device in their neighbourhood)."""
 
     @property
     def routed1(self) -> RoutedShares:
@@ -493,30 +541,60 @@ def _sparse_session(min_verified: Mapping[int, int], absent: frozenset[int] = fr
                     shared_identities: Mapping[int, int] | None = None) -> SparseSession:
     """A semi-honest cohort of 150 on the sparse graph (neighbourhood 45, t = 23), honest server, run to RoutedShares;
     party p asks for `min_verified[p]`. `absent` parties never advertise; `shared_identities[w] = u`: party w holds
-    party u's identity key (one device, two seats). Cached per arguments and worker: tests either only read it, or
-    spend the clients of parties they alone use (or `fresh_party1`)."""
+    party u's identity key (one device, two seats; a party shown both in its PeerKeys refuses, `refused`). Cached per
+    arguments and worker: tests either only read it, or spend the clients of parties they alone use (or
+    `fresh_party1`)."""
     key = (tuple(sorted(min_verified.items())), absent, tuple(sorted((shared_identities or {}).items())))
     if key in _SPARSE_CACHE:
         return _SPARSE_CACHE[key]
-    sid = SPARSE_SID  # one graph for every variant: parties picked in one hold the same places in another
-    ids = {p: Ed25519PrivateKey.from_private_bytes(SeededRandom(sid + b"identity" + p.to_bytes(4, "big")).bytes(32))
-           for p in range(1, SPARSE_N + 1)}
+    sid = SPARSE_SID  # one session (and seeded keys): variants with the same members draw the same graph
+    ids = _sparse_identities()
     for w, u in (shared_identities or {}).items():
         ids[w] = ids[u]
     c = make_cohort(SPARSE_N, TASK_A, graph="sparse", sid=sid, relaying=False, min_verified=min_verified,
-                    identities=ids)
+                    identities=ids, degree=44)
     assert not c.cfg.uses_complete_graph and c.cfg.neighbourhood_size == 45 and c.cfg.share_threshold == 23
     peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items() if p not in absent})
-    share_keys = c.reply(peer_keys)
-    s = SparseSession(c, peer_keys, share_keys, c.advance(share_keys), dict(min_verified))
+    share_keys, refused = {}, set()
+    for p, m in peer_keys.items():
+        try:
+            share_keys[p] = c.clients[p].receive(m)
+        except DuplicateKeyError:
+            refused.add(p)
+    s = SparseSession(c, peer_keys, share_keys, c.advance(share_keys), dict(min_verified), frozenset(refused))
     _SPARSE_CACHE[key] = s
     return s
 
 
-def _far_from(party: int, cfg: SecAggConfig, count: int) -> list[int]:
-    """`count` parties outside `party`'s closed neighbourhood."""
-    near = cfg.neighbour_graph.closed_set(party)
-    return [w for w in range(1, cfg.n + 1) if w not in near][:count]
+def _sparse_identities() -> dict[int, Ed25519PrivateKey]:
+    return {p: Ed25519PrivateKey.from_private_bytes(SeededRandom(SPARSE_SID + b"identity" + p.to_bytes(4, "big"))
+                                                    .bytes(32)) for p in range(1, SPARSE_N + 1)}
+
+
+def _two_seats_around_party1() -> dict[int, int]:
+    """Shared identities {w: u, w2: w1} for the sparse session such that, in the graph they lead to (the identities are
+    in the members list, so they draw the graph): u is party 1's neighbour, w, w1 and w2 are among the member entries
+    the server gives party 1 (the first 37 non-neighbours that shared keys), and u is not shown to anyone together
+    with w, nor w1 with w2 (a party shown two seats of one device in its PeerKeys refuses; those are the only
+    refusals). A deterministic search over candidate pairs: each try draws a fresh graph (about one in 30 fits)."""
+    sid, cfg = SPARSE_SID, SecAggConfig(SPARSE_SID, SPARSE_N, DIM, BITS, graph="sparse", degree=44)
+    public = {p: crypto.ed25519_public_bytes(k) for p, k in _sparse_identities().items()}
+    keys = {p: KeyPairs.draw(party_randomness(cfg, p)) for p in public}
+    bind = crypto.binding(sid, TASK_A)
+    pick = random.Random(46)
+    for _ in range(2000):
+        u = pick.randrange(2, SPARSE_N + 1)
+        w, w1, w2 = pick.sample([x for x in range(2, 31) if x != u], 3)
+        shared = {w: u, w2: w1}
+        ids = {p: public[shared.get(p, p)] for p in public}
+        leaves = b"".join(crypto.member_leaf(p, ids[p], keys[p].c_pk, keys[p].s_pk) for p in sorted(public))
+        graph = cfg.neighbour_graph(crypto.graph_seed(bind, crypto.members_root(leaves)))
+        near = graph.closed_set(1)
+        refused = {v for v in public if {u, w} <= graph.closed_set(v) or {w1, w2} <= graph.closed_set(v)}
+        members = [x for x in sorted(set(public) - refused) if x not in near][:37]
+        if u in near and u not in refused and {w, w1, w2} <= set(members) and 1 not in refused:
+            return shared
+    raise AssertionError("no fitting pair of shared identities found")  # pragma: no cover
 
 
 def test_min_verified_on_a_sparse_graph_asks_for_member_entries_and_passes():
@@ -528,7 +606,7 @@ def test_min_verified_on_a_sparse_graph_asks_for_member_entries_and_passes():
     assert decode(s.share_keys[1]).members_wanted == 60 - 23
     assert all(decode(s.share_keys[p]).members_wanted == 0 for p in range(2, SPARSE_N + 1))
     members = s.routed1.members
-    near = c.cfg.neighbour_graph.closed_set(1)
+    near = c.server.graph.closed_set(1)
     assert len(members) == 37 and len({m.party for m in members}) == 37 and not {m.party for m in members} & near
     assert all(decode(s.routed[p]).members == () for p in range(2, SPARSE_N + 1))
     party1 = s.fresh_party1()
@@ -566,7 +644,7 @@ def test_min_verified_fails_when_the_cohort_is_smaller():
     assert len(u2) == 120 and not u2 & absent
     for p, minimum in ((1, 121), (3, 151)):
         members = decode(s.routed[p]).members
-        assert {m.party for m in members} == u2 - c.cfg.neighbour_graph.closed_set(p)
+        assert {m.party for m in members} == u2 - c.server.graph.closed_set(p)
         with mask_spy() as derived:
             assert_refuses(c.clients[p], s.routed[p], CohortUnverifiedError, verified=len(u2), minimum=minimum)
         assert derived == []
@@ -575,34 +653,37 @@ def test_min_verified_fails_when_the_cohort_is_smaller():
 
 
 def test_min_verified_counts_duplicate_identity_keys_once():
-    """One device holding several seats signs with one identity key: counted once. Complete graph of 8 where parties
-    5–8 hold party 4's identity: 4 distinct identities. Sparse graph: member entries whose identity is a neighbour's
-    (or another member's) add nothing."""
+    """One device holding several seats signs with one identity key: counted once — and since protocol 3 (identities
+    in PeerKeys) never twice in one neighbourhood: complete graph of 8 where parties 5–8 hold party 4's identity, every
+    party refuses its PeerKeys (DuplicateKeyError) before sealing a share. Sparse graph: a member entry whose identity is
+    a neighbour's, or another member's, adds nothing to the count."""
     base = {p: Ed25519PrivateKey.generate() for p in range(1, 9)}
     ids = {**base, **{p: base[4] for p in (5, 6, 7, 8)}}
     c = make_cohort(8, TASK_A, relaying=False, min_verified={1: 5, 2: 4}, identities=ids)
-    _, share_keys, routed = c.to_routed()
-    assert decode(share_keys[1]).members_wanted == 0  # complete graph: every member is a neighbour
-    assert_refuses(c.clients[1], routed[1], CohortUnverifiedError, verified=4, minimum=5)
-    assert c.clients[2].receive(routed[2]) is not None and c.clients[2].verified_members == 4
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+    with seal_spy() as sealed:
+        for p in range(1, 9):
+            assert_refuses(c.clients[p], peer_keys[p], DuplicateKeyError)
+    assert sealed == []
 
-    s0 = _sparse_session(min_verified={1: 60})
-    near = sorted(s0.cohort.cfg.neighbour_graph.closed_set(1) - {1})
-    first_members = [m.party for m in s0.routed1.members]
-    # the first 5 members the server picks hold identities of party 1's neighbours, the next 2 share one identity
-    shared = {**{w: u for w, u in zip(first_members[:5], near)}, first_members[6]: first_members[5]}
+    shared = _two_seats_around_party1()
     s = _sparse_session(min_verified={1: 60}, shared_identities=shared)
-    assert [m.party for m in s.routed1.members] == first_members
+    c = s.cohort
+    assert 1 not in s.refused and s.refused  # some parties saw both seats of a device, party 1 did not
     party1 = s.fresh_party1()
     assert party1.receive(s.routed[1]) is not None
-    assert party1.verified_members == 45 + 37 - 5 - 1
+    senders = {v for v, _ in s.routed1.ciphertexts}
+    members = {m.party for m in s.routed1.members}
+    assert set(shared) <= members and set(shared.values()) <= senders | members
+    counted = {1} | senders | members
+    assert party1.verified_members == len({c.public_ids[p] for p in counted}) == len(counted) - 2
 
 
 @pytest.mark.parametrize("case", ["neighbour", "itself", "repeated", "zero", "beyond-n", "max-u32"])
 def test_member_entries_that_are_neighbours_repeated_or_outside_the_cohort_are_refused(case):
     s = _sparse_session(min_verified={1: 60})
     members = s.routed1.members
-    neighbour = next(p for p in s.cohort.cfg.neighbour_graph.closed(1) if p != 1)
+    neighbour = next(p for p in s.cohort.server.graph.closed(1) if p != 1)
     party = {"neighbour": neighbour, "itself": 1, "zero": 0, "beyond-n": SPARSE_N + 1, "max-u32": 2**32 - 1}
     if case == "repeated":
         bad = members + (members[0],)
@@ -613,13 +694,18 @@ def test_member_entries_that_are_neighbours_repeated_or_outside_the_cohort_are_r
     assert derived == []
 
 
-@pytest.mark.parametrize("case", ["flipped", "other-task", "other-session", "other-identity", "relabelled"])
+@pytest.mark.parametrize("case", ["flipped", "other-task", "other-session", "no-members-root", "other-members-root",
+                                  "other-identity", "relabelled"])
 def test_a_member_entry_with_a_bad_signature_is_refused(case):
+    """A member entry whose signature is not its member's over its keys for this session, task and members root is
+    TaskMismatchError naming it; one presented under another identity or relabelled as another party no longer
+    matches that party's leaf in the members list (InconsistentSetsError) — before any mask."""
     s = _sparse_session(min_verified={1: 60})
     c = s.cohort
     members = s.routed1.members
     m = members[5]
     key = c.identities[m.party]
+    bind = crypto.binding(c.cfg.session_id, TASK_A)
     if case == "flipped":
         forged = dataclasses.replace(m, signature=bytes([m.signature[0] ^ 1]) + m.signature[1:])
     elif case == "other-task":
@@ -630,22 +716,30 @@ def test_a_member_entry_with_a_bad_signature_is_refused(case):
         bind = crypto.binding(os.urandom(16), TASK_A)
         forged = dataclasses.replace(m, signature=crypto.sign(key, crypto.advertise_payload(bind, m.party, m.c_pk,
                                                                                              m.s_pk)))
+    elif case in ("no-members-root", "other-members-root"):  # session and task right, the members root not
+        other = bind if case == "no-members-root" else crypto.round_binding(bind, hashlib.sha256(b"other").digest())
+        forged = dataclasses.replace(m, signature=crypto.sign(key, crypto.advertise_payload(other, m.party, m.c_pk,
+                                                                                              m.s_pk)))
     elif case == "other-identity":  # a genuine signature, presented under another member's identity key
         forged = dataclasses.replace(m, identity=members[6].identity)
     else:  # member 6's genuine entry relabelled as another non-neighbour's
         forged = dataclasses.replace(members[6], party=m.party)
-    bad = members[:5] + (forged,) + members[6:]
+    bad = dataclasses.replace(s.routed1, members=members[:5] + (forged,) + members[6:]).encode()
     with mask_spy() as derived:
-        assert_refuses(s.fresh_party1(), dataclasses.replace(s.routed1, members=bad).encode(), TaskMismatchError,
-                       party=m.party)
+        if case in ("other-identity", "relabelled"):
+            err = assert_refuses(s.fresh_party1(), bad, InconsistentSetsError)
+            assert f"party {m.party}'s entry is not the one in the members list" in str(err)
+        else:
+            assert_refuses(s.fresh_party1(), bad, TaskMismatchError, party=m.party)
     assert derived == []
 
 
 @pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
 def test_simulated_sessions_with_min_verified_for_every_party(active):
-    """`run_session(min_verified=…)` as the service runs it on a sparse graph (n = 130): every party asks for member
-    entries and the session sums exactly; a floor above n makes the first party to check refuse."""
-    cfg = SecAggConfig(os.urandom(16), 130, DIM, BITS, threat_model="active" if active else "semi_honest")
+    """`run_session(min_verified=…)` as the service runs it on a sparse graph (n = 130, degree 44): every party asks for
+    member entries and the session sums exactly; a floor above n makes the first party to check refuse."""
+    cfg = SecAggConfig(os.urandom(16), 130, DIM, BITS, threat_model="active" if active else "semi_honest",
+                       graph="sparse", degree=44)
     assert not cfg.uses_complete_graph
     rng = np.random.default_rng(130)
     inputs = {p: rng.integers(0, 1 << BITS, DIM, dtype=np.uint64) for p in range(1, 131)}
@@ -663,10 +757,12 @@ def test_min_verified_needs_the_means_to_verify():
     ids = {p: crypto.ed25519_public_bytes(key) for p in range(1, 6)}
     vec = np.zeros(DIM, dtype=np.uint64)
     for kwargs in ({"min_verified": 0}, {"min_verified": True}, {"min_verified": 3, "verify_peers": False},
-                   {"min_verified": 3, "identity_key": None}, {"min_verified": 3, "peer_identity_keys": None}):
+                   {"min_verified": 3, "identity_key": None}):
         args = {"identity_key": key, "peer_identity_keys": ids, **kwargs}
         with pytest.raises(ConfigError, match="min_verified"):
             ClientSession(cfg, 1, vec, task_digest=TASK_A, **args)
+    # no pinned identities: the device learns them from the members list (protocol 3)
+    ClientSession(cfg, 1, vec, key, None, task_digest=TASK_A, min_verified=3)
     for bad in (b"", bytes(31), bytes(33), "00" * 32):
         with pytest.raises(ConfigError, match="task_digest"):
             ClientSession(cfg, 1, vec, key, ids, task_digest=bad)  # type: ignore[arg-type]
@@ -722,13 +818,15 @@ def test_a_session_sums_exactly_iff_every_party_has_the_same_task(n, active, dat
 # ---------------------------------------------------------------------------------------------------
 
 
-def _show_party1_server_keys_for(peer_keys: dict[int, bytes], parties: tuple[int, ...]) -> dict[int, tuple]:
+def _show_party1_server_keys_for(peer_keys: dict[int, bytes], parties: tuple[int, ...], relist: bool = False
+                                 ) -> dict[int, tuple]:
     """The server's move: in party 1's PeerKeys, the channel keys of `parties` become key pairs of its own (each
-    entry keeps the genuine key signature it relays). Returns those pairs."""
+    entry keeps the genuine key signature it relays) — and, with `relist`, their leaves in the members list with them.
+    Returns those pairs."""
     shown = decode(peer_keys[1])
     fake = {v: crypto.x25519_keypair() for v in parties}
-    peer_keys[1] = dataclasses.replace(shown, peers=tuple(
-        dataclasses.replace(e, c_pk=fake[e.party][1]) if e.party in fake else e for e in shown.peers)).encode()
+    peers = tuple(dataclasses.replace(e, c_pk=fake[e.party][1]) if e.party in fake else e for e in shown.peers)
+    peer_keys[1] = (relisted(shown, peers) if relist else dataclasses.replace(shown, peers=peers)).encode()
     return fake
 
 
@@ -737,14 +835,16 @@ def _own_keys(peer_keys: Mapping[int, bytes], party: int) -> tuple[bytes, bytes]
     return e.c_pk, e.s_pk
 
 
-def _refused_and_nothing_of_party1_leaves(c: Cohort, peer_keys: dict[int, bytes], rest: set[int]) -> dict[int, bytes]:
-    """Party 1 refuses its PeerKeys naming the first substituted peer and seals no share; the server, routing the
-    others' shares, holds no ciphertext from party 1 and no peer ever holds a share of party 1's secrets."""
+def _refused_and_nothing_of_party1_leaves(c: Cohort, peer_keys: dict[int, bytes], rest: set[int], relist: bool
+                                          ) -> dict[int, bytes]:
+    """Party 1 refuses its PeerKeys naming the first substituted peer — at its leaf in the members list, or (the list
+    rewritten to match, `relist`) at its key signature — and seals no share; the server, routing the others' shares,
+    holds no ciphertext from party 1 and no peer ever holds a share of party 1's secrets."""
     with seal_spy() as sealed, mask_spy() as derived:
-        err = assert_refuses(c.clients[1], peer_keys[1], TaskMismatchError)
+        err = assert_refuses(c.clients[1], peer_keys[1], TaskMismatchError if relist else InconsistentSetsError)
         share_keys = c.reply(peer_keys, skip={1})
         routed = c.advance(share_keys)
-    assert "not signed by its identity key" in str(err)
+    assert ("not signed by its identity key" if relist else "is not the one in the members list") in str(err)
     assert sealed and all(sender != 1 for sender, _ in sealed)  # the others sealed theirs; party 1 none
     assert 1 not in derived
     assert 1 not in share_keys and set(routed) == rest
@@ -763,25 +863,30 @@ def test_a_server_cannot_unmask_one_input_by_substituting_keys_of_peers_it_repor
     n = 5, complete graph, semi-honest (t = 3), every check on. The server shows party 1 its own keys for parties 4
     and 5, meaning to report them dropped to party 1 (RoutedShares from 2 and 3 only), decrypt party 1's shares for
     4 and 5, then ask party 2 for party 1's self-mask share (1 survived) and party 3 for its key share (1 dropped).
-    Now party 1 checks every peer's key signature at PeerKeys and refuses (TaskMismatchError naming party 4) before
-    sealing any share: the server gets no share of b_1 or s_1 for 4 and 5 — none at all — and the others complete
-    without party 1. Counterpart: with that check removed the same attack recovers party 1's input exactly."""
-    c = make_cohort(5, TASK_A, relaying=False)
-    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
-    _show_party1_server_keys_for(peer_keys, (4, 5))
-    routed = _refused_and_nothing_of_party1_leaves(c, peer_keys, {2, 3, 4, 5})
-    total = c.finish(routed)
-    assert c.server.result.contributors == frozenset({2, 3, 4, 5})
-    assert np.array_equal(total, expected_sum(c.inputs, [2, 3, 4, 5], BITS))
-    assert all(1 not in c.clients[w]._held for w in (2, 3, 4, 5))  # no share of party 1's secrets anywhere
+    Now party 1 checks each peer's entry against its leaf in the members list and its key signature at PeerKeys and
+    refuses (InconsistentSetsError, or TaskMismatchError when the server rewrote the leaves to match, naming party 4)
+    before sealing any share: the server gets no share of b_1 or s_1 for 4 and 5 — none at all — and the others
+    complete without party 1. (A rewritten list would also give party 1 another members root than its peers, so their
+    channel keys and signatures would no longer match either.) Counterpart: with both checks removed (and the genuine
+    list, so that party 1's binding is its peers') the same attack recovers party 1's input exactly."""
+    for relist in (False, True):
+        c = make_cohort(5, TASK_A, relaying=False)
+        peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+        _show_party1_server_keys_for(peer_keys, (4, 5), relist)
+        routed = _refused_and_nothing_of_party1_leaves(c, peer_keys, {2, 3, 4, 5}, relist)
+        total = c.finish(routed)
+        assert c.server.result.contributors == frozenset({2, 3, 4, 5})
+        assert np.array_equal(total, expected_sum(c.inputs, [2, 3, 4, 5], BITS))
+        assert all(1 not in c.clients[w]._held for w in (2, 3, 4, 5))  # no share of party 1's secrets anywhere
 
     with without_peer_key_check():  # the client as it was: the attack goes through
         c = make_cohort(5, TASK_A, relaying=False)
-        bind = crypto.binding(c.cfg.session_id, TASK_A)
         peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+        bind = view_binding(crypto.binding(c.cfg.session_id, TASK_A), decode(peer_keys[1]))
         own_c, own_s = _own_keys(peer_keys, 1)
         fake = _show_party1_server_keys_for(peer_keys, (4, 5))
-        share_keys = c.reply(peer_keys)
+        with without_members_check(decode(peer_keys[2]).leaves):
+            share_keys = c.reply(peer_keys)
         routed = c.advance(share_keys)  # every signature genuine: the server accepts all
         b_shares: dict[int, int] = {}
         s_shares: dict[int, int] = {}
@@ -823,25 +928,28 @@ def test_active_model_a_server_needs_t_colluding_members_to_unmask_one_input():
     n = 7, complete graph, active model (t = 5), every check on, consistency round included. The server shows
     party 1 its own keys for parties 6 and 7, meaning to report them dropped to party 1 and, with corrupted members
     2, 3 and 4 — fewer than t — handing over their shares of party 1's mask key, reach t shares. Now party 1 refuses
-    at PeerKeys (TaskMismatchError naming party 6) before sealing any share: the server gets no share of s_1 for 6
-    and 7, and the three colluders hold none either (party 1 never shared). Counterpart: with the PeerKeys check
-    removed, the three colluders and the server recover party 1's input exactly."""
-    c = make_cohort(7, TASK_A, active=True, relaying=False)
-    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
-    _show_party1_server_keys_for(peer_keys, (6, 7))
-    routed = _refused_and_nothing_of_party1_leaves(c, peer_keys, {2, 3, 4, 5, 6, 7})
-    total = c.finish(routed)
-    assert c.server.result.contributors == frozenset(range(2, 8))
-    assert np.array_equal(total, expected_sum(c.inputs, range(2, 8), BITS))
-    assert all(1 not in c.clients[w]._held for w in range(2, 8))
+    at PeerKeys (at party 6's leaf in the members list, or its key signature when the list was rewritten to match)
+    before sealing any share: the server gets no share of s_1 for 6 and 7, and the three colluders hold none either
+    (party 1 never shared). Counterpart: with the PeerKeys checks removed, the three colluders and the server recover
+    party 1's input exactly."""
+    for relist in (False, True):
+        c = make_cohort(7, TASK_A, active=True, relaying=False)
+        peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+        _show_party1_server_keys_for(peer_keys, (6, 7), relist)
+        routed = _refused_and_nothing_of_party1_leaves(c, peer_keys, {2, 3, 4, 5, 6, 7}, relist)
+        total = c.finish(routed)
+        assert c.server.result.contributors == frozenset(range(2, 8))
+        assert np.array_equal(total, expected_sum(c.inputs, range(2, 8), BITS))
+        assert all(1 not in c.clients[w]._held for w in range(2, 8))
 
     with without_peer_key_check():  # the client as it was: the attack goes through
         c = make_cohort(7, TASK_A, active=True, relaying=False)
-        bind = crypto.binding(c.cfg.session_id, TASK_A)
         peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
+        bind = view_binding(crypto.binding(c.cfg.session_id, TASK_A), decode(peer_keys[1]))
         own_c, _ = _own_keys(peer_keys, 1)
         fake = _show_party1_server_keys_for(peer_keys, (6, 7))
-        share_keys = c.reply(peer_keys)
+        with without_members_check(decode(peer_keys[2]).leaves):
+            share_keys = c.reply(peer_keys)
         for p in (6, 7):  # the server drops 6 and 7 (they never see party 1's unreadable shares)
             share_keys.pop(p)
         routed = c.advance(share_keys)

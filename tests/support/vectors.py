@@ -15,6 +15,7 @@ import argparse
 import base64
 import hashlib
 import json
+import math
 import struct
 import sys
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from queries.envelope import (
     device_id_for,
     signing_payload,
 )
-from secagg import blind_rsa, crypto, encoding, identity_token, messages, randomness, shamir
+from secagg import blind_rsa, crypto, encoding, floor, identity_token, messages, randomness, shamir
 from secagg.client import ClientSession
 from secagg.config import SecAggConfig
 from secagg.graph import NeighbourGraph
@@ -239,16 +240,24 @@ def noise_vectors(case: Json) -> Json:
     return {"values": [int(v) for v in values]}
 
 
+def _root(label: str) -> str:
+    """A members root for a vector case: 32 bytes (any value; `members` shows how a list of leaves gives one)."""
+    return h(hashlib.sha256(b"vectors/members-root/" + label.encode()).digest())
+
+
 @topic(
     "key_agreement",
-    "X25519 public keys and shared secret from private bytes; the binding (session id ‖ task digest) and the "
-    "HKDF-SHA256 channel, pair-mask, self-mask and graph keys (info strings included).",
+    "X25519 public keys and shared secret from private bytes; the binding (session id ‖ task digest), the round binding "
+    "(binding ‖ members root: what every key after phase 0 is bound to), the graph seed (HKDF keyed by the members root, "
+    "info DOMAIN ‖ 'graph/' ‖ binding) and the HKDF-SHA256 channel, pair-mask and self-mask keys under the round binding "
+    "(info strings included).",
     [
         {
             "a_private": h(bytes(range(32))),
             "b_private": h(bytes(range(32, 64))),
             "session_id": h(bytes(range(0xA0, 0xB0))),
             "task_digest": h(bytes(range(0x40, 0x60))),
+            "members_root": h(bytes(range(0x80, 0xA0))),
             "a_party": 7,
             "b_party": 3,
             "self_mask_seed": h(bytes([0x5A]) * 32),
@@ -258,6 +267,7 @@ def noise_vectors(case: Json) -> Json:
             "b_private": h(SeededRandom(b"ka/b").bytes(32)),
             "session_id": h(SeededRandom(b"ka/session").bytes(16)),
             "task_digest": h(hashlib.sha256(b"ka/task").digest()),
+            "members_root": _root("ka/2"),
             "a_party": 1,
             "b_party": 1000,
             "self_mask_seed": h(SeededRandom(b"ka/b_u").bytes(32)),
@@ -267,6 +277,17 @@ def noise_vectors(case: Json) -> Json:
             "b_private": h(SeededRandom(b"ka/b").bytes(32)),
             "session_id": h(SeededRandom(b"ka/session").bytes(16)),
             "task_digest": h(crypto.NO_TASK),
+            "members_root": _root("ka/2"),
+            "a_party": 1,
+            "b_party": 1000,
+            "self_mask_seed": h(SeededRandom(b"ka/b_u").bytes(32)),
+        },
+        {
+            "a_private": h(SeededRandom(b"ka/a").bytes(32)),
+            "b_private": h(SeededRandom(b"ka/b").bytes(32)),
+            "session_id": h(SeededRandom(b"ka/session").bytes(16)),
+            "task_digest": h(hashlib.sha256(b"ka/task").digest()),
+            "members_root": _root("ka/4"),
             "a_party": 1,
             "b_party": 1000,
             "self_mask_seed": h(SeededRandom(b"ka/b_u").bytes(32)),
@@ -278,25 +299,31 @@ def key_agreement_vectors(case: Json) -> Json:
 
     a = X25519PrivateKey.from_private_bytes(unh(case["a_private"]))
     b_raw = unh(case["b_private"])
-    sid, u, v = unh(case["session_id"]), case["a_party"], case["b_party"]
-    bind = crypto.binding(sid, unh(case["task_digest"]))
+    u, v = case["a_party"], case["b_party"]
+    bind = crypto.binding(unh(case["session_id"]), unh(case["task_digest"]))
+    root = unh(case["members_root"])
+    rbind = crypto.round_binding(bind, root)
     shared = crypto.agree(a, crypto.x25519_public_of(b_raw))
     b = X25519PrivateKey.from_private_bytes(b_raw)
     assert shared == crypto.agree(b, crypto.x25519_public_of(unh(case["a_private"])))
     lo, hi = min(u, v), max(u, v)
-    pair = bind + struct.pack(">II", lo, hi)
+    pair = rbind + struct.pack(">II", lo, hi)
+    graph_info = crypto.DOMAIN + b"graph/" + bind
+    assert crypto.graph_seed(bind, root) == crypto.hkdf(root, graph_info)
     return {
         "a_public": h(crypto.x25519_public_of(unh(case["a_private"]))),
         "b_public": h(crypto.x25519_public_of(b_raw)),
         "shared_secret": h(shared),
         "binding": h(bind),
+        "round_binding": h(rbind),
+        "graph_seed_info": h(graph_info),
+        "graph_seed": h(crypto.graph_seed(bind, root)),
         "channel_info": h(crypto.DOMAIN + b"channel/" + pair),
-        "channel_key": h(crypto.channel_key(shared, bind, u, v)),
+        "channel_key": h(crypto.channel_key(shared, rbind, u, v)),
         "pairmask_info": h(crypto.DOMAIN + b"pairmask/" + pair),
-        "pairmask_key": h(crypto.pair_mask_key(shared, bind, u, v)),
-        "selfmask_info": h(crypto.DOMAIN + b"selfmask/" + bind + struct.pack(">I", u)),
-        "selfmask_key": h(crypto.self_mask_key(unh(case["self_mask_seed"]), bind, u)),
-        "graph_seed": h(crypto.graph_seed(sid)),
+        "pairmask_key": h(crypto.pair_mask_key(shared, rbind, u, v)),
+        "selfmask_info": h(crypto.DOMAIN + b"selfmask/" + rbind + struct.pack(">I", u)),
+        "selfmask_key": h(crypto.self_mask_key(unh(case["self_mask_seed"]), rbind, u)),
     }
 
 
@@ -327,18 +354,27 @@ def prg_vectors(case: Json) -> Json:
 
 @topic(
     "neighbour_graph",
-    "The SecAgg+ Harary graph: graph seed from the session id, prg_uint64 words, ring order and closed "
-    "neighbourhoods.",
+    "The SecAgg+ Harary graph: the graph seed (HKDF keyed by the members root, info DOMAIN ‖ 'graph/' ‖ session ‖ task "
+    "digest; `members` shows the root of a members list), prg_uint64 words, ring order and closed neighbourhoods.",
     [
-        {"session_id": h(bytes(range(16))), "n": 12, "degree": 4, "parties": [1, 2, 12]},
-        {"session_id": h(SeededRandom(b"graph/session").bytes(16)), "n": 120, "degree": 42, "parties": [1, 60, 120]},
+        {"session_id": h(bytes(range(16))), "task_digest": h(bytes(32)), "members_root": h(bytes(range(32))),
+         "n": 12, "degree": 4, "parties": [1, 2, 12]},
+        {"session_id": h(SeededRandom(b"graph/session").bytes(16)), "task_digest": h(hashlib.sha256(b"graph/task").digest()),
+         "members_root": _root("graph/120"), "n": 120, "degree": 42, "parties": [1, 60, 120]},
+        {"session_id": h(SeededRandom(b"graph/session").bytes(16)), "task_digest": h(hashlib.sha256(b"graph/task").digest()),
+         "members_root": _root("graph/120-other-root"), "n": 120, "degree": 42, "parties": [1, 60, 120]},
+        {"session_id": h(SeededRandom(b"graph/session/1000").bytes(16)),
+         "task_digest": h(hashlib.sha256(b"graph/task/1000").digest()), "members_root": _root("graph/1000"),
+         "n": 1000, "degree": 172, "parties": [1, 500, 1000]},
     ],
 )
 def neighbour_graph_vectors(case: Json) -> Json:
-    seed = crypto.graph_seed(unh(case["session_id"]))
+    bind = crypto.binding(unh(case["session_id"]), unh(case["task_digest"]))
+    seed = crypto.graph_seed(bind, unh(case["members_root"]))
     graph = NeighbourGraph(case["n"], case["degree"], seed)
     order, _ = graph._ring  # the ring is the protocol object a port must reproduce
     return {
+        "binding": h(bind),
         "graph_seed": h(seed),
         "prg_uint64": big(crypto.prg_uint64(seed, case["n"])),
         "ring_order": [int(p) for p in order],
@@ -349,12 +385,14 @@ def neighbour_graph_vectors(case: Json) -> Json:
 @topic(
     "share_encryption",
     "AES-256-GCM share transport: nonce = 'shr0' ‖ sender (u32 BE) ‖ 4 zero bytes; associated data = "
-    "DOMAIN ‖ 'share/' ‖ session ‖ task digest ‖ sender ‖ receiver (u32 BE); ciphertext includes the 16-byte tag.",
+    "DOMAIN ‖ 'share/' ‖ round binding (session ‖ task digest ‖ members root) ‖ sender ‖ receiver (u32 BE); ciphertext "
+    "includes the 16-byte tag.",
     [
         {
             "key": h(bytes(range(32))),
             "session_id": h(bytes(range(16))),
             "task_digest": h(bytes(range(0x40, 0x60))),
+            "members_root": h(bytes(range(0x60, 0x80))),
             "sender": 1,
             "receiver": 2,
             "plaintext": h(struct.pack(">II33s33s", 1, 2, bytes(range(33)), bytes(range(33, 66)))),
@@ -363,6 +401,7 @@ def neighbour_graph_vectors(case: Json) -> Json:
             "key": h(SeededRandom(b"gcm/key").bytes(32)),
             "session_id": h(SeededRandom(b"gcm/session").bytes(16)),
             "task_digest": h(hashlib.sha256(b"gcm/task").digest()),
+            "members_root": _root("gcm/2"),
             "sender": 513,
             "receiver": 7,
             "plaintext": h(struct.pack(">II33s33s", 513, 7, SeededRandom(b"b").bytes(33), SeededRandom(b"s").bytes(33))),
@@ -371,7 +410,8 @@ def neighbour_graph_vectors(case: Json) -> Json:
 )
 def share_encryption_vectors(case: Json) -> Json:
     key, s, r, pt = unh(case["key"]), case["sender"], case["receiver"], unh(case["plaintext"])
-    bind = crypto.binding(unh(case["session_id"]), unh(case["task_digest"]))
+    bind = crypto.round_binding(crypto.binding(unh(case["session_id"]), unh(case["task_digest"])),
+                                unh(case["members_root"]))
     ct = crypto.seal_share(key, bind, s, r, pt)
     assert crypto.open_share(key, bind, s, r, ct) == pt
     return {
@@ -423,9 +463,10 @@ def build_message(case: Json) -> messages.Message:
     if t == "AdvertiseKeys":
         return messages.AdvertiseKeys(sid, p, unh(f["c_pk"]), unh(f["s_pk"]), unh(f.get("signature", "")))
     if t == "PeerKeys":
-        peers = tuple(messages.PeerEntry(e["party"], unh(e["c_pk"]), unh(e["s_pk"]), unh(e.get("signature", "")))
+        peers = tuple(messages.PeerEntry(e["party"], unh(e["identity"]), unh(e["c_pk"]), unh(e["s_pk"]),
+                                         unh(e.get("signature", "")), unh(e.get("token", "")))
                       for e in f["peers"])
-        return messages.PeerKeys(sid, p, peers)
+        return messages.PeerKeys(sid, p, peers, b"".join(unh(leaf) for leaf in f["leaves"]))
     cts = tuple((v, unh(ct)) for v, ct in f.get("ciphertexts", ()))
     if t == "ShareKeys":
         return messages.ShareKeys(sid, p, cts, unh(f["signature"]), f["members_wanted"])
@@ -435,7 +476,6 @@ def build_message(case: Json) -> messages.Message:
             for e in f["members"]
         )
         return messages.RoutedShares(sid, p, cts, tuple(unh(x) for x in f["signatures"]), members,
-                                     tuple(unh(x) for x in f.get("sender_tokens", ())),
                                      tuple(unh(x) for x in f.get("member_tokens", ())))
     if t == "MaskedInput":
         packed = encoding.pack(np.array(f["values"], dtype=np.uint64), f["bits"])
@@ -461,27 +501,45 @@ def _k(label: str, n: int = 32) -> str:
 SID = h(bytes(range(0xC0, 0xD0)))
 
 
+def _peer(party: int, identity: bool = True, signature: bool = False, token: bool = False) -> Json:
+    """A PeerKeys entry of fixed made-up bytes (`identity=False`: the 32 zero bytes of a session without identities)."""
+    e: Json = {"party": party, "identity": _k(f"id{party}") if identity else h(bytes(32)), "c_pk": _k(f"c{party}"),
+               "s_pk": _k(f"s{party}")}
+    if signature:
+        e["signature"] = _k(f"ks{party}", 64)
+    if token:
+        e["token"] = _k(f"tok{party}", 354)
+    return e
+
+
+def _leaves(n: int, absent: tuple[int, ...] = ()) -> list[str]:
+    """A members list of made-up leaves for parties 1..n (`absent`: zero leaves, parties that did not advertise); the
+    codec does not look inside (`members` computes real ones)."""
+    return [h(crypto.ABSENT_LEAF) if p in absent else _k(f"leaf{p}", crypto.MEMBER_LEAF_BYTES) for p in range(1, n + 1)]
+
+
 @topic(
     "messages",
     "Every secagg wire message (secagg/messages.py) from fixed fields: the 24-byte header (magic 'SA', "
-    "version, type, session id, party as u32 BE) and the body. Protocol 2: AdvertiseKeys and PeerKeys entries carry "
-    "the session-free key signature (a blob: empty or 64 bytes); ShareKeys carries the sender's signature and members_wanted; RoutedShares carries the senders' "
-    "signatures (same order as the ciphertexts) and member entries, then (optional, only with identity tokens) the "
-    "senders' and the members' tokens (u32 count, then u32 length ‖ 354 bytes each; docs/identities.md). "
-    "MaskedInput packs values at `bits` bits.",
+    "version, type, session id, party as u32 BE) and the body. Protocol 3: AdvertiseKeys carries the session-free key "
+    "signature (a blob: empty or 64 bytes); a PeerKeys entry is party ‖ identity key ‖ c_pk ‖ s_pk ‖ blob(key signature) "
+    "‖ blob(issuer token: empty or 354 bytes), and the entries are followed by the members list (u32 count, then one "
+    "16-byte leaf per party 1..n); ShareKeys carries the sender's signature and members_wanted; RoutedShares carries the "
+    "senders' signatures (same order as the ciphertexts) and member entries, then (optional, only with identity tokens) "
+    "the members' tokens (u32 count, then u32 length ‖ 354 bytes each; docs/identities.md; the senders' came with the "
+    "peer keys). MaskedInput packs values at `bits` bits.",
     [
         {"type": "AdvertiseKeys", "session_id": SID, "party": 3, "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk")}},
         {"type": "AdvertiseKeys", "session_id": SID, "party": 3,
          "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk"), "signature": _k("keysig", 64)}},
-        {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": [
-            {"party": 1, "c_pk": _k("c1"), "s_pk": _k("s1")},
-            {"party": 2, "c_pk": _k("c2"), "s_pk": _k("s2")},
-        ]}},
-        {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": [
-            {"party": 1, "c_pk": _k("c1"), "s_pk": _k("s1"), "signature": _k("ks1", 64)},
-            {"party": 2, "c_pk": _k("c2"), "s_pk": _k("s2"), "signature": _k("ks2", 64)},
-        ]}},
-        {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": []}},
+        {"type": "PeerKeys", "session_id": SID, "party": 1,
+         "fields": {"peers": [_peer(1, identity=False), _peer(2, identity=False)], "leaves": _leaves(2)}},
+        {"type": "PeerKeys", "session_id": SID, "party": 1,
+         "fields": {"peers": [_peer(1, signature=True), _peer(2, signature=True)], "leaves": _leaves(3, absent=(3,))}},
+        {"type": "PeerKeys", "session_id": SID, "party": 2,
+         "fields": {"peers": [_peer(1, signature=True, token=True), _peer(2, signature=True, token=True),
+                              _peer(4, signature=True)], "leaves": _leaves(5, absent=(3,))}},
+        {"type": "PeerKeys", "session_id": SID, "party": 1, "fields": {"peers": [], "leaves": []}},
         {"type": "ShareKeys", "session_id": SID, "party": 1,
          "fields": {"ciphertexts": [[2, _k("ct12", 90)], [3, _k("ct13", 90)]], "signature": "", "members_wanted": 0}},
         {"type": "ShareKeys", "session_id": SID, "party": 1,
@@ -503,7 +561,13 @@ SID = h(bytes(range(0xC0, 0xD0)))
         {"type": "RoutedShares", "session_id": SID, "party": 12,
          "fields": {"ciphertexts": [[70, _k("ct7012", 90)]], "signatures": [_k("ksig70", 64)], "members": [
              {"party": 5, "identity": _k("id5"), "c_pk": _k("c5"), "s_pk": _k("s5"), "signature": _k("ksig5", 64)},
-         ], "sender_tokens": [_k("tok70", 354)], "member_tokens": [_k("tok5", 354)]}},
+         ], "member_tokens": [_k("tok5", 354)]}},
+        {"type": "RoutedShares", "session_id": SID, "party": 12,
+         "fields": {"ciphertexts": [], "signatures": [], "members": [
+             {"party": 5, "identity": _k("id5"), "c_pk": _k("c5"), "s_pk": _k("s5"), "signature": _k("ksig5", 64)},
+             {"party": 140, "identity": _k("id140"), "c_pk": _k("c140"), "s_pk": _k("s140"),
+              "signature": _k("ksig140", 64)},
+         ], "member_tokens": [_k("tok5", 354), _k("tok140", 354)]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 16, "values": [0, 1, 65535, 4660]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 24, "values": [0, 1, 16777215]}},
         {"type": "MaskedInput", "session_id": SID, "party": 2, "fields": {"bits": 13, "values": [8191, 0, 4097, 1, 2]}},
@@ -532,36 +596,50 @@ def messages_vectors(case: Json) -> Json:
     return out
 
 
-def _transcript_case(name: str, threat: str, drop_before_masked_input: list[int]) -> Json:
+_TRANSCRIPT_INPUTS = {"1": [1, 2, 3, 4], "2": [10, 20, 30, 40], "3": [100, 200, 300, 65535], "4": [7, 0, 7, 0],
+                      "5": [5, 5, 5, 5], "6": [60000, 1, 2, 3], "7": [0, 0, 0, 1], "8": [8, 16, 32, 64]}
+
+
+def _transcript_case(name: str, threat: str, drop_before_masked_input: list[int], n: int = 3,
+                     degree: int | None = None, drop_before_advertise_keys: tuple[int, ...] = ()) -> Json:
     return {
         "name": name,
         "seed": h(b"transcript/" + name.encode()),
         "session_id": h(SeededRandom(b"transcript/session/" + name.encode()).bytes(16)),
         "task_digest": h(hashlib.sha256(b"transcript/task/" + name.encode()).digest()),
-        "n": 3,
+        "n": n,
         "dim": 4,
         "bits": 16,
+        "degree": degree,
         "threat_model": threat,
-        "inputs": {"1": [1, 2, 3, 4], "2": [10, 20, 30, 40], "3": [100, 200, 300, 65535]},
+        "inputs": {str(p): _TRANSCRIPT_INPUTS[str(p)] for p in range(1, n + 1)},
+        "drop_before_advertise_keys": list(drop_before_advertise_keys),
         "drop_before_masked_input": drop_before_masked_input,
     }
 
 
 @topic(
     "transcript",
-    "Whole cohorts (n = 3, dim = 4, bits = 16) bound to a task digest: party p draws from "
+    "Whole cohorts (dim = 4, bits = 16) bound to a task digest: party p draws from "
     "SeededRandom(seed).child('party/<p>') (c_sk, s_sk, b_u, then Shamir coefficients) and its Ed25519 identity key "
-    "from child('identity/<p>') (every threat model: each party signs its keys in ShareKeys, the server checks and "
-    "relays the signatures in RoutedShares, each party verifies its senders' before masking); every message each "
-    "party and the server send, in order, and the sum.",
+    "from child('identity/<p>'). When phase 0 closes the server fixes the members list (one leaf per party over its "
+    "identity and keys, zeros for a party that did not advertise), draws the graph from its root and sends each party "
+    "its neighbours' entries (identity, keys, key signature) with the list; every later key, associated data and "
+    "signature is bound to session ‖ task digest ‖ members root. Each party signs its keys in ShareKeys, the server "
+    "checks and relays the signatures in RoutedShares, each party verifies its senders' before masking. Every message "
+    "each party and the server send, in order, and the sum.",
     [
         _transcript_case("semi_honest", "semi_honest", []),
         _transcript_case("semi_honest_drop", "semi_honest", [3]),
         _transcript_case("active", "active", []),
+        _transcript_case("semi_honest_absent", "semi_honest", [], n=4, drop_before_advertise_keys=(4,)),
+        _transcript_case("sparse", "semi_honest", [5], n=8, degree=4),
     ],
 )
 def transcript_vectors(case: Json) -> Json:
-    cfg = SecAggConfig(unh(case["session_id"]), case["n"], case["dim"], case["bits"], threat_model=case["threat_model"])
+    degree = case["degree"]
+    cfg = SecAggConfig(unh(case["session_id"]), case["n"], case["dim"], case["bits"], threat_model=case["threat_model"],
+                       graph="sparse" if degree is not None and degree < case["n"] - 1 else "auto", degree=degree)
     digest = unh(case["task_digest"])
     root = SeededRandom(unh(case["seed"]))
     parties = range(1, cfg.n + 1)
@@ -579,7 +657,7 @@ def transcript_vectors(case: Json) -> Json:
         log.append({"phase": phase.label, "from": sender, "party": party,
                     "type": type(messages.decode(data)).__name__, "bytes": h(data)})
 
-    outgoing = {p: c.start() for p, c in clients.items()}
+    outgoing = {p: c.start() for p, c in clients.items() if p not in case["drop_before_advertise_keys"]}
     while True:
         for p in sorted(outgoing):
             record(server.phase, "client", p, outgoing[p])
@@ -605,9 +683,13 @@ def transcript_vectors(case: Json) -> Json:
             "b_u": h(stream.bytes(32)),
             "identity_public": h(crypto.ed25519_public_bytes(identities[p])),
         }
+    assert server.members_root is not None
     return {
         "config": cfg.to_dict(),
+        "share_threshold": cfg.share_threshold,
         "party_secrets": secrets_per_party,
+        "members_root": h(server.members_root),
+        "closed_neighbourhoods": {str(p): list(server.graph.closed(p)) for p in parties},
         "messages": log,
         "sum": [int(v) for v in server.result.vector],
         "contributors": sorted(server.result.contributors),
@@ -992,15 +1074,12 @@ def _example_assignment(path: Path) -> Json:
         l1_sensitivity=float(plan.l1_sensitivity), l2_sensitivity=float(plan.l2_sensitivity),
         weight=float(plan.privacy_weight),
     )
-    peers = {str(p): base64.b64encode(crypto.ed25519_public_bytes(
-        Ed25519PrivateKey.from_private_bytes(SeededRandom(b"task_digest/identity/" + bytes([p])).bytes(32)))).decode()
-        for p in (1, 2)}
     assignment = Assignment(
         query_id="q-vectors", round=0, cohort_id=sid.hex(), party_id=1, kind=spec["kind"], source=spec["source"],
         task=plan.task, secagg=cfg.to_dict(), threat_model=cfg.threat_model, first_phase=0,
         phase_timeout_s=spec["cohort"]["phase_timeout_s"],
         noise=NoiseBlock.model_validate(_NOISE_BLOCKS[mechanism]) if mechanism in _NOISE_BLOCKS else None,
-        privacy=privacy, peer_identity_keys=peers, spec=spec,
+        privacy=privacy, spec=spec,
     )
     return assignment.model_dump(mode="json", exclude_none=True)
 
@@ -1070,6 +1149,7 @@ def _signed_case(label: str, party: int, members: list[int], n: int, digest: byt
         "identity_private": h(SeededRandom(f"signed/{label}/identity".encode()).bytes(32)),
         "session_id": h(SeededRandom(f"signed/{label}/session".encode()).bytes(16)),
         "task_digest": h(hashlib.sha256(f"signed/{label}/task".encode()).digest() if digest is None else digest),
+        "members_root": _root(f"signed/{label}"),
         "party": party,
         "c_pk": pk("c"),
         "s_pk": pk("s"),
@@ -1081,9 +1161,9 @@ def _signed_case(label: str, party: int, members: list[int], n: int, digest: byt
     "signed_payloads",
     "What a party signs with its Ed25519 identity key (`identity_private` is its RFC 8032 32-byte seed): the keys payload "
     "DOMAIN ‖ 'keys/' ‖ c_pk ‖ s_pk (sent with AdvertiseKeys or the check-in, relayed in PeerKeys), the advertise payload "
-    "DOMAIN ‖ 'advertise/' ‖ session ‖ task digest ‖ party (u32 BE) ‖ c_pk ‖ s_pk (sent in ShareKeys, relayed in "
-    "RoutedShares and member entries) and the consistency payload DOMAIN ‖ 'consistency/' ‖ session ‖ task digest ‖ "
-    "survivor bitmap (active model), with their deterministic signatures.",
+    "DOMAIN ‖ 'advertise/' ‖ round binding (session ‖ task digest ‖ members root) ‖ party (u32 BE) ‖ c_pk ‖ s_pk (sent "
+    "in ShareKeys, relayed in RoutedShares and member entries) and the consistency payload DOMAIN ‖ 'consistency/' ‖ "
+    "round binding ‖ survivor bitmap (active model), with their deterministic signatures.",
     [
         _signed_case("1", 1, [1, 2, 3], 3),
         _signed_case("2", 513, [1, 2, 4, 9, 10, 513], 1000),
@@ -1094,15 +1174,17 @@ def signed_payloads_vectors(case: Json) -> Json:
     key = Ed25519PrivateKey.from_private_bytes(unh(case["identity_private"]))
     public = crypto.ed25519_public_bytes(key)
     bind = crypto.binding(unh(case["session_id"]), unh(case["task_digest"]))
-    advertise = crypto.advertise_payload(bind, case["party"], unh(case["c_pk"]), unh(case["s_pk"]))
+    rbind = crypto.round_binding(bind, unh(case["members_root"]))
+    advertise = crypto.advertise_payload(rbind, case["party"], unh(case["c_pk"]), unh(case["s_pk"]))
     bitmap = _bitmap(case["survivors"])
-    consistency = crypto.consistency_payload(bind, bitmap)
+    consistency = crypto.consistency_payload(rbind, bitmap)
     keys = crypto.keys_payload(unh(case["c_pk"]), unh(case["s_pk"]))
     out = {
         "public_key": h(public),
         "keys_payload": h(keys),
         "keys_signature": h(crypto.sign(key, keys)),
         "binding": h(bind),
+        "round_binding": h(rbind),
         "advertise_payload": h(advertise),
         "advertise_signature": h(crypto.sign(key, advertise)),
         "survivors_bitmap": h(bitmap),
@@ -1113,6 +1195,218 @@ def signed_payloads_vectors(case: Json) -> Json:
     crypto.verify(public, unh(out["advertise_signature"]), advertise, "advertise")
     crypto.verify(public, unh(out["consistency_signature"]), consistency, "consistency")
     return out
+
+
+def _members_case(label: str, n: int, degree: int, parties: list[int], absent: tuple[int, ...] = (),
+                  identities: bool = True, alter: int | None = None) -> Json:
+    """A `members` case: n parties with X25519 keys (and Ed25519 identities, or the 32 zero bytes of a session without
+    identities) drawn from SeededRandom(`members/<label>/…`); `absent` parties did not advertise; `alter`: that party's
+    c_pk is drawn from another label (one entry changed: another root, another graph)."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    def public(name: str) -> str:
+        sk = X25519PrivateKey.from_private_bytes(SeededRandom(f"members/{label}/{name}".encode()).bytes(32))
+        return h(crypto.x25519_public_of(crypto.x25519_private_bytes(sk)))
+
+    entries = []
+    for q in range(1, n + 1):
+        if q in absent:
+            continue
+        identity = h(crypto.ed25519_public_bytes(Ed25519PrivateKey.from_private_bytes(
+            SeededRandom(f"members/{label.split(':')[0]}/identity/{q}".encode()).bytes(32)))) if identities else h(bytes(32))
+        c_pk = public(f"c/{q}") if q != alter else public(f"c/{q}/altered")
+        entries.append({"party": q, "identity": identity, "c_pk": c_pk, "s_pk": public(f"s/{q}")})
+    return {
+        "name": label,
+        "session_id": h(SeededRandom(f"members/{label.split(':')[0]}/session".encode()).bytes(16)),
+        "task_digest": h(hashlib.sha256(f"members/{label.split(':')[0]}/task".encode()).digest()),
+        "n": n,
+        "entries": entries,
+        "degree": degree,
+        "parties": parties,
+    }
+
+
+@topic(
+    "members",
+    "The members list (device protocol 3): when phase 0 closes the server fixes one 16-byte leaf per party 1..n — "
+    "SHA-256(DOMAIN ‖ 'member/' ‖ party (u32 BE) ‖ identity key (32 bytes; 32 zero bytes in sessions without identities) "
+    "‖ c_pk ‖ s_pk) truncated to 16 bytes, or 16 zero bytes for a party that did not advertise — and the members root "
+    "SHA-256(DOMAIN ‖ 'members/' ‖ n (u32 BE) ‖ the n leaves). The root seeds the neighbour graph (graph_seed = "
+    "HKDF-SHA256(key = root, info = DOMAIN ‖ 'graph/' ‖ binding), binding = session id ‖ task digest; ring and "
+    "neighbourhoods as in `neighbour_graph`, at the case's degree, n − 1 being the complete graph) and ends every later "
+    "binding (round binding = binding ‖ root). `leaf_inputs`: the hashed bytes of the leaves of `parties`.",
+    [
+        _members_case("three", 3, 2, [1, 2, 3]),
+        _members_case("twelve", 12, 4, [1, 2, 5, 12], absent=(5, 9)),
+        _members_case("twelve:altered", 12, 4, [1, 2, 5, 12], absent=(5, 9), alter=7),
+        _members_case("unsigned", 120, 42, [1, 7, 60, 120], absent=(7,), identities=False),
+        _members_case("none", 4, 3, [1, 4], absent=(1, 2, 3, 4)),
+    ],
+)
+def members_vectors(case: Json) -> Json:
+    n = case["n"]
+    leaves = [crypto.ABSENT_LEAF] * n
+    inputs: dict[str, str] = {}
+    for e in case["entries"]:
+        q, identity, c_pk, s_pk = e["party"], unh(e["identity"]), unh(e["c_pk"]), unh(e["s_pk"])
+        assert leaves[q - 1] == crypto.ABSENT_LEAF, "one entry per party"
+        leaves[q - 1] = crypto.member_leaf(q, identity, c_pk, s_pk)
+        preimage = crypto.DOMAIN + b"member/" + struct.pack(">I", q) + identity + c_pk + s_pk
+        assert hashlib.sha256(preimage).digest()[: crypto.MEMBER_LEAF_BYTES] == leaves[q - 1]
+        if q in case["parties"]:
+            inputs[str(q)] = h(preimage)
+    joined = b"".join(leaves)
+    root = crypto.members_root(joined)
+    assert root == hashlib.sha256(crypto.DOMAIN + b"members/" + struct.pack(">I", n) + joined).digest()
+    bind = crypto.binding(unh(case["session_id"]), unh(case["task_digest"]))
+    seed = crypto.graph_seed(bind, root)
+    graph = NeighbourGraph(n, case["degree"], seed)
+    return {
+        "leaves": [h(leaf) for leaf in leaves],
+        "leaf_inputs": inputs,
+        "members_root": h(root),
+        "binding": h(bind),
+        "graph_seed": h(seed),
+        "closed_neighbourhoods": {str(q): list(graph.closed(q)) for q in case["parties"]},
+        "round_binding": h(crypto.round_binding(bind, root)),
+    }
+
+
+_TIE = 1e-9
+"""The least distance (in log2 units, or from an integer for the degree's ceiling) a `safety_floor` case keeps from
+every decision the floor takes with a logarithm: JavaScript's Math.log2 / Math.log need not round as CPython's libm
+does, so a case this far from a tie gives the same verdicts on both."""
+
+
+def _clear_of_ties(n: int, degree: int, a: Any) -> None:
+    """Refuse a `safety_floor` case that sits within `_TIE` of a logarithmic decision: the threshold floor at the given
+    degree, at the safety floor's and at every degree `plan` visits (t and t − 1 against the budget), the live threshold
+    at those degrees, the ceiling that gives the safety floor's degree and the connectivity test at the given degree."""
+    def threshold_ties(k: int) -> None:
+        if k >= n - 1:
+            return
+        m, p = k + 1, min(1.0, floor.corrupt_count(n, a) / (n - 1))
+        t = floor.threshold_floor(n, k, a)
+        assert t is not None  # a sparse graph always has one (t = m)
+        budget = -a.bits - math.log2(n)
+        for s in (2 * t - m, 2 * (t - 1) - m):
+            value = floor.log2_tail(k, s, p)
+            if math.isfinite(value) and value != 0.0:
+                assert abs(value - budget) > _TIE, ("threshold", n, k, s)
+
+    def live_ties(k: int, dropout: float) -> None:
+        if k >= n - 1:
+            return
+        m, budget = k + 1, -floor.CORRECTNESS_BITS - math.log2(n)
+        t = floor.live_threshold(n, k, dropout)
+        for s in (m - t + 1, m - t):
+            value = floor.log2_tail(k, s, dropout)
+            if 1 <= s and math.isfinite(value) and value != 0.0:
+                assert abs(value - budget) > _TIE, ("live", n, k, s)
+
+    bad = a.corrupt_fraction + a.dropout_fraction
+    if bad > 0:
+        ratio = (a.bits + math.log2(n)) / -math.log2(bad)
+        assert abs(ratio - round(ratio)) > _TIE, ("ceiling", n, ratio)
+        if degree < n - 1:
+            assert abs(math.log2(n) + (degree // 2) * math.log2(bad) + a.bits) > _TIE, ("connected", n, degree)
+    f = floor.safety_floor(n, a)
+    threshold_ties(degree)
+    threshold_ties(f.degree)
+    plan = floor.plan(n, a.dropout_fraction, a)
+    for k in range(f.degree, min(plan.degree, n - 2) + 1, 2):
+        threshold_ties(k)
+        live_ties(k, a.dropout_fraction)
+
+
+def _floor_case(n: int, degree: int, threshold: int, gamma: float = floor.DEFAULT_CORRUPT_FRACTION,
+                delta: float = floor.DEFAULT_DROPOUT_FRACTION, security: int = floor.SECURITY_BITS,
+                grinding: int = floor.GRINDING_BITS, untrusted: int = 0) -> Json:
+    return {"n": n, "degree": degree, "threshold": threshold, "corrupt_fraction": gamma, "dropout_fraction": delta,
+            "security_bits": security, "grinding_bits": grinding, "untrusted": untrusted}
+
+
+def _floor_cases() -> list[Json]:
+    """Complete graphs n = 2..100 at and one below the exact threshold for γ ∈ {0.05, 0.2, 1/3, 0.45}; sparse cohorts of
+    200, 1,000 and 10,000 for those γ and δ ∈ {0, 0.05, 0.15}: at the floor, one below its threshold, two below its
+    degree (with the threshold it would need), the plan's own config; then degree 2, untrusted neighbours at and one
+    below 2t − m, other bit budgets."""
+    gammas = (0.05, 0.2, 1 / 3, 0.45)
+    cases: list[Json] = []
+    for gamma in gammas:
+        a = floor.Assumptions(gamma, floor.DEFAULT_DROPOUT_FRACTION)
+        for n in range(2, 101):
+            t = floor.threshold_floor(n, n - 1, a)
+            assert t is not None
+            cases += [_floor_case(n, n - 1, t, gamma), _floor_case(n, n - 1, t - 1, gamma)]
+    for n in (200, 1000, 10_000):
+        for gamma in gammas:
+            for delta in (0.0, 0.05, 0.15):
+                a = floor.Assumptions(gamma, delta)
+                f = floor.safety_floor(n, a)
+                plan = floor.plan(n, delta, a)
+                cases += [_floor_case(n, f.degree, f.threshold, gamma, delta),
+                          _floor_case(n, f.degree, f.threshold - 1, gamma, delta),
+                          _floor_case(n, plan.degree, plan.threshold, gamma, delta)]
+                if not f.complete:
+                    lower = f.degree - 2
+                    cases.append(_floor_case(n, lower, floor.threshold_floor(n, lower, a) or lower + 1, gamma, delta))
+    default = floor.safety_floor(1000)
+    need = 2 * default.threshold - (default.degree + 1)
+    cases += [
+        _floor_case(1000, 2, 3),
+        _floor_case(1000, default.degree, default.threshold, untrusted=need - 1),
+        _floor_case(1000, default.degree, default.threshold, untrusted=need),
+        _floor_case(21, 20, 15, untrusted=8),
+        _floor_case(21, 20, 15, untrusted=9),
+        _floor_case(21, 20, 16, untrusted=9),
+        _floor_case(1000, 172, 151, security=20, grinding=0),
+        _floor_case(1000, 172, 151, security=64, grinding=64),
+        _floor_case(5000, 200, 170, 0.1, 0.1, 30, 10),
+    ]
+    return cases
+
+
+@topic(
+    "safety_floor",
+    "The safety floor a device computes (secagg/floor.py) for a cohort of n under its assumptions — corrupt fraction γ, "
+    "dropout fraction δ, security_bits σ and grinding_bits g (failure ≤ 2^-(σ+g)) — and the server's plan. "
+    "corrupt_count = floor(γ·n + 1e-9). threshold_floor(n, degree): complete graph (degree ≥ n − 1): "
+    "floor((m + corrupt_count)/2) + 1 with m = n, null if above m; sparse (m = degree + 1, p = corrupt_count/(n − 1)): the "
+    "least t in [floor(m/2) + 1, m] with log2_tail(degree, 2t − m, p) ≤ −(σ + g) − log2(n), where log2_tail(k, s, p) is "
+    "−inf if s > k, 0 if s ≤ p·k, else −k·D(s/k ‖ p)/ln 2 (D the Bernoulli Kullback–Leibler divergence in nats; D(1 ‖ p) = "
+    "−ln p; −inf when p = 0). connected(n, degree): true on the complete graph or when γ + δ = 0, else log2(n) + "
+    "floor(degree/2)·log2(γ + δ) ≤ −(σ + g). safety_floor(n): half = ceil((σ + g + log2 n)/−log2(γ + δ)); degree = "
+    "max(2, 2·half) if 2·half < n − 1, else n − 1 (γ + δ = 0: min(2, n − 1)); threshold = threshold_floor at it. check(n, degree, threshold, untrusted): 'degree' if sparse and below the floor's "
+    "degree; else 'threshold' if no threshold is safe, if threshold < threshold_floor (on the complete graph, with more "
+    "untrusted than corrupt_count, floor((m + untrusted)/2) + 1), or if untrusted ≥ 2t − m; else 'ok'. plan (dropout = "
+    "δ, 2^-20 correctness): the least even degree from the floor's up to n − 2 whose threshold_floor ≤ live_threshold — "
+    "live_threshold(n, k, δ) is the largest t ≤ m with log2_tail(k, m − t + 1, δ) ≤ −20 − log2(n) (t stops at 1), and on "
+    "the complete graph n − ceil(δ·n − 1e-9) — else the complete graph with its threshold_floor. Floats are binary64; "
+    "every case keeps at least 1e-9 from each logarithmic decision, so platform log functions agree on it.",
+    _floor_cases(),
+)
+def safety_floor_vectors(case: Json) -> Json:
+    a = floor.Assumptions(case["corrupt_fraction"], case["dropout_fraction"], case["security_bits"],
+                          case["grinding_bits"])
+    n, degree = case["n"], case["degree"]
+    _clear_of_ties(n, degree, a)
+    f = floor.safety_floor(n, a)
+    plan = floor.plan(n, a.dropout_fraction, a)
+    try:
+        floor.check(n, degree, case["threshold"], a, untrusted=case["untrusted"])
+        verdict = "ok"
+    except floor.UnsafeParametersError as exc:
+        verdict = str(exc).split(":", 1)[0]
+    return {
+        "corrupt_count": floor.corrupt_count(n, a),
+        "safety_floor": {"degree": f.degree, "threshold": f.threshold},
+        "threshold_floor": floor.threshold_floor(n, degree, a),
+        "connected": floor.connected(n, degree, a),
+        "check": verdict,
+        "plan": {"degree": plan.degree, "threshold": plan.threshold},
+    }
 
 
 ISSUER_TEST_KEY = Path(__file__).parent / "data" / "issuer_test_key.pem"
