@@ -28,10 +28,9 @@ from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.errors import HttpError
 from analytics_server.metrics import Metrics
-from analytics_server.orchestrator import neighbour_identity_keys
-from queries.envelope import b64d
 from secagg import ClientSession, SecAggConfig, ServerSession, encoding
 from secagg.crypto import ed25519_public_bytes
+from secagg.messages import PeerKeys, decode
 from secagg.phases import Phase
 from secagg.clock import Clock, ManualClock
 
@@ -329,28 +328,30 @@ async def test_a_late_answer_is_dropped_cleanly(migrated_url: str) -> None:
     await store.engine.dispose()
 
 
-def test_active_devices_need_only_their_neighbours_identity_keys() -> None:
-    """Assignments carry each party's closed neighbourhood's identity keys, not the whole cohort's (n² bytes at
-    10,000 devices); with only those, every client of a sparse active-model session finishes with the exact sum."""
+def test_active_devices_learn_their_neighbours_identity_keys_from_the_peer_keys() -> None:
+    """Assignments carry no identity keys: each party's PeerKeys carries its closed neighbourhood's identities (not the
+    whole cohort's, n² bytes at 10,000 devices), each checked against the members list; with only those, every client
+    of a sparse active-model session finishes with the exact sum."""
     n, dim, bits = 130, 3, 16
-    cfg = SecAggConfig(session_id=b"A" * 16, n=n, dim=dim, bits=bits, threat_model="active")
-    assert not cfg.neighbour_graph.complete
+    cfg = SecAggConfig(session_id=b"A" * 16, n=n, dim=dim, bits=bits, threat_model="active", graph="sparse", degree=40)
+    assert not cfg.uses_complete_graph
     identity = {p: Ed25519PrivateKey.generate() for p in range(1, n + 1)}
-    members = {f"dev{p:03d}": p for p in identity}
-    keys = {d: ed25519_public_bytes(identity[p]) for d, p in members.items()}
-    per_party = neighbour_identity_keys(cfg, members, keys)
-    assert all(set(map(int, per_party[p])) == set(cfg.neighbour_graph.closed(p)) for p in identity)
-    assert max(len(v) for v in per_party.values()) < n // 2
-    public = {p: keys[d] for d, p in members.items()}
+    public = {p: ed25519_public_bytes(k) for p, k in identity.items()}
     inputs = {p: np.full(dim, p, dtype=np.uint64) for p in identity}
-    clients = {p: ClientSession(cfg, p, inputs[p], identity[p], {int(v): b64d(k, "key") for v, k in per_party[p].items()})
-               for p in identity}
+    clients = {p: ClientSession(cfg, p, inputs[p], identity[p]) for p in identity}
     server = ServerSession(cfg, public)
     outgoing = {p: c.start() for p, c in clients.items()}
+    peer_keys: dict[int, PeerKeys] = {}
     while server.phase is not Phase.DONE:
         for p, msg in outgoing.items():
             server.receive(p, msg)
         delivered = server.close_phase()
+        for p, m in delivered.items():
+            if isinstance(msg := decode(m), PeerKeys):
+                peer_keys[p] = msg
         outgoing = {p: out for p, m in delivered.items() if (out := clients[p].receive(m)) is not None}
+    assert all({e.party for e in peer_keys[p].peers} == set(server.graph.closed(p)) for p in identity)
+    assert all(e.identity == public[e.party] for pk in peer_keys.values() for e in pk.peers)
+    assert max(len(pk.peers) for pk in peer_keys.values()) < n // 2
     assert server.result is not None and server.result.contributors == set(identity)
     assert server.result.vector.tolist() == [sum(range(1, n + 1))] * dim
