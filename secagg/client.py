@@ -16,12 +16,15 @@ public keys ahead of its assignment (with its check-in, docs/protocol.md) draws 
 
 Task binding (docs/secagg.md, "Devices that check the server"): `task_digest` — the device's own hash of what it
 was asked to compute — enters every derived key and signed payload. With an `identity_key` the party signs its
-advertised keys bound to session and task and sends the signature with its shares; with `verify_peers` (and an
-identity key) it verifies each peer's signature over its advertised keys before encrypting any share to them, and
-every share sender's signature, and any member entries the server adds, before it
-computes its masked input (`TaskMismatchError` on any failure), and with `min_verified` it refuses
-(`CohortUnverifiedError`) unless that many distinct identities (its own included) signed for this session and task —
-counted again when the survivor set arrives, among the members it lists, before the party signs or reveals anything.
+advertised keys bound to session and task and sends the signature with its shares (the server checks it, and shows it
+in member entries); with `verify_peers` (and an identity key) it verifies each peer's signature over its advertised
+keys before encrypting any share to them, and before it computes its masked input it opens every share sent to it —
+each under a channel key agreed with keys that peer's identity signed and bound to this session, task and members
+root, so a share that opens is that peer's word that it agreed to them, and one that does not is a refusal naming
+it — and verifies the signature of any member entry the server adds (`TaskMismatchError` on any failure); with
+`min_verified` it refuses (`CohortUnverifiedError`) unless that many distinct identities (its own included) are so
+vouched for — counted again when the survivor set arrives, among the members it lists, before the party signs or
+reveals anything.
 With `credentialed(identity, token)` (docs/identities.md) an identity counts — toward `min_verified` and toward the
 share threshold of its neighbourhood — only when the server also relayed a token for it that the callback accepts
 (an issuer vouched for it): a member the server invented signs, but has no token, so it does not count.
@@ -178,8 +181,8 @@ class ClientSession:
         self._bind = crypto.binding(config.session_id, task_digest)
         """Session id ‖ task digest; from the peer keys on, with the members root appended."""
         self.verified_members: int | None = None
-        """Distinct identities (this party's included) whose signatures for this session and task it verified (and, with
-        `credentialed`, whose tokens it accepted)."""
+        """Distinct identities (this party's included) it verified agreed to this session and task — senders whose shares
+        opened, member entries whose signatures verified — (and, with `credentialed`, whose tokens it accepted)."""
         self._meter = meter or NullMeter()
         self._rng = randomness or OsRandom()
         self._nbrs: frozenset[int] = frozenset()
@@ -347,18 +350,13 @@ class ClientSession:
         return max(0, min(self.config.n, self._min_verified) - self._t)
 
     def _verify_cohort(self, msg: RoutedShares) -> None:
-        """Every share sender's and member entry's signature over its keys for this session and task, and the
-        count of distinct identities that signed, before anything of this party's input is computed."""
+        """The members this party counts, before anything of its input is computed: each share sender — its share
+        opened under a channel key its identity signed (the peer keys) and bound to this session, task and members
+        root, which is what a signature over them would prove — and each member entry whose signature over its keys
+        for this session and task verifies; and their count against `min_verified`."""
         cfg = self.config
-        if len(msg.signatures) != len(msg.ciphertexts):
-            raise TaskMismatchError(msg.ciphertexts[0][0] if msg.ciphertexts else 0, "signatures missing")
         counted = {self.party: self._own_id} if self._identity is not None else {}
-        for (v, _), sig in zip(msg.ciphertexts, msg.signatures):
-            keys = self._peers[v]
-            try:
-                crypto.verify(self._peer_ids[v], sig, crypto.advertise_payload(self._bind, v, keys.c_pk, keys.s_pk), "")
-            except SignatureError:
-                raise TaskMismatchError(v) from None
+        for v, _ in msg.ciphertexts:
             if self._counts(self._peer_ids[v], self._peer_tokens.get(v, b"")):
                 counted[v] = self._peer_ids[v]
         seen: set[int] = set()
@@ -399,12 +397,14 @@ class ClientSession:
         u2 = set(senders) | {self.party}
         if len(u2) < self._t:
             raise InconsistentSetsError(f"routed shares: {len(u2)} parties, below the threshold {self._t}")
-        if self._verify:
-            with self._meter.measure("signatures"):
-                self._verify_cohort(msg)
         held: dict[int, tuple[int, int]] = {}
         for v, ct in msg.ciphertexts:
-            pt = crypto.open_share(self._channel[v], self._bind, v, self.party, ct)
+            try:
+                pt = crypto.open_share(self._channel[v], self._bind, v, self.party, ct)
+            except DecryptionError:
+                if self._verify:  # the channel key is v's (its keys' signature verified) and bound to this task
+                    raise TaskMismatchError(v, share=True) from None
+                raise
             if len(pt) != _PLAINTEXT.size:
                 raise DecryptionError(f"share from party {v} has the wrong length")
             sender, receiver, b_share, s_share = _PLAINTEXT.unpack(pt)
@@ -412,6 +412,9 @@ class ClientSession:
             if (sender, receiver) != (v, self.party) or b >= shamir.PRIME or s >= shamir.PRIME:
                 raise DecryptionError(f"share from party {v} names the wrong parties or is out of range")
             held[v] = (b, s)
+        if self._verify:
+            with self._meter.measure("signatures"):
+                self._verify_cohort(msg)
         self._held = held
         self._u2 = frozenset(u2)
 
@@ -465,11 +468,12 @@ class ClientSession:
             if len(set(signers)) != len(signers) or not set(signers) <= u3:
                 raise InconsistentSurvivorsError("consistency: signatures from repeated or non-surviving parties")
             payload = crypto.consistency_payload(self._bind, msg.survivors)
-            for signer, sig in msg.signatures:
-                try:
-                    crypto.verify(self._peer_ids[signer], sig, payload, f"party {signer}'s consistency check")
-                except SignatureError as exc:
-                    raise InconsistentSurvivorsError(str(exc)) from None
+            with self._meter.measure("signatures"):
+                for signer, sig in msg.signatures[: self._t]:  # t valid ones are the proof; the rest are not read
+                    try:
+                        crypto.verify(self._peer_ids[signer], sig, payload, f"party {signer}'s consistency check")
+                    except SignatureError as exc:
+                        raise InconsistentSurvivorsError(str(exc)) from None
             if len(signers) < self._t:
                 raise InconsistentSurvivorsError(
                     f"consistency: {len(signers)} neighbours signed this survivor set, below the threshold {self._t}: "

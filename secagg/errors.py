@@ -45,13 +45,15 @@ class SignatureError(ProtocolError):
 
 
 class TaskMismatchError(SignatureError):
-    """A peer's signature over its keys, bound to the session and this party's task digest, does not verify: the
-    server showed that peer another task (or another cohort size, model, privacy block…), or altered its keys."""
+    """A peer's signature over its keys, bound to the session and this party's task digest, does not verify, or its
+    share does not open under the channel key bound to them: the server showed that peer another task (or another
+    cohort size, model, privacy block, members list…), or altered its keys or its share."""
 
-    def __init__(self, party: int, detail: str = "") -> None:
+    def __init__(self, party: int, detail: str = "", *, share: bool = False) -> None:
+        what = ("share does not open under the channel key bound to this session, task and members list"
+                if share else "signature over its keys for this session and task does not verify")
         super().__init__(
-            f"party {party}'s signature over its keys for this session and task does not verify: it was shown "
-            f"another task or its keys were altered" + (f" ({detail})" if detail else "")
+            f"party {party}'s {what}: it was shown another task or its keys were altered" + (f" ({detail})" if detail else "")
         )
         self.party = party
 

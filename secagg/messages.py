@@ -285,37 +285,31 @@ class ShareKeys(Message):
 
 @dataclass(frozen=True)
 class RoutedShares(Message):
-    """The ciphertexts addressed to the recipient, each sender's signature over its advertised keys (same order),
-    the signed member entries it asked for and, in sessions whose members hold identity tokens
-    (docs/identities.md), each member's token (same order) in an optional trailing section (the senders' tokens
-    came with the peer keys)."""
+    """The ciphertexts addressed to the recipient, the signed member entries it asked for and, in sessions whose
+    members hold identity tokens (docs/identities.md), each member's token (same order) in an optional trailing section
+    (the senders' tokens came with the peer keys). No sender's signature: a share that opens under the channel key
+    bound to the session, task and members root is what proves its sender agreed to them (docs/secagg.md, "Devices
+    that check the server")."""
 
     TYPE = MsgType.ROUTED_SHARES
     ciphertexts: tuple[tuple[int, bytes], ...]  # (sender, ciphertext)
-    signatures: tuple[bytes, ...] = ()
-    """One per ciphertext, in the same order (empty in sessions without identities)."""
     members: tuple[MemberEntry, ...] = ()
     member_tokens: tuple[bytes, ...] = ()
 
     def body(self) -> bytes:
         return b"".join([
-            _encode_pairs(self.ciphertexts), _u32(len(self.signatures)), *(_blob(s) for s in self.signatures),
-            _u32(len(self.members)), *(m.encode() for m in self.members),
+            _encode_pairs(self.ciphertexts), _u32(len(self.members)), *(m.encode() for m in self.members),
             _token_section([_blob(t) for t in self.member_tokens]),
         ])
 
     @classmethod
     def parse(cls, sid: bytes, party: int, r: _Reader) -> RoutedShares:
         cts = _parse_pairs(r, "sender")
-        n = r.count(4, "signatures")
-        sigs = tuple(_signature(r) for _ in range(n))
-        if sigs and len(sigs) != len(cts):
-            raise MessageFormatError(f"signatures: {len(sigs)} for {len(cts)} ciphertexts")
         m = r.count(_MEMBER.size, "members")
         members = tuple(MemberEntry(*e) for e in _MEMBER.iter_unpack(r.take(m * _MEMBER.size, "members")))
         if r.pos == len(r.data):
-            return cls(sid, party, cts, sigs, members)
-        return cls(sid, party, cts, sigs, members, _tokens(r, "member_tokens", len(members)))
+            return cls(sid, party, cts, members)
+        return cls(sid, party, cts, members, _tokens(r, "member_tokens", len(members)))
 
 
 def _token_section(member_tokens: Sequence[bytes]) -> bytes:
@@ -335,14 +329,13 @@ def _tokens(r: _Reader, what: str, expected: int) -> tuple[bytes, ...]:
     return out
 
 
-def encode_routed(session_id: bytes, party: int, pairs: Sequence[bytes], signatures: Sequence[bytes],
-                  members: Sequence[bytes], member_tokens: Sequence[bytes] = ()) -> bytes:
-    """RoutedShares from already-encoded parts (each pair as `_PAIR_HEAD` ‖ ciphertext, each signature and token as
-    a blob, each member entry once per cohort), the server's fast path."""
+def encode_routed(session_id: bytes, party: int, pairs: Sequence[bytes], members: Sequence[bytes],
+                  member_tokens: Sequence[bytes] = ()) -> bytes:
+    """RoutedShares from already-encoded parts (each pair as `_PAIR_HEAD` ‖ ciphertext, each token as a blob, each
+    member entry once per cohort), the server's fast path."""
     return b"".join((
         HEADER.pack(MAGIC, VERSION, MsgType.ROUTED_SHARES, session_id, party), _U32.pack(len(pairs)), *pairs,
-        _U32.pack(len(signatures)), *signatures, _U32.pack(len(members)), *members,
-        _token_section(member_tokens),
+        _U32.pack(len(members)), *members, _token_section(member_tokens),
     ))
 
 

@@ -8,8 +8,10 @@ answer are then dropped. `close_phase()` returns the next message for each remai
 Task binding: `task_digest` (the cohort's task as the devices hash it) enters every key the server derives and
 every signature it checks. With `identity_public_keys` (always, in the service) each party's share keys must carry
 its identity key's signature over its advertised keys bound to session and task — a bad one is refused before it
-reaches any peer — and the routed shares carry the senders' signatures, plus, for a party that asks for them, signed
-entries of members outside its neighbourhood (docs/secagg.md, "Devices that check the server").
+reaches any peer; the server keeps them for the member entries it adds to the routed shares of a party that asks for
+signed members outside its neighbourhood. The routed shares carry no sender's signature: a device knows its senders
+agreed to the session, task and members list by their shares opening under channel keys bound to them (docs/secagg.md,
+"Devices that check the server").
 
 Masked vectors are added into one running sum as they arrive, so memory is O(dim), not O(n·dim).
 Unmasking reconstructs every needed secret with batched Lagrange coefficients, then subtracts the
@@ -420,7 +422,6 @@ class ServerSession:
         u2 = self._prune(frozenset(self._digests))
         self._finish_phase(Phase.SHARE_KEYS, u2)
         sid, signed = self.config.session_id, self._signed
-        sig_blob = {u: encode_blob(self._key_sigs[u]) for u in u2} if signed else {}
         member_entry: dict[int, bytes] = {}
         ordered = sorted(u2)
         out = {}
@@ -441,7 +442,7 @@ class ServerSession:
                     members.append(w)
             tokens = self._token_blobs
             out[v] = encode_routed(sid, v, [encode_pair(u, self._cts[u][v]) for u in senders],
-                                   [sig_blob[u] for u in senders] if signed else [], [member_entry[w] for w in members],
+                                   [member_entry[w] for w in members],
                                    [tokens[w] for w in members] if tokens else [])
         self._cts.clear()
         self.phase, self._expected = Phase.MASKED_INPUT, u2

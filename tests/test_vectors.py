@@ -236,7 +236,8 @@ def test_transcripts_sign_and_relay_every_party_s_keys_with_the_members_list():
     identity, keys and that signature, and every PeerKeys carries the same members list: one leaf per party over its
     identity and keys (zeros for a party that never advertised), whose root the transcript records and whose graph
     gives exactly the entries each party is shown. Each ShareKeys carries the sender's signature over its keys bound to
-    session ‖ task digest ‖ members root, and each RoutedShares its senders' signatures in order — parsed by hand."""
+    session ‖ task digest ‖ members root, and each RoutedShares its neighbours' ciphertexts and nothing else (no
+    sender's signature: a share that opens under its channel key is its sender's word) — parsed by hand."""
     models, names = set(), set()
     for case in _cases("transcript"):
         i, o = case["input"], case["output"]
@@ -287,12 +288,9 @@ def test_transcripts_sign_and_relay_every_party_s_keys_with_the_members_list():
                     sender, length = struct.unpack(">II", body[pos : pos + 8])
                     senders.append(sender)
                     pos += 8 + length
-                assert struct.unpack(">I", body[pos : pos + 4]) == (count,)
-                pos += 4
-                for sender in senders:
-                    assert body[pos : pos + 4] == struct.pack(">I", 64) and body[pos + 4 : pos + 68] == sigs[sender]
-                    pos += 68
-                assert body[pos:] == struct.pack(">I", 0)  # no member entries, no token section
+                assert set(senders) == set(o["closed_neighbourhoods"][str(party)]) - {party} - set(
+                    i["drop_before_advertise_keys"])
+                assert body[pos:] == struct.pack(">I", 0)  # no signatures, no member entries, no token section
             kinds.add(m["type"])
         assert len(set(lists)) == 1  # every party was shown the same members list
         assert {"AdvertiseKeys", "PeerKeys", "ShareKeys", "RoutedShares"} <= kinds
@@ -323,16 +321,23 @@ def test_message_vectors_cover_the_protocol_3_layouts():
                 struct.pack(">I", e["party"]).hex() + e["identity"] + e["c_pk"] + e["s_pk"]
                 + _blob(e.get("signature", "")) + _blob(e.get("token", "")) for e in f["peers"]
             ) + struct.pack(">I", len(f["leaves"])).hex() + "".join(f["leaves"])
-        elif i["type"] == "RoutedShares" and f.get("member_tokens"):  # the optional section: member tokens only
-            tokens = f["member_tokens"]
-            assert len(tokens) == len(f["members"])
-            assert body.endswith(struct.pack(">I", len(tokens)).hex() + "".join(_blob(t) for t in tokens))
+        elif i["type"] == "RoutedShares":  # no senders' signatures; the optional section: member tokens only
+            tokens = f.get("member_tokens", [])
+            assert not tokens or len(tokens) == len(f["members"])
+            assert body == struct.pack(">I", len(f["ciphertexts"])).hex() + "".join(
+                struct.pack(">II", v, len(ct) // 2).hex() + ct for v, ct in f["ciphertexts"]
+            ) + struct.pack(">I", len(f["members"])).hex() + "".join(
+                struct.pack(">I", e["party"]).hex() + e["identity"] + e["c_pk"] + e["s_pk"] + e["signature"]
+                for e in f["members"]
+            ) + ((struct.pack(">I", len(tokens)).hex() + "".join(_blob(t) for t in tokens)) if tokens else "")
     share_keys = [c["fields"] for c in cases if c["type"] == "ShareKeys"]
     assert any(f["signature"] == "" for f in share_keys) and any(len(f["signature"]) == 128 for f in share_keys)
     assert any(f["members_wanted"] > 0 for f in share_keys)
     routed = [c["fields"] for c in cases if c["type"] == "RoutedShares"]
-    assert any(f["signatures"] for f in routed) and any(f["members"] for f in routed)
-    assert any(not f["signatures"] for f in routed) and any(f.get("member_tokens") for f in routed)
+    assert not any("signatures" in f for f in routed)  # the senders' signatures left the message (still protocol 3)
+    assert any(f["ciphertexts"] and f["members"] for f in routed) and any(f["members"] and not f["ciphertexts"]
+                                                                         for f in routed)
+    assert any(f["ciphertexts"] and not f["members"] for f in routed) and any(f.get("member_tokens") for f in routed)
     assert not any("sender_tokens" in f for f in routed)  # protocol 3: the senders' tokens ride in PeerKeys
 
 

@@ -13,9 +13,11 @@ signs its fresh keys in AdvertiseKeys (the server verifies that signature and re
 the party's identity key and the members list: one leaf per party over its identity and keys; every party checks its
 own leaf, each entry against its leaf and each peer's key signature before it encrypts a share to it, and draws its
 graph from the list's root), and signs its advertised keys again, bound to the session, the task digest and the
-members root, in its ShareKeys; the server verifies those signatures and relays them in RoutedShares, and every party
-verifies its senders' before it masks (`make_cohort(signed=False)`: a session without identities). Task binding
-itself: test_task_binding.py; the members list and the safety floor: test_members.py.
+members root, in its ShareKeys; the server verifies those signatures (and shows them only in member entries), and every
+party opens its senders' shares — under channel keys agreed with their signed keys and bound to session, task and
+members root — before it masks: a share that does not open is TaskMismatchError naming its sender
+(`make_cohort(signed=False)`: a session without identities). Task binding itself: test_task_binding.py; the members
+list and the safety floor: test_members.py.
 """
 
 from __future__ import annotations
@@ -60,12 +62,13 @@ from secagg.messages import (
     ShareKeys,
     ShareKind,
     UnmaskRequest,
+    UnmaskShares,
     decode,
     encode_bitmap,
 )
 from secagg.phases import Phase
 from tests.secagg.members_lists import relisted, view_binding
-from tests.secagg.test_task_binding import seal_spy
+from tests.secagg.test_task_binding import mask_spy, seal_spy
 
 DIM, BITS = 4, 16
 DIGEST = hashlib.sha256(b"test_adversarial/task").digest()
@@ -156,13 +159,8 @@ def make_cohort(
 
 
 def keep_senders(routed: RoutedShares, keep) -> RoutedShares:
-    """`routed` with only the ciphertexts (and their signatures, which travel with them) of senders in `keep`."""
-    pairs = [(x, sig) for x, sig in zip(routed.ciphertexts, routed.signatures or [None] * len(routed.ciphertexts))
-             if x[0] in keep]
-    return dataclasses.replace(
-        routed, ciphertexts=tuple(x for x, _ in pairs),
-        signatures=tuple(sig for _, sig in pairs) if routed.signatures else (),
-    )
+    """`routed` with only the ciphertexts of senders in `keep`."""
+    return dataclasses.replace(routed, ciphertexts=tuple(x for x in routed.ciphertexts if x[0] in keep))
 
 
 @dataclass
@@ -258,8 +256,7 @@ def test_client_rejects_routed_shares_from_a_sender_outside_its_key_set():
     sk5 = dict(decode(share_keys[5]).ciphertexts)
     # The server routes party 5's (genuine) ciphertext for party 1 although 5 was not in 1's key set.
     others = [(u, dict(decode(share_keys[u]).ciphertexts)[1]) for u in (2, 3, 4)]
-    sigs = tuple(decode(share_keys[u]).signature for u in (2, 3, 4, 5))  # genuine signatures too
-    injected = RoutedShares(c.sid, 1, tuple(others + [(5, sk5[1])]), sigs)
+    injected = RoutedShares(c.sid, 1, tuple(others + [(5, sk5[1])]))
     with pytest.raises(InconsistentSetsError, match="not in the key set"):
         c.clients[1].receive(injected.encode())
     expect_abandoned(c.clients[1])
@@ -492,8 +489,8 @@ def test_client_rejects_peer_keys_with_a_repeated_key():
 
 
 # ---------------------------------------------------------------------------------------------------
-# 4. Signatures: over each party's keys (ShareKeys / RoutedShares, every threat model) and over the survivor
-#    set (active threat model).
+# 4. Signatures: over each party's keys (AdvertiseKeys / PeerKeys and ShareKeys, every threat model) and over the
+#    survivor set (active threat model).
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -531,7 +528,7 @@ def test_server_without_identity_keys_accepts_unsigned_share_keys():
     assert all(decode(m).signature == b"" for m in tr.adverts.values())
     assert all(e.signature == b"" for m in tr.peer_keys.values() for e in decode(m).peers)
     assert all(decode(m).signature == b"" for m in tr.share_keys.values())
-    assert all(decode(m).signatures == () and decode(m).members == () for m in tr.routed.values())
+    assert all(decode(m).members == () for m in tr.routed.values())
     c.advance(c.reply(tr.unmask_requests))
     assert np.array_equal(c.server.result.vector, _plain_sum(c, range(1, 6)))
 
@@ -647,16 +644,16 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
             continue
         share_1 = decode(c.clients[1].receive(shown.encode()))
         # The server decrypts every share party 1 sent (each under a channel key it agreed as the "peer").
-        b_shares, cts_back, sigs_back = {}, [], []
+        b_shares, cts_back = {}, []
         for v, ct in share_1.ciphertexts:
             key = crypto.channel_key(crypto.agree(fakes[v][0][0], own.c_pk), bind, 1, v)
             pt = crypto.open_share(key, bind, 1, v, ct)
             b_shares[v] = shamir.from_bytes(pt[8:41])
-            # … and sends party 1 a share "from" v under the same key (any share will do), with a made-up signature
+            # … and sends party 1 a share "from" v under the same key (any share will do): it opens, since the
+            # server holds the "peer's" side of that channel
             fake_pt = v.to_bytes(4, "big") + (1).to_bytes(4, "big") + bytes(66)
             cts_back.append((v, crypto.seal_share(key, bind, v, 1, fake_pt)))
-            sigs_back.append(crypto.sign(Ed25519PrivateKey.generate(), b"not party v's signature"))
-        forged = RoutedShares(c.sid, 1, tuple(cts_back), tuple(sigs_back))
+        forged = RoutedShares(c.sid, 1, tuple(cts_back))
         masked = decode(c.clients[1].receive(forged.encode()))
         b_1 = shamir.secret_from_int(shamir.BatchReconstructor(c.t).reconstruct(
             {v: b_shares[v] for v in (2, 3, 4)}, "b", "attack"))
@@ -672,7 +669,7 @@ def test_without_key_signatures_a_key_substituting_server_unmasks_one_input():
 def test_a_substituted_channel_key_exposes_no_share_to_a_checking_client():
     """What the key signatures in PeerKeys prevent: a server that substitutes its own channel key for party 3's
     would read the shares party 1 encrypts for party 3 (one share of b_1 and of s_1 per substituted peer) — even if it
-    then reported party 3 dropped, so that no RoutedShares signature from party 3 is ever checked (the regression in
+    then reported party 3 dropped, so that no share from party 3 is ever opened (the regression in
     test_task_binding.py, section 7). A checking party 1 verifies party 3's key signature at PeerKeys and stops
     before sealing any share (and with the members list left as it was, at the leaf of party 3's entry). Counterpart
     (verify_peers=False, the list rewritten to match): the share for party 3 is readable by the server."""
@@ -749,6 +746,25 @@ def test_client_rejects_an_invalid_consistency_signature():
     expect_abandoned(c.clients[1])
 
 
+def test_client_verifies_the_first_t_consistency_signatures_only():
+    """t valid signatures of distinct surviving neighbours over the set the party signed are the proof (t > (m +
+    corrupt)/2: two sets of t signers share an honest one); the party verifies the first t of the unmask request and
+    reads no further. n = 7, t = 5, six survivors: a bad signature in sixth place is not read and the party unmasks; the
+    same bad signature among the first t is refused. Whatever the order, the signers must all be distinct survivors."""
+    c, tr = _active_unmask_stage()
+    req = decode(tr.unmask_requests[1])
+    assert [p for p, _ in req.signatures] == [1, 2, 3, 4, 5, 6] and c.t == 5
+    late = dataclasses.replace(req, signatures=tuple((p, flip(s, 9) if p == 6 else s) for p, s in req.signatures))
+    assert isinstance(decode(c.clients[1].receive(late.encode())), UnmaskShares)
+    c, tr = _active_unmask_stage()
+    req = decode(tr.unmask_requests[1])
+    early = dataclasses.replace(req, signatures=(req.signatures[5], req.signatures[0], (2, flip(req.signatures[1][1], 9)),
+                                                 *req.signatures[2:5]))
+    with pytest.raises(InconsistentSurvivorsError, match="party 2"):
+        c.clients[1].receive(early.encode())
+    expect_abandoned(c.clients[1])
+
+
 def test_client_rejects_fewer_than_threshold_consistency_signatures():
     c, tr = _active_unmask_stage()
     req = decode(tr.unmask_requests[1])
@@ -772,34 +788,59 @@ def test_active_session_with_genuine_signatures_completes():
 # ---------------------------------------------------------------------------------------------------
 
 
-def _routed_to_1() -> tuple[Cohort, RoutedShares, dict[int, dict[int, bytes]]]:
-    c, peer_keys = _to_share_keys()
+def _routed_to_1(verify: bool = True) -> tuple[Cohort, RoutedShares, dict[int, dict[int, bytes]]]:
+    """n = 5 to the routed shares; party 1 checks its peers (`verify`) or not (verify_peers=False)."""
+    c = make_cohort()
+    c.clients[1] = ClientSession(c.cfg, 1, c.inputs[1], c.identities[1], c.public_ids, task_digest=c.digest,
+                                 verify_peers=verify)
+    peer_keys = c.advance({p: cl.start() for p, cl in c.clients.items()})
     share_keys = c.reply(peer_keys)
     sent = {u: dict(decode(m).ciphertexts) for u, m in share_keys.items()}
     return c, decode(c.advance(share_keys)[1]), sent
 
 
+def _refuses_naming(c: Cohort, shown: RoutedShares, sender: int, verify: bool) -> None:
+    """Party 1 refuses `shown` at the share from `sender`: verifying, as a task mismatch (the channel key is the
+    sender's and bound to this session, task and members root, so a share that does not open under it is one the
+    sender did not seal for them); not verifying, as a plain DecryptionError. No mask derived either way."""
+    with mask_spy() as derived:
+        if verify:
+            with pytest.raises(TaskMismatchError, match=f"party {sender}'s share does not open") as err:
+                c.clients[1].receive(shown.encode())
+            assert err.value.party == sender
+        else:
+            with pytest.raises(DecryptionError, match=f"party {sender}") as plain:
+                c.clients[1].receive(shown.encode())
+            assert not isinstance(plain.value, TaskMismatchError)
+    assert derived == []
+    expect_abandoned(c.clients[1])
+
+
 # Byte offsets in a share ciphertext: 0–7 sender/receiver ids, 8–40 self-mask share, 41–73 key share,
 # 74–89 the GCM tag.
+@pytest.mark.parametrize("verify", [True, False], ids=["verifying", "not-verifying"])
 @pytest.mark.parametrize("index", [0, 5, 20, 60, 89])
-def test_client_rejects_a_tampered_share_ciphertext(index):
-    c, routed, _ = _routed_to_1()
+def test_client_rejects_a_tampered_share_ciphertext(index, verify):
+    c, routed, _ = _routed_to_1(verify)
     cts = tuple((u, flip(ct, index) if u == 3 else ct) for u, ct in routed.ciphertexts)
-    with pytest.raises(DecryptionError, match="party 3"):
-        c.clients[1].receive(dataclasses.replace(routed, ciphertexts=cts).encode())
-    expect_abandoned(c.clients[1])
+    _refuses_naming(c, dataclasses.replace(routed, ciphertexts=cts), 3, verify)
 
 
-@pytest.mark.parametrize("attack", ["other-receiver", "relabelled-sender"])
-def test_client_rejects_a_rerouted_share_ciphertext(attack):
-    c, routed, sent = _routed_to_1()
-    if attack == "other-receiver":  # party 2's ciphertext for party 4, given to party 1 as from 2
-        cts = tuple((u, sent[2][4] if u == 2 else ct) for u, ct in routed.ciphertexts)
-    else:  # party 2's ciphertext for party 1, labelled as coming from party 3
-        cts = tuple((u, sent[2][1] if u == 3 else ct) for u, ct in routed.ciphertexts)
-    with pytest.raises(DecryptionError):
-        c.clients[1].receive(dataclasses.replace(routed, ciphertexts=cts).encode())
-    expect_abandoned(c.clients[1])
+@pytest.mark.parametrize("verify", [True, False], ids=["verifying", "not-verifying"])
+@pytest.mark.parametrize("attack", ["other-receiver", "relabelled-sender", "reflected"])
+def test_client_rejects_a_rerouted_share_ciphertext(attack, verify):
+    """Genuine ciphertexts in the wrong place: party 2's for party 4 given to party 1 as from 2 (another channel key),
+    party 2's for party 1 labelled as from party 3 (another channel key and associated data), and party 1's own for
+    party 2 reflected back as from 2 (the same channel key — it is symmetric — but another nonce and associated data:
+    sender and receiver are bound)."""
+    c, routed, sent = _routed_to_1(verify)
+    if attack == "other-receiver":
+        cts, named = tuple((u, sent[2][4] if u == 2 else ct) for u, ct in routed.ciphertexts), 2
+    elif attack == "relabelled-sender":
+        cts, named = tuple((u, sent[2][1] if u == 3 else ct) for u, ct in routed.ciphertexts), 3
+    else:
+        cts, named = tuple((u, sent[1][2] if u == 2 else ct) for u, ct in routed.ciphertexts), 2
+    _refuses_naming(c, dataclasses.replace(routed, ciphertexts=cts), named, verify)
 
 
 # ---------------------------------------------------------------------------------------------------

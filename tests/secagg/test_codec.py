@@ -74,16 +74,16 @@ SAMPLES: list[Message] = [
     MaskedInputProved(SID, 5, 16, 2, bytes(4), b""),
     ShareKeys(SID, 3, ((1, CT),)),  # unsigned (a session without identities), no members wanted
     ShareKeys(SID, 3, ((1, CT), (4, CT)), SIG[::-1], MAX_MEMBERS_WANTED),
-    RoutedShares(SID, 4, ((5, CT), (6, CT[::-1])), (SIG, SIG[::-1])),
-    RoutedShares(SID, 4, ((5, CT),), (SIG,), (MEMBER, MemberEntry(12, KEY_B, KEY_C, KEY_D, SIG[::-1]))),
-    RoutedShares(SID, 4, (), (), (MEMBER,)),
+    RoutedShares(SID, 4, ((5, CT), (6, CT[::-1]))),
+    RoutedShares(SID, 4, ((5, CT),), (MEMBER, MemberEntry(12, KEY_B, KEY_C, KEY_D, SIG[::-1]))),
+    RoutedShares(SID, 4, (), (MEMBER,)),
     AdvertiseKeys(SID, 2, KEY_A, KEY_B, SIG),  # signed over its bare keys (a session with identities)
     PeerKeys(SID, 2, (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG), PeerEntry(2, ID_2, KEY_C, KEY_D, SIG[::-1])), LEAVES),
     PeerKeys(SID, 2, (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG), PeerEntry(2, ID_2, KEY_C, KEY_D)), LEAVES[:16]),  # mixed
     PeerKeys(SID, 2, (PeerEntry(1, ID_1, KEY_A, KEY_B, SIG, TOKEN), PeerEntry(2, ID_2, KEY_C, KEY_D, SIG[::-1])),
              LEAVES),  # with an issuer token (and one member without)
-    RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER,), (TOKEN,)),  # with the member's token
-    RoutedShares(SID, 4, (), (), (MEMBER, MEMBER), (TOKEN, TOKEN[::-1])),
+    RoutedShares(SID, 4, ((5, CT), (6, CT)), (MEMBER,), (TOKEN,)),  # with the member's token
+    RoutedShares(SID, 4, (), (MEMBER, MEMBER), (TOKEN, TOKEN[::-1])),
 ]
 ENCODED = [m.encode() for m in SAMPLES]
 IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)]
@@ -113,10 +113,10 @@ def test_every_truncation_is_rejected(data):
                 encoding.unpack(short.packed, msg.dim, msg.bits)
             continue
         if isinstance(msg, RoutedShares) and msg.member_tokens and \
-                cut == len(RoutedShares(msg.session_id, msg.party, msg.ciphertexts, msg.signatures, msg.members).encode()):
+                cut == len(RoutedShares(msg.session_id, msg.party, msg.ciphertexts, msg.members).encode()):
             # cut exactly before the optional token section: the message as it is without tokens, whose devices
             # then count no peer as credentialed (only the server, who sends it, loses by this)
-            assert decode(data[:cut]) == RoutedShares(msg.session_id, msg.party, msg.ciphertexts, msg.signatures, msg.members)
+            assert decode(data[:cut]) == RoutedShares(msg.session_id, msg.party, msg.ciphertexts, msg.members)
             continue
         with pytest.raises(MessageFormatError):
             decode(data[:cut])
@@ -132,11 +132,11 @@ def test_trailing_bytes_are_rejected(data):
 
 def test_a_token_section_must_match_its_entries():
     """RoutedShares' optional section holds one token per member entry (the senders' came with the peer keys)."""
-    base = RoutedShares(SID, 4, ((5, CT), (6, CT)), (SIG, SIG), (MEMBER, MEMBER))
+    base = RoutedShares(SID, 4, ((5, CT), (6, CT)), (MEMBER, MEMBER))
     for members, error in [((TOKEN,), "member_tokens: 1 tokens for 2 entries"),
                            ((TOKEN, TOKEN, TOKEN), "member_tokens: 3 tokens for 2 entries"),
                            ((TOKEN[:-1], TOKEN + b"x"), "must be 354 bytes")]:
-        bad = RoutedShares(SID, 4, base.ciphertexts, base.signatures, base.members, members).encode()
+        bad = RoutedShares(SID, 4, base.ciphertexts, base.members, members).encode()
         with pytest.raises(MessageFormatError, match=error):
             decode(bad)
     assert decode(base.encode()) == base  # no section: no tokens
@@ -179,8 +179,8 @@ H = HEADER.size
 
 _SK = H + 4 + 64 + 4
 """Where a signed ShareKeys' ciphertext count is: after blob(signature) and members_wanted."""
-_RS_SIGS = H + 4 + 2 * (8 + 90)
-"""Where the signature count of a RoutedShares with two 90-byte ciphertexts is."""
+_RS_MEMBERS = H + 4 + 2 * (8 + 90)
+"""Where the member count of a RoutedShares with two 90-byte ciphertexts is (no senders' signatures before it)."""
 _PEER = 4 + 3 * 32 + 4
 """A PeerKeys entry's fixed head: party, identity, c_pk, s_pk, the key signature's length (then the signature and the
 token blob)."""
@@ -203,10 +203,9 @@ def _leaves_at(msg: PeerKeys) -> int:
         (SAMPLES[4], _SK + 8, "ciphertext"),  # the first ciphertext's length prefix
         (SAMPLES[9], H + 4 + len(SAMPLES[9].survivors), "signatures"),
         (SAMPLES[12], H + 5 + 5, "proof"),
-        (SAMPLES[16], _RS_SIGS, "signatures"),
-        (SAMPLES[16], _RS_SIGS + 4, "signature"),  # the first signature blob's length prefix
-        (SAMPLES[17], H + 4 + 8 + 90 + 4 + 4 + 64, "members"),
-        (SAMPLES[18], H + 4 + 4, "members"),
+        (SAMPLES[16], _RS_MEMBERS, "members"),
+        (SAMPLES[17], H + 4 + 8 + 90, "members"),
+        (SAMPLES[18], H + 4, "members"),
         (SAMPLES[19], H + 64, "signature"),  # the key signature's length prefix
         (SAMPLES[20], H, "peers"),
         (SAMPLES[20], _leaves_at(SAMPLES[20]), "leaves"),  # the members list's leaf count
@@ -228,8 +227,6 @@ def test_malformed_fields_are_rejected():
     for bad in (SIG[:10], SIG + b"x", SIG[:63]):  # a signature is empty or exactly 64 bytes, wherever it is carried
         with pytest.raises(MessageFormatError, match="signature"):
             decode(ShareKeys(SID, 1, ((2, CT),), bad, 0).encode())
-        with pytest.raises(MessageFormatError, match="signature"):
-            decode(RoutedShares(SID, 1, ((2, CT), (3, CT)), (SIG, bad)).encode())
         # the key signature of AdvertiseKeys and of every PeerKeys entry (one length for all, or mixed)
         with pytest.raises(MessageFormatError, match="signature"):
             decode(AdvertiseKeys(SID, 1, KEY_A, KEY_B, bad).encode())
@@ -263,12 +260,19 @@ def test_malformed_fields_are_rejected():
         decode(ShareKeys(SID, 1, ((2, CT),), SIG, MAX_MEMBERS_WANTED + 1).encode())
     with pytest.raises(MessageFormatError, match="members_wanted"):
         decode(ShareKeys(SID, 1, ((2, CT),), SIG, 2**32 - 1).encode())
-    # one signature per ciphertext, or none (sessions without identities)
-    for sigs in ((SIG,), (SIG, SIG, SIG)):
-        with pytest.raises(MessageFormatError, match="signatures: .* for 2 ciphertexts"):
-            decode(RoutedShares(SID, 1, ((2, CT), (3, CT)), sigs).encode())
-    with pytest.raises(MessageFormatError, match="signatures: 1 for 0 ciphertexts"):
-        decode(RoutedShares(SID, 1, (), (SIG,)).encode())
+    # RoutedShares of the unreleased layout that carried the senders' signatures (a count and a blob per ciphertext
+    # before the member entries) are refused, not misparsed: the signature count is read as the member count, and the
+    # signatures' bytes then fail the lengths of the entries (no members after them) or of the token section
+    for senders in range(1, 9):
+        cts = tuple((v, CT) for v in range(2, 2 + senders))
+        head = RoutedShares(SID, 1, cts).encode()[:-4]
+        sigs = struct.pack(">I", senders) + (struct.pack(">I", 64) + SIG) * senders
+        with pytest.raises(MessageFormatError, match="members"):
+            decode(head + sigs + struct.pack(">I", 0))
+        for members, tokens in (((MEMBER,) * 37, ()), ((MEMBER,) * 3, (TOKEN,) * 3), ((MEMBER,), (TOKEN,))):
+            rest = RoutedShares(SID, 1, cts, members, tokens).encode()[len(head):]
+            with pytest.raises(MessageFormatError):
+                decode(head + sigs + rest)
     for kind in (0, 3, 255):
         with pytest.raises(MessageFormatError, match="share kind"):
             decode(UnmaskShares(SID, 1, ((1, kind, SHARE),)).encode())
@@ -371,17 +375,14 @@ def _entry_by_entry(data: bytes) -> Message:
         out = ShareKeys(sid, party, pairs(), sig, wanted)
     else:
         cts = pairs()
-        sigs = tuple(signature() for _ in range(count(4)))
-        if sigs and len(sigs) != len(cts):
-            raise MessageFormatError("signatures")
         members = tuple(MemberEntry(u32(), take(32), take(32), take(32), take(64)) for _ in range(count(164)))
         if pos == len(data):
-            out = RoutedShares(sid, party, cts, sigs, members)
+            out = RoutedShares(sid, party, cts, members)
         else:
             held = tuple(take(count(1)) for _ in range(count(4 + TOKEN_BYTES)))
             if len(held) != len(members) or any(len(t) != TOKEN_BYTES for t in held):
                 raise MessageFormatError("tokens")
-            out = RoutedShares(sid, party, cts, sigs, members, held)
+            out = RoutedShares(sid, party, cts, members, held)
     if pos != len(data):
         raise MessageFormatError("trailing")
     return out
@@ -414,8 +415,7 @@ def test_entry_lists_decode_as_the_entry_by_entry_reference(mtype, entries, unif
         msg = ShareKeys(SID, 3, tuple((v, bytes([k % 251]) * k) for v, k in entries), SIG if signed else b"", members)
     else:
         cts = tuple((v, bytes([k % 251]) * k) for v, k in entries)
-        sigs = tuple(bytes([i]) * 64 for i in range(len(cts))) if signed else ()
-        msg = RoutedShares(SID, 3, cts, sigs, tuple(MemberEntry(i, KEY_A, KEY_B, KEY_C, SIG) for i in range(members)))
+        msg = RoutedShares(SID, 3, cts, tuple(MemberEntry(i, KEY_A, KEY_B, KEY_C, SIG) for i in range(members)))
     out = bytearray(msg.encode())
     for pos, value in edits:
         out[HEADER.size + pos % max(1, len(out) - HEADER.size)] = value
@@ -448,19 +448,18 @@ def test_routed_shares_from_pre_encoded_parts_equal_the_message_encoding():
     """The server's fast path (`encode_routed`) writes exactly what `RoutedShares.encode()` writes."""
     from secagg.messages import encode_blob, encode_pair, encode_routed
 
-    cts, sigs = ((1, CT), (4, CT[::-1])), (SIG, SIG[::-1])
+    cts = ((1, CT), (4, CT[::-1]))
     members = (MEMBER, MemberEntry(30, KEY_C, KEY_B, KEY_A, SIG))
-    for c, sg, m in ((cts, sigs, members), (cts, sigs, ()), (cts, (), ()), ((), (), members)):
-        fast = encode_routed(SID, 9, [encode_pair(v, ct) for v, ct in c], [encode_blob(x) for x in sg],
-                             [e.encode() for e in m])
-        assert fast == RoutedShares(SID, 9, c, sg, m).encode()
-        assert decode(fast) == RoutedShares(SID, 9, c, sg, m)
+    for c, m in ((cts, members), (cts, ()), ((), members), ((), ())):
+        fast = encode_routed(SID, 9, [encode_pair(v, ct) for v, ct in c], [e.encode() for e in m])
+        assert fast == RoutedShares(SID, 9, c, m).encode()
+        assert decode(fast) == RoutedShares(SID, 9, c, m)
         if m:  # with the members' tokens
             tokens = tuple(TOKEN[i:] + TOKEN[:i] for i in range(len(m)))
-            fast = encode_routed(SID, 9, [encode_pair(v, ct) for v, ct in c], [encode_blob(x) for x in sg],
-                                 [e.encode() for e in m], [encode_blob(t) for t in tokens])
-            assert fast == RoutedShares(SID, 9, c, sg, m, tokens).encode()
-            assert decode(fast) == RoutedShares(SID, 9, c, sg, m, tokens)
+            fast = encode_routed(SID, 9, [encode_pair(v, ct) for v, ct in c], [e.encode() for e in m],
+                                 [encode_blob(t) for t in tokens])
+            assert fast == RoutedShares(SID, 9, c, m, tokens).encode()
+            assert decode(fast) == RoutedShares(SID, 9, c, m, tokens)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -233,10 +233,11 @@ def _split_lists(verify: bool) -> tuple[Cohort, dict[int, bytes]]:
 
 def test_devices_shown_different_member_lists_cannot_finish():
     """Guards the members root in the binding (`crypto.round_binding`): parties 1–2 and 3–5 were shown different
-    members lists (a phantom member 6), so their roots differ. With a server that relays every signature, each party
-    refuses at RoutedShares (TaskMismatchError naming a sender of the other group) before deriving any mask; with
-    signature checks off, the share channels themselves fail (DecryptionError). Either way no masked input exists and
-    the cohort aborts: nothing is released. (Control: the same cohort shown one list completes.)"""
+    members lists (a phantom member 6), so their roots differ. With a server that relays every share, each party
+    refuses at RoutedShares — the shares of the other group were sealed under channel keys bound to another members
+    root: TaskMismatchError naming a sender of that group — before deriving any mask; with the checks off the same
+    failure is a plain DecryptionError. Either way no masked input exists and the cohort aborts: nothing is released.
+    (Control: the same cohort shown one list completes.)"""
     for verify, error in ((True, TaskMismatchError), (False, DecryptionError)):
         c, routed = _split_lists(verify)
         with mask_spy() as derived:
@@ -245,6 +246,9 @@ def test_devices_shown_different_member_lists_cannot_finish():
                     c.clients[p].receive(routed[p])
                 if verify:
                     assert (info.value.party in (3, 4, 5)) == (p in (1, 2))
+                    assert "share does not open" in str(info.value)
+                else:
+                    assert not isinstance(info.value, TaskMismatchError)
         assert derived == []
         with pytest.raises(AbortError):
             c.advance({})

@@ -1,8 +1,12 @@
 """Property tests: for random cohorts, bit widths, graphs, threat models, task digests and drop sets in every
 phase, the server's output is exactly the sum of the inputs of the parties that sent their masked input
 (mod 2^bits), or a typed abort exactly when too few parties remain. Sessions are signed and verified as the
-service runs them (every party signs its keys bound to the task digest and checks its senders'); task binding
-under disagreement: test_task_binding.py."""
+service runs them (every party signs its keys bound to the task digest and opens its senders' shares under channel
+keys bound to it); task binding under disagreement: test_task_binding.py.
+
+Every example is a function of hypothesis's draws alone — session id, keys, identities and the arrival order —
+so hypothesis can replay and shrink it: a value from OS entropy that steered the run (the graph is drawn from the
+members root, over fresh keys) would change how many draws the same example makes (FlakyStrategyDefinition)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from secagg import AbortError, ClientSession, SecAggConfig, ServerSession, crypt
 from secagg.crypto import ed25519_public_bytes
 from secagg.messages import decode
 from secagg.phases import Phase
+from secagg.randomness import SeededRandom
 from secagg.simulate import PROTOCOL_PHASES, expected_sum, run_session
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -34,7 +39,8 @@ def sessions(draw, graphs=("complete", "sparse")):
     # the plan puts cohorts this small on the complete graph: a sparse one gets an explicit even degree (n − 1 or more
     # is the complete graph again)
     degree = 2 * draw(st.integers(1, max(1, n // 2))) if graph == "sparse" else None
-    cfg = SecAggConfig(os.urandom(16), n, dim, bits, graph=graph, threat_model=threat, degree=degree)
+    session_id = draw(st.binary(min_size=16, max_size=16))  # drawn, not OS entropy: it seeds the parties' keys too
+    cfg = SecAggConfig(session_id, n, dim, bits, graph=graph, threat_model=threat, degree=degree)
     seed = draw(st.integers(0, 2**32 - 1))
     digest = draw(st.binary(min_size=32, max_size=32))
     rng = np.random.default_rng(seed)
@@ -50,6 +56,12 @@ def sessions(draw, graphs=("complete", "sparse")):
     return cfg, inputs, drops, digest
 
 
+def _randomness(cfg: SecAggConfig) -> SeededRandom:
+    """The example's protocol randomness (keys, identities, seeds, Shamir coefficients), a function of its drawn
+    session id alone."""
+    return SeededRandom(b"test_properties/" + cfg.session_id)
+
+
 def _applicable(cfg: SecAggConfig) -> list[Phase]:
     return [ph for ph in PROTOCOL_PHASES if cfg.active or ph is not Phase.CONSISTENCY_CHECK]
 
@@ -58,7 +70,7 @@ def _applicable(cfg: SecAggConfig) -> list[Phase]:
 @given(sessions())
 def test_sum_is_exact_or_typed_abort(case):
     cfg, inputs, drops, digest = case
-    report = run_session(cfg, inputs, drops, task_digest=digest)
+    report = run_session(cfg, inputs, drops, task_digest=digest, randomness=_randomness(cfg))
     if report.abort is not None:
         assert isinstance(report.abort, AbortError)
         assert report.abort.have < report.abort.needed
@@ -79,7 +91,7 @@ def test_complete_graph_aborts_exactly_when_below_threshold(case):
     """With the complete graph every neighbourhood is the whole cohort, so the oracle is simple: the
     session succeeds iff at least t parties remain after every phase it runs."""
     cfg, inputs, drops, digest = case
-    report = run_session(cfg, inputs, drops, task_digest=digest, signed=digest[0] % 2 == 0)
+    report = run_session(cfg, inputs, drops, task_digest=digest, signed=digest[0] % 2 == 0, randomness=_randomness(cfg))
     alive = set(inputs)
     enough = True
     for phase in _applicable(cfg):
@@ -164,11 +176,18 @@ def test_close_ready_holds_exactly_when_closing_loses_nothing(case, order):
     """`ServerSession.close_ready` (which lets the server close a phase before its deadline) holds after an
     answer exactly when closing the phase with the answers so far neither aborts nor prunes a party that
     answered, in every phase, whatever the graph, drops and arrival order; a session closed when ready yields
-    the exact sum over the parties that sent their masked input."""
+    the exact sum over the parties that sent their masked input.
+
+    The arrival order is drawn while the test runs (`order.shuffle`, one draw per answer), so the number of answers —
+    which follows from the graph, drawn from the members root over the parties' keys — must be a function of earlier
+    draws: keys and identities come from the drawn session id, not from OS entropy (they did, and an example replayed
+    with another graph made other draws: FlakyStrategyDefinition)."""
     cfg, inputs, drops, digest = case
-    identities = {p: Ed25519PrivateKey.generate() for p in inputs}
+    rng = _randomness(cfg)
+    identities = {p: Ed25519PrivateKey.from_private_bytes(rng.child(f"identity/{p}").bytes(32)) for p in inputs}
     public_ids = {p: ed25519_public_bytes(k) for p, k in identities.items()}
-    clients = {p: ClientSession(cfg, p, v, identities[p], public_ids, task_digest=digest) for p, v in inputs.items()}
+    clients = {p: ClientSession(cfg, p, v, identities[p], public_ids, randomness=rng.child(f"party/{p}"),
+                                task_digest=digest) for p, v in inputs.items()}
     server = ServerSession(cfg, public_ids, task_digest=digest)
     outgoing = {p: c.start() for p, c in clients.items() if p not in drops[Phase.ADVERTISE_KEYS]}
     while True:

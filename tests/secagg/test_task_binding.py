@@ -2,8 +2,11 @@
 
 Every party binds its own task digest (queries/task_digest.py: what it was asked to compute) and, from its share keys
 on, the members root of the members list it was shown (`crypto.round_binding`) into every derived key, the share AAD
-and its signature over its advertised keys, signs those keys in ShareKeys, and verifies each share sender's signature
-— and any member entries it asked for — at RoutedShares, *before* it derives a single mask. Every party also signs its
+and its signature over its advertised keys, signs those keys in ShareKeys (the server checks them), and at
+RoutedShares, *before* it derives a single mask, opens each sender's share under a channel key agreed with that
+sender's signed keys and bound to its own session, task and members root — a share that does not open is
+TaskMismatchError naming the sender: the channel binding is what a sender's signature over the binding would have
+proved — and verifies any member entries it asked for. Every party also signs its
 fresh keys themselves (`crypto.keys_payload`, in AdvertiseKeys, relayed in each PeerEntry), and each peer's entry is
 checked against its leaf in the members list and its key signature at PeerKeys, *before* a single share is encrypted
 to it.
@@ -15,12 +18,13 @@ show what happens with the checks off.
 
 "A server that relays faithfully" is `RelayingServer`: the real ServerSession, except that it does not check the
 ShareKeys signatures against its own digest (an honest server would refuse the odd one out, see
-`test_server_refuses_share_keys_signed_for_another_task_and_the_rest_complete`); it routes every party's
-signature with its shares as the protocol says.
+`test_server_refuses_share_keys_signed_for_another_task_and_the_rest_complete`); it routes every party's shares as
+the protocol says (and each party's signature in the member entries it adds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -55,7 +59,7 @@ from secagg import (
     shamir,
 )
 from secagg.client import KeyPairs
-from secagg.messages import RoutedShares, ShareKeys, ShareKind, UnmaskRequest, decode, encode_bitmap
+from secagg.messages import MaskedInput, RoutedShares, ShareKeys, ShareKind, UnmaskRequest, decode, encode_bitmap
 from secagg.phases import Phase
 from secagg.randomness import SeededRandom
 from secagg.simulate import expected_sum, run_session
@@ -67,7 +71,7 @@ TASK_A, TASK_B, TASK_C = (hashlib.sha256(b"test_task_binding/" + x).digest() for
 
 class RelayingServer(ServerSession):
     """A server that relays faithfully but does not check ShareKeys signatures against its own task digest: each
-    party's signature (whatever task it was made for) travels with its shares to its peers."""
+    party's shares (sealed under whatever task it was shown) reach its peers."""
 
     def _accept_share_keys(self, party: int, msg: ShareKeys) -> None:
         signed, self._signed = self._signed, False
@@ -261,14 +265,15 @@ def test_every_derived_key_aad_and_signed_payload_depends_on_the_task_digest():
 @pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
 def test_parties_shown_different_tasks_refuse_before_any_mask(active):
     """Party 3 was shown task B, everyone else task A, and the server relays faithfully: party 3 refuses at
-    RoutedShares because its senders' signatures are for task A, each other party because party 3's is for task B.
-    Nobody derives a mask, so no masked input exists."""
+    RoutedShares because its senders' shares were sealed under channel keys bound to task A, each other party because
+    party 3's was sealed under task B — TaskMismatchError naming the share's sender. Nobody derives a mask, so no
+    masked input exists."""
     c = make_cohort(5, {1: TASK_A, 2: TASK_A, 3: TASK_B, 4: TASK_A, 5: TASK_A}, active=active)
     with mask_spy() as derived:
         _, share_keys, routed = c.to_routed()
         assert set(routed) == {1, 2, 3, 4, 5}  # the relaying server accepted everyone's keys and signatures
         victim = assert_refuses(c.clients[3], routed[3], TaskMismatchError)
-        assert victim.party in {1, 2, 4, 5}
+        assert victim.party in {1, 2, 4, 5} and "share does not open" in str(victim)
         for p in (1, 2, 4, 5):
             assert_refuses(c.clients[p], routed[p], TaskMismatchError, party=3)
     assert derived == []
@@ -277,13 +282,72 @@ def test_parties_shown_different_tasks_refuse_before_any_mask(active):
 
 
 def test_a_victim_shown_another_task_refuses_even_when_its_peers_are_not_checked():
-    """The victim's own check suffices: fed RoutedShares whose signatures are all genuine for task A, a party with
-    task B refuses (TaskMismatchError naming the first sender) before deriving any mask."""
+    """The victim's own check suffices: fed RoutedShares whose shares are all genuine for task A, a party with task B
+    refuses (TaskMismatchError naming the first sender) before deriving any mask."""
     c = make_cohort(5, {**{p: TASK_A for p in range(1, 6)}, 2: TASK_B})
     _, _, routed = c.to_routed()
     with mask_spy() as derived:
         assert_refuses(c.clients[2], routed[2], TaskMismatchError, party=1)
     assert derived == []
+
+
+def _sealed_by_3_for_1(c: Cohort, share_keys: Mapping[int, bytes], bind: bytes) -> bytes:
+    """The share party 3 would have sent party 1 had it been bound to `bind` (another task, another members list):
+    party 3's genuine plaintext for party 1, sealed under the channel key of its own channel key pair and party 1's,
+    derived and authenticated with `bind` — what an honest party 3 shown that binding sends."""
+    sender, receiver = c.clients[3], c.clients[1]
+    genuine = dict(decode(share_keys[3]).ciphertexts)[1]
+    plaintext = crypto.open_share(sender._channel[1], sender._bind, 3, 1, genuine)
+    key = crypto.channel_key(crypto.agree(sender._c_sk, receiver._c_pk), bind, 3, 1)
+    return crypto.seal_share(key, bind, 3, 1, plaintext)
+
+
+@contextmanager
+def without_channel_binding() -> Iterator[None]:
+    """Channel keys and share AAD bound to the session alone (the task digest and the members root left out): what
+    the clients would be without the channel binding."""
+    channel_key, share_aad = crypto.channel_key, crypto.share_aad
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(crypto, "channel_key", lambda shared, bind, u, v: channel_key(shared, bind[:16], u, v))
+        mp.setattr(crypto, "share_aad", lambda bind, s, r: share_aad(bind[:16], s, r))
+        yield
+
+
+@pytest.mark.parametrize("active", [False, True], ids=["semi-honest", "active"])
+@pytest.mark.parametrize("shown", ["other-task", "other-members-root", "no-members-root"])
+def test_a_share_sealed_for_another_task_or_members_list_is_refused_by_the_channel_binding(shown, active):
+    """The attack the senders' signatures used to catch, caught now by the channel binding alone: the server shows
+    party 3 another task (or another members list) and routes the share party 3 then seals — under its genuine channel
+    key with party 1, both parties' keys signed — to party 1, whose own task and list are the cohort's. Party 1 cannot
+    open it: the channel key and the associated data are bound to session ‖ task digest ‖ members root, so it refuses
+    (TaskMismatchError naming party 3, "share does not open …") before deriving any mask; nothing of its input leaves.
+    Counterpart — the guard that this test fails if the channel binding were removed: with channel keys and AAD bound
+    to the session alone, the same share opens and party 1 masks and sends its input although party 3 was shown
+    another task (nothing else on the device checks the sender)."""
+    for bound in (True, False):
+        with contextlib.ExitStack() as stack:
+            if not bound:
+                stack.enter_context(without_channel_binding())
+            c = make_cohort(7 if active else 5, TASK_A, active=active, relaying=False)
+            _, share_keys, routed = c.to_routed()
+            assert c.clients[1]._bind == crypto.round_binding(crypto.binding(c.cfg.session_id, TASK_A),
+                                                              c.server.members_root)
+            other = {"other-task": crypto.round_binding(crypto.binding(c.cfg.session_id, TASK_B), c.server.members_root),
+                     "other-members-root": crypto.round_binding(crypto.binding(c.cfg.session_id, TASK_A),
+                                                                hashlib.sha256(b"another list").digest()),
+                     "no-members-root": crypto.binding(c.cfg.session_id, TASK_A)}[shown]
+            r1 = decode(routed[1])
+            forged = _sealed_by_3_for_1(c, share_keys, other)
+            shown_1 = dataclasses.replace(r1, ciphertexts=tuple((u, forged if u == 3 else ct)
+                                                                for u, ct in r1.ciphertexts)).encode()
+            with mask_spy() as derived:
+                if bound:
+                    err = assert_refuses(c.clients[1], shown_1, TaskMismatchError, party=3)
+                    assert "party 3's share does not open under the channel key bound to this session, task and " \
+                           "members list" in str(err)
+                else:
+                    assert isinstance(decode(c.clients[1].receive(shown_1)), MaskedInput)
+            assert (1 in derived) is not bound
 
 
 def test_without_verification_a_split_task_never_yields_the_true_sum():
@@ -425,7 +489,7 @@ def test_a_party_shown_another_cohort_size_is_detected(relaying):
     """Party 2 is told n = 7 (same session id), the others n = 6. Shown the cohort's members list it refuses at PeerKeys
     (6 leaves for a cohort of 7) before sealing a share. Shown a list padded to 7 (an absent seventh member), its
     members root — and its digest — differ from everyone else's: with a relaying server it refuses at RoutedShares and
-    its peers refuse its signature; an honest server refuses its ShareKeys. Without the digest (both configs bound to
+    its peers refuse its share; an honest server refuses its ShareKeys. Without the digest (both configs bound to
     no task) the padded list alone still splits it from the others: the members root is in the binding too."""
     sid = os.urandom(16)
     cfg6, cfg7 = SecAggConfig(sid, 6, DIM, BITS), SecAggConfig(sid, 7, DIM, BITS)
@@ -853,7 +917,7 @@ def _refused_and_nothing_of_party1_leaves(c: Cohort, peer_keys: dict[int, bytes]
 
 
 def test_a_server_cannot_unmask_one_input_by_substituting_keys_of_peers_it_reports_dropped():
-    """Regression guard. The gap it closes: a party verified the signatures of its RoutedShares senders only, so
+    """Regression guard. The gap it closes: a party checked the senders of its RoutedShares only, so
     peers that the server reports as dropped after PeerKeys were never verified, yet the party had already encrypted
     shares of b_u and s_u^SK to the keys it was shown for them. A server substituting its own keys for up to m − t
     such peers read m − t shares of both secrets; with split survivor views (semi-honest: no consistency round) it
@@ -896,9 +960,8 @@ def test_a_server_cannot_unmask_one_input_by_substituting_keys_of_peers_it_repor
             b_shares[v], s_shares[v] = shamir.from_bytes(pt[8:41]), shamir.from_bytes(pt[41:74])
         r1 = decode(routed[1])
         keep = [i for i, (u, _) in enumerate(r1.ciphertexts) if u in (2, 3)]
-        routed[1] = dataclasses.replace(r1, ciphertexts=tuple(r1.ciphertexts[i] for i in keep),
-                                        signatures=tuple(r1.signatures[i] for i in keep)).encode()
-        masked = c.reply(routed, skip={4, 5})  # party 1 verifies its two senders and masks with them alone
+        routed[1] = dataclasses.replace(r1, ciphertexts=tuple(r1.ciphertexts[i] for i in keep)).encode()
+        masked = c.reply(routed, skip={4, 5})  # party 1 opens its two senders' shares and masks with them alone
         y1 = encoding.unpack(decode(masked[1]).packed, DIM, BITS, c.cfg.work_dtype).copy()
         # split survivor views: party 2 is told party 1 survived, party 3 that it dropped
         for w, survivors, kind, into in ((2, {1, 2, 3}, ShareKind.SELF_MASK_SEED, b_shares),

@@ -475,8 +475,7 @@ def build_message(case: Json) -> messages.Message:
             messages.MemberEntry(e["party"], unh(e["identity"]), unh(e["c_pk"]), unh(e["s_pk"]), unh(e["signature"]))
             for e in f["members"]
         )
-        return messages.RoutedShares(sid, p, cts, tuple(unh(x) for x in f["signatures"]), members,
-                                     tuple(unh(x) for x in f.get("member_tokens", ())))
+        return messages.RoutedShares(sid, p, cts, members, tuple(unh(x) for x in f.get("member_tokens", ())))
     if t == "MaskedInput":
         packed = encoding.pack(np.array(f["values"], dtype=np.uint64), f["bits"])
         return messages.MaskedInput(sid, p, f["bits"], len(f["values"]), packed)
@@ -525,8 +524,8 @@ def _leaves(n: int, absent: tuple[int, ...] = ()) -> list[str]:
     "signature (a blob: empty or 64 bytes); a PeerKeys entry is party ‖ identity key ‖ c_pk ‖ s_pk ‖ blob(key signature) "
     "‖ blob(issuer token: empty or 354 bytes), and the entries are followed by the members list (u32 count, then one "
     "16-byte leaf per party 1..n); ShareKeys carries the sender's signature and members_wanted; RoutedShares carries the "
-    "senders' signatures (same order as the ciphertexts) and member entries, then (optional, only with identity tokens) "
-    "the members' tokens (u32 count, then u32 length ‖ 354 bytes each; docs/identities.md; the senders' came with the "
+    "ciphertexts and member entries (no sender's signature: a share that opens under its channel key, bound to the "
+    "round binding, is its sender's word), then (optional, only with identity tokens) the members' tokens (u32 count, then u32 length ‖ 354 bytes each; docs/identities.md; the senders' came with the "
     "peer keys). MaskedInput packs values at `bits` bits.",
     [
         {"type": "AdvertiseKeys", "session_id": SID, "party": 3, "fields": {"c_pk": _k("c_pk"), "s_pk": _k("s_pk")}},
@@ -548,22 +547,21 @@ def _leaves(n: int, absent: tuple[int, ...] = ()) -> list[str]:
         {"type": "ShareKeys", "session_id": SID, "party": 70,
          "fields": {"ciphertexts": [[12, _k("ct7012", 90)]], "signature": _k("ksig70", 64), "members_wanted": 37}},
         {"type": "RoutedShares", "session_id": SID, "party": 2,
-         "fields": {"ciphertexts": [[1, _k("ct12", 90)]], "signatures": [], "members": []}},
+         "fields": {"ciphertexts": [[1, _k("ct12", 90)]], "members": []}},
         {"type": "RoutedShares", "session_id": SID, "party": 2,
-         "fields": {"ciphertexts": [[1, _k("ct12", 90)], [3, _k("ct32", 90)]],
-                    "signatures": [_k("ksig1", 64), _k("ksig3", 64)], "members": []}},
+         "fields": {"ciphertexts": [[1, _k("ct12", 90)], [3, _k("ct32", 90)]], "members": []}},
         {"type": "RoutedShares", "session_id": SID, "party": 12,
-         "fields": {"ciphertexts": [[70, _k("ct7012", 90)]], "signatures": [_k("ksig70", 64)], "members": [
+         "fields": {"ciphertexts": [[70, _k("ct7012", 90)]], "members": [
              {"party": 5, "identity": _k("id5"), "c_pk": _k("c5"), "s_pk": _k("s5"), "signature": _k("ksig5", 64)},
              {"party": 140, "identity": _k("id140"), "c_pk": _k("c140"), "s_pk": _k("s140"),
               "signature": _k("ksig140", 64)},
          ]}},
         {"type": "RoutedShares", "session_id": SID, "party": 12,
-         "fields": {"ciphertexts": [[70, _k("ct7012", 90)]], "signatures": [_k("ksig70", 64)], "members": [
+         "fields": {"ciphertexts": [[70, _k("ct7012", 90)]], "members": [
              {"party": 5, "identity": _k("id5"), "c_pk": _k("c5"), "s_pk": _k("s5"), "signature": _k("ksig5", 64)},
          ], "member_tokens": [_k("tok5", 354)]}},
         {"type": "RoutedShares", "session_id": SID, "party": 12,
-         "fields": {"ciphertexts": [], "signatures": [], "members": [
+         "fields": {"ciphertexts": [], "members": [
              {"party": 5, "identity": _k("id5"), "c_pk": _k("c5"), "s_pk": _k("s5"), "signature": _k("ksig5", 64)},
              {"party": 140, "identity": _k("id140"), "c_pk": _k("c140"), "s_pk": _k("s140"),
               "signature": _k("ksig140", 64)},
@@ -625,8 +623,9 @@ def _transcript_case(name: str, threat: str, drop_before_masked_input: list[int]
     "from child('identity/<p>'). When phase 0 closes the server fixes the members list (one leaf per party over its "
     "identity and keys, zeros for a party that did not advertise), draws the graph from its root and sends each party "
     "its neighbours' entries (identity, keys, key signature) with the list; every later key, associated data and "
-    "signature is bound to session ‖ task digest ‖ members root. Each party signs its keys in ShareKeys, the server "
-    "checks and relays the signatures in RoutedShares, each party verifies its senders' before masking. Every message "
+    "signature is bound to session ‖ task digest ‖ members root. Each party signs its keys in ShareKeys and the server "
+    "checks the signatures; RoutedShares carries the ciphertexts alone (members_wanted is 0), and each party opens its "
+    "senders' shares under channel keys bound to that binding before masking. Every message "
     "each party and the server send, in order, and the sum.",
     [
         _transcript_case("semi_honest", "semi_honest", []),
@@ -1162,7 +1161,7 @@ def _signed_case(label: str, party: int, members: list[int], n: int, digest: byt
     "What a party signs with its Ed25519 identity key (`identity_private` is its RFC 8032 32-byte seed): the keys payload "
     "DOMAIN ‖ 'keys/' ‖ c_pk ‖ s_pk (sent with AdvertiseKeys or the check-in, relayed in PeerKeys), the advertise payload "
     "DOMAIN ‖ 'advertise/' ‖ round binding (session ‖ task digest ‖ members root) ‖ party (u32 BE) ‖ c_pk ‖ s_pk (sent "
-    "in ShareKeys, relayed in RoutedShares and member entries) and the consistency payload DOMAIN ‖ 'consistency/' ‖ "
+    "in ShareKeys, relayed in member entries) and the consistency payload DOMAIN ‖ 'consistency/' ‖ "
     "round binding ‖ survivor bitmap (active model), with their deterministic signatures.",
     [
         _signed_case("1", 1, [1, 2, 3], 3),

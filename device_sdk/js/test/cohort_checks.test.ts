@@ -1,7 +1,8 @@
 /** Devices that check the server (device protocol 3, docs/secagg.md "Devices that check the server"): whole cohorts of
  * JS devices against a fake server that speaks the protocol like secagg/server.py. Each device hashes the assignment
- * it received into its task digest and binds it into its keys and signatures; it verifies its peers' signatures
- * before its masked input leaves and refuses — `task_mismatch` when a peer was shown another task, `cohort_unverified`
+ * it received into its task digest and binds it into its keys and signatures; it verifies its peers' key signatures
+ * before it encrypts a share to them, opens its senders' shares under channel keys bound to its session, task and
+ * members root before its masked input leaves, and refuses — `task_mismatch` when a peer was shown another task, `cohort_unverified`
  * below its `minCohort` of verified members, `unsafe_parameters` for a cohort below the safety floor it computes for
  * itself (before it reads any data), `inconsistent_survivors` when the server shows its neighbourhood two survivor sets
  * — reporting the refusal and keeping it in its transparency log, with nothing charged. `verifyCohort: false` signs but
@@ -69,7 +70,7 @@ test("an honest cohort: each device signs its keys for the session and task, ver
     for (const p of [1, 2, 3]) {
       assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "ShareKeys carries the party's signature");
       assert.equal(cohort.shareKeys.get(p)?.membersWanted, 0);
-      assert.equal(cohort.routed.get(p)?.signatures.length, 2, "the routed shares carry both senders' signatures");
+      assert.equal(cohort.routed.get(p)?.ciphertexts.length, 2, "the routed shares carry both senders' shares (and no signature)");
       assert.equal(cohort.requests(p).includes("POST /phases/0"), !takeCheckinKeys, "phase 0 ran by the check-in when the keys were taken");
       assert.equal(contributions[p - 1][0]?.status, "finished");
     }
@@ -151,8 +152,8 @@ test("a server that shows one member another task (buckets, threshold, privacy b
       devices: 3, assignment: NOISED, show: (p, w) => { if (p === 3) lie(w); return w; },
     });
     assert.deepEqual(outs.map((o) => [o.status, o.reason]), [["refused", "task_mismatch"], ["refused", "task_mismatch"], ["refused", "task_mismatch"]], `${what}: ${JSON.stringify(outs)}`);
-    assert.match(outs[0].detail, /^party 3's signature over its keys for this session and task does not verify: it was shown another task/);
-    assert.match(outs[2].detail, /^party 1's signature/, "the member shown another task refuses as well: its peers signed the honest task");
+    assert.match(outs[0].detail, /^party 3's share does not open under the channel key bound to this session, task and members list: it was shown another task/);
+    assert.match(outs[2].detail, /^party 1's share does not open/, "the member shown another task refuses as well: its peers sealed their shares for the honest task");
     assert.equal(cohort.refusedByServer.size, 0, "the lying server accepted every signature (each against the task it showed)");
     for (const p of [1, 2, 3]) {
       assert.deepEqual(phase2(cohort, p), [], `${what}: party ${p} sent no masked input`);
@@ -160,7 +161,7 @@ test("a server that shows one member another task (buckets, threshold, privacy b
       const log = await devices[p - 1].transparencyLog();
       assert.equal(log.length, 1);
       assert.deepEqual([log[0].status, log[0].epsilon, log[0].delta, log[0].sent_at], ["refused", null, null, null]);
-      assert.match(log[0].detail, /^task_mismatch: party \d's signature over its keys/);
+      assert.match(log[0].detail, /^task_mismatch: party \d's share does not open under the channel key/);
       assert.equal(log[0].cohort_id, cohort.cohortId);
       assert.deepEqual(await devices[p - 1].ledger.spentSince(0), [0, 0, 0], "a refused cohort charges nothing and counts for no participation");
       assert.equal((await devices[p - 1].ledger.history(cohort.queryId)).perRound.size, 0, "nor toward the query's history");
@@ -215,17 +216,26 @@ test("SecAgg+ (sparse graph): a device asks for signed members beyond its neighb
   for (let p = 1; p <= 6; p++) assert.deepEqual(phase2(forged.cohort, p), []);
 });
 
-test("verifyCohort false skips verification: a server that forwards no signatures is refused by checking devices only", async () => {
-  // 4 devices, threshold 3: the cohort finishes without the one that refuses
-  const { cohort, outs, devices } = await run({ devices: 4, forwardSignatures: false }, (p) => ({ verifyCohort: p === 1 }));
-  assert.deepEqual(outs.map((o) => [o.status, o.reason]), [["refused", "task_mismatch"], ["finished", null], ["finished", null], ["finished", null]], JSON.stringify(outs));
-  assert.match(outs[0].detail, /\(signatures missing\)$/);
-  assert.deepEqual(phase2(cohort, 1), []);
-  for (const p of [2, 3, 4]) assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "a device that verifies nothing still signs its keys");
-  // party 1 left after sharing keys: the server removed its pairwise masks from the survivors' inputs
-  assert.deepEqual(cohort.sum, votes([2, 3, 4]));
-  assert.equal((await devices[0].transparencyLog())[0].status, "refused");
-  assert.equal((await devices[1].transparencyLog())[0].status, "finished");
+test("a share altered on its way does not open: a checking device refuses (task_mismatch naming its sender), one with verifyCohort false rejects the session", async () => {
+  // 4 devices, threshold 3: the server flips a byte of party 2's share for party 1; the cohort finishes without party 1
+  for (const verifyCohort of [true, false]) {
+    const { cohort, outs, devices } = await run({ devices: 4, tamperShare: { from: 2, to: 1 }, phaseTimeoutMs: 500 }, (p) => ({ verifyCohort: p !== 1 || verifyCohort }));
+    assert.deepEqual(outs.slice(1).map((o) => [o.status, o.reason]), Array(3).fill(["finished", null]), JSON.stringify(outs));
+    if (verifyCohort) {
+      assert.deepEqual([outs[0].status, outs[0].reason], ["refused", "task_mismatch"], JSON.stringify(outs[0]));
+      assert.equal(outs[0].detail, "party 2's share does not open under the channel key bound to this session, task and members list: it was shown another task or its keys were altered");
+      assert.equal(cohort.refusals.get(1)?.reason, "task_mismatch", "the refusal is reported to the server");
+      assert.equal((await devices[0].transparencyLog())[0].status, "refused");
+    } else {
+      assert.equal(outs[0].status, "rejected", JSON.stringify(outs[0]));
+      assert.match(outs[0].detail, /share ciphertext from party 2 failed authentication$/);
+    }
+    assert.deepEqual(phase2(cohort, 1), [], "no masked input left party 1");
+    for (const p of [2, 3, 4]) assert.equal(cohort.shareKeys.get(p)?.signature.length, 64, "every device signs its keys");
+    // party 1 left after sharing keys: the server removed its pairwise masks from the survivors' inputs
+    assert.deepEqual(cohort.sum, votes([2, 3, 4]));
+    assert.equal((await devices[1].transparencyLog())[0].status, "finished");
+  }
 });
 
 test("a lying server is caught by checking devices, not by trusting ones: mixed policies in one cohort", async () => {

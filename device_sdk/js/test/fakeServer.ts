@@ -4,10 +4,11 @@
  * server does (secagg/server.py): it verifies every AdvertiseKeys signature over the party's fresh keys, closes phase 0
  * with the members list (one leaf per party: identity and advertised keys) whose root seeds the neighbour graph and
  * joins the binding, relays each neighbour's identity, keys, key signature (and token) in PeerKeys with the leaves,
- * verifies every ShareKeys signature over the party's keys bound to session, task and members root, forwards the
- * senders' signatures with the routed shares, answers `members_wanted` with signed member entries, and unmasks the sum
- * — or, told to, lies to one member about its task, substitutes keys of its own for a peer's, invents members of its
- * own, or shows parts of the cohort two survivor sets. With trusted issuer keys registration requires an identity token
+ * verifies every ShareKeys signature over the party's keys bound to session, task and members root, routes the shares
+ * (no sender's signature: a share that opens is its sender's word), answers `members_wanted` with signed member
+ * entries (each with the member's ShareKeys signature), and unmasks the sum — or, told to, lies to one member about its
+ * task, substitutes keys of its own for a peer's, alters a share on its way, invents members of its own, or shows
+ * parts of the cohort two survivor sets. With trusted issuer keys registration requires an identity token
  * (403 otherwise, as analytics_server); a cohort told `tokens` relays a token per peer entry and member entry.
  *
  * The fake server keeps a public transparency log (fakeLog.ts): it serves `GET /v1/log/key`, and to every check-in
@@ -148,10 +149,10 @@ export interface CohortOptions {
   /** Extra assignment fields (noise, privacy…). */
   assignment?: Obj;
   /** What the server shows party p: by default the honest assignment; a lying server changes it for some party (the
-   * server then also verifies that party's signature against the task it showed it, and forwards it). */
+   * server then also verifies that party's signature against the task it showed it, and routes its shares). */
   show?: (party: number, wire: Obj) => Obj;
-  /** Forward each sender's signature with the routed shares (default true). */
-  forwardSignatures?: boolean;
+  /** Flip one byte of party `from`'s share for party `to` before routing it (a server or a network altering a share). */
+  tamperShare?: { from: number; to: number };
   /** Answer members_wanted: with honest entries, none, or entries whose signatures are forged (default honest). */
   members?: "honest" | "none" | "forged";
   /** Take the keys a check-in carries as the party's advertise-keys message (advertised: true). */
@@ -467,8 +468,12 @@ export class FakeCohort {
     const out = new Map<number, Uint8Array>();
     for (const v of u2) {
       const senders = this.graph.closed(v).filter((u) => u !== v && u2.includes(u));
-      const cts: [number, Uint8Array][] = senders.map((u) => [u, (this.shareKeys.get(u) as { ciphertexts: [number, Uint8Array][] }).ciphertexts.find(([r]) => r === v)![1]]);
-      const signatures = this.opts.forwardSignatures === false ? [] : senders.map((u) => (this.shareKeys.get(u) as { signature: Uint8Array }).signature);
+      const tamper = this.opts.tamperShare;
+      const cts: [number, Uint8Array][] = senders.map((u) => {
+        const ct = Uint8Array.from((this.shareKeys.get(u) as { ciphertexts: [number, Uint8Array][] }).ciphertexts.find(([r]) => r === v)![1]);
+        if (tamper && tamper.from === u && tamper.to === v) ct[20] ^= 1;
+        return [u, ct];
+      });
       const members: MemberEntry[] = [];
       const wanted = this.opts.members === "none" ? 0 : this.wanted.get(v) ?? 0;
       for (const w of u2) {
@@ -480,7 +485,7 @@ export class FakeCohort {
         members.push({ party: w, identity: this.identityOf(w), cPk: k.cPk, sPk: k.sPk, signature });
       }
       const memberTokens = tok ? members.map((e) => tok(e.party, this)) : null;
-      const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, signatures, members, memberTokens });
+      const msg = encode({ type: MsgType.RoutedShares, sessionId: this.cfg.sessionId, party: v, ciphertexts: cts, members, memberTokens });
       this.routed.set(v, decode(msg) as Extract<Message, { type: MsgType.RoutedShares }>);
       out.set(v, msg);
     }

@@ -25,7 +25,7 @@ const fill = (n: number, v: number) => new Uint8Array(n).fill(v);
 function routed(memberTokens: Routed["memberTokens"]): Routed {
   return {
     type: MsgType.RoutedShares, sessionId: fill(16, 1), party: 3,
-    ciphertexts: [[1, fill(90, 2)], [2, fill(90, 3)]], signatures: [fill(64, 4), fill(64, 5)],
+    ciphertexts: [[1, fill(90, 2)], [2, fill(90, 3)]],
     members: [{ party: 7, identity: fill(32, 6), cPk: fill(32, 7), sPk: fill(32, 8), signature: fill(64, 9) }],
     ...(memberTokens === undefined ? {} : { memberTokens }),
   };

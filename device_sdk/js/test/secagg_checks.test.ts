@@ -1,26 +1,27 @@
 /** The client's checks of protocol 3 at the session level (secagg/client.py's): the members list (its own leaf, every
  * peer's and member's entry against its leaf, the graph drawn from the members root, which then joins the binding),
- * every peer's signature over its keys before any share is encrypted, every share sender's and member entry's
- * signature bound to session, task and members root before its masked input is computed, distinct identities toward
+ * every peer's signature over its keys before any share is encrypted, every share sender's share opened under the
+ * channel key bound to session, task and members root (a share that does not open is `TaskMismatchError` naming its
+ * sender) and every member entry's signature bound to them before its masked input is computed, distinct identities toward
  * `minVerified` (counted again among the survivors), the consistency round (`InconsistentSurvivorsError`) and the
  * safety floor (`UnsafeParametersError`); any failure aborts the session. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { concat, utf8 } from "../src/bytes.js";
+import { concat, equalBytes, utf8 } from "../src/bytes.js";
 import { SeededRandom } from "../src/randomness.js";
 import { ClientSession, Phase } from "../src/secagg/client.js";
 import { SecAggConfig } from "../src/secagg/config.js";
 import * as c from "../src/secagg/crypto.js";
 import { ModVector } from "../src/secagg/encoding.js";
 import {
-  CohortUnverifiedError, ConfigError, DuplicateKeyError, InconsistentSetsError, InconsistentSurvivorsError, SignatureError, TaskMismatchError, WrongPhaseError,
+  CohortUnverifiedError, ConfigError, DecryptionError, DuplicateKeyError, InconsistentSetsError, InconsistentSurvivorsError, SignatureError, TaskMismatchError, WrongPhaseError,
 } from "../src/secagg/errors.js";
 import { Assumptions, UnsafeParametersError } from "../src/secagg/floor.js";
 import { NeighbourGraph } from "../src/secagg/graph.js";
 import { MemberEntry, Message, MsgType, PeerEntry, decode, encode, encodeBitmap } from "../src/secagg/messages.js";
-import { Ed25519Key, ed25519Verify } from "../src/webcrypto.js";
+import { Ed25519Key, X25519Key, ed25519Verify } from "../src/webcrypto.js";
 
 const SID = "0123456789abcdef0123456789abcdef";
 const DIGEST = new Uint8Array(32).fill(0xd1);
@@ -47,15 +48,16 @@ interface Setup {
   bind: Uint8Array;
   /** PeerKeys for party u: its neighbours' entries (or `peers`) and the leaves (or `leaves`). */
   peerKeys: (u: number, o?: { peers?: PeerEntry[]; leaves?: Uint8Array }) => Uint8Array;
-  /** RoutedShares for party v: its neighbours' shares and signatures, and `members` as given. */
-  routed: (v: number, o?: { signatures?: Uint8Array[]; members?: MemberEntry[] }) => Uint8Array;
+  /** RoutedShares for party v: its neighbours' shares (sender → ciphertext in `shares` instead of the genuine one),
+   * and `members` as given. */
+  routed: (v: number, o?: { shares?: Map<number, Uint8Array>; members?: MemberEntry[] }) => Uint8Array;
   /** An honest member entry for party w (as the server builds it from w's share keys). */
   member: (w: number) => MemberEntry;
 }
 
 /** n sessions run to the point where each has sent its ShareKeys (`upTo: "adverts"`: only started); `digestOf(p)` is
  * the task party p was shown. The server's binding is the honest one (DIGEST). */
-async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVerified?: (p: number) => number | undefined; digestOf?: (p: number) => Uint8Array; upTo?: "adverts" } = {}): Promise<Setup> {
+async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVerified?: (p: number) => number | undefined; digestOf?: (p: number) => Uint8Array; upTo?: "adverts"; verifyPeers?: (p: number) => boolean } = {}): Promise<Setup> {
   const cfg = SecAggConfig.fromDict({ session_id: SID, n, dim: 2, bits: 16, ...secagg });
   const ids = new Map<number, Ed25519Key>();
   for (let p = 1; p <= n; p++) ids.set(p, await Ed25519Key.fromSeed(new Uint8Array(32).fill(p)));
@@ -64,6 +66,7 @@ async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVe
   for (let p = 1; p <= n; p++) {
     const s = new ClientSession(cfg, p, ModVector.fromUnsigned([BigInt(p), 1n], 16), {
       randomness: new SeededRandom(utf8(`party ${p}`)), identityKey: ids.get(p), taskDigest: o.digestOf?.(p) ?? DIGEST, minVerified: o.minVerified?.(p),
+      verifyPeers: o.verifyPeers?.(p) ?? true,
     });
     sessions.set(p, s);
     const ad = decode(await s.start()) as Advert;
@@ -84,10 +87,10 @@ async function setup(n: number, secagg: Record<string, unknown> = {}, o: { minVe
     const e = entries.get(w) as PeerEntry;
     return { party: w, identity: e.identity, cPk: e.cPk, sPk: e.sPk, signature: (shares.get(w) as ShareKeys).signature };
   };
-  const routed = (v: number, r: { signatures?: Uint8Array[]; members?: MemberEntry[] } = {}) => {
+  const routed = (v: number, r: { shares?: Map<number, Uint8Array>; members?: MemberEntry[] } = {}) => {
     const senders = graph.closed(v).filter((u) => u !== v);
-    const cts = senders.map((u) => [u, (shares.get(u) as ShareKeys).ciphertexts.find(([x]) => x === v)![1]] as [number, Uint8Array]);
-    return encode({ type: MsgType.RoutedShares, sessionId: cfg.sessionId, party: v, ciphertexts: cts, signatures: r.signatures ?? senders.map((u) => (shares.get(u) as ShareKeys).signature), members: r.members ?? [] });
+    const cts = senders.map((u) => [u, r.shares?.get(u) ?? (shares.get(u) as ShareKeys).ciphertexts.find(([x]) => x === v)![1]] as [number, Uint8Array]);
+    return encode({ type: MsgType.RoutedShares, sessionId: cfg.sessionId, party: v, ciphertexts: cts, members: r.members ?? [] });
   };
   return { cfg, ids, sessions, entries, leaves, graph, shares, closed: (p) => graph.closed(p), bind, peerKeys, routed, member };
 }
@@ -155,7 +158,7 @@ test("the members list: its size, this party's own leaf, every peer entry agains
   await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.peerKeys(1, { peers: [...twin.values()], leaves })), DuplicateKeyError);
 });
 
-test("honest routed shares: signatures verify, the masked input follows, verifiedMembers counts distinct identities", async () => {
+test("honest routed shares: every share opens, the masked input follows, verifiedMembers counts distinct identities", async () => {
   const s = await setup(3);
   const c1 = s.sessions.get(1) as ClientSession;
   const reply = decode((await c1.receive(s.routed(1))) as Uint8Array);
@@ -163,23 +166,59 @@ test("honest routed shares: signatures verify, the masked input follows, verifie
   assert.equal(c1.verifiedMembers, 3);
 });
 
-test("a sender's signature that does not verify for this session and task: TaskMismatchError, the session is abandoned", async () => {
+/** The share party `from` would have sent party `to` bound to `bind` (another task, another members list): its genuine
+ * plaintext, sealed under the channel key agreed from its own channel key (drawn first from its seeded source) and
+ * `to`'s, derived and authenticated with `bind` — what an honest `from` shown that binding sends. */
+async function sealedUnder(s: Setup, from: number, to: number, bind: Uint8Array): Promise<Uint8Array> {
+  const own = await X25519Key.fromPrivate((await new SeededRandom(utf8(`party ${from}`)).bytes(64)).subarray(0, 32));
+  assert.ok(equalBytes(own.publicBytes, (s.entries.get(from) as PeerEntry).cPk));
+  const shared = await own.agree((s.entries.get(to) as PeerEntry).cPk);
+  const genuine = (s.shares.get(from) as ShareKeys).ciphertexts.find(([r]) => r === to)![1];
+  const pt = await c.openShare(await c.channelKey(shared, s.bind, from, to), s.bind, from, to, genuine);
+  return c.sealShare(await c.channelKey(shared, bind, from, to), bind, from, to, pt);
+}
+
+const shareOf = (s: Setup, from: number, to: number): Uint8Array => (s.shares.get(from) as ShareKeys).ciphertexts.find(([r]) => r === to)![1];
+
+test("a share that does not open under the channel key bound to session, task and members root: TaskMismatchError naming its sender, the session is abandoned", async () => {
+  // the channel key is the sender's (its key signature verified at the peer keys) and bound to this party's session,
+  // task and members root, as is the share's associated data: a share that opens is the sender's word that it agreed
+  // to them — the channel binding, which stands in for a signature of the sender over them
+  const cases: [string, number, (s: Setup) => Promise<Map<number, Uint8Array>>][] = [
+    ["tampered", 3, async (s) => new Map([[3, shareOf(s, 3, 1).map((b, i) => (i === 20 ? b ^ 1 : b))]])],
+    ["another receiver's", 2, async (s) => new Map([[2, shareOf(s, 2, 3)]])],
+    ["relabelled as another sender's", 3, async (s) => new Map([[3, shareOf(s, 2, 1)]])],
+    ["its own share reflected", 2, async (s) => new Map([[2, shareOf(s, 1, 2)]])],
+    ["sealed for another task", 3, async (s) => new Map([[3, await sealedUnder(s, 3, 1, concat(s.bind.subarray(0, 16), new Uint8Array(32).fill(0xee), s.bind.subarray(48)))]])],
+    ["sealed for another members list", 3, async (s) => new Map([[3, await sealedUnder(s, 3, 1, concat(s.bind.subarray(0, 48), new Uint8Array(32).fill(0x4d)))]])],
+    ["sealed without the members root", 3, async (s) => new Map([[3, await sealedUnder(s, 3, 1, s.bind.subarray(0, 48))]])],
+  ];
+  for (const [what, sender, replace] of cases) {
+    const s = await setup(3);
+    const c1 = s.sessions.get(1) as ClientSession;
+    const shown = s.routed(1, { shares: await replace(s) });
+    await assert.rejects(c1.receive(shown), (e: Error) => e instanceof TaskMismatchError && e instanceof SignatureError && (e as TaskMismatchError).party === sender &&
+      e.message === `party ${sender}'s share does not open under the channel key bound to this session, task and members list: it was shown another task or its keys were altered`, what);
+    assert.equal(c1.phase, Phase.Aborted, what);
+    assert.equal(c1.verifiedMembers, null, `${what}: nothing counted`);
+    await assert.rejects(c1.receive(s.routed(1)), WrongPhaseError, "no second chance after a fatal check");
+    // a party that does not verify refuses the same share as a plain DecryptionError
+    const t = await setup(3, {}, { verifyPeers: (p) => p !== 1 });
+    await assert.rejects((t.sessions.get(1) as ClientSession).receive(t.routed(1, { shares: await replace(t) })), (e: Error) =>
+      e instanceof DecryptionError && !(e instanceof TaskMismatchError) && e.message.includes(`party ${sender}`), what);
+  }
+  // the controls: the genuine shares, and one sealed under this very binding by the helper, open
   const s = await setup(3);
-  const c1 = s.sessions.get(1) as ClientSession;
-  const swapped = [(s.shares.get(3) as ShareKeys).signature, (s.shares.get(2) as ShareKeys).signature];
-  await assert.rejects(c1.receive(s.routed(1, { signatures: swapped })), (e: Error) => e instanceof TaskMismatchError && e instanceof SignatureError && (e as TaskMismatchError).party === 2 &&
-    e.message === "party 2's signature over its keys for this session and task does not verify: it was shown another task or its keys were altered");
-  assert.equal(c1.phase, Phase.Aborted);
-  await assert.rejects(c1.receive(s.routed(1)), WrongPhaseError, "no second chance after a fatal check");
-  const c2 = s.sessions.get(2) as ClientSession;
-  await assert.rejects(c2.receive(s.routed(2, { signatures: [] })), /\(signatures missing\)$/);
+  const resealed = new Map([[3, await sealedUnder(s, 3, 1, s.bind)]]);
+  assert.equal(decode((await (s.sessions.get(1) as ClientSession).receive(s.routed(1, { shares: resealed }))) as Uint8Array).type, MsgType.MaskedInput);
 });
 
-test("a peer that was shown another task: its signature fails for everyone else, and theirs for it", async () => {
+test("a peer that was shown another task: its share does not open for anyone else, nor theirs for it", async () => {
   const other = new Uint8Array(32).fill(0xee);
   const s = await setup(3, {}, { digestOf: (p) => (p === 3 ? other : DIGEST) });
-  await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1)), (e: Error) => e instanceof TaskMismatchError && (e as TaskMismatchError).party === 3);
-  await assert.rejects((s.sessions.get(3) as ClientSession).receive(s.routed(3)), (e: Error) => e instanceof TaskMismatchError && (e as TaskMismatchError).party === 1);
+  const opens = /^party \d's share does not open under the channel key bound to this session, task and members list/;
+  await assert.rejects((s.sessions.get(1) as ClientSession).receive(s.routed(1)), (e: Error) => e instanceof TaskMismatchError && (e as TaskMismatchError).party === 3 && opens.test(e.message));
+  await assert.rejects((s.sessions.get(3) as ClientSession).receive(s.routed(3)), (e: Error) => e instanceof TaskMismatchError && (e as TaskMismatchError).party === 1 && opens.test(e.message));
 });
 
 test("member entries: non-neighbours in 1..n, once each, as in the members list, signed with their own key; distinct identities toward minVerified", async () => {
@@ -255,6 +294,7 @@ test("the consistency round: another set than the one signed, repeated or non-su
     ["another set", (r) => r.unmask(encodeBitmap([1, 2, 3], 4), [1, 2, 3].map((p) => [p, r.sigs.get(p) as Uint8Array])), "survivors: differ from the set this party signed"],
     ["a repeated signer", (r) => r.unmask(r.all, [[2, r.sigs.get(2) as Uint8Array], [2, r.sigs.get(2) as Uint8Array], [3, r.sigs.get(3) as Uint8Array]]), "consistency: signatures from repeated or non-surviving parties"],
     ["a bad signature", (r) => r.unmask(r.all, [[2, r.sigs.get(2) as Uint8Array], [3, r.sigs.get(4) as Uint8Array], [4, r.sigs.get(4) as Uint8Array]]), "invalid signature on party 3's consistency check"],
+    ["a bad signature among the first t, valid ones after it", (r) => r.unmask(r.all, [[4, r.sigs.get(4) as Uint8Array], [2, r.sigs.get(1) as Uint8Array], [3, r.sigs.get(3) as Uint8Array], [1, r.sigs.get(1) as Uint8Array]]), "invalid signature on party 2's consistency check"],
     ["two signers", (r) => r.unmask(r.all, [[1, r.sigs.get(1) as Uint8Array], [2, r.sigs.get(2) as Uint8Array]]), "consistency: 2 neighbours signed this survivor set, below the threshold 3: the others may have been shown another set"],
   ];
   for (const [what, message, detail] of cases) {
@@ -266,6 +306,11 @@ test("the consistency round: another set than the one signed, repeated or non-su
   const r = await run();
   const shares = decode((await r.c1.receive(r.unmask(r.all, [1, 2, 3].map((p) => [p, r.sigs.get(p) as Uint8Array])))) as Uint8Array);
   assert.equal(shares.type, MsgType.UnmaskShares);
+  // t valid ones are the proof: the party verifies the first t and reads no further (a bad fourth signature is not read)
+  const late = await run();
+  const bad = Uint8Array.from(late.sigs.get(4) as Uint8Array).map((b, i) => (i === 9 ? b ^ 1 : b));
+  const withLate = late.unmask(late.all, [...[1, 2, 3].map((p) => [p, late.sigs.get(p) as Uint8Array] as [number, Uint8Array]), [4, bad]]);
+  assert.equal(decode((await late.c1.receive(withLate)) as Uint8Array).type, MsgType.UnmaskShares);
 });
 
 test("pinned peer identity keys: an identity in the peer keys other than the pinned one is refused; configuration errors are typed", async () => {

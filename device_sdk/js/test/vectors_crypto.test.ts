@@ -176,7 +176,7 @@ function build(input: any): Message {
       return { ...h, type: MsgType.ShareKeys, ciphertexts: cts(f.ciphertexts), signature: unhex(f.signature), membersWanted: f.members_wanted };
     case "RoutedShares":
       return {
-        ...h, type: MsgType.RoutedShares, ciphertexts: cts(f.ciphertexts), signatures: f.signatures.map((x: string) => unhex(x)),
+        ...h, type: MsgType.RoutedShares, ciphertexts: cts(f.ciphertexts),
         members: f.members.map((e: any) => ({ party: e.party, identity: unhex(e.identity), cPk: unhex(e.c_pk), sPk: unhex(e.s_pk), signature: unhex(e.signature) })),
         // the optional identity-token section (docs/identities.md), when the vector has one
         ...(f.member_tokens != null ? { memberTokens: f.member_tokens.map((x: string) => unhex(x)) } : {}),
@@ -231,14 +231,19 @@ test("request signing: payload, signature, device id and headers", async () => {
   }
 });
 
-test("messages: protocol 3's length checks (signature counts, members_wanted, fixed entries, tokens, leaves)", () => {
+test("messages: protocol 3's length checks (members_wanted, fixed entries, tokens, leaves, no senders' signatures)", () => {
   const sid = unhex("c0c1c2c3c4c5c6c7c8c9cacbcccdcecf");
   const ct = new Uint8Array(90);
-  const routed = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [[1, ct], [3, ct]], signatures: [new Uint8Array(64), new Uint8Array(64)], members: [] });
-  // one signature for two ciphertexts
-  const one = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [[1, ct], [3, ct]], signatures: [new Uint8Array(64)], members: [] });
-  assert.throws(() => decode(one), /signatures: 1 for 2 ciphertexts/);
+  const routed = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [[1, ct], [3, ct]], members: [] });
   assert.equal(decode(routed).type, MsgType.RoutedShares);
+  // the unreleased layout that carried the senders' signatures (a count and a blob per ciphertext before the member
+  // entries) is refused, not misparsed: 68 bytes per signature cannot hold 164-byte member entries
+  for (let senders = 1; senders <= 8; senders++) {
+    const pairs = Array.from({ length: senders }, (_, i) => [i + 2, ct] as [number, Uint8Array]);
+    const bare = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 1, ciphertexts: pairs, members: [] });
+    const old = concat(bare.subarray(0, bare.length - 4), u32be(senders), ...pairs.flatMap(() => [u32be(64), new Uint8Array(64)]), u32be(0));
+    assert.throws(() => decode(old), /members: count \d+ exceeds the message length/);
+  }
   // a signature blob that is neither empty nor 64 bytes
   const odd = encode({ type: MsgType.ShareKeys, sessionId: sid, party: 1, ciphertexts: [], signature: new Uint8Array(63), membersWanted: 0 });
   assert.throws(() => decode(odd), /signature: must be empty or 64 bytes/);
@@ -269,7 +274,7 @@ test("messages: protocol 3's length checks (signature counts, members_wanted, fi
   assert.throws(() => encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [{ party: 1, identity: k(3), cPk: k(1), sPk: k(2), signature: new Uint8Array(10) }], leaves: new Uint8Array(0) }), /signature: must be empty or 64 bytes/);
   assert.throws(() => encode({ type: MsgType.PeerKeys, sessionId: sid, party: 1, peers: [{ party: 1, identity: k(3).subarray(1), cPk: k(1), sPk: k(2) }], leaves: new Uint8Array(0) }), /identity: expected 32 bytes/);
   // a member count beyond the bytes present
-  const head = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [], signatures: [], members: [] });
+  const head = encode({ type: MsgType.RoutedShares, sessionId: sid, party: 2, ciphertexts: [], members: [] });
   head.set(u32be(1), head.length - 4);
   assert.throws(() => decode(head), /members: count 1 exceeds the message length/);
 });

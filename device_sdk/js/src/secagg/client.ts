@@ -14,12 +14,15 @@
  *
  * Task binding (docs/secagg.md, "Devices that check the server"): `taskDigest` — the device's own hash of what it was
  * asked to compute (taskDigest.ts) — enters every derived key and signed payload. With an `identityKey` the party
- * signs its advertised keys bound to session and task and sends the signature with its shares; with `verifyPeers` (the
- * default, and an identity key) it verifies each peer's signature over its advertised keys before encrypting any share
- * to them, and every share sender's signature, and any member entries the server adds, before it computes its masked
- * input (`TaskMismatchError` on any failure), and with `minVerified` it refuses (`CohortUnverifiedError`) unless that
- * many distinct identities (its own included) signed for this session and task — counted again when the survivor set
- * arrives, among the members it lists, before the party signs or reveals anything. With `issuerKeys` (identity tokens,
+ * signs its advertised keys bound to session and task and sends the signature with its shares (the server checks it,
+ * and shows it in member entries); with `verifyPeers` (the default, and an identity key) it verifies each peer's
+ * signature over its advertised keys before encrypting any share to them, and before it computes its masked input it
+ * opens every share sent to it — each under a channel key agreed with keys that peer's identity signed and bound to
+ * this session, task and members root, so a share that opens is that peer's word that it agreed to them, and one that
+ * does not is a refusal naming it — and verifies the signature of any member entry the server adds
+ * (`TaskMismatchError` on any failure); with `minVerified` it refuses (`CohortUnverifiedError`) unless that many
+ * distinct identities (its own included) are so vouched for — counted again when the survivor set arrives, among the
+ * members it lists, before the party signs or reveals anything. With `issuerKeys` (identity tokens,
  * docs/identities.md) an identity counts — toward `minVerified` and toward the share threshold of its neighbourhood —
  * only when the server also relayed a token for it that verifies under one of those keys: a member the server invented
  * signs, but has no token, so it does not count. Peers' identities and tokens come with the peer keys;
@@ -101,8 +104,9 @@ export interface ClientOptions {
   keys?: KeyPairs | null;
   /** The device's own digest of its task (32 bytes; default: NO_TASK, a session that binds no task). */
   taskDigest?: Uint8Array | null;
-  /** Verify every peer's, share sender's (and requested member's) signature before encrypting shares and before
-   * masking (default true; needs `identityKey`). */
+  /** Verify every peer's key signature before encrypting shares, and before masking that every share sender's share
+   * opens under the channel key bound to this session, task and members root (else `TaskMismatchError`) and every
+   * requested member's signature (default true; needs `identityKey`). */
   verifyPeers?: boolean;
   /** Distinct identities (this party's included) whose signatures for this session and task must verify before the
    * masked input is sent (and, among the survivors, before anything is revealed); needs `identityKey` and
@@ -135,8 +139,9 @@ export class ClientSession {
   private peerTokens = new Map<number, Uint8Array>();
   /** Party → identity of every member this party counted toward `minVerified` at the routed shares. */
   private counted = new Map<number, Uint8Array>();
-  /** Distinct identities (this party's included) whose signatures for this session and task it verified (and, with
-   * `issuerKeys`, whose tokens verified); null until the routed shares were checked. */
+  /** Distinct identities (this party's included) it verified agreed to this session and task — senders whose shares
+   * opened, member entries whose signatures verified — (and, with `issuerKeys`, whose tokens verified); null until the
+   * routed shares were checked. */
   verifiedMembers: number | null = null;
   private channel = new Map<number, Uint8Array>();
   private bSeed!: Uint8Array;
@@ -357,21 +362,17 @@ export class ClientSession {
     return Math.max(0, Math.min(this.config.n, mv) - this.t);
   }
 
-  /** Every share sender's and member entry's signature over its keys for this session and task, and the count of
-   * distinct identities that signed, before anything of this party's input is computed. The signatures are checked
-   * concurrently (WebCrypto works off the main thread); the errors are those of checking them in order. */
+  /** The members this party counts, before anything of its input is computed: each share sender — its share opened
+   * under a channel key its identity signed (the peer keys) and bound to this session, task and members root, which is
+   * what a signature over them would prove — and each member entry whose signature over its keys for this session and
+   * task verifies; and their count against `minVerified`. The member signatures and tokens are checked concurrently
+   * (WebCrypto works off the main thread); the errors are those of checking them in order. */
   private async verifyCohort(msg: Extract<Message, { type: MsgType.RoutedShares }>): Promise<void> {
     const cfg = this.config;
-    if (msg.signatures.length !== msg.ciphertexts.length) throw new TaskMismatchError(msg.ciphertexts.length ? msg.ciphertexts[0][0] : 0, "signatures missing");
-    const senders = msg.ciphertexts.map(([v], i) => {
-      const keys = this.peers.get(v) as PeerEntry;
-      return { party: v, identity: this.peerIds.get(v) as Uint8Array, signature: msg.signatures[i], cPk: keys.cPk, sPk: keys.sPk };
-    });
-    const check = (e: { party: number; identity: Uint8Array; signature: Uint8Array; cPk: Uint8Array; sPk: Uint8Array }) =>
-      ed25519Verify(e.identity, e.signature, c.advertisePayload(this.bind, e.party, e.cPk, e.sPk));
+    const senders = msg.ciphertexts.map(([v]) => ({ party: v, identity: this.peerIds.get(v) as Uint8Array }));
     const memberTokens = msg.memberTokens?.length ? msg.memberTokens : msg.members.map(() => EMPTY);
-    const [senderOk, memberOk, senderTok, memberTok, memberLeaves] = await Promise.all([
-      Promise.all(senders.map(check)), Promise.all(msg.members.map(check)),
+    const [memberOk, senderTok, memberTok, memberLeaves] = await Promise.all([
+      Promise.all(msg.members.map((e) => ed25519Verify(e.identity, e.signature, c.advertisePayload(this.bind, e.party, e.cPk, e.sPk)))),
       Promise.all(senders.map((e) => this.counts(e.identity, this.peerTokens.get(e.party)))),
       Promise.all(msg.members.map((e, i) => this.counts(e.identity, memberTokens[i]))),
       Promise.all(msg.members.map((e) => c.memberLeaf(e.party, e.identity, e.cPk, e.sPk))),
@@ -379,7 +380,6 @@ export class ClientSession {
     const counted = new Map<number, Uint8Array>();
     if (this.opts.identityKey) counted.set(this.party, this.ownId);
     senders.forEach((e, i) => {
-      if (!senderOk[i]) throw new TaskMismatchError(e.party);
       if (senderTok[i]) counted.set(e.party, e.identity);
     });
     const seen = new Set<number>();
@@ -415,9 +415,21 @@ export class ClientSession {
     if (stray.length) throw new InconsistentSetsError(`routed shares: senders ${list(stray.slice(0, 5))} were not in the key set`);
     const u2 = new Set([...senders, this.party]);
     if (u2.size < this.t) throw new InconsistentSetsError(`routed shares: ${u2.size} parties, below the threshold ${this.t}`);
-    if (this.verify) await this.verifyCohort(msg);
-    for (const [v, ct] of msg.ciphertexts) {
-      const pt = await c.openShare(this.channel.get(v) as Uint8Array, this.bind, v, this.party, ct);
+    // the shares are opened concurrently (WebCrypto works off the main thread); the errors are those of opening them in
+    // order. Verifying, a share that does not open names its sender: the channel key is that peer's (its keys'
+    // signature verified at the peer keys) and bound to this session, task and members root.
+    const opened = await Promise.all(msg.ciphertexts.map(([v, ct]) =>
+      c.openShare(this.channel.get(v) as Uint8Array, this.bind, v, this.party, ct).catch((exc: unknown) => {
+        if (exc instanceof DecryptionError) return exc;
+        throw exc;
+      })));
+    const held = new Map<number, [bigint, bigint]>();
+    for (const [i, [v]] of msg.ciphertexts.entries()) {
+      const pt = opened[i];
+      if (pt instanceof DecryptionError) {
+        if (this.verify) throw new TaskMismatchError(v, "", { share: true });
+        throw pt;
+      }
       if (pt.length !== 8 + 2 * shamir.SHARE_BYTES) throw new DecryptionError(`share from party ${v} has the wrong length`);
       const view = new DataView(pt.buffer, pt.byteOffset, pt.byteLength);
       const b = shamir.fromBytes(pt.subarray(8, 41));
@@ -425,8 +437,10 @@ export class ClientSession {
       if (view.getUint32(0, false) !== v || view.getUint32(4, false) !== this.party || b >= shamir.PRIME || s >= shamir.PRIME) {
         throw new DecryptionError(`share from party ${v} names the wrong parties or is out of range`);
       }
-      this.held.set(v, [b, s]);
+      held.set(v, [b, s]);
     }
+    if (this.verify) await this.verifyCohort(msg);
+    this.held = held;
     this.u2 = u2;
     const acc = this.input.copy();
     acc.addInto(await c.expandMask(await c.selfMaskKey(this.bSeed, this.bind, this.party), cfg.dim, cfg.bits), 1);
@@ -477,8 +491,9 @@ export class ClientSession {
         throw new InconsistentSurvivorsError("consistency: signatures from repeated or non-surviving parties");
       }
       const payload = c.consistencyPayload(this.bind, msg.survivors);
-      const ok = await Promise.all(msg.signatures.map(([signer, sig]) => ed25519Verify(this.peerIds.get(signer) as Uint8Array, sig, payload)));
-      msg.signatures.forEach(([signer], i) => {
+      const proof = msg.signatures.slice(0, this.t);  // t valid ones are the proof; the rest are not read
+      const ok = await Promise.all(proof.map(([signer, sig]) => ed25519Verify(this.peerIds.get(signer) as Uint8Array, sig, payload)));
+      proof.forEach(([signer], i) => {
         if (!ok[i]) throw new InconsistentSurvivorsError(`invalid signature on party ${signer}'s consistency check`);
       });
       if (signers.length < this.t) {

@@ -15,14 +15,16 @@ export class UnknownPartyError extends ProtocolError {}
 /** A missing or invalid Ed25519 signature. */
 export class SignatureError extends ProtocolError {}
 
-/** A peer's signature over its keys, bound to the session and this party's task digest, does not verify: the server
- * showed that peer another task (or another cohort size, model, privacy block…), or altered its keys. */
+/** A peer's signature over its keys, bound to the session and this party's task digest, does not verify, or its share
+ * does not open under the channel key bound to them (`share`): the server showed that peer another task (or another
+ * cohort size, model, privacy block, members list…), or altered its keys or its share. The message is
+ * secagg/errors.py's, word for word. */
 export class TaskMismatchError extends SignatureError {
-  constructor(readonly party: number, detail = "") {
-    super(
-      `party ${party}'s signature over its keys for this session and task does not verify: it was shown another task ` +
-        `or its keys were altered` + (detail ? ` (${detail})` : ""),
-    );
+  constructor(readonly party: number, detail = "", opts: { share?: boolean } = {}) {
+    const what = opts.share
+      ? "share does not open under the channel key bound to this session, task and members list"
+      : "signature over its keys for this session and task does not verify";
+    super(`party ${party}'s ${what}: it was shown another task or its keys were altered` + (detail ? ` (${detail})` : ""));
   }
 }
 export class DuplicateKeyError extends ProtocolError {}

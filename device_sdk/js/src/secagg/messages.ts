@@ -81,11 +81,12 @@ export type Message = Head &
     /** `signature`: the party's identity-key signature over its advertised keys bound to session and task (empty only
      * in sessions without identities); `membersWanted`: signed members beyond its neighbourhood it asks to see. */
     | { type: MsgType.ShareKeys; ciphertexts: [number, Uint8Array][]; signature: Uint8Array; membersWanted: number }
-    /** `signatures`: each sender's signature over its advertised keys, in the ciphertexts' order (empty in sessions
-     * without identities); `members`: the signed member entries the recipient asked for; `memberTokens`: present only
-     * in sessions that carry identity tokens (docs/identities.md), each member entry's token in the same order (the
-     * senders' tokens came with the peer keys); an empty list is no section. */
-    | { type: MsgType.RoutedShares; ciphertexts: [number, Uint8Array][]; signatures: Uint8Array[]; members: MemberEntry[]; memberTokens?: Uint8Array[] | null }
+    /** `members`: the signed member entries the recipient asked for; `memberTokens`: present only in sessions that
+     * carry identity tokens (docs/identities.md), each member entry's token in the same order (the senders' tokens came
+     * with the peer keys); an empty list is no section. No sender's signature: a share that opens under the channel key
+     * bound to the session, task and members root is its sender's word (docs/secagg.md, "Devices that check the
+     * server"). */
+    | { type: MsgType.RoutedShares; ciphertexts: [number, Uint8Array][]; members: MemberEntry[]; memberTokens?: Uint8Array[] | null }
     | { type: MsgType.MaskedInput; bits: number; dim: number; packed: Uint8Array }
     | { type: MsgType.MaskedInputProved; bits: number; dim: number; packed: Uint8Array; proof: Uint8Array }
     | { type: MsgType.ConsistencyRequest; survivors: Uint8Array }
@@ -144,7 +145,6 @@ export function encode(m: Message): Uint8Array {
     case MsgType.RoutedShares:
       body = concat(
         pairs(m.ciphertexts),
-        u32be(m.signatures.length), ...m.signatures.map(blob),
         u32be(m.members.length),
         ...m.members.flatMap((e) => [u32be(e.party), fixed(e.identity, KEY, "identity"), fixed(e.cPk, KEY, "c_pk"), fixed(e.sPk, KEY, "s_pk"), fixed(e.signature, SIG, "signature")]),
         m.memberTokens?.length ? tokenSection(m.memberTokens, m.members.length) : new Uint8Array(0),
@@ -279,10 +279,6 @@ export function decode(data: Uint8Array): Message {
     }
     case MsgType.RoutedShares: {
       const cts = parsePairs(r, "sender");
-      const ns = r.count(4, "signatures");
-      const sigs: Uint8Array[] = [];
-      for (let i = 0; i < ns; i++) sigs.push(signature(r));
-      if (sigs.length && sigs.length !== cts.length) throw new MessageFormatError(`signatures: ${sigs.length} for ${cts.length} ciphertexts`);
       const nm = r.count(MEMBER_ENTRY_BYTES, "members");
       const members: MemberEntry[] = [];
       for (let i = 0; i < nm; i++) {
@@ -290,7 +286,7 @@ export function decode(data: Uint8Array): Message {
       }
       // the optional token section: present only when the session carries identity tokens (and member entries)
       const memberTokens = r.rest() ? parseTokens(r, members.length, "member_tokens") : null;
-      m = { ...h, type, ciphertexts: cts, signatures: sigs, members, ...(memberTokens ? { memberTokens } : {}) };
+      m = { ...h, type, ciphertexts: cts, members, ...(memberTokens ? { memberTokens } : {}) };
       break;
     }
     case MsgType.MaskedInput: {
