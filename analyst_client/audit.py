@@ -752,9 +752,11 @@ _FIELDS["refund"] = _FIELDS["charge"]
 def _below_floor(secagg: Mapping[str, Any]) -> str | None:
     """Why a task entry's cohort parameters are below the floor a device computes with its default assumptions
     (`secagg.floor`), or None."""
-    n, degree, threshold = (secagg.get(k) for k in ("n", "degree", "threshold"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, degree, threshold)):
+    values = [secagg.get(k) for k in ("n", "degree", "threshold")]
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    if len(ints) != 3:
         return f"cohort parameters n, degree, threshold not all integers: {dict(secagg)}"
+    n, degree, threshold = ints
     if secagg.get("threat_model") != "active":
         return f"threat model {secagg.get('threat_model')!r}, not active (no consistency round)"
     if secagg.get("graph_seed") != GRAPH_SEED_RULE:

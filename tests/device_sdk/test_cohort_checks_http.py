@@ -6,6 +6,7 @@ An honest server with devices that verify and devices that do not still releases
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,8 @@ from device_sdk.hooks import DeviceHooks
 from device_sdk import DevicePolicy
 from device_sdk.client import DeviceClient
 from queries.task_digest import task_digest
-from secagg import crypto
+from secagg import crypto, floor
+from secagg.messages import PeerKeys, decode
 from tests.device_sdk.fleet import Fleet, analyst, metric, run_query
 
 WORDS = [["moon"], ["sun", "moon"], ["star"], ["moon"], ["sun"], ["moon", "star"], ["sun"], ["star"]]
@@ -44,17 +46,30 @@ def _two_faced(monkeypatch: pytest.MonkeyPatch, change: Callable[[dict[str, Any]
         wire = a.model_dump(mode="json", exclude_none=True)
         cohort.assignments[victim] = shown = type(a).model_validate({**wire, **change(wire)})
         session, party = cohort.session, cohort.members[victim]
-        own_bind = crypto.binding(session.config.session_id, task_digest(shown))
-        accept = session._accept_share_keys
+        extra = shown.secagg["n"] - session.config.n  # a longer members list for a victim told of a larger cohort
+        close, accept = session._close_advertise_keys, session._accept_share_keys
+        victim_root: list[bytes] = []
+
+        def close_with_the_victim_s_list() -> dict[int, bytes]:
+            out = close()
+            msg = decode(out[party])
+            assert isinstance(msg, PeerKeys)
+            leaves = msg.leaves + crypto.ABSENT_LEAF * extra
+            out[party] = dataclasses.replace(msg, leaves=leaves).encode()
+            victim_root.append(crypto.members_root(leaves))
+            return out
 
         def accept_under_what_it_was_shown(p: int, msg: Any) -> None:
             saved = session._bind
-            session._bind = own_bind if p == party else saved
+            if p == party:
+                session._bind = crypto.round_binding(crypto.binding(session.config.session_id, task_digest(shown)),
+                                                     victim_root[0])
             try:
                 accept(p, msg)
             finally:
                 session._bind = saved
 
+        session._close_advertise_keys = close_with_the_victim_s_list
         session._accept_share_keys = accept_under_what_it_was_shown
         return cohort
 
@@ -67,7 +82,8 @@ async def _no_proof(*args: Any, **kwargs: Any) -> None:
 
 CHANGES = {
     "another task": lambda a: {"task": {**a["task"], "buckets": ["decoy1", "decoy2", "decoy3"]}},
-    "another cohort size": lambda a: {"secagg": {**a["secagg"], "n": a["secagg"]["n"] + 1}},
+    "another cohort size": lambda a: {"secagg": {**a["secagg"], "n": a["secagg"]["n"] + 1,  # at the floor for n + 1
+                                                 "threshold": floor.plan(a["secagg"]["n"] + 1).threshold}},
     "another privacy block": lambda a: {"privacy": {**a["privacy"], "t_min": a["privacy"].get("t_min") or 1}
                                         | {"l2_sensitivity": a["privacy"]["l2_sensitivity"] + 1}},
 }

@@ -110,8 +110,8 @@ async def test_one_round_trip_per_phase(app_server: TestServer, keys_with_checki
         stop.set()
         await asyncio.gather(*fleet)
     assert status["status"] == "succeeded", status
-    # advertise keys (unless sent with the check-in), share keys, masked input, unmasking (semi-honest)
-    assert requests["POST phase"] == 3 * (3 if keys_with_checkin else 4)
+    # advertise keys (unless sent with the check-in), share keys, masked input, consistency check, unmasking
+    assert requests["POST phase"] == 3 * (4 if keys_with_checkin else 5)
     assert requests["GET next"] == 0
 
 

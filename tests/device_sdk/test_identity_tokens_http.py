@@ -3,8 +3,8 @@
 A server that trusts an issuer registers only keys that issuer vouched for, and refuses by name everything else;
 devices enrol (their token is kept in the store) and an honest cohort of them releases the exact histogram. The
 attack: a server that also trusts an issuer of its own (it can mint identities at will) seats five of its own
-beside one real device; the real device, pinning the real issuer's key, counts only itself and refuses
-(`cohort_unverified`) before its masked input leaves, so nothing is released.
+beside one real device; the real device, pinning the real issuer's key, counts only itself among its neighbours and
+refuses (`unsafe_parameters`) before it encrypts any share, so nothing is released.
 
 The issuer here is a stand-in of a few lines (`IssuerStub`: blind signatures with no credential checks or quota);
 the real `fa-issuer` and its checks are tested in tests/fa_issuer/.
@@ -183,7 +183,9 @@ async def test_a_server_with_an_issuer_reports_it(start_app_server, issuers) -> 
 
 async def test_members_a_server_minted_for_itself_do_not_count(start_app_server, issuers) -> None:  # type: ignore[no-untyped-def]
     """The server trusts its own issuer beside the real one; five of its identities and one real device form the
-    cohort. The real device verifies every signature but only its own token: 1 of 6, so it refuses."""
+    cohort. The real device verifies every signature but only its own token: 1 of its 6 neighbours holds a token from
+    the issuer it pins, below the share threshold, so it refuses (`unsafe_parameters`) before any share is encrypted
+    — before it would count its cohort against `min_cohort` (`cohort_unverified`)."""
     server = await start_app_server(issuer_keys=f"{spki('real')},{spki('rogue')}", max_consecutive_aborts=1)
     url = str(server.make_url(""))
     hdr = await analyst(server)
@@ -195,12 +197,12 @@ async def test_members_a_server_minted_for_itself_do_not_count(start_app_server,
                            enrolment=Enrolment(issuers["real"].url, "real-install"))
         final = await run_query(http, url, SPEC, hdr)
         await fleet.stop()
-        assert await metric(http, url, "fa_device_refusals_total", 'reason="cohort_unverified"') == 1
-    assert final["status"] == "failed" and "cohort_unverified" in final["error"], final
+        assert await metric(http, url, "fa_device_refusals_total", 'reason="unsafe_parameters"') == 1
+    assert final["status"] == "failed" and "unsafe_parameters" in final["error"], final
     (record,) = victim.client.transparency_log()
     assert record.status == "refused" and record.sent_at is None
-    assert "1 distinct members (this one included) signed their keys for this session and task and hold an identity " \
-           "token from a pinned issuer, below this party's minimum of 6" in record.detail, record.detail
+    assert "threshold: 1 of this party's 6 neighbours (itself included) hold a valid issuer token, below the share " \
+           "threshold" in record.detail, record.detail
 
 
 async def test_an_issuer_refusal_reaches_the_app_with_its_message(start_app_server, issuers) -> None:  # type: ignore[no-untyped-def]

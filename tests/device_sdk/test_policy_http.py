@@ -72,8 +72,8 @@ async def test_max_epsilon_per_day_stops_after_the_budget(start_app_server) -> N
 
 async def test_a_cohort_shrunk_below_the_devices_minimum_is_refused_before_unmasking(start_app_server) -> None:  # type: ignore[no-untyped-def]
     """Seven devices, two vanish before the masked input: the five survivors are enough for the server (its
-    minimum is 3) but below the devices' own minimum of 6, so none reveals a share — the server can unmask
-    nothing and the cohort aborts, saying why."""
+    minimum is 3) but below the devices' own minimum of 6, so none signs the survivor set (the consistency round),
+    let alone reveals a share — the server can unmask nothing and the cohort aborts, saying why."""
     server = await start_app_server(max_consecutive_aborts=1)
     url = str(server.make_url(""))
     hdr = await analyst(server)
@@ -87,7 +87,7 @@ async def test_a_cohort_shrunk_below_the_devices_minimum_is_refused_before_unmas
         await fleet.stop()
         assert await metric(http, url, "fa_device_refusals_total", 'reason="survivors_below_minimum"') == 5
     assert final["status"] == "failed" and "survivors_below_minimum ×5" in final["error"], final
-    assert "unmasking" in final["error"]
+    assert "consistency_check" in final["error"]
     for dev in strict:
         (out,) = [o for o in dev.outcomes if o.status != "idle"]
         assert out.reason == "survivors_below_minimum" and "5 parties, below this party's minimum of 6" in out.detail
