@@ -66,9 +66,10 @@ class DevicePolicy:
     - `require_proofs`: refuse assignments without validity proofs for kinds that support them.
     - `max_contributions_per_day`: participation cap; the device stops checking in once it is reached.
     - `verify_cohort`: check the cohort, not the server's word (on by default): before its masked input leaves,
-      the device verifies that every peer it exchanges shares with signed its keys for this session and for the
-      task digest the device computed itself (a peer shown another task, cohort size or model makes it refuse
-      with `task_mismatch`), and counts toward `min_cohort` only distinct members whose signatures verified
+      the device verifies that every peer it exchanges shares with signed its keys and agreed to this session and to
+      the task digest the device computed itself — its share opens under the channel key bound to them (a peer shown
+      another task, cohort size or model makes it refuse with `task_mismatch`) — and counts toward `min_cohort` only
+      distinct members it verified
       (`cohort_unverified` below it). Off: the device signs but verifies nothing, and `min_cohort` compares with
       the cohort size the server announces (docs/secagg.md, "Devices that check the server").
     - `issuer_keys`: the identity issuer's public keys the app pins (base64 SubjectPublicKeyInfo DER, as

@@ -49,8 +49,8 @@ def secagg_section() -> dict:
                 "server_s_per_n_log2_n": r["server_total_s"] / (n * math.log2(n)),
                 "server_s_per_n_squared": r["server_total_s"] / n**2,
             })
-    # checking the server: the devices' signature checks (every share sender's signature over its keys and the task
-    # digest; with min_verified, member entries beyond the neighbourhood too), side by side in one run
+    # checking the server: the devices' checks (every peer's key signature, every share opened under the channel bound
+    # to the task; with min_verified, member entries beyond the neighbourhood too), side by side in one run
     verify = {
         name: run_json(["-m", "secagg.bench", "--clients", "1000", "--dim", "4", "--bits", "32", "--graph", "sparse",
                         "--json", *extra], f"secagg 1000 clients, task checks {name}")

@@ -12,8 +12,8 @@
 - 10,000 devices: one masked round's wall time, server CPU and the server's peak memory (VmHWM).
 - Checking the server (docs/secagg.md, "Devices that check the server"): 1,000 devices, the same masked round with
   the devices' cohort verification off (`verify_cohort: false`: they still sign their keys bound to the task, but
-  check no peer), on (the default: every share sender's signature over its keys and the task digest checked before
-  the masked input leaves) and on with identity tokens; every round runs the active model (the consistency round);
+  check no peer), on (the default: every peer's key signature checked before any share is encrypted, every share
+  opened under the channel bound to the task, before the masked input leaves) and on with identity tokens; every round runs the active model (the consistency round);
   per configuration the device requests per device, the devices' CPU per device (the `fa-sim` processes'
   CPU over the round, their check-in polling included) and the server's CPU.
 

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph", default="auto", choices=["auto", "complete", "sparse"])
     ap.add_argument("--threat-model", default="semi_honest", choices=["semi_honest", "active"])
     ap.add_argument("--verify", default="on", choices=["on", "off"],
-                    help="whether clients verify their senders' signatures over keys and task digest (they always sign)")
+                    help="whether clients verify their peers (key signatures, member entries, consistency signatures; they always sign)")
     ap.add_argument("--min-verified", type=int, default=None,
                     help="clients refuse unless this many distinct members signed (member entries beyond the neighbourhood)")
     ap.add_argument("--protocol-seed", help="seed the session id, keys, self-mask seeds and Shamir coefficients "

@@ -4,7 +4,7 @@
 The malicious server shows one member of each cohort something its peers are not shown — another histogram task
 (decoy buckets), another training model (Pasquini et al.'s model inconsistency), another cohort size n — and does
 not check signatures itself. Every device binds the task digest of what it was shown into its keys and signatures
-and verifies its share senders' signatures before its masked input leaves, so:
+and checks that its senders' shares open under the channel bound to its own digest before its masked input leaves, so:
 - the query fails naming `task_mismatch` and releases nothing (its result is 409; no round has a contributor);
 - the only cohort aborted, none finished (its stored events), its reason names the refusals;
 - /metrics counts the refusals by reason, and the devices' own logs say why they refused;

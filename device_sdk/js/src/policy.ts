@@ -4,9 +4,10 @@
  * fewer than t_min survivors. Field names mirror the Python SDK's in camelCase.
  *
  * `verifyCohort` (on by default) checks the cohort, not the server's word: before its masked input leaves, the device
- * verifies that every peer it exchanges shares with signed its keys for this session and for the task digest the device
- * computed itself (a peer shown another task, cohort size or model makes it refuse with `task_mismatch`), and counts
- * toward `minCohort` only distinct members whose signatures verified (`cohort_unverified` below it). Off: the device
+ * verifies that every peer it exchanges shares with signed its keys and agreed to this session and to the task digest
+ * the device computed itself — its share opens under the channel key bound to them (a peer shown another task, cohort
+ * size or model makes it refuse with `task_mismatch`) — and counts toward `minCohort` only distinct members it
+ * verified (`cohort_unverified` below it). Off: the device
  * signs but verifies nothing, and `minCohort` compares with the cohort size the server announces (docs/secagg.md,
  * "Devices that check the server").
  *
