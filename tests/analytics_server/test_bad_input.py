@@ -212,7 +212,7 @@ async def test_device_auth_unsigned_bad_signature_replay(srv: TestServer) -> Non
     assert status == 400 and "between 0 and 60 seconds" in raw["error"]
 
 
-@pytest.mark.parametrize("version", [None, "", "0", "1", "3", "2.0", "v2"])
+@pytest.mark.parametrize("version", [None, "", "0", "1", "2", "4", "3.0", "v3"])
 async def test_device_requests_of_another_protocol_version_are_refused(srv: TestServer, version: str | None) -> None:
     """Every device route refuses a request without this server's protocol version, naming the supported one,
     before looking at anything else (here: a registered device's otherwise valid, signed requests)."""

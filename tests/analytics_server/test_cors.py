@@ -36,7 +36,7 @@ async def test_listed_origin_preflight_and_answers(start_app_server) -> None:  #
             assert r.headers["Access-Control-Allow-Origin"] == PAGE and "X-FA-Signature" in r.headers["Access-Control-Allow-Headers"]
             assert "Access-Control-Allow-Credentials" not in r.headers
         # an unsigned device request is still refused, but the page can read why and the protocol header
-        async with http.post(srv.make_url("/v1/device/checkin"), headers={"Origin": PAGE, "X-FA-Protocol": "2"}, data=b"{}") as r:
+        async with http.post(srv.make_url("/v1/device/checkin"), headers={"Origin": PAGE, "X-FA-Protocol": "3"}, data=b"{}") as r:
             assert r.status == 401
             assert r.headers["Access-Control-Allow-Origin"] == PAGE
             assert "X-FA-Phase" in r.headers["Access-Control-Expose-Headers"]

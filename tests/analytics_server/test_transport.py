@@ -212,7 +212,7 @@ async def test_405_names_the_allowed_methods(start_app_server) -> None:  # type:
 async def test_a_body_that_stalls_gets_408(start_app_server) -> None:  # type: ignore[no-untyped-def]
     server = await start_app_server(body_read_timeout_s=0.5)
     reader, writer = await asyncio.open_connection(server.host, server.port)
-    writer.write(b"POST /v1/device/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-FA-Protocol: 2\r\n"
+    writer.write(b"POST /v1/device/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-FA-Protocol: 3\r\n"
                  b"X-FA-Timestamp: " + str(int(time.time())).encode() + b"\r\nX-FA-Nonce: " + b"n" * 16 +
                  b"\r\nX-FA-Signature: " + b64e(b"\0" * 64).encode() + b"\r\nContent-Length: 1000\r\n\r\n{\"public")
     await writer.drain()
@@ -224,7 +224,7 @@ async def test_a_body_that_stalls_gets_408(start_app_server) -> None:  # type: i
 async def test_declared_oversized_body_is_refused_before_reading(start_app_server) -> None:  # type: ignore[no-untyped-def]
     server = await start_app_server(device_json_body_limit=2048)
     reader, writer = await asyncio.open_connection(server.host, server.port)
-    writer.write(b"POST /v1/device/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-FA-Protocol: 2\r\n"
+    writer.write(b"POST /v1/device/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-FA-Protocol: 3\r\n"
                  b"X-FA-Timestamp: " + str(int(time.time())).encode() + b"\r\nX-FA-Nonce: " + b"n" * 16 +
                  b"\r\nX-FA-Signature: " + b64e(b"\0" * 64).encode() + b"\r\nContent-Length: 5000000\r\n\r\n")
     await writer.drain()  # no body at all: the answer must not wait for it
