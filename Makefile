@@ -16,7 +16,7 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	@{ $(PIP) install --upgrade pip==24.3.1 && \
-	   $(PIP) install -c constraints.txt -e ".[server,issuer,analyst,sim,dev]"; } >$(PIP_LOG) 2>&1 || \
+	   $(PIP) install -c constraints.txt -e ".[device,server,issuer,analyst,sim,dev]"; } >$(PIP_LOG) 2>&1 || \
 	 { echo "[venv] pip install failed; its output is in $(PIP_LOG)" >&2; tail -n 20 $(PIP_LOG) >&2; exit 1; }
 	touch $(STAMP)
 

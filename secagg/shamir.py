@@ -2,6 +2,10 @@
 
 Shares are evaluated at the receivers' party ids (1..n), so x-coordinates are small integers and the
 Lagrange coefficients at 0 are computed from exact small-integer products with one modular inverse per set.
+Splitting evaluates the polynomial at every holder: O(k·t) steps, the largest part of a device's work in a cohort at
+the safety floor (k ≈ 800, t ≈ 600 at n = 1,000). With FLINT installed (python-flint, in the `device` extra) that is
+one multipoint evaluation (O(k log² k)), about seven times faster there; without it, exact-integer Horner. Both give
+the same shares.
 Reconstruction is batched: secrets whose available share holders are the same set reuse one set of
 coefficients (for the complete graph that is every secret of the cohort).
 """
@@ -10,13 +14,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from secagg.errors import AbortError
 from secagg.randomness import OsRandom, RandomSource
 
+try:  # an accelerator: the same shares, faster (the `device` extra installs it)
+    import flint
+except ImportError:  # pragma: no cover - exercised where python-flint is not installed
+    flint = None  # type: ignore[assignment]
+
 PRIME = 2**256 + 297
 """The smallest prime above 2^256 (checked by Miller–Rabin in the tests)."""
 SHARE_BYTES = 33
+FLINT_MIN_STEPS = 4096
+"""Below this many Horner steps (holders × threshold) plain integers are as fast as a call into FLINT."""
+_POLYS = flint.fmpz_mod_poly_ctx(PRIME) if flint is not None else None
 
 
 def split(secret: int, xs: Sequence[int], threshold: int, source: RandomSource | None = None) -> dict[int, int]:
@@ -28,6 +41,9 @@ def split(secret: int, xs: Sequence[int], threshold: int, source: RandomSource |
         raise ValueError("secret out of field range")
     source = source or OsRandom()
     coeffs = [secret] + [source.randbelow(PRIME) for _ in range(threshold - 1)]
+    if _POLYS is not None and len(xs) * threshold >= FLINT_MIN_STEPS:
+        poly = _POLYS(cast("list[int | flint.fmpz | flint.fmpz_mod]", coeffs))
+        return dict(zip(xs, map(int, poly.multipoint_evaluate(list(xs)))))
     top = coeffs[::-1]
     shares = {}
     for x in xs:  # Horner's rule in exact integers, reduced once (x is a small party id: the value grows by

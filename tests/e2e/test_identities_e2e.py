@@ -102,6 +102,9 @@ def test_registrations_without_the_issuers_token_are_refused(tmp_path: Path) -> 
 
 
 def test_a_server_seating_identities_of_its_own_releases_nothing(tmp_path: Path) -> None:
+    """The server trusts a second issuer of its own and seats its identities beside one real device that pins the real
+    issuer: only the victim itself holds a token it accepts, below its neighbourhood's share threshold, so it refuses
+    (`unsafe_parameters`) before it encrypts a single share; nothing is released."""
     real_app, real_public = _app(tmp_path, "real-app")
     own_app, own_public = _app(tmp_path, "own-app")
     for d in ("real", "own"):
@@ -116,7 +119,7 @@ def test_a_server_seating_identities_of_its_own_releases_nothing(tmp_path: Path)
         admin = AnalystClient(server.url, server.token("admin"))
         qid = admin.submit(SPEC)["id"]
         final = admin.wait(qid, timeout_s=WAIT_S)
-        assert final["status"] == "failed" and "cohort_unverified" in (final["error"] or ""), final
+        assert final["status"] == "failed" and "unsafe_parameters" in (final["error"] or ""), final
         with pytest.raises(ApiError) as no_result:
             admin.result(qid)
         assert no_result.value.status == 409
