@@ -92,6 +92,10 @@ BOUND_FALSE_RATE = 0.01
 """Chance that any empty bucket of the row-count histogram passes its threshold (is taken as evidence)."""
 DEFAULT_BOUND_LIMIT = 100
 """Largest bound the data may choose unless `max_examples_limit` says otherwise."""
+MIN_BUDGET_SHARE = 0.01
+"""Smallest `bound_budget_share` / `clip_budget_share`: a round with a share s of the budget has 1/√s times the noise of
+one with all of it (10× at 1 %); far smaller shares only make that round's noise unusable (and a subnormal one
+overflows the calibration)."""
 
 
 class FeatureSpec(BaseModel):
@@ -132,8 +136,8 @@ class FeatureStatsParams(BaseModel):
     the data by a first, private round (see the module docstring), at most `max_examples_limit`."""
     max_examples_limit: int = Field(default=DEFAULT_BOUND_LIMIT, ge=1, le=MAX_EXAMPLES_PER_DEVICE)
     """Largest bound the data-driven choice may pick (only without `max_examples_per_device`)."""
-    bound_budget_share: float = Field(default=0.1, gt=0, le=0.5)
-    """Share of the query's privacy budget spent on choosing the bound (only without
+    bound_budget_share: float = Field(default=0.1, ge=MIN_BUDGET_SHARE, le=0.5)
+    """Share of the query's privacy budget spent on choosing the bound, in [0.01, 0.5] (only without
     `max_examples_per_device`); in zero-concentrated terms, the share of ρ."""
     means_share: float = Field(default=MEANS_SHARE, ge=0.1, le=0.95)
     """Share of the moment rounds' budget spent on the first moments (counts and means); the variances and bins get
@@ -149,8 +153,8 @@ class FeatureStatsParams(BaseModel):
     round, first (after the bound's), a hierarchical histogram of each feature over [lower, upper] as the quantiles
     kind's (`CLIP_RESOLUTION` leaves), with `clip_budget_share` of the budget; the moment rounds then use [lower, the
     upper edge of the quantile's leaf]. The preprocessing of outliers before scaling."""
-    clip_budget_share: float = Field(default=CLIP_BUDGET_SHARE, gt=0, le=0.5)
-    """Share of the query's privacy budget the clip round spends (only with `clip_at`)."""
+    clip_budget_share: float = Field(default=CLIP_BUDGET_SHARE, ge=MIN_BUDGET_SHARE, le=0.5)
+    """Share of the query's privacy budget the clip round spends, in [0.01, 0.5] (only with `clip_at`)."""
     count_second_round: bool = False
     """Without `bins`, the second round also carries one bin per feature — its count — so that round's validity
     statement ties the second moment to the rows (at most the bins' sum): a device cannot claim second moments

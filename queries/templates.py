@@ -19,12 +19,12 @@ _COMMON = {
     "source": "the collection each device reads from its local store (store.add(SOURCE, value))",
     "privacy": "distributed differential privacy: devices add integer noise before masking",
     "privacy.mechanism": "skellam or discrete_gaussian (noise), or none (exact sums, no DP guarantee)",
-    "privacy.epsilon": "the query's total epsilon over all its rounds, charged to the source's budget",
-    "privacy.delta": "the query's delta, charged likewise",
+    "privacy.epsilon": "the query's total epsilon over all its rounds, charged to the source's budget (1e-6 to 100)",
+    "privacy.delta": "the query's delta, charged likewise (at least 1e-30, below 1)",
     "cohort": "who takes part in each secure sum",
     "cohort.min_clients": "fewest devices in any sum (t_min): the noise is calibrated for this many",
     "cohort.max_clients": "most devices seated in one cohort",
-    "cohort.phase_timeout_s": "seconds a secure-aggregation phase waits for slow devices",
+    "cohort.phase_timeout_s": "seconds a secure-aggregation phase waits for slow devices (0.1 to 3600)",
 }
 
 

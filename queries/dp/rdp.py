@@ -120,7 +120,8 @@ def ddg_tau(sigma_dev: float, n: int) -> float:
     if n <= 1:
         return 0.0
     k = np.arange(1, n, dtype=np.float64)
-    return float(10.0 * np.exp(-2.0 * math.pi**2 * sigma_dev**2 * k / (k + 1)).sum())
+    variance = sigma_dev * sigma_dev  # inf, not OverflowError, beyond 1e154 (τ is then 0)
+    return float(10.0 * np.exp(-2.0 * math.pi**2 * variance * k / (k + 1)).sum())
 
 
 def skellam_rdp(orders: np.ndarray, l1: float, l2: float, mu: float) -> np.ndarray:

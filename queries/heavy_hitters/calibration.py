@@ -27,6 +27,11 @@ from dataclasses import dataclass
 
 MIN_THETA = 4
 """Theorem 1 needs θ ≥ 4 (δ's formula has θ − 3 in the denominator)."""
+MAX_CALIBRATED_THETA = 100_000
+"""Largest θ a calibration may need: Theorem 1 needs θ ≤ √n, and no population exceeds 10^10 devices. A larger ε per
+round (θ ≥ e^{ε/L} − 1) is refused naming `epsilon` — θ! of a larger θ would take the checker minutes."""
+EXACT_DELTA_THETA = 200
+"""Above this θ, δ = (θ − 2)/((θ − 3)·θ!) < 10^-370 is 0 as a float: `triehh_delta` returns 0.0 without the factorial."""
 
 
 class CalibrationError(ValueError):
@@ -65,6 +70,8 @@ def triehh_delta(theta: int) -> float:
     """δ of Theorem 1 for threshold θ: (θ − 2) / ((θ − 3)·θ!)."""
     if theta < MIN_THETA:
         raise CalibrationError(f"theta: must be at least {MIN_THETA} for Theorem 1, got {theta}")
+    if theta > EXACT_DELTA_THETA:
+        return 0.0
     return (theta - 2) / ((theta - 3) * math.factorial(theta))
 
 
@@ -119,6 +126,11 @@ def calibrate_triehh(
     eps_word = epsilon / w
     delta_word = delta / (w * math.exp((w - 1) * eps_word))
     theta = triehh_theta(delta_word, eps_word, rounds)
+    if theta > MAX_CALIBRATED_THETA:
+        raise CalibrationError(
+            f"epsilon: {epsilon:g} over {rounds} rounds needs theta ≥ e^(epsilon/rounds) − 1 = {theta:.3g}, more than "
+            f"√n for any population (theta ≤ {MAX_CALIBRATED_THETA:,}); lower epsilon or raise max_length"
+        )
     q = -math.expm1(-eps_word / rounds) / theta
     achieved_word = triehh_epsilon(theta, q, rounds)
     cal = TrieHHCalibration(
@@ -154,11 +166,19 @@ def check_population(cal: TrieHHCalibration, population_size: int) -> None:
 
 
 def privacy_of_explicit(theta: int, sample_rate: float, rounds: int, max_words_per_device: int = 1) -> tuple[float, float] | None:
-    """(ε, δ) per device for hand-set θ and rate, or None when outside Theorem 1's conditions."""
+    """(ε, δ) per device for hand-set θ and rate, or None when outside Theorem 1's conditions or when group privacy
+    over the device's words leaves no guarantee (δ_w = w·e^{(w−1)ε}·δ ≥ 1, computed in log space: e^{(w−1)ε}
+    overflows a float for (w − 1)·ε > 709)."""
     try:
         eps = triehh_epsilon(theta, sample_rate, rounds)
         delta = triehh_delta(theta)
     except CalibrationError:
         return None
     w = max_words_per_device
-    return w * eps, min(1.0, w * math.exp((w - 1) * eps) * delta)
+    if delta == 0.0:
+        return w * eps, 0.0
+    log_delta_w = math.log(w) + (w - 1) * eps + math.log(delta)
+    if log_delta_w >= 0.0:
+        return None
+    growth = (w - 1) * eps
+    return w * eps, (w * math.exp(growth) * delta if growth < 700 else math.exp(log_delta_w))

@@ -45,7 +45,7 @@ from queries.kind import (
     value_path,
 )
 from queries.release import release_threshold
-from queries.spec import PrivacySpec
+from queries.spec import MIN_DELTA, MIN_EPSILON, PrivacySpec
 from queries.table import Cell, Chart, Column, ResultTable, num_cell
 from queries.selective import released_interval
 from queries.uncertainty import value_at
@@ -87,8 +87,10 @@ class HeavyHittersParams(BaseModel):
     """Most prefixes carried into the next round (highest counts first); bounds the vector length."""
 
     # mode "triehh": either (epsilon, delta[, population_size]) or (theta, sample_rate).
-    epsilon: float | None = Field(default=None, gt=0, le=100)
-    delta: float | None = Field(default=None, gt=0, lt=1)
+    epsilon: float | None = Field(default=None, ge=MIN_EPSILON, le=100)
+    """In [1e-6, 100] (`queries.spec.MIN_EPSILON`)."""
+    delta: float | None = Field(default=None, ge=MIN_DELTA, lt=1)
+    """In [1e-30, 1) (`queries.spec.MIN_DELTA`)."""
     population_size: int | None = Field(default=None, ge=1, le=MAX_POPULATION)
     theta: int | None = Field(default=None, ge=1, le=MAX_THETA)
     sample_rate: float | None = Field(default=None, gt=0, le=1)
@@ -467,7 +469,8 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
         explicit = cal.privacy_of_explicit(theta, rate, params.max_length, params.max_words_per_device)
         if explicit is None:
             block |= {"epsilon": None, "delta": None,
-                      "note": "theta/sample_rate set by hand outside Theorem 1's conditions: no DP guarantee"}
+                      "note": "theta/sample_rate set by hand outside Theorem 1's conditions (or with more words per "
+                              "device than its guarantee survives, δ ≥ 1 by group privacy): no DP guarantee"}
         else:
             block |= {"epsilon": explicit[0], "delta": explicit[1]}
         return block

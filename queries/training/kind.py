@@ -100,6 +100,15 @@ def _metric_names(res: Resolved) -> list[str]:
     return list(res.model.metrics) if isinstance(res.model, BlackBoxModel) else []
 
 
+def _n_classes(res: Resolved) -> int:
+    """The classes the label-count round counts over (`TrainingParams` refuses class_weighting for a model without
+    any, so this only guards stored params of a model that changed since)."""
+    k = None if isinstance(res.model, BlackBoxModel) else res.model.n_classes
+    if k is None:
+        raise QueryKindError("params.class_weighting: needs a model with classes")
+    return int(k)
+
+
 def _uses_votes(params: TrainingParams) -> bool:
     opt = params.server_optimizer
     return isinstance(opt, RPropSpec) and opt.votes == "sign"
@@ -221,7 +230,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
                       class_weights=state.class_weights)
         task: PhaseTask
         if phase == "label_counts":
-            k = int(getattr(res.model, "n_classes"))
+            k = _n_classes(res)
             task = LabelCountsTask(phase="label_counts", n_classes=k, **common)
             b = encoding.label_bounds(k, params.precision_bits)
         elif phase == "train":
@@ -315,7 +324,7 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         cap = params.client.max_examples
         u = float(encoding.unit(params.precision_bits))
         if phase == "label_counts":
-            labels = encoding.label_layout(int(getattr(res.model, "n_classes")))
+            labels = encoding.label_layout(_n_classes(res))
             shares = np.maximum(labels.view(agg / u, "aggregate")["shares"], 1e-9)
             k = len(shares)
             weights = shares.sum() / (k * shares)

@@ -39,3 +39,11 @@ MAX_EPOCHS = 100
 MAX_BATCH_SIZE = 100_000
 MAX_EXAMPLES = 1_000_000
 """Largest `client.max_examples` (examples a device trains on per round)."""
+MIN_CLIP_NORM = 1e-9
+"""Smallest `clip_norm`: a device scales its clipped update by 2^precision_bits / clip_norm, which overflows for a
+clip norm near the smallest floats (and no update is meaningfully that small)."""
+MIN_SHARE = 0.01
+"""Smallest `weight_share` and `adaptive_clipping.count_share`: an entry at a scale s of the update's carries 1/s
+times its noise (100× at 1 %); far smaller scales round the entry away (a weight sum of 0 divides the update by 0)."""
+MAX_L2 = 1e6
+"""Largest `model.l2`: a larger penalty only overflows the loss (the weights stay at 0)."""

@@ -13,8 +13,20 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from queries.kind import QueryKindError
 from queries.training.blackbox import BlackBoxModel, known_blackbox, get_blackbox
 from queries.training.limits import (
     MAX_BATCH_SIZE,
@@ -25,11 +37,14 @@ from queries.training.limits import (
     MAX_EXAMPLES,
     MAX_FEATURES,
     MAX_HIDDEN,
+    MAX_L2,
     MAX_MODEL_PARAMS,
     MAX_NAME_CHARS,
     MAX_ROUNDS,
     MAX_SAFEGUARD_GROUPS,
     MAX_SEED,
+    MIN_CLIP_NORM,
+    MIN_SHARE,
 )
 from queries.training.models import Model, build_model, known_models
 
@@ -64,7 +79,7 @@ class ModelSpec(BaseModel):
     activation: Literal["tanh", "relu"] | None = None
     """mlp's activation (default tanh)."""
     l2: float | None = Field(default=None, ge=0)
-    """L2 penalty on the non-bias weights (default 0)."""
+    """L2 penalty on the non-bias weights (default 0; a training spec takes at most `MAX_L2`)."""
     initial_weights: FloatList | FloatByName | None = None
     """Start from these weights (a full list, or by name for black-box models) instead of the default."""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
@@ -144,8 +159,8 @@ class AdaptiveClippingSpec(BaseModel):
     """γ: the share of devices whose update should pass unclipped."""
     learning_rate: float = Field(default=0.2, gt=0, le=10)
     """η_C of the geometric update."""
-    count_share: float = Field(default=0.5, gt=0, le=4)
-    """Scale of the bit (and histogram) entries relative to the update's full scale: the bits' noise, in
+    count_share: float = Field(default=0.5, ge=MIN_SHARE, le=4)
+    """Scale of the bit (and histogram) entries relative to the update's full scale, in [0.01, 4]: the bits' noise, in
     devices, is about z·√(1 + share²)/share, and the update's sensitivity grows by √(1 + share²)."""
     warm_start: bool = True
     """First training round: the norm histogram instead of one bit (`encoding.NORM_OCTAVES`)."""
@@ -187,8 +202,9 @@ class TrainingParams(BaseModel):
     """A feature_stats result's `features` block (or the whole result): standardise by name on device."""
     client: ClientSpec = Field(default_factory=ClientSpec)
     server_optimizer: ServerOptimizer = Field(default_factory=lambda: FedAvgSpec(name="fedavg"))
-    clip_norm: float = Field(default=1.0, gt=0, le=1e9)
-    """L2 clip of one device's update (before weighting); with `adaptive_clipping`, the starting value."""
+    clip_norm: float = Field(default=1.0, ge=MIN_CLIP_NORM, le=1e9)
+    """L2 clip of one device's update (before weighting), in [1e-9, 1e9]; with `adaptive_clipping`, the starting
+    value."""
     adaptive_clipping: AdaptiveClippingSpec | None = None
     """Clip at a private quantile of the update norms instead of a fixed `clip_norm` (the default under
     distributed DP when neither is set, see `TrainingKind.bind_privacy`)."""
@@ -197,8 +213,8 @@ class TrainingParams(BaseModel):
     Evaluation rounds weight devices the same way."""
     precision_bits: int = Field(default=20, ge=4, le=40)
     """A clipped update's largest coordinate maps to 2^precision_bits (fixed point)."""
-    weight_share: float = Field(default=0.25, gt=0, le=1)
-    """The weight entry's scale relative to the update's (keeps the update dominant in sensitivity)."""
+    weight_share: float = Field(default=0.25, ge=MIN_SHARE, le=1)
+    """The weight entry's scale relative to the update's, in [0.01, 1] (keeps the update dominant in sensitivity)."""
     eval_every: int = Field(default=5, ge=0, le=MAX_EVAL_EVERY)
     """Evaluate before training, every eval_every training rounds and after the last; 0 = never."""
     patience: int | None = Field(default=None, ge=1, le=MAX_EVAL_EVERY)
@@ -210,8 +226,39 @@ class TrainingParams(BaseModel):
     loss_cap: float = Field(default=10.0, gt=0)
     """Per-example loss is clipped to this in evaluation reports (bounds a device's contribution)."""
     class_weighting: bool = False
-    """First round sums label counts securely; training then weights classes n/(K·n_k) ("balanced")."""
+    """First round sums label counts securely; training then weights classes n/(K·n_k) ("balanced"). Only for a
+    model with classes (logistic, softmax, mlp): not for linear, nor for a black-box model, which has none."""
     safeguards: SafeguardSpec = Field(default_factory=SafeguardSpec)
+
+    @field_validator("model")
+    @classmethod
+    def _bounded_l2(cls, model: ModelSpec) -> ModelSpec:
+        """`model.l2` ≤ MAX_L2, checked here rather than in `ModelSpec`, whose schema the devices' task schemas share."""
+        if model.l2 is not None and model.l2 > MAX_L2:
+            error = InitErrorDetails(type=PydanticCustomError("less_than_equal", "Input should be less than or equal to "
+                                                              "{le}", {"le": MAX_L2}), loc=("l2",), input=model.l2)
+            raise ValidationError.from_exception_data(cls.__name__, [error])
+        return model
+
+    @field_validator("class_weighting")
+    @classmethod
+    def _needs_classes(cls, value: bool, info: ValidationInfo) -> bool:
+        """Class weighting counts labels over the model's classes: refused, naming this field, for a model without
+        any (a black-box model, a regression model). `model` is validated first; when it is invalid its own error
+        is the one reported."""
+        model = info.data.get("model")
+        if not value or not isinstance(model, ModelSpec):
+            return value
+        if model.name in known_blackbox():
+            raise PydanticCustomError("class_weighting", "needs a model with classes (a black-box model has none)")
+        try:
+            classes = build_model(model.model_dump()).n_classes  # dimensions only, nothing allocated
+        except (QueryKindError, ValueError, TypeError):
+            return value  # a bad model: `resolve` names its field
+        if classes is None:
+            raise PydanticCustomError("class_weighting", "needs a model with classes (model {name} has none)",
+                                      {"name": repr(model.name)})
+        return value
 
     @model_validator(mode="after")
     def _resolve(self) -> TrainingParams:
