@@ -466,7 +466,7 @@ FEATURE_STATS_TEMPLATE = KindTemplate(
                    "max_examples_per_device": 3, "bins": 4},
         "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
         # 60 s: a simulated fleet proves each device's moments (about 700 bits, ~0.1 s) before it can answer
-        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 60},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 120},
     },
     {
         "params.features": "each feature's name in the device rows and public clipping bounds: values "

@@ -152,7 +152,7 @@ HISTOGRAM_TEMPLATE = KindTemplate(
         "params": {"buckets": ["moon", "sun", "star", "cloud", "rain"], "other_bucket": "other",
                    "max_contributions_per_device": 2},
         "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
-        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 60},
     },
     {
         "params.buckets": "the values to count (up to 100,000)",

@@ -401,7 +401,7 @@ QUANTILES_TEMPLATE = KindTemplate(
         "params": {"features": [{"name": "startup_ms", "lower": 0, "upper": 10000}],
                    "quantiles": [0.5, 0.9, 0.99], "max_examples_per_device": 3},
         "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
-        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 60},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 120},
     },
     {
         "params.features": "each value's public range: values outside are clipped into it and counted",

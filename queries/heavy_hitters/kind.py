@@ -243,7 +243,7 @@ HEAVY_HITTERS_TEMPLATE = KindTemplate(
         "params": {"mode": "secagg", "max_length": 8, "alphabet": "abcdefghijklmnopqrstuvwxyz",
                    "max_frontier": 16},
         "privacy": {"mechanism": "skellam", "epsilon": 2.0, "delta": 1e-6},
-        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 30},
+        "cohort": {"min_clients": 100, "max_clients": 1000, "phase_timeout_s": 60},
     },
     {
         "params.mode": "secagg (noisy secure votes, one round per character) or triehh (sampling and "
