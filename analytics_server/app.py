@@ -22,10 +22,10 @@ from analytics_server.metrics import Metrics, count_statements
 from analytics_server.notify import notifier_for
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.pool import AVAILABILITY_SLACK_S, DevicePool
-from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.settings import Settings
 from analytics_server.state import STATE, AppState
-from secagg.clock import Clock
+from fa_common.clock import Clock
+from fa_common.ratelimit import AddressRateLimiter
 
 
 log = logging.getLogger(__name__)

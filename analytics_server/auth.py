@@ -38,8 +38,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from analytics_server.db.batching import Batcher
 from analytics_server.db.store import Store, TokenInfo
 from analytics_server.errors import HttpError
-from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP, b64d, signing_payload
-from secagg.clock import SYSTEM_CLOCK, Clock
+from fa_common.b64 import b64d
+from fa_common.clock import SYSTEM_CLOCK, Clock
+from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP, signing_payload
 
 log = logging.getLogger(__name__)
 NONCE_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")

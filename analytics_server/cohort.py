@@ -30,9 +30,9 @@ from analytics_server.errors import HttpError
 from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
 from analytics_server.validation import CohortValidation
+from fa_common.clock import SYSTEM_CLOCK, Clock
 from queries.envelope import Assignment
 from secagg import encoding
-from secagg.clock import SYSTEM_CLOCK, Clock
 from secagg.errors import AbortError, ConflictError, InvalidInputError, SecAggError
 from secagg.messages import AdvertiseKeys, max_client_message_size
 from secagg.phases import Phase

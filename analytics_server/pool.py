@@ -26,8 +26,8 @@ from typing import Any
 from analytics_server.db.batching import Batcher
 from analytics_server.db.store import Store
 from analytics_server.notify import ASSIGN, Notifier
+from fa_common.clock import SYSTEM_CLOCK, Clock
 from queries.envelope import Assignment
-from secagg.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0

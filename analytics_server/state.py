@@ -14,8 +14,8 @@ from analytics_server.db.store import Store
 from analytics_server.metrics import Metrics
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.pool import DevicePool
-from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.settings import Settings
+from fa_common.ratelimit import AddressRateLimiter
 
 
 @dataclass

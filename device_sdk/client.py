@@ -47,6 +47,7 @@ from device_sdk.randomness import DeviceRandomness
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
 from device_sdk.validity import masked_content
+from fa_common.b64 import b64d, b64e
 from queries.envelope import (
     HDR_DEVICE,
     HDR_NONCE,
@@ -60,8 +61,6 @@ from queries.envelope import (
     CheckinResponse,
     PhaseMessage,
     RefusalReport,
-    b64d,
-    b64e,
     device_id_for,
     signing_payload,
 )

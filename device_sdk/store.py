@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secagg.clock import SYSTEM_CLOCK, Clock
+from fa_common.clock import SYSTEM_CLOCK, Clock
 
 ALL = "*"
 """The opt-out entry that covers every collection."""
@@ -58,7 +58,7 @@ class Retention:
 class LocalStore:
     def __init__(self, path: str | Path = ":memory:", *, clock: Clock | None = None) -> None:
         """`clock`: where the store, its ledger and the DeviceClient built on it read the time (default the
-        system clock; tests pass a `secagg.clock.ManualClock`)."""
+        system clock; tests pass a `fa_common.clock.ManualClock`)."""
         self.path = str(path)
         self.clock: Clock = clock or SYSTEM_CLOCK
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)

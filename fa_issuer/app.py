@@ -12,20 +12,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from fa_issuer.addresses import AddressLimiter
 from fa_issuer.attesters import Attester, CredentialRefused
 from fa_issuer.keys import IssuerKey
 from fa_issuer.quota import QuotaStore
 from fa_issuer.settings import BODY_LIMIT
-from queries.envelope import b64d, b64e
+from fa_common.b64 import b64d, b64e
+from fa_common.clock import SYSTEM_CLOCK, Clock
+from fa_common.ratelimit import AddressRateLimiter, retry_after_header
 from secagg import blind_rsa, identity_token
 
 log = logging.getLogger("fa_issuer")
@@ -60,13 +59,13 @@ class Issuer:
     keys: dict[bytes, IssuerKey]
     attester: Attester
     quota: QuotaStore
-    limiter: AddressLimiter | None = None
-    clock: Callable[[], float] = time.time
+    limiter: AddressRateLimiter | None = None
+    clock: Clock = SYSTEM_CLOCK
     refusals: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    def with_key(cls, key: IssuerKey, attester: Attester, quota: QuotaStore, limiter: AddressLimiter | None = None,
-                 clock: Callable[[], float] = time.time) -> Issuer:
+    def with_key(cls, key: IssuerKey, attester: Attester, quota: QuotaStore, limiter: AddressRateLimiter | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> Issuer:
         return cls({key.token_key_id: key}, attester, quota, limiter, clock)
 
 
@@ -128,7 +127,7 @@ async def token_route(request: web.Request) -> web.Response:
         wait = issuer.limiter.take(request.remote)
         if wait > 0:
             raise HttpError(429, "too many token requests from this address; retry later",
-                            headers={"Retry-After": AddressLimiter.retry_after_header(wait)})
+                            headers={"Retry-After": retry_after_header(wait)})
     body = await _json_body(request)
     credential = body.get("credential")
     if credential is None:
@@ -142,7 +141,7 @@ async def token_route(request: web.Request) -> web.Response:
         raise HttpError(404, "token_key_id: not a key this issuer signs with (GET /v1/issuer/keys lists them)")
     if int.from_bytes(blinded_msg, "big") >= key.public.public_numbers().n:
         raise field_error("blinded_msg", "not below the issuer key's modulus")
-    now = issuer.clock()
+    now = issuer.clock.time()
     try:
         admission = issuer.attester.admit(credential, now)
     except CredentialRefused as exc:
@@ -209,7 +208,7 @@ def create_app(issuer: Issuer) -> web.Application:
 
     async def prune_forever() -> None:
         while True:
-            removed = await asyncio.to_thread(issuer.quota.prune, issuer.clock())
+            removed = await asyncio.to_thread(issuer.quota.prune, issuer.clock.time())
             if removed:
                 log.info("pruned %d issuance record(s) older than the quota window", removed)
             await asyncio.sleep(PRUNE_EVERY_S)

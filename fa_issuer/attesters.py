@@ -14,8 +14,6 @@ the app backend side is `mint_credential` (used by fa-sim, tests and `fa-issuer 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,7 +22,8 @@ from typing import Any, Protocol
 import nacl.exceptions
 from nacl.signing import SigningKey, VerifyKey
 
-from queries.task_digest import TaskDigestError, canonical_json
+from fa_common.b64 import b64url_d, b64url_e
+from fa_common.canonical import NotCanonical, canonical_json
 from secagg.randomness import OsRandom, RandomSource
 
 DOMAIN = b"fa-enrolment/v1"
@@ -87,17 +86,11 @@ class AppAttestAttester(Attester, Protocol):
     """
 
 
-def b64url_encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64url_decode(text: str, what: str) -> bytes:
+def _b64url_decode(text: str, what: str) -> bytes:
     """Strict base64url (padding optional) → bytes; CredentialRefused naming `what` otherwise."""
-    if not text or len(text) % 4 == 1:
-        raise CredentialRefused(f"malformed credential: the {what} is not base64url")
     try:
-        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError):
+        return b64url_d(text, what)
+    except ValueError:
         raise CredentialRefused(f"malformed credential: the {what} is not base64url") from None
 
 
@@ -121,7 +114,7 @@ def mint_credential(signing_key: SigningKey, app: str, install: str, not_after: 
     """The app backend's side: a credential for `install` of `app`, valid until `not_after` (unix seconds)."""
     payload = payload_bytes(app, install, not_after)
     signature = signing_key.sign(DOMAIN + payload).signature
-    return f"{b64url_encode(payload)}.{b64url_encode(signature)}"
+    return f"{b64url_e(payload)}.{b64url_e(signature)}"
 
 
 def new_app_key(randomness: RandomSource | None = None) -> SigningKey:
@@ -147,8 +140,8 @@ class AppBackendAttester:
         payload_part, dot, sig_part = credential.partition(".")
         if not dot or "." in sig_part:
             raise CredentialRefused("malformed credential: expected base64url(payload).base64url(signature)")
-        payload = b64url_decode(payload_part, "payload")
-        signature = b64url_decode(sig_part, "signature")
+        payload = _b64url_decode(payload_part, "payload")
+        signature = _b64url_decode(sig_part, "signature")
         if len(signature) != SIGNATURE_BYTES:
             raise CredentialRefused(f"malformed credential: the signature is {len(signature)} bytes, not {SIGNATURE_BYTES}")
         fields = _parse_payload(payload)
@@ -177,7 +170,7 @@ def _parse_payload(payload: bytes) -> dict[str, Any]:
         raise CredentialRefused("malformed credential: not_after must be an integer of unix seconds")
     try:
         canonical = canonical_json(fields, "credential")
-    except TaskDigestError:
+    except NotCanonical:
         canonical = b""
     if canonical != payload:
         raise CredentialRefused("malformed credential: the payload is not canonical JSON (RFC 8785)")

@@ -13,10 +13,7 @@ on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,13 +22,14 @@ from aiohttp import web
 from nacl.signing import SigningKey
 from pydantic import ValidationError
 
+from fa_common.b64 import b64e
+from fa_common.keyfile import KeyFileError, read_seed, write_seed
+from fa_common.ratelimit import AddressRateLimiter
 from fa_issuer import keys
-from fa_issuer.addresses import AddressLimiter
 from fa_issuer.app import Issuer, create_app
 from fa_issuer.attesters import SEED_BYTES, AppBackendAttester, mint_credential, new_app_key
 from fa_issuer.quota import QuotaStore, QuotaStoreError
 from fa_issuer.settings import IssuerSettings, SettingsError
-from queries.envelope import b64e
 
 EXIT_USAGE = 2
 DEFAULT_VALID_DAYS = 30.0
@@ -67,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise CliError("no app backend keys: give --app NAME=PUBLIC_KEY (see `fa-issuer app-key`) or FA_ISSUER_APP_KEYS")
     quota = QuotaStore(settings.db_path, settings.tokens_per_day)
     rate = settings.address_rate_per_min
-    limiter = AddressLimiter(rate, settings.address_burst) if rate > 0 else None
+    limiter = AddressRateLimiter(rate, settings.address_burst) if rate > 0 else None
     issuer = Issuer.with_key(key, AppBackendAttester(apps), quota, limiter)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     url = f"http://{settings.host}:{settings.port}"
@@ -81,12 +79,7 @@ def cmd_app_key(args: argparse.Namespace) -> None:
     key = new_app_key()
     public = b64e(bytes(key.verify_key))
     if args.out:
-        try:
-            fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except OSError as exc:
-            raise CliError(f"cannot create {args.out}: {exc.strerror}") from None
-        with os.fdopen(fd, "w") as f:
-            f.write(b64e(bytes(key)) + "\n")
+        write_seed(args.out, bytes(key))
         print(f"wrote the private key to {args.out}")
     else:
         print(f"private_key {b64e(bytes(key))}")
@@ -94,18 +87,8 @@ def cmd_app_key(args: argparse.Namespace) -> None:
 
 
 def load_app_key(path: str) -> SigningKey:
-    """An app backend key file: base64 of the 32-byte Ed25519 seed (what `app-key --out` writes)."""
-    try:
-        text = Path(path).read_text().strip()
-    except OSError as exc:
-        raise CliError(f"cannot read the app key {path}: {exc.strerror}") from None
-    try:
-        seed = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError):
-        raise CliError(f"{path}: not base64") from None
-    if len(seed) != SEED_BYTES:
-        raise CliError(f"{path}: an app key is {SEED_BYTES} bytes, got {len(seed)}")
-    return SigningKey(seed)
+    """An app backend key file: the 32-byte Ed25519 seed `app-key --out` wrote (fa_common.keyfile)."""
+    return SigningKey(read_seed(path, SEED_BYTES))
 
 
 def cmd_public_key(args: argparse.Namespace) -> None:
@@ -163,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         args.run(args)
-    except (CliError, keys.KeyFileError, QuotaStoreError) as exc:
+    except (CliError, KeyFileError, QuotaStoreError) as exc:
         print(f"fa-issuer: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0

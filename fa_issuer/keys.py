@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +11,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from fa_common.keyfile import KeyFileError, write_private
 from secagg import blind_rsa, identity_token
-
-
-class KeyFileError(Exception):
-    """The key file cannot be created or loaded; the message names the file and why."""
 
 
 @dataclass(frozen=True)
@@ -36,15 +32,7 @@ def generate(path: Path) -> IssuerKey:
     """A new key written to `path` (PKCS#8 PEM, mode 0600, created exclusively: an existing file is an error)."""
     key = blind_rsa.generate_key()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise KeyFileError(f"{path} exists; refusing to overwrite an issuer key (move it away first)") from None
-    except OSError as exc:
-        raise KeyFileError(f"cannot create {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
-    os.chmod(path, 0o600)  # whatever the umask made of it
+    write_private(path, pem)
     return IssuerKey.of(key)
 
 

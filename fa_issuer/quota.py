@@ -11,11 +11,12 @@ Records older than the window are deleted as charges come in.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from fa_common.ratelimit import retry_after_header
 
 WINDOW_S = 86400.0
 BUSY_TIMEOUT_S = 30.0
@@ -51,7 +52,7 @@ class Charge:
         return max(0, self.limit - self.used)
 
     def retry_after_header(self) -> str:
-        return str(max(1, math.ceil(self.retry_after_s)))
+        return retry_after_header(self.retry_after_s)
 
 
 class QuotaStore:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from fa_common.b64 import b64d
 
 APP_KEY_BYTES = 32
 MAX_APP_NAME = 64
@@ -29,12 +29,9 @@ def parse_app_key(entry: str) -> tuple[str, bytes]:
     if len(name) > MAX_APP_NAME or not name.isprintable():
         raise SettingsError(f"app key {name[:80]!r}: the app name must be 1-{MAX_APP_NAME} printable characters")
     try:
-        raw = base64.b64decode(b64.strip().encode("ascii"), validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError):
-        raise SettingsError(f"app key {name!r}: the public key is not valid base64") from None
-    if len(raw) != APP_KEY_BYTES:
-        raise SettingsError(f"app key {name!r}: an Ed25519 public key is {APP_KEY_BYTES} bytes, got {len(raw)}")
-    return name, raw
+        return name, b64d(b64.strip(), f"app key {name!r}: the Ed25519 public key", APP_KEY_BYTES)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 class IssuerSettings(BaseSettings):

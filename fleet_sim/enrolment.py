@@ -16,10 +16,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from nacl.signing import SigningKey
 
 from device_sdk.identity import Enrolment
+from fa_common.keyfile import KeyFileError, read_seed
 from fa_issuer.attesters import mint_credential
-from fa_issuer.cli import load_app_key
 from queries.envelope import device_id_for
 
 CREDENTIAL_VALID_S = 30 * 86400
@@ -46,8 +47,8 @@ def enrolments(issuer_url: str, app_key_file: str, app: str,
                devices: Sequence[tuple[bytes, dict[str, list[Any]]]]) -> list[Enrolment]:
     """One enrolment per device: the credential the app backend (key in `app_key_file`) signs for its install."""
     try:
-        key = load_app_key(app_key_file)
-    except Exception as exc:  # fa_issuer.cli.CliError: the file's problem, named
+        key = SigningKey(read_seed(app_key_file))
+    except KeyFileError as exc:
         raise EnrolmentSetupError(f"--app-key: {exc}") from None
     not_after = int(time.time()) + CREDENTIAL_VALID_S
     out = []

@@ -34,9 +34,10 @@ from device_sdk.client import KEY_META, DeviceClient, Outcome, new_connector
 from device_sdk.hooks import DeviceHooks, DropoutFn
 from device_sdk.identity import Enrolment
 from device_sdk.policy import DevicePolicy
+from fa_common.b64 import b64e
 from fleet_sim.scenarios import generate
 from device_sdk.store import LocalStore
-from queries.envelope import Assignment, b64e
+from queries.envelope import Assignment
 from secagg.plain import bench_unmasked
 from secagg.randomness import OsRandom, RandomSource, SeededRandom
 

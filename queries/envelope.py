@@ -12,8 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from translog.wire import TaskProof, b64
-from translog.wire import b64d as b64d
+from translog.wire import TaskProof
 
 PROTOCOL_VERSION = 3
 """Version of this device wire protocol; sent by devices in `HDR_PROTOCOL`, the server refuses any other."""
@@ -60,8 +59,6 @@ RefusalReason = Literal[
 reason in `/metrics` (`fa_device_refusals_total{reason=…}`)."""
 REFUSAL_REASONS: tuple[str, ...] = RefusalReason.__args__  # type: ignore[attr-defined]
 MAX_REFUSAL_DETAIL = 500
-b64e = b64
-"""Base64 of the device protocol: one encoder and one strict decoder with the log's (translog.wire)."""
 
 
 def signing_payload(method: str, path_qs: str, timestamp: str, nonce: str, body: bytes) -> bytes:

@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-import rfc8785
+from fa_common.canonical import NotCanonical, canonical_json
 
 DOMAIN = b"fa-task-digest/v1\n"
 DIGEST_FIELDS = (
@@ -32,7 +32,7 @@ DIGEST_FIELDS = (
 """The assignment members the digest covers: everything that shapes what a device computes and how it is protected."""
 
 
-class TaskDigestError(ValueError):
+class TaskDigestError(NotCanonical):
     """An assignment whose digest view cannot be canonicalised (a number outside the interoperable range, a value
     that is not JSON); the message names the member."""
 
@@ -42,16 +42,6 @@ def digest_view(assignment: Mapping[str, Any]) -> dict[str, Any]:
     return {k: assignment[k] for k in DIGEST_FIELDS if assignment.get(k) is not None}
 
 
-def canonical_json(value: Any, what: str = "value") -> bytes:
-    """RFC 8785 canonical UTF-8 bytes of a JSON value; TaskDigestError naming `what` when it has none."""
-    try:
-        return rfc8785.dumps(value)
-    except rfc8785.IntegerDomainError as exc:
-        raise TaskDigestError(f"{what}: an integer is beyond ±(2^53 − 1) ({exc})") from None
-    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
-        raise TaskDigestError(f"{what}: not canonical JSON: {exc}") from None
-
-
 def task_digest(assignment: Any) -> bytes:
     """The 32-byte digest of an assignment: a `queries.envelope.Assignment` or its wire JSON object."""
     if hasattr(assignment, "model_dump"):
@@ -59,11 +49,14 @@ def task_digest(assignment: Any) -> bytes:
     view = digest_view(assignment)
     try:
         text = canonical_json(view, "assignment")
-    except TaskDigestError:
+    except NotCanonical as whole:
         for name, value in view.items():
-            canonical_json(value, name)  # raises naming the member at fault
-        raise
+            try:
+                canonical_json(value, name)
+            except NotCanonical as member:  # name the member at fault
+                raise TaskDigestError(str(member)) from None
+        raise TaskDigestError(str(whole)) from None
     return hashlib.sha256(DOMAIN + text).digest()
 
 
-__all__ = ["DIGEST_FIELDS", "DOMAIN", "TaskDigestError", "canonical_json", "digest_view", "task_digest"]
+__all__ = ["DIGEST_FIELDS", "DOMAIN", "TaskDigestError", "digest_view", "task_digest"]

@@ -12,6 +12,7 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from fa_common.b64 import b64e
 from queries.envelope import (
     HDR_DEVICE,
     HDR_NONCE,
@@ -19,7 +20,6 @@ from queries.envelope import (
     HDR_SIGNATURE,
     HDR_TIMESTAMP,
     PROTOCOL_VERSION,
-    b64e,
     device_id_for,
     signing_payload,
 )

@@ -33,7 +33,7 @@ from fleet_sim.urlbar_sim import make_device_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "fed-analytics"
-PROJECT_PACKAGES = {"secagg", "translog", "queries", "analytics_server", "device_sdk", "migrations"}
+PROJECT_PACKAGES = {"fa_common", "secagg", "translog", "queries", "analytics_server", "device_sdk", "migrations"}
 FORBIDDEN = (
     "dp_accounting",
     "scipy",

@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import pydantic_core
-import rfc8785
 
+from fa_common.canonical import NotCanonical, canonical_json
 from translog.merkle import leaf_hash
 
 EntryType = Literal["query", "task", "charge", "refund", "budget", "release"]
@@ -43,10 +43,11 @@ class EntryError(ValueError):
 
 
 def canonical(value: Any) -> bytes:
+    """The entry's RFC 8785 bytes (fa_common.canonical); EntryError when it has none."""
     try:
-        return rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
-        raise EntryError(f"not canonical JSON: {exc}") from None
+        return canonical_json(value, "entry")
+    except NotCanonical as exc:
+        raise EntryError(str(exc)) from None
 
 
 def digest(value: Any) -> str:

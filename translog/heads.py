@@ -14,7 +14,6 @@ pinned keys (a rotation, several witnesses) knows which one a signature claims.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from fa_common.b64 import b64e
 from translog.merkle import HASH_SIZE
 
 HEAD_DOMAIN = b"fa-log-head/v1\n"
@@ -59,7 +59,7 @@ class TreeHead:
             raise HeadError(f"timestamp_ms: must be in 0..2^53, got {self.timestamp_ms}")
 
     def message(self) -> bytes:
-        root = base64.b64encode(self.root).decode("ascii")
+        root = b64e(self.root)
         return HEAD_DOMAIN + f"{self.origin}\n{self.size}\n{root}\n{self.timestamp_ms}\n".encode()
 
 

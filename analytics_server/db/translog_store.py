@@ -25,10 +25,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from analytics_server.db.models import LogCosignature, LogEntry, LogHead, LogKey
+from fa_common.b64 import b64d, b64e
 from translog import entries as te
 from translog.heads import Cosignature, SignedHead, Signer, TreeHead, key_table, verify_cosignature
 from translog.merkle import MerkleTree
-from translog.wire import CosignatureModel, HeadModel, TaskProof, WitnessedHead, b64
+from translog.wire import CosignatureModel, HeadModel, TaskProof, WitnessedHead
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
@@ -286,15 +287,15 @@ class LogStore:
             log.error("transparency log: cannot prove entry %d under the head of size %d: %s", idx, size, exc)
             return None
         proof = TaskProof(index=idx, entry=body, head=HeadModel.of(cache.head),
-                          inclusion=[b64(h) for h in tree.inclusion_proof(idx, size)])
+                          inclusion=[b64e(h) for h in tree.inclusion_proof(idx, size)])
         if from_size is not None and from_size <= size:
             proof.from_size = from_size
-            proof.consistency = [b64(h) for h in tree.consistency_proof(from_size, size)]
+            proof.consistency = [b64e(h) for h in tree.consistency_proof(from_size, size)]
         if cache.witnessed is not None and cache.witnessed[0].head.size <= size:
             w, cos = cache.witnessed
             proof.witnessed = WitnessedHead(
                 head=HeadModel.of(w), cosignatures=[CosignatureModel.of(c) for c in cos],
-                consistency=[b64(h) for h in tree.consistency_proof(w.head.size, size)])
+                consistency=[b64e(h) for h in tree.consistency_proof(w.head.size, size)])
         return proof
 
 
@@ -306,15 +307,13 @@ async def _log_size(s: AsyncSession) -> int:
 
 def parse_witness_keys(text: str) -> dict[str, bytes]:
     """`name=base64,…` (FA_LOG_WITNESS_KEYS) → key id → public key; ValueError naming the bad item."""
-    import base64
-
     keys: list[bytes] = []
     for item in filter(None, (x.strip() for x in text.split(","))):
         name, sep, key = item.partition("=")
         try:
             if not (name and sep and key):
                 raise ValueError
-            raw = base64.b64decode(key, validate=True)
+            raw = b64d(key, name)
         except ValueError:
             raise ValueError(f"log_witness_keys: {item[:40]!r} is not name=<base64 key>") from None
         if len(raw) != 32:

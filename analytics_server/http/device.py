@@ -24,8 +24,9 @@ from nacl.signing import VerifyKey
 from analytics_server.cohort import CohortRuntime, NextMessage
 from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
-from analytics_server.ratelimit import AddressRateLimiter
 from analytics_server.state import AppState
+from fa_common.b64 import b64d, b64e
+from fa_common.ratelimit import retry_after_header
 from queries.envelope import (
     HDR_DEVICE,
     HDR_PHASE,
@@ -40,8 +41,6 @@ from queries.envelope import (
     RegisterRequest,
     RegisterResponse,
     SecAggKeys,
-    b64d,
-    b64e,
     device_id_for,
 )
 from secagg import identity_token
@@ -73,7 +72,7 @@ async def register(request: web.Request) -> web.Response:
     if st.register_limiter is not None:
         wait = st.register_limiter.take(request.remote)
         if wait > 0:
-            retry = AddressRateLimiter.retry_after_header(wait)
+            retry = retry_after_header(wait)
             raise HttpError(429, f"too many registrations from this address; retry in {retry} s",
                             headers={"Retry-After": retry})
     if request.headers.get(HDR_DEVICE):

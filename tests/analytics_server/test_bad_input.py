@@ -20,7 +20,8 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from analyst_client.cli import AnalystClient, ApiError
-from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
+from fa_common.b64 import b64e
+from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION
 from tests.signed_device import SignedDevice
 
 GOOD = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from device_sdk import DeviceClient, LocalStore
-from queries.envelope import b64d, b64e
+from fa_common.b64 import b64d, b64e
 from secagg.client import KeyPairs
 from secagg.crypto import keys_payload
 from secagg.messages import PeerKeys, decode

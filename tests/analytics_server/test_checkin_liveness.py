@@ -25,7 +25,8 @@ from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from analytics_server.state import STATE
 from device_sdk import DeviceClient, LocalStore
-from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
+from fa_common.b64 import b64e
+from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION
 from tests.analytics_server.conftest import TEST_SETTINGS
 from tests.signed_device import SignedDevice
 from tests.support.devstack import free_port

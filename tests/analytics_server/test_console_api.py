@@ -101,7 +101,7 @@ def test_phase_durations_from_stored_events() -> None:
 
 async def _silent_member(base: str, http: aiohttp.ClientSession, stop: asyncio.Event) -> None:
     """A registered device that checks in until it is seated in a cohort, then never answers."""
-    from queries.envelope import b64e
+    from fa_common.b64 import b64e
 
     dev = SignedDevice()
 

@@ -11,7 +11,8 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from device_sdk import DeviceClient, LocalStore
-from queries.envelope import MAX_REFUSAL_DETAIL, b64e
+from fa_common.b64 import b64e
+from queries.envelope import MAX_REFUSAL_DETAIL
 from tests.signed_device import SignedDevice
 
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},

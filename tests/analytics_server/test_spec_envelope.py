@@ -6,7 +6,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from queries.envelope import Assignment, b64d, b64e, device_id_for, signing_payload
+from fa_common.b64 import b64d, b64e
+from queries.envelope import Assignment, device_id_for, signing_payload
 from queries.spec import CohortSpec, PrivacySpec, QuerySpec
 
 

@@ -28,11 +28,11 @@ from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.errors import HttpError
 from analytics_server.metrics import Metrics
+from fa_common.clock import Clock, ManualClock
 from secagg import ClientSession, SecAggConfig, ServerSession, encoding
 from secagg.crypto import ed25519_public_bytes
 from secagg.messages import PeerKeys, decode
 from secagg.phases import Phase
-from secagg.clock import Clock, ManualClock
 
 async def _setup(url: str, n: int, dim: int = 3) -> tuple[Store, str, int, list[str]]:
     store = Store(make_engine(url))

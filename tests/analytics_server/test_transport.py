@@ -16,8 +16,7 @@ from analytics_server.db.engine import make_engine
 from analytics_server.db.store import Store
 from analytics_server.errors import HttpError
 from analytics_server.http.common import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, json_shape
-from analytics_server.ratelimit import AddressRateLimiter, client_key
-from queries.envelope import b64e
+from fa_common.b64 import b64e
 from tests.signed_device import SignedDevice
 
 class Device(SignedDevice):
@@ -168,18 +167,6 @@ async def test_registration_rate_limit_per_address(start_app_server) -> None:  #
         assert int(last.headers["Retry-After"]) >= 1 and "too many registrations" in (await last.json())["error"]
 
 
-def test_rate_limiter_buckets() -> None:
-    lim = AddressRateLimiter(rate_per_min=60, burst=2, max_addresses=3)
-    assert lim.take("10.0.0.1", now=0) == 0 and lim.take("10.0.0.1", now=0) == 0
-    assert lim.take("10.0.0.1", now=0) == pytest.approx(1.0)
-    assert lim.take("10.0.0.1", now=1.0) == 0  # refilled one token after a second
-    for i in range(10):
-        lim.take(f"10.0.1.{i}", now=2)
-    assert len(lim) == 3
-    assert client_key("2001:db8::1") == client_key("2001:db8::ffff") == "2001:db8::/64"
-    assert client_key("::ffff:10.0.0.1") == "10.0.0.1" and client_key(None) == "unknown"
-
-
 async def test_metrics_need_a_token_in_production_and_are_open_in_demo(start_app_server, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
     store = Store(make_engine(migrated_url))
     metrics_token, analyst_token = await store.create_token("metrics"), await store.create_token("analyst")
@@ -239,7 +226,7 @@ def test_the_signature_window_follows_the_injected_clock() -> None:
     from aiohttp.test_utils import make_mocked_request
 
     from queries.envelope import HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP
-    from secagg.clock import ManualClock
+    from fa_common.clock import ManualClock
 
     clock = ManualClock(start=1_000_000.0)  # far from the machine's time: only the injected clock can accept it
     auth = DeviceAuth(None, window_s=300.0, clock=clock)  # type: ignore[arg-type]  # no store needed for headers

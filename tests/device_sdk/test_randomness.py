@@ -68,7 +68,7 @@ async def test_a_seeded_device_masks_and_signs_with_the_factorys_sub_sources(app
     import json
 
     from analytics_server.state import STATE
-    from queries.envelope import b64d
+    from fa_common.b64 import b64d
     from secagg import crypto
     from secagg.messages import AdvertiseKeys, decode
 

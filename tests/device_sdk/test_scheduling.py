@@ -178,7 +178,8 @@ async def test_a_server_answering_garbage_does_not_kill_the_device() -> None:
     reports it through on_error and backs off, instead of its loop (or the app's thread) dying."""
     from aiohttp import web
 
-    from queries.envelope import b64d, device_id_for
+    from fa_common.b64 import b64d
+    from queries.envelope import device_id_for
 
     checkins = 0
 

@@ -123,7 +123,7 @@ def test_retention_and_ledger_read_the_injected_clock() -> None:
     """Age-based retention and the contribution log's timestamps follow the store's clock, not the real one:
     a day passes by advancing a manual clock."""
     from device_sdk.ledger import ContributionLedger
-    from secagg.clock import ManualClock
+    from fa_common.clock import ManualClock
 
     clock = ManualClock(start=10_000.0)
     store = LocalStore(":memory:", clock=clock)

@@ -113,7 +113,7 @@ class SyncDevice(SignedDevice):
         return self.raw(method, path_qs, body, headers)
 
     def register(self) -> None:
-        from queries.envelope import b64e
+        from fa_common.b64 import b64e
 
         status, _, body = self.call("POST", "/v1/device/register", json.dumps({"public_key": b64e(self.public)}).encode(),
                                     device=False)

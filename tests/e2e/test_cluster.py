@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from analyst_client.cli import AnalystClient, ApiError
-from queries.envelope import b64e
+from fa_common.b64 import b64e
 from tests.e2e.cluster import Cluster, HAProxy, sse_events
 from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, audit_clean, check_exact, cli, free_port, free_port_run, fresh_database
 from tests.support.devstack import BIN

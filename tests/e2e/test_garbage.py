@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyst_client.cli import AnalystClient
-from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
+from fa_common.b64 import b64e
+from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION
 from tests.e2e.harness import Fleet, Server, SyncDevice, check_exact, client_session
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from analyst_client.cli import AnalystClient
-from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION, b64e
+from fa_common.b64 import b64e
+from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION
 from tests.e2e.harness import Fleet, Server, SyncDevice, chunked_upload, fresh_database, rss_bytes
 from tests.support import deadlines
 

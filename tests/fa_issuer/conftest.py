@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from nacl.signing import SigningKey
 
-from fa_issuer.addresses import AddressLimiter
+from fa_common.ratelimit import AddressRateLimiter
 from fa_issuer.app import Issuer, create_app
 from fa_issuer.attesters import AppBackendAttester, mint_credential, new_app_key
 from fa_issuer.keys import IssuerKey
@@ -45,7 +45,7 @@ async def start_issuer(tmp_path: Path, issuer_key: IssuerKey, app_key: SigningKe
     """`await start_issuer(tokens_per_day=1, limiter=None)` → (client, issuer) of a fresh in-process service."""
     clients: list[TestClient[Any, Any]] = []
 
-    async def start(tokens_per_day: int = 1, limiter: AddressLimiter | None = None) -> tuple[TestClient[Any, Any], Issuer]:
+    async def start(tokens_per_day: int = 1, limiter: AddressRateLimiter | None = None) -> tuple[TestClient[Any, Any], Issuer]:
         quota = QuotaStore(tmp_path / f"issuer-{len(clients)}.db", tokens_per_day)
         issuer = Issuer.with_key(issuer_key, AppBackendAttester({APP: bytes(app_key.verify_key)}), quota, limiter)
         client: TestClient[Any, Any] = TestClient(TestServer(create_app(issuer)))

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 from nacl.signing import SigningKey
 
 from fa_issuer import app as issuer_app
-from fa_issuer.addresses import AddressLimiter
+from fa_common.ratelimit import AddressRateLimiter
 from fa_issuer.keys import IssuerKey
 from secagg import blind_rsa, identity_token
 from secagg.randomness import OsRandom
@@ -92,7 +92,7 @@ async def test_parallel_requests_never_exceed_the_quota(start_issuer: IssuerFact
 
     statuses = await asyncio.gather(*(post(b) for b in bodies))
     assert sorted(statuses) == [200] * 3 + [429] * 37
-    assert issuer.quota.used("notes", "install-p", issuer.clock()) == 3
+    assert issuer.quota.used("notes", "install-p", issuer.clock.time()) == 3
 
 
 async def test_the_database_holds_no_blinded_message_or_signature(start_issuer: IssuerFactory, issuer_key: IssuerKey,
@@ -164,7 +164,7 @@ async def test_a_field_that_does_not_parse_is_422_naming_it(start_issuer: Issuer
     answer = await resp.json()
     assert answer["error"].startswith(f"{field}: ")
     assert answer["detail"][0]["field"] == field
-    assert issuer.quota.used("notes", "i", issuer.clock()) == 0  # nothing charged
+    assert issuer.quota.used("notes", "i", issuer.clock.time()) == 0  # nothing charged
 
 
 @pytest.mark.parametrize("data, headers, status", [
@@ -203,7 +203,7 @@ async def test_unknown_routes_and_methods(start_issuer: IssuerFactory) -> None:
 
 async def test_the_address_limit_is_a_second_line(start_issuer: IssuerFactory, issuer_key: IssuerKey,
                                                   app_key: SigningKey) -> None:
-    client, _ = await start_issuer(limiter=AddressLimiter(rate_per_min=1, burst=3))
+    client, _ = await start_issuer(limiter=AddressRateLimiter(rate_per_min=1, burst=3))
     statuses = []
     for n in range(5):
         resp = await client.post("/v1/issuer/token", json=token_body(issuer_key, credential(app_key, f"i{n}"))[0])

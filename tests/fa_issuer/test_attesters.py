@@ -8,9 +8,10 @@ import json
 import pytest
 from nacl.signing import SigningKey
 
+from fa_common.b64 import b64url_e
 from fa_issuer.attesters import (
     DOMAIN, MAX_CREDENTIAL_CHARS, Admission, AppAttestAttester, AppBackendAttester, Attester, CredentialRefused,
-    PlayIntegrityAttester, b64url_encode, mint_credential, new_app_key,
+    PlayIntegrityAttester, mint_credential, new_app_key,
 )
 from secagg.randomness import SeededRandom
 
@@ -30,7 +31,7 @@ def refused(credential: str, now: float = NOW) -> str:
 
 
 def forged(payload: bytes, key: SigningKey = KEY, domain: bytes = DOMAIN) -> str:
-    return f"{b64url_encode(payload)}.{b64url_encode(key.sign(domain + payload).signature)}"
+    return f"{b64url_e(payload)}.{b64url_e(key.sign(domain + payload).signature)}"
 
 
 def test_a_minted_credential_admits_its_install() -> None:
@@ -86,8 +87,8 @@ def test_oversize() -> None:
 
 @pytest.mark.parametrize("credential", [
     "", "no-dot", "a.b.c", "!!!!.AAAA", "eyJ9.%%%", "A.AAAA", "eyJhcHAiOiJub3RlcyJ9.",
-    b64url_encode(b"not json") + "." + b64url_encode(bytes(64)),
-    b64url_encode(b"{}") + "." + b64url_encode(bytes(63)),
+    b64url_e(b"not json") + "." + b64url_e(bytes(64)),
+    b64url_e(b"{}") + "." + b64url_e(bytes(63)),
 ])
 def test_malformed(credential: str) -> None:
     assert refused(credential).startswith("malformed credential")

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from nacl.signing import SigningKey
 
-from fa_issuer.attesters import b64url_encode, mint_credential, new_app_key
+from fa_common.b64 import b64url_e
+from fa_issuer.attesters import mint_credential, new_app_key
 from secagg import blind_rsa, identity_token
 from secagg.randomness import OsRandom
 from tests.support.devstack import Issuer
@@ -101,7 +102,7 @@ def test_fifty_requests_without_a_valid_credential_are_refused(start: Any, app_k
         *(mint_credential(stranger, APP, f"sybil-{n}", now + 3600) for n in range(15)),  # not the app's backend
         *(mint_credential(app_key, APP, f"late-{n}", now - 60) for n in range(10)),  # expired
         *(mint_credential(app_key, "calendar", f"other-{n}", now + 3600) for n in range(10)),  # unknown app
-        *(f"{b64url_encode(payload)}.{b64url_encode(bytes(64))}" for _ in range(5)),  # no signature
+        *(f"{b64url_e(payload)}.{b64url_e(bytes(64))}" for _ in range(5)),  # no signature
         *(f"garbage-{n}" for n in range(10)),
     ]
     assert len(credentials) == 50

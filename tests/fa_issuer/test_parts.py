@@ -1,5 +1,5 @@
-"""The issuer's smaller parts: address prefixes and the address limiter, settings, key files, the CLI's commands
-(in process), and the product boundary (fa_issuer imports neither the server nor the device SDK)."""
+"""The issuer's smaller parts: settings, key files, the CLI's commands (in process), and the product boundary
+(fa_issuer imports neither the server nor the device SDK). Its address limiter is fa_common's (tests/fa_common)."""
 
 from __future__ import annotations
 
@@ -15,41 +15,11 @@ import pytest
 from nacl.signing import SigningKey
 
 from fa_issuer import cli, keys
-from fa_issuer.addresses import AddressLimiter, address_prefix
 from fa_issuer.attesters import AppBackendAttester
 from fa_issuer.settings import IssuerSettings, SettingsError, parse_app_key
 from tests.support.cli_help import options_without_help, parser_of
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.mark.parametrize("remote, prefix", [
-    ("192.0.2.7", "192.0.2.7"),
-    ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
-    ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),
-    ("::ffff:192.0.2.7", "192.0.2.7"),
-    (None, "unknown"),
-    ("not an address", "unknown"),
-])
-def test_address_prefix(remote: str | None, prefix: str) -> None:
-    assert address_prefix(remote) == prefix
-
-
-def test_the_limiter_counts_a_v6_64_as_one_client_and_refills() -> None:
-    lim = AddressLimiter(rate_per_min=60, burst=2)
-    assert lim.take("2001:db8::1", now=0) == 0
-    assert lim.take("2001:db8::2", now=0) == 0
-    assert lim.take("2001:db8::3", now=0) == pytest.approx(1.0)  # same /64, bucket empty: one a second
-    assert lim.take("2001:db8:0:1::1", now=0) == 0  # another /64
-    assert lim.take("2001:db8::3", now=1.0) == 0
-    assert lim.retry_after_header(0.2) == "1"
-
-
-def test_the_limiter_table_is_bounded() -> None:
-    lim = AddressLimiter(rate_per_min=1, burst=1, max_prefixes=3)
-    for n in range(10):
-        lim.take(f"192.0.2.{n}", now=0)
-    assert len(lim._buckets) == 3
 
 
 def test_app_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parents[2]
+from fa_common.canonical import canonical_json
 from queries.dp import noise
 from queries.kind import contribution_generator
 from queries.registry import get_kind
@@ -1131,7 +1132,7 @@ _EDGE_ASSIGNMENTS: list[Json] = [
     ],
 )
 def task_digest_vectors(case: Json) -> Json:
-    canonical = td.canonical_json(td.digest_view(case["assignment"]), "assignment")
+    canonical = canonical_json(td.digest_view(case["assignment"]), "assignment")
     digest = td.task_digest(case["assignment"])
     assert digest == hashlib.sha256(td.DOMAIN + canonical).digest()
     return {"canonical": canonical.decode("utf-8"), "digest": h(digest)}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from secagg.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
+from fa_common.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
 
 
 def test_both_clocks_satisfy_the_protocol() -> None:
