@@ -349,7 +349,7 @@ class QueryKind(DeviceKind[Any], Generic[P, S]):
 
     def largest_validity(self, params: P) -> Statement | None:
         """Optional hook: the largest statement any round of the query can have (what a device may have to prove when
-        later rounds grow, e.g. a heavy-hitters frontier; tests/support/proving.py sizes a simulated fleet's proving
+        later rounds grow, e.g. a heavy-hitters frontier; devstack/proving.py sizes a simulated fleet's proving
         time with it). Default None: the rounds planned at submit are representative."""
         return None
 

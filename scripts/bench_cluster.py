@@ -20,9 +20,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 from analyst_client.cli import AnalystClient
+from devstack.pg_local import local_postgres, postgres_cpu_seconds
+from devstack.processes import Fleet, Server, fresh_database
 from scripts.bench_http import AVAILABILITY_LAPSE_S, cpu_seconds, metric
-from tests.support.devstack import Fleet, Server, fresh_database
-from tests.support.pg_local import local_postgres, postgres_cpu_seconds
 
 BUCKETS = ["moon", "sun", "star", "cloud"]
 

@@ -1,7 +1,7 @@
 """`make bench` section "dp_training": the README's DP pipeline and the divergence detector, in process.
 
 README pipeline: `examples/breast_cancer_stats.json` then `examples/breast_cancer_train_dp.json` (both ε = 2, δ = 1e-6,
-within the production profile's caps) over 398 devices holding one training row each (tests/support/readme_pipeline.py:
+within the production profile's caps) over 398 devices holding one training row each (devstack/readme_pipeline.py:
 the server's calibration, every device's own noise share, t_min = cohort.min_clients), 20 noise seeds: the test ROC
 AUC of each run, its stop reason, and the scaling statistics' error (median over the features of |mean error| /
 the feature's std) — against scikit-learn's LogisticRegression on the pooled, exactly scaled rows.
@@ -24,9 +24,9 @@ import time
 
 import numpy as np
 
+from devstack.readme_pipeline import fleet, run_pipeline
 from fleet_sim.scenarios.datasets import breast_cancer_split
 from queries.training import TrainedModel
-from tests.support.readme_pipeline import fleet, run_pipeline
 
 SEEDS = 20
 DIVERGING = {"client": {"lr": 30.0}, "server_optimizer": {"lr": 100.0}}

@@ -30,7 +30,6 @@ in proportion to the round's length). Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import json
 import os
@@ -49,8 +48,7 @@ from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 from analyst_client.cli import AnalystClient
-from fa_issuer.attesters import new_app_key
-from tests.support.devstack import Fleet, Issuer, Server, fresh_database
+from devstack.processes import Fleet, Issuer, Server, fresh_database, new_app_key_file
 from secagg.plain import BENCH_UNMASKED_ENV
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -242,9 +240,8 @@ def one_round(n: int, unmasked: bool, processes: int, dropout: float = 0.0, chec
 def bench_issuer(tmp: Path) -> Iterator[tuple[str, Path]]:
     """A real `fa-issuer` for one round (tokens per install high enough for re-enrolling fleets) and the app
     backend's key file the fleet signs credentials with."""
-    key = new_app_key()
     key_file = tmp / "app.key"
-    key_file.write_text(base64.b64encode(bytes(key)).decode() + "\n")
+    key = new_app_key_file(key_file)
     (tmp / "issuer").mkdir()
     issuer = Issuer(tmp / "issuer", {"fa-sim": bytes(key.verify_key)}, tokens_per_day=10).start()
     try:

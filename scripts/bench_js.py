@@ -30,9 +30,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 from analyst_client.cli import AnalystClient
+from devstack.js_fleet import JS, JsFleet, js_missing, scenario_data
+from devstack.processes import Fleet, Server, free_port, fresh_database
 from fleet_sim.scenarios import generate
-from tests.support.devstack import Fleet, Server, free_port, fresh_database
-from tests.support.js_fleet import JS, JsFleet, js_missing, scenario_data
 
 BUNDLE = JS / "dist" / "fa-device-sdk.min.js"
 PHASES = ("advertise_keys", "share_keys", "masked_input", "consistency_check", "unmasking")

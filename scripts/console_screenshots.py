@@ -1,6 +1,6 @@
 """Screenshots of the console for the README (docs/img/): the histogram result, the training result and the budget
-page, made with the browser-test machinery (tests/support/browser.py: Playwright driving the system's Chromium) against
-a live server and simulated fleets (tests/support/devstack.py).
+page, made with the browser-test machinery (devstack/browser.py: Playwright driving the system's Chromium) against
+a live server and simulated fleets (devstack/processes.py).
 
     .venv/bin/python scripts/console_screenshots.py [--out docs/img]
 
@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 from analyst_client.client import AnalystClient
 from analyst_client.cli import apply_set
+from devstack.browser import chromium_available, console_page
+from devstack.processes import Fleet, Server, fresh_database
 from fleet_sim.scenarios.datasets import breast_cancer_train_size
-from tests.support.browser import chromium_available, console_page
-from tests.support.devstack import Fleet, Server, fresh_database
 
 WIDTH = 1100
 

@@ -13,7 +13,6 @@ keeps the database and the server's and fleets' logs in DIR.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import json
 import os
@@ -29,13 +28,12 @@ from rich.console import Console
 from rich.table import Table
 
 from analyst_client.cli import AnalystClient, _flatten
-from fa_issuer.attesters import new_app_key
+from devstack.processes import Fleet, Issuer, Server, fresh_database, new_app_key_file
 from fleet_sim import deadlines as deadlines_of_this_machine
 from queries.local_run import run_locally
 from queries.registry import get_kind
 from scripts import demo_training
 from scripts.demo_training import Deadlines, Outcome, SubmitFailed
-from tests.support.devstack import Fleet, Issuer, Server, fresh_database
 
 DEVICES = 1000
 SCENARIO = "mixed"
@@ -269,10 +267,8 @@ def audit_step(console: Console, server: Server, admin: str) -> Outcome:
 def identity_issuer(tmp: Path) -> Iterator[Issuer]:
     """A real `fa-issuer` for the demo (docs/identities.md), and the app backend's key the fleets sign their
     credentials with: exported as FA_ISSUER_URL / FA_APP_KEY_FILE, which fa-server and every fa-sim read."""
-    app_key = new_app_key()
     key_file = tmp / "app-backend.key"
-    key_file.write_text(base64.b64encode(bytes(app_key)).decode() + "\n")
-    key_file.chmod(0o600)
+    app_key = new_app_key_file(key_file)
     (tmp / "issuer").mkdir(exist_ok=True)
     issuer = Issuer(tmp / "issuer", {"fa-sim": bytes(app_key.verify_key)}).start()
     saved = {k: os.environ.get(k) for k in ("FA_ISSUER_URL", "FA_APP_KEY_FILE")}

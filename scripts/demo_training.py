@@ -28,10 +28,10 @@ from rich.table import Table
 
 from analyst_client import cli as analyst_cli
 from analyst_client.cli import AnalystClient
+from devstack import proving
+from devstack.processes import Fleet, Server
 from fleet_sim.scenarios import generate
 from fleet_sim.scenarios.datasets import breast_cancer_split, breast_cancer_train_size
-from tests.support import proving
-from tests.support.devstack import Fleet, Server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BC_DEVICES = breast_cancer_train_size()
@@ -79,7 +79,7 @@ class Deadlines:
 
 
 FLEET_PROVING_CAP_S = 30.0
-"""The demo keeps validity proofs on while its fleet proves for one cohort within this (tests/support/proving.py)."""
+"""The demo keeps validity proofs on while its fleet proves for one cohort within this (devstack/proving.py)."""
 
 
 class _Tee(io.TextIOBase):

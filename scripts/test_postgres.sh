@@ -3,7 +3,7 @@
 # cluster, create a database, and run the PostgreSQL variants of the end-to-end tests (-m postgres) against
 # it, including the many-process tests (tests/e2e/test_cluster.py, behind a real HAProxy). They run on PG_WORKERS
 # pytest-xdist workers (default 2), a module at a time, each worker on a database of its own
-# (tests/support/pg_local.py `worker_database`); PG_WORKERS=0 runs them one at a time.
+# (devstack/pg_local.py `worker_database`); PG_WORKERS=0 runs them one at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

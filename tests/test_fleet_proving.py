@@ -1,4 +1,4 @@
-"""tests/support/proving.py: a spec that leaves its validation to the server keeps proofs while the simulated fleet
+"""devstack/proving.py: a spec that leaves its validation to the server keeps proofs while the simulated fleet
 can prove for a cohort in time (its phases grow by that time), and asks for "none" beyond the cap; a spec that names
 its mode, or has no numeric deadline, is left as it is."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import proving
+from devstack import proving
 
 HIST: dict[str, Any] = {"kind": "histogram", "source": "words", "params": {"buckets": ["a", "b", "c"]},
                         "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("fa_common", "secagg", "translog", "queries", "analytics_server", "device_sdk", "analyst_client", "fleet_sim", "fa_issuer")
+PACKAGES = ("fa_common", "secagg", "translog", "queries", "analytics_server", "device_sdk", "analyst_client", "fleet_sim", "fa_issuer", "devstack")
 
 Edge = tuple[str, str, int]
 """(importing module, imported module, line)."""

@@ -733,7 +733,7 @@ async def test_the_consoles_audit_agrees_with_fa_audit(name: str) -> None:
 
 
 async def test_the_consoles_log_page_shows_the_head_and_the_audit(tmp_path: Path) -> None:
-    from tests.support.browser import chromium_available, console_page
+    from devstack.browser import chromium_available, console_page
 
     require(chromium_available(), "Chromium for the console's log page (make chromium)")
     from analytics_server.http.console import ASSETS, load_assets

@@ -25,11 +25,11 @@ from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from analytics_server.state import STATE
 from device_sdk import DeviceClient, LocalStore
+from devstack.processes import free_port
 from fa_common.b64 import b64e
 from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION
 from tests.analytics_server.conftest import TEST_SETTINGS
 from tests.signed_device import SignedDevice
-from tests.support.devstack import free_port
 
 LONG_POLL_S = 60.0
 """The dropped clients' long-poll: without the withdrawal they would stay seatable for at least this long."""

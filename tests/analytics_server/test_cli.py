@@ -12,8 +12,8 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from devstack.processes import BIN
 from tests.support.cli_help import options_without_help, parser_of
-from tests.support.devstack import BIN
 
 
 def fa_server(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ from analytics_server import cli, issuer_keys
 from analytics_server.app import create_app
 from analytics_server.issuer_keys import IssuerKeysError
 from analytics_server.settings import Settings
+from devstack.processes import free_port
 from tests.analytics_server.conftest import fixed_issuer_keys
-from tests.support.devstack import free_port
 
 
 def test_serve_in_production_without_an_issuer_is_refused_before_anything_starts(

@@ -15,9 +15,9 @@ import subprocess
 
 import pytest
 
+from devstack.js_fleet import JS, js_missing
 from secagg import blind_rsa
 from secagg import identity_token as it
-from tests.support.js_fleet import JS, js_missing
 
 _SCRIPT = r"""
 const t = await import(process.argv[1]);

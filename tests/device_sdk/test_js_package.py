@@ -1,7 +1,7 @@
 """The JS device SDK as an npm tarball (`make js` → device_sdk/js/dist-pack/*.tgz): `npm pack` of the built SDK
 installs into an empty project and its entry points import under Node.
 
-Runs when Node, npm and the built SDK are here (tests/support/js_fleet.py `js_missing`); under CI (CI set) their
+Runs when Node, npm and the built SDK are here (devstack/js_fleet.py `js_missing`); under CI (CI set) their
 absence is a failure. The SDK's runtime dependencies come from npm's cache when it has them (`--prefer-offline`):
 a first run on a machine whose cache lacks their metadata needs the registry.
 """
@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 
-from tests.support.js_fleet import JS, js_missing
+from devstack.js_fleet import JS, js_missing
 from tests.support.toolchain import require
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from analyst_client.cli import AnalystClient
-from tests.support.devstack import Server, free_port, terminate
+from devstack.processes import Server, free_port, terminate
 
 CLUSTER_ENV = {"FA_LEASE_TTL_S": "3", "FA_HEARTBEAT_S": "0.5", "FA_COHORT_FORMATION_WAIT_S": "1.0"}
 """Short leases so a killed process's queries are taken over within seconds."""

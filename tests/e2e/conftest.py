@@ -10,7 +10,7 @@ Every query submitted through `AnalystClient` gets cohort phase deadlines fitted
 (`fitted_deadlines`, tests/support/deadlines.py): never shorter than the test wrote, longer when the machine is
 too busy for the test's fleets to answer in time; the client's `wait` for that query stretches by the same factor.
 A spec that does not name its validation mode gets phases long enough for its fleet to prove, or "none" when the
-simulated fleet could not prove for a cohort in `FLEET_PROVING_CAP_S` (tests/support/proving.py).
+simulated fleet could not prove for a cohort in `FLEET_PROVING_CAP_S` (devstack/proving.py).
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from typing import Any
 import pytest
 
 from analyst_client.client import AnalystClient
+from devstack import proving
+from devstack.pg_local import worker_database
 from tests.e2e.harness import Server, fresh_database
-from tests.support import deadlines, proving
-from tests.support.pg_local import worker_database
+from tests.support import deadlines
 
 FLEET_PROVING_CAP_S = 20.0
 """A spec without a validation of its own keeps the server's default (proofs) while one fleet process proves for a
 cohort within this; beyond it the test's fleet could not keep up, and the spec asks for "none"
-(tests/support/proving.py). The validation tests name their mode."""
+(devstack/proving.py). The validation tests name their mode."""
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 collect_ignore = [] if PG_URL else ["test_cluster.py"]
 """Many processes need PostgreSQL: the cluster tests exist only under `make test-postgres`."""

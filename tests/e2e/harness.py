@@ -1,4 +1,4 @@
-"""End-to-end helpers: the process stack (tests/support/devstack.py) plus truth checks and a hand-driven device."""
+"""End-to-end helpers: the process stack (devstack/processes.py) plus truth checks and a hand-driven device."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 
 from analyst_client.audit import AuditReport, audit_log
 from analyst_client.cli import AnalystClient
+from devstack.processes import SERVER_ENV, Fleet, Server, cli, free_port, free_port_run, fresh_database  # noqa: F401
 from queries.local_run import run_locally
 from queries.registry import get_kind
-from tests.support.devstack import SERVER_ENV, Fleet, Server, cli, free_port, free_port_run, fresh_database  # noqa: F401
 from tests.signed_device import SignedDevice
 
 RESTART_ENV = {"FA_LEASE_TTL_S": "8", "FA_HEARTBEAT_S": "1"}

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 
 from analyst_client.cli import AnalystClient, ApiError
+from devstack.pg_local import worker_database
+from devstack.processes import BIN
 from fa_common.b64 import b64e
 from tests.e2e.cluster import Cluster, HAProxy, sse_events
 from tests.e2e.harness import SERVER_ENV, Fleet, SyncDevice, audit_clean, check_exact, cli, free_port, free_port_run, fresh_database
-from tests.support.devstack import BIN
-from tests.support.pg_local import worker_database
 from tests.e2e.test_training_e2e import training_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]

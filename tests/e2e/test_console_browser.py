@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from analyst_client.client import AnalystClient, pointer, uncertainty_of
+from devstack.browser import chromium_available, console_page
 from queries.templates import TEMPLATES
-from tests.support.browser import chromium_available, console_page
 from tests.e2e.harness import Fleet, audit_clean, server_on_fresh_sqlite
 from tests.readme_blocks import ROOT
 from tests.support.toolchain import require

@@ -17,9 +17,9 @@ from sqlalchemy import select
 from analyst_client.cli import AnalystClient
 from analytics_server.db.engine import make_engine
 from analytics_server.db.models import Cohort, CohortMember, DevicePresence
+from devstack.processes import Fleet, Server
 from tests.e2e.harness import SyncDevice, check_exact
 from tests.support import deadlines
-from tests.support.devstack import Fleet, Server
 
 pytestmark = pytest.mark.e2e
 

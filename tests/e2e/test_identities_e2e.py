@@ -27,11 +27,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from analyst_client.client import AnalystClient, ApiError
-from fa_issuer.attesters import new_app_key
+from devstack.js_fleet import JsFleet, js_missing, scenario_data
+from devstack.processes import Issuer, new_app_key_file
 from queries.envelope import HDR_NONCE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, PROTOCOL_VERSION, signing_payload
 from tests.e2e.harness import Fleet, Server, check_exact, fresh_database
-from tests.support.devstack import Issuer
-from tests.support.js_fleet import JsFleet, js_missing, scenario_data
 
 pytestmark = pytest.mark.e2e
 
@@ -51,9 +50,8 @@ def _keys_of(issuer: Issuer) -> list[str]:
 
 def _app(tmp: Path, name: str) -> tuple[Path, bytes]:
     """An app backend's key file (what `fa-issuer app-key --out` writes) and its public key."""
-    key = new_app_key()
     path = tmp / f"{name}.key"
-    path.write_text(base64.b64encode(bytes(key)).decode() + "\n")
+    key = new_app_key_file(path)
     return path, bytes(key.verify_key)
 
 

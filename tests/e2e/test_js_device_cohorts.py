@@ -24,13 +24,13 @@ import pytest
 
 from analytics_server import privacy
 from analyst_client.cli import AnalystClient
+from devstack.js_fleet import JsFleet, js_missing, scenario_data
 from fleet_sim.scenarios import generate
 from queries.registry import get_kind
 from queries.spec import QuerySpec
 from fleet_sim import urlbar_sim
 from queries.training import frecency
 from tests.e2e.harness import Fleet, expected_result, free_port, server_on_fresh_sqlite
-from tests.support.js_fleet import JsFleet, js_missing, scenario_data
 from tests.support.toolchain import require
 
 pytestmark = pytest.mark.e2e

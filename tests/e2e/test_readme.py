@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from analytics_server.pool import AVAILABILITY_SLACK_S
+from devstack.processes import BIN, SERVER_ENV, free_port
 from tests.support import deadlines
-from tests.support.devstack import BIN, SERVER_ENV, free_port
 from tests.readme_blocks import ROOT, blocks, script
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(660)]

@@ -50,13 +50,12 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from analyst_client.cli import AnalystClient
 from analyst_client.client import ApiError
-from fa_issuer.attesters import new_app_key
+from devstack.processes import Fleet, Issuer, Server, fresh_database, new_app_key_file
 from secagg import shamir
 from secagg.client import ClientSession
 from secagg.errors import InconsistentSurvivorsError
 from secagg.messages import ShareKind, UnmaskRequest, UnmaskShares, decode, decode_bitmap
 from tests.e2e.harness import SyncDevice, check_exact, client_session
-from tests.support.devstack import Fleet, Issuer, Server, fresh_database
 
 pytestmark = pytest.mark.e2e
 
@@ -385,9 +384,8 @@ server needs to sign two survivor sets, and they leave 12 token holders in every
 @contextmanager
 def issuer_process(tmp: Path) -> Iterator[tuple[Issuer, Path]]:
     """An `fa-issuer` admitting fa-sim's credentials, and the app key file fa-sim signs them with."""
-    key = new_app_key()
     app_key = tmp / "app.key"
-    app_key.write_text(base64.b64encode(bytes(key)).decode() + "\n")
+    key = new_app_key_file(app_key)
     (tmp / "issuer").mkdir()
     issuer = Issuer(tmp / "issuer", {"fa-sim": bytes(key.verify_key)}).start()
     try:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.devstack import BIN
 from analyst_client.cli import AnalystClient
+from devstack.processes import BIN
 from queries.registry import KINDS
 from tests.e2e.harness import Server, fresh_database
 

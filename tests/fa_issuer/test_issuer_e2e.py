@@ -1,4 +1,4 @@
-"""`fa-issuer` as a real process over real HTTP (tests/support/devstack.Issuer): one credential yields at most its
+"""`fa-issuer` as a real process over real HTTP (devstack.processes.Issuer): one credential yields at most its
 quota of tokens, the tokens finalize and verify with the published key, requests without a valid credential are
 refused, and a restart keeps the quota."""
 
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from nacl.signing import SigningKey
 
+from devstack.processes import Issuer
 from fa_common.b64 import b64url_e
 from fa_issuer.attesters import mint_credential, new_app_key
 from secagg import blind_rsa, identity_token
 from secagg.randomness import OsRandom
-from tests.support.devstack import Issuer
 
 pytestmark = pytest.mark.e2e
 APP = "notes"

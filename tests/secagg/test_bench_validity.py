@@ -3,9 +3,9 @@ reports a time and the proof's size, which must be the size the statement fixes 
 
 from __future__ import annotations
 
+from devstack.js_fleet import js_missing
 from scripts import bench_validity
 from secagg.validity import Bits, Ranged, Statement, proof_size
-from tests.support.js_fleet import js_missing
 
 
 def test_the_js_sdk_proves_the_benchmark_cases() -> None:

@@ -1,3 +1,3 @@
-"""Shared test machinery: local server and fleet processes (`devstack`), the JS fleet (`js_fleet`), a local
-PostgreSQL (`pg_local`), the console's browser (`browser`) and the test-vector generator (`vectors`). Used by the
-tests, the demo and the benchmarks; never installed."""
+"""Machinery only the tests use: fitted deadlines (`deadlines`), CLI help checks (`cli_help`), toolchain checks
+(`toolchain`), the log's test cases (`translog_cases`) and the test-vector generator (`vectors`). Never installed; what
+the demo and the benchmarks share with the tests is the top-level `devstack` package."""

@@ -165,8 +165,8 @@ def test_impossible_accuracy_is_divergence() -> None:
 def test_readme_dp_pipeline_reaches_auc_097_within_the_production_caps() -> None:
     """examples/ as the README runs them, both under DP within the production profile's caps (ε ≤ 2, δ ≤ 1e-6): the
     scaling statistics, then the training with that answer merged in, over one device per training row
-    (tests/support/readme_pipeline.py; `make bench` section dp_training runs 20 seeds)."""
-    from tests.support.readme_pipeline import STATS_SPEC, TRAIN_SPEC, fleet, run_pipeline
+    (devstack/readme_pipeline.py; `make bench` section dp_training runs 20 seeds)."""
+    from devstack.readme_pipeline import STATS_SPEC, TRAIN_SPEC, fleet, run_pipeline
 
     readme = (ROOT / "README.md").read_text()
     assert "examples/breast_cancer_stats.json" in readme and "examples/breast_cancer_train_dp.json" in readme

@@ -1,14 +1,13 @@
 """Local process stack for end-to-end tests, the demo and the HTTP benchmark: a real `fa-server serve` on a
-database URL (migrated from scratch), `fa-sim` fleets as subprocesses, tokens written by the server's own store.
+database URL (migrated from scratch), `fa-sim` fleets and `fa-issuer` as subprocesses, tokens written by the server's
+own store, app backend key files.
 
-Development tooling, not shipped (the installed packages hold no fleet launcher). Imports nothing from
-device_sdk: it only starts the console scripts installed next to this interpreter.
+Imports nothing from device_sdk: it only starts the console scripts installed next to this interpreter.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -24,9 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from alembic import command
+from nacl.signing import SigningKey
 
 from analytics_server.db.engine import alembic_config, make_engine, migrate, settle_driver_threads
 from analytics_server.db.store import Store
+from fa_common.b64 import b64e
+from fa_common.keyfile import write_seed
+from fa_issuer.attesters import new_app_key
 
 BIN = Path(sys.executable).parent
 SERVER_ENV = {
@@ -223,7 +226,7 @@ class Issuer:
                                  env=self.env, timeout=120)
             if out.returncode != 0:
                 raise RuntimeError(f"fa-issuer keygen failed ({out.returncode}): {out.stderr[-2000:]}")
-        apps = [arg for name, key in self.apps.items() for arg in ("--app", f"{name}={base64.b64encode(key).decode()}")]
+        apps = [arg for name, key in self.apps.items() for arg in ("--app", f"{name}={b64e(key)}")]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [*self.command, "serve", "--key", str(self.key_path), "--db", str(self.db_path), "--port", str(self.port),
@@ -239,3 +242,11 @@ class Issuer:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def new_app_key_file(path: Path) -> SigningKey:
+    """A new app backend key written to `path` as `fa-issuer app-key --out` writes it (mode 0600): the key fa-sim
+    (`--app-key`, FA_APP_KEY_FILE) signs its enrolment credentials with; `Issuer(apps=…)` takes its `verify_key`."""
+    key = new_app_key()
+    write_seed(path, bytes(key))
+    return key

@@ -21,7 +21,7 @@ from pathlib import Path
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from tests.support.devstack import free_port
+from devstack.processes import free_port
 
 
 def pg_bin() -> Path | None:

@@ -13,14 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nacl.signing import SigningKey
+
+from devstack.browser import CHROMIUM
+from devstack.processes import terminate
+from fa_common.keyfile import read_seed
 from fa_issuer.attesters import mint_credential
-from fa_issuer.cli import load_app_key
 from fleet_sim.enrolment import issuer_keys
 from fleet_sim.scenarios import generate
-from tests.support.browser import CHROMIUM
-from tests.support.devstack import terminate
 
-JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[2] / "device_sdk" / "js")
+JS = Path(os.environ.get("FA_JS_SDK_DIR") or Path(__file__).resolve().parents[1] / "device_sdk" / "js")
 """The built JS SDK (FA_JS_SDK_DIR: another build of it, e.g. a deliberately broken one to see these tests fail)."""
 
 
@@ -60,7 +62,7 @@ class JsFleet:
                 "--seed", str(seed), "--checkin-wait", str(checkin_wait)]
         if issuer is not None:
             assert app_key is not None and page_port is None, "enrolment: Node fleets with an app key"
-            key, not_after = load_app_key(str(app_key)), int(time.time()) + 30 * 86400
+            key, not_after = SigningKey(read_seed(app_key)), int(time.time()) + 30 * 86400
             creds = tmp / f"credentials-{name}.json"
             creds.write_text(json.dumps([mint_credential(key, "fa-sim", f"js-{name}-{i}", not_after) for i in range(len(data))]))
             policy = {"issuerKeys": issuer_keys(issuer), **(policy or {})}

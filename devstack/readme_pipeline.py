@@ -20,7 +20,7 @@ from queries.registry import get_kind
 from queries.training import TrainedModel
 from secagg.randomness import SeededRandom
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 STATS_SPEC = ROOT / "examples" / "breast_cancer_stats.json"
 TRAIN_SPEC = ROOT / "examples" / "breast_cancer_train_dp.json"
 
