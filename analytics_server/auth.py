@@ -20,6 +20,8 @@ method, path and query, timestamp, nonce and the body's hash). A request is acce
 Each nonce is kept until max(received, timestamp) + window: after that no request carrying it can pass the
 timestamp check, so pruning it cannot re-open a replay (pruning by receive time would, for a request
 stamped in the future).
+
+A refusal is a typed error of `fa_common.errors` (Unauthenticated, Forbidden, Unavailable); the HTTP edge answers it.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from analytics_server.db.batching import Batcher
 from analytics_server.db.store import Store, TokenInfo
-from analytics_server.errors import HttpError
 from fa_common.b64 import b64d
 from fa_common.clock import SYSTEM_CLOCK, Clock
+from fa_common.errors import Forbidden, Unauthenticated, Unavailable
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_SIGNATURE, HDR_TIMESTAMP, signing_payload
 
 log = logging.getLogger(__name__)
@@ -55,17 +57,17 @@ RECENT_MAX = 100_000
 async def require_token(request: web.Request, store: Store, roles: tuple[str, ...]) -> TokenInfo:
     header = request.headers.get("Authorization", "")
     if not header:
-        raise HttpError(401, "missing Authorization header (expected 'Bearer <token>')")
+        raise Unauthenticated("missing Authorization header (expected 'Bearer <token>')")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise HttpError(401, "Authorization header must be 'Bearer <token>'")
+        raise Unauthenticated("Authorization header must be 'Bearer <token>'")
     if len(token) > 200:
-        raise HttpError(401, "unknown or revoked token")
+        raise Unauthenticated("unknown or revoked token")
     info = await store.lookup_token(token.strip())
     if info is None:
-        raise HttpError(401, "unknown or revoked token")
+        raise Unauthenticated("unknown or revoked token")
     if info.role not in roles:
-        raise HttpError(403, f"this endpoint needs role {' or '.join(roles)}; the token has role {info.role}")
+        raise Forbidden(f"this endpoint needs role {' or '.join(roles)}; the token has role {info.role}")
     return info
 
 
@@ -178,20 +180,20 @@ class DeviceAuth:
         sig = request.headers.get(HDR_SIGNATURE)
         missing = [h for h, v in ((HDR_TIMESTAMP, ts), (HDR_NONCE, nonce), (HDR_SIGNATURE, sig)) if not v]
         if missing:
-            raise HttpError(401, f"unsigned device request: missing header(s) {', '.join(missing)}")
+            raise Unauthenticated(f"unsigned device request: missing header(s) {', '.join(missing)}")
         assert ts is not None and nonce is not None and sig is not None
         try:
             when = float(ts)
         except ValueError:
-            raise HttpError(401, f"{HDR_TIMESTAMP}: not a number") from None
+            raise Unauthenticated(f"{HDR_TIMESTAMP}: not a number") from None
         if not abs(self.clock.time() - when) <= self.window:
-            raise HttpError(401, f"{HDR_TIMESTAMP}: outside the accepted window of ±{self.window:.0f} s")
+            raise Unauthenticated(f"{HDR_TIMESTAMP}: outside the accepted window of ±{self.window:.0f} s")
         if not NONCE_RE.match(nonce):
-            raise HttpError(401, f"{HDR_NONCE}: must be 16-64 characters of [A-Za-z0-9_-]")
+            raise Unauthenticated(f"{HDR_NONCE}: must be 16-64 characters of [A-Za-z0-9_-]")
         try:
             raw_sig = b64d(sig, HDR_SIGNATURE, 64)
         except ValueError as exc:
-            raise HttpError(401, str(exc)) from None
+            raise Unauthenticated(str(exc)) from None
         return SignedHeaders(ts, when, nonce, raw_sig)
 
     async def identify(self, request: web.Request) -> DeviceRequest:
@@ -199,18 +201,18 @@ class DeviceAuth:
         read: signing headers, timestamp window, device known."""
         device_id = request.headers.get(HDR_DEVICE)
         if not device_id:
-            raise HttpError(401, f"unsigned device request: missing header {HDR_DEVICE}")
+            raise Unauthenticated(f"unsigned device request: missing header {HDR_DEVICE}")
         hdrs = self.signed_headers(request)
         key = self._keys.get(device_id)
         if key is None:
             if len(device_id) > 64:
-                raise HttpError(401, f"{HDR_DEVICE}: unknown device")
+                raise Unauthenticated(f"{HDR_DEVICE}: unknown device")
             raw, token = await self.store.device_identity(device_id)
             if raw is None:
-                raise HttpError(401, f"{HDR_DEVICE}: unknown device {device_id!r} (register first)")
+                raise Unauthenticated(f"{HDR_DEVICE}: unknown device {device_id!r} (register first)")
             if self.require_token and token is None:
-                raise HttpError(403, f"{HDR_DEVICE}: device {device_id!r} registered without an identity token; this "
-                                     "server admits only devices an issuer vouched for: register again with one")
+                raise Forbidden(f"{HDR_DEVICE}: device {device_id!r} registered without an identity token; this "
+                                "server admits only devices an issuer vouched for: register again with one")
             key = self._keys[device_id] = VerifyKey(raw)
         return DeviceRequest(device_id, key, hdrs)
 
@@ -224,27 +226,27 @@ class DeviceAuth:
         try:
             key.verify(signing_payload(request.method, request.path_qs, hdrs.timestamp, hdrs.nonce, body), hdrs.signature)
         except BadSignatureError:
-            raise HttpError(401, f"{HDR_SIGNATURE}: signature does not verify for this request") from None
+            raise Unauthenticated(f"{HDR_SIGNATURE}: signature does not verify for this request") from None
         return hdrs
 
     def expires_at(self, hdrs: SignedHeaders, now: float) -> float:
         return max(now, hdrs.when) + self.window
 
     async def claim(self, device_id: str, hdrs: SignedHeaders) -> None:
-        """Record the nonce in the database before a state-changing request acts; 401 on a replay."""
+        """Record the nonce in the database before a state-changing request acts; Unauthenticated on a replay."""
         try:
             fresh = await self.ledger.claim(device_id, hdrs.nonce, self.expires_at(hdrs, self.clock.time()))
         except SQLAlchemyError as exc:
             log.warning("recording a nonce failed: %s", exc.__class__.__name__)
-            raise HttpError(503, "could not record the request; retry later", headers={"Retry-After": "1"}) from None
+            raise Unavailable("could not record the request; retry later", retry_after_s=1) from None
         if not fresh:
-            raise HttpError(401, f"{HDR_NONCE}: replayed request (nonce already used)")
+            raise Unauthenticated(f"{HDR_NONCE}: replayed request (nonce already used)")
 
     def claim_read_only(self, device_id: str, hdrs: SignedHeaders) -> None:
         """In-process replay check for read-only requests (see the module docstring)."""
         now = self.clock.time()
         if not self.recent.add(device_id, hdrs.nonce, self.expires_at(hdrs, now), now):
-            raise HttpError(401, f"{HDR_NONCE}: replayed request (nonce already used)")
+            raise Unauthenticated(f"{HDR_NONCE}: replayed request (nonce already used)")
 
     async def verify(self, request: web.Request, body: bytes, *, read_only: bool = False) -> str:
         """Authenticate a signed request whose body was already read; returns the device id."""

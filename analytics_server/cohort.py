@@ -7,6 +7,8 @@ none for a grace derived from the phase's own arrival times; docs/secagg.md "Clo
 finished cohort's sum is stored atomically with its round (`Store.finish_cohort`); an aborted cohort is
 recorded with its reason and the phase that failed, and its devices are freed. Each phase the cohort
 opens is recorded on its row (and as a `cohort.phase` event) once the devices have been woken for it.
+A device's message or poll that cannot be served raises a typed error of `fa_common.errors` (Conflict, Gone, Invalid,
+Malformed, Forbidden); the device API answers it.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import numpy as np
 
 from analytics_server.db.blame_store import FailedOpening
 from analytics_server.db.store import QueryNotLive, Store
-from analytics_server.errors import HttpError
 from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
 from analytics_server.validation import CohortValidation
 from fa_common.clock import SYSTEM_CLOCK, Clock
+from fa_common.errors import Conflict, Forbidden, Gone, Invalid, Malformed, RequestError
 from queries.envelope import Assignment
 from secagg import encoding
 from secagg.errors import AbortError, ConflictError, InvalidInputError, SecAggError
@@ -218,35 +220,35 @@ class CohortRuntime:
         if accepted == digest:
             return  # a retry of a message already accepted (possibly after its phase closed) is harmless
         if accepted is not None:  # also after the phase closed: the answer must not depend on timing
-            raise HttpError(409, f"conflicting message: party {party} already sent a different message for phase {Phase(phase).label}")
+            raise Conflict(f"conflicting message: party {party} already sent a different message for phase {Phase(phase).label}")
         if self.status != "running":
-            raise HttpError(410, f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
+            raise Gone(f"cohort {self.id} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         if self.validation is not None and phase == Phase.MASKED_INPUT and phase == self.phase:
             if party not in self.session.expected():  # dropped, or its proof was refused: no more verifying for it
-                raise HttpError(410, f"party {party} was dropped from cohort {self.id}")
+                raise Gone(f"party {party} was dropped from cohort {self.id}")
             # verified in batches in the executor, outside the lock (the session finds the result when it accepts
             # the message)
             await self.validation.preverify(party, data, self.executor)
         async with self._lock:
             if party not in self.session.expected():  # before the phase check: a late answer learns it was dropped
-                raise HttpError(410, f"party {party} was dropped from cohort {self.id} (missed a deadline)")
+                raise Gone(f"party {party} was dropped from cohort {self.id} (missed a deadline)")
             if phase != self.phase:
-                raise HttpError(409, f"phase {phase} is not open; the cohort is in phase {self.phase} ({Phase(self.phase).label})")
+                raise Conflict(f"phase {phase} is not open; the cohort is in phase {self.phase} ({Phase(self.phase).label})")
             try:
                 if len(data) > OFFLOAD_BYTES or (self.validation is not None and phase == Phase.MASKED_INPUT):
                     await asyncio.get_running_loop().run_in_executor(self.executor, self.session.receive, party, data)
                 else:
                     self.session.receive(party, data)
             except ConflictError as exc:
-                raise HttpError(409, f"conflicting message: {exc}") from None
+                raise Conflict(f"conflicting message: {exc}") from None
             except InvalidInputError as exc:
                 self.metrics.proofs_refused += 1
                 log.warning("cohort %s: device %s excluded from query %s: %s", self.id, device_id, self.query_id, exc)
                 await self.store.exclude_device(self.query_id, device_id, f"validity proof refused: {exc}")
-                raise HttpError(422, f"masked input refused: {exc}; this device is dropped from the cohort and "
-                                     "left out of the rest of the query") from None
+                raise Invalid(f"masked input refused: {exc}; this device is dropped from the cohort and "
+                              "left out of the rest of the query") from None
             except (SecAggError, ValueError) as exc:
-                raise HttpError(400, f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
+                raise Malformed(f"bad secagg message for phase {Phase(phase).label}: {exc}") from None
             self._accepted[(phase, party)] = digest
             self._arrivals.add(asyncio.get_running_loop().time())
             if not self._awaited():  # the driver wakes for the last answer; the others only move the stall clock
@@ -266,7 +268,7 @@ class CohortRuntime:
         message = AdvertiseKeys(session.config.session_id, party, c_pk, s_pk, signature).encode()
         try:
             await self.submit(device_id, Phase.ADVERTISE_KEYS, message)
-        except HttpError:
+        except RequestError:
             return False
         return True
 
@@ -275,7 +277,7 @@ class CohortRuntime:
         deadline = self.clock.monotonic() + wait_s
         while True:
             if self.status == "aborted":
-                raise HttpError(410, f"cohort {self.id} aborted: {self.reason}")
+                raise Gone(f"cohort {self.id} aborted: {self.reason}")
             box = self._outboxes.get(phase)
             if box is not None:
                 next_phase, messages = box
@@ -284,9 +286,9 @@ class CohortRuntime:
                     return NextMessage("message", msg, next_phase)
                 if next_phase == Phase.DONE:
                     return NextMessage("finished", phase=next_phase, contributed=party in self.contributors)
-                raise HttpError(410, f"party {party} was dropped from cohort {self.id} in phase {Phase(phase).label}")
+                raise Gone(f"party {party} was dropped from cohort {self.id} in phase {Phase(phase).label}")
             if phase != self.phase or self.status != "running":
-                raise HttpError(409, f"no message after phase {phase}; the cohort is in phase {self.phase}")
+                raise Conflict(f"no message after phase {phase}; the cohort is in phase {self.phase}")
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return NextMessage("pending")
@@ -314,7 +316,7 @@ class CohortRuntime:
     def _party(self, device_id: str) -> int:
         party = self.members.get(device_id)
         if party is None:
-            raise HttpError(403, f"device is not a member of cohort {self.id}")
+            raise Forbidden(f"device is not a member of cohort {self.id}")
         return party
 
     def _notify(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -11,6 +12,21 @@ from queries.dp import Budget, PrivacyPolicy
 
 PRODUCTION_ANALYST_EPSILON_QUOTA = 5.0
 """Default per-analyst ε quota of the production profile (the demo profile has none)."""
+
+
+def parse_origins(raw: str) -> frozenset[str] | None:
+    """`device_cors_origins` → the allowed origins (None: any; empty: none); ValueError naming an entry that is not
+    scheme://host[:port]. The device API's CORS middleware (analytics_server/http/cors.py) allows these."""
+    items = [item.strip().rstrip("/") for item in raw.split(",") if item.strip()]
+    if "*" in items:
+        if len(items) > 1:
+            raise ValueError("device_cors_origins: `*` allows every origin and cannot be combined with others")
+        return None
+    for item in items:
+        parts = urlsplit(item)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment:
+            raise ValueError(f"device_cors_origins: {item[:200]!r} is not an origin (scheme://host[:port])")
+    return frozenset(items)
 
 
 class Settings(BaseSettings):
@@ -173,8 +189,6 @@ class Settings(BaseSettings):
     @field_validator("device_cors_origins")
     @classmethod
     def _origins(cls, v: str) -> str:
-        from analytics_server.http.cors import parse_origins
-
         parse_origins(v)  # ValueError naming the bad origin
         return v
 

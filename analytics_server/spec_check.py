@@ -3,8 +3,9 @@ its initial state — in a worker thread with a time limit, never on the event l
 
 Every size in a spec is bounded (`queries.spec`, each kind's limits), so a check is short; the thread and
 the limit (`FA_SPEC_CHECK_TIMEOUT_S`) keep the server answering even if one is not. A check that started
-but did not finish in time is refused with 422 (the spec is too expensive to check); one that could not
-start because both checker threads are busy gets 503 with `Retry-After`. Python cannot stop a running
+but did not finish in time is refused as `Invalid` (422: the spec is too expensive to check); one that could not
+start because both checker threads are busy as `Unavailable` (503 with `Retry-After`). Every refusal is a typed
+error of `fa_common.errors`; the HTTP edge answers it. Python cannot stop a running
 thread, so a check that overran still finishes in its thread; with at most `CHECK_THREADS` such threads the
 rest of the server (its own thread pool, the event loop) is unaffected.
 """
@@ -12,7 +13,6 @@ rest of the server (its own thread pool, the event loop) is unaffected.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,10 +21,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from analytics_server import noise_plan, preview, privacy, validation
-from analytics_server.errors import HttpError
-from analytics_server.http.common import parse_model, validation_message
 from analytics_server.settings import Settings
+from fa_common.errors import Invalid, Unavailable
 from queries import dp
+from queries.field_hints import validation_message
 from queries.kind import QueryKind, QueryKindError
 from queries.registry import get_kind
 from queries.spec import QuerySpec
@@ -61,21 +61,23 @@ class CheckedSpec:
 
 
 def check_spec(raw: Any, settings: Settings, with_preview: bool = False) -> CheckedSpec:
-    """The whole submit-time check (blocking); raises HttpError 422 naming the field. `with_preview`: also the
+    """The whole submit-time check (blocking); raises Invalid naming the field. `with_preview`: also the
     expected noise of every value the query would release."""
-    spec = parse_model(QuerySpec, raw)
+    try:
+        spec = QuerySpec.model_validate(raw)
+    except ValidationError as exc:
+        raise Invalid(*validation_message(exc, "", QuerySpec)) from None
     try:
         kind = get_kind(spec.kind)
     except QueryKindError as exc:
-        raise HttpError(422, str(exc), [{"field": "kind", "message": str(exc)}]) from None
+        raise Invalid(str(exc), [{"field": "kind", "message": str(exc)}]) from None
     try:
         spec = spec.model_copy(update={"params": kind.bind_privacy(spec.params, spec.privacy)})
         params = kind.parse_params(spec.params)
     except ValidationError as exc:
-        msg, details = validation_message(exc, "params", getattr(kind, "Params", None))
-        raise HttpError(422, msg, details) from None
+        raise Invalid(*validation_message(exc, "params", getattr(kind, "Params", None))) from None
     except (QueryKindError, ValueError, TypeError) as exc:
-        raise HttpError(422, f"params: {exc}") from None
+        raise Invalid(f"params: {exc}") from None
     try:
         plans = noise_plan.preview_rounds(kind, params, kind.initial_state(params), spec.cohort.min_clients)
     except noise_plan.NoisePlanError:
@@ -83,17 +85,17 @@ def check_spec(raw: Any, settings: Settings, with_preview: bool = False) -> Chec
     try:
         spec = validation.resolve(spec, kind, plans, settings.validation_required())
     except validation.ValidationError as exc:
-        raise HttpError(422, str(exc), [{"field": "privacy.validation", "message": str(exc)}]) from None
+        raise Invalid(str(exc), [{"field": "privacy.validation", "message": str(exc)}]) from None
     try:
         calibration = privacy.check_and_calibrate(spec, kind, params, settings.profile, settings.privacy_policy())
     except privacy.PrivacyPolicyError as exc:
-        raise HttpError(422, str(exc)) from None
+        raise Invalid(str(exc)) from None
     state = kind.initial_state(params)
     try:
         noise_plan.check_rounds(spec, kind, params, calibration, state)
     except noise_plan.NoisePlanError as exc:
         field = str(exc).split(":", 1)[0]
-        raise HttpError(422, str(exc), [{"field": field, "message": str(exc)}]) from None
+        raise Invalid(str(exc), [{"field": field, "message": str(exc)}]) from None
     return CheckedSpec(
         spec=spec,
         kind=kind,
@@ -107,7 +109,7 @@ def check_spec(raw: Any, settings: Settings, with_preview: bool = False) -> Chec
 
 
 async def check_spec_off_loop(raw: Any, settings: Settings, with_preview: bool = False) -> CheckedSpec:
-    """`check_spec` in a checker thread, within `settings.spec_check_timeout_s` (422 / 503 when over)."""
+    """`check_spec` in a checker thread, within `settings.spec_check_timeout_s` (Invalid / Unavailable when over)."""
     started = threading.Event()
 
     def job() -> CheckedSpec:
@@ -120,14 +122,9 @@ async def check_spec_off_loop(raw: Any, settings: Settings, with_preview: bool =
         return await asyncio.wait_for(future, limit)
     except asyncio.TimeoutError:
         if started.is_set():
-            raise HttpError(
-                422,
+            raise Invalid(
                 f"params: checking this spec (parsing, privacy calibration, noise plan) took longer than the server's "
                 f"limit of {limit:g} s (FA_SPEC_CHECK_TIMEOUT_S); submit a smaller spec (fewer rounds, buckets or "
                 "features, a smaller model)",
             ) from None
-        raise HttpError(
-            503,
-            "the server is busy checking other query specs; retry later",
-            headers={"Retry-After": str(max(1, math.ceil(limit)))},
-        ) from None
+        raise Unavailable("the server is busy checking other query specs; retry later", retry_after_s=limit) from None

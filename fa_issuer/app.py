@@ -24,6 +24,7 @@ from fa_issuer.quota import QuotaStore
 from fa_issuer.settings import BODY_LIMIT
 from fa_common.b64 import b64d, b64e
 from fa_common.clock import SYSTEM_CLOCK, Clock
+from fa_common.http_errors import HttpError
 from fa_common.ratelimit import AddressRateLimiter, retry_after_header
 from secagg import blind_rsa, identity_token
 
@@ -34,17 +35,6 @@ PRUNE_EVERY_S = 3600.0
 BODY_READ_TIMEOUT_S = 30.0
 """A request body must arrive within this (else 408): a slow sender does not hold a connection open for long."""
 FIELDS = ("credential", "token_key_id", "blinded_msg")
-
-
-class HttpError(Exception):
-    """An answer other than 200: rendered as JSON `{"error": message, "detail"?: ...}`."""
-
-    def __init__(self, status: int, message: str, detail: Any = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.detail = detail
-        self.headers = headers or {}
 
 
 def field_error(name: str, message: str) -> HttpError:

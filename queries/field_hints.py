@@ -1,8 +1,7 @@
 """"Did you mean …?" for a misspelt spec field: the nearest allowed field name of the model that refused it.
 
-Used wherever a pydantic `extra_forbidden` error becomes a message — the server's 422 body
-(`analytics_server.http.common.validation_message`) and `fa validate`/`fa submit`'s local check
-(`analyst_client.cli`) — so both say the same thing.
+Used wherever a pydantic `extra_forbidden` error becomes a message — the server's 422 body (`validation_message`,
+here) and `fa validate`/`fa submit`'s local check (`analyst_client.cli`) — so both say the same thing.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 CUTOFF = 0.6
@@ -70,3 +69,18 @@ def error_text(err: ErrorDetails, model: type[BaseModel] | None) -> str:
         if hint is not None:
             msg += f"; did you mean {hint!r}?"
     return msg
+
+
+def validation_message(
+    exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+) -> tuple[str, list[dict[str, Any]]]:
+    """The message and the field-by-field detail of a pydantic error (`[{"field": path, "message": text}]`, the
+    paths under `prefix`); given the `model` that raised it, an unknown field gets "did you mean 'x'?"."""
+    details: list[dict[str, Any]] = []
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(x) for x in ((prefix,) if prefix else ()) + tuple(err["loc"]))
+        msg = error_text(err, model)
+        details.append({"field": loc, "message": msg})
+        parts.append(f"{loc or 'body'}: {msg}")
+    return "; ".join(parts), details

@@ -39,7 +39,7 @@ from analytics_server.api_models import (
 from analytics_server.auth import require_token
 from analytics_server.db.models import Query
 from analytics_server.db.store import TERMINAL, ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded, TokenInfo
-from analytics_server.errors import HttpError
+from fa_common.http_errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
 from analytics_server.logs import FIELDS, fields
 from analytics_server.spec_check import check_spec_off_loop

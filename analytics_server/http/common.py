@@ -3,8 +3,9 @@
 `read_body` streams a body up to the route's limit (413 as soon as it is exceeded, also for chunked
 uploads without Content-Length; 408 when it does not arrive within the app's body-read deadline);
 `parse_json_body` enforces content type (415), syntax and nesting depth (400); `parse_model` the pydantic
-model (422, message naming the field path). The middleware renders `HttpError`s and aiohttp's own HTTP
-exceptions as JSON `{"error": ...}` (405 with `Allow`); anything else is a server bug and is logged as such. `json_model` renders a
+model (422, message naming the field path). The middleware renders `HttpError`s, the core's typed refusals
+(`fa_common.errors`, by `fa_common.http_errors.http_error`: the one place their statuses are decided) and aiohttp's own
+HTTP exceptions as JSON `{"error": ...}` (405 with `Allow`); anything else is a server bug and is logged as such. `json_model` renders a
 pydantic model and `app_state` gives a route the process's shared objects.
 """
 
@@ -21,9 +22,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
-from analytics_server.errors import HttpError
 from analytics_server.state import STATE, AppState
-from queries.field_hints import error_text
+from fa_common.errors import RequestError
+from fa_common.http_errors import HttpError, http_error
+from queries.field_hints import validation_message
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -58,21 +60,6 @@ def error_json(status: int, message: str, detail: Any = None, headers: dict[str,
     if detail is not None:
         body["detail"] = detail
     return web.json_response(body, status=status, headers=headers)
-
-
-def validation_message(
-    exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
-) -> tuple[str, list[dict[str, Any]]]:
-    """The 422 message and detail of a pydantic error; given the `model` that raised it, an unknown field gets
-    "did you mean 'x'?" (`queries.field_hints`)."""
-    details = []
-    parts = []
-    for err in exc.errors(include_url=False, include_input=False):
-        loc = ".".join(str(x) for x in ((prefix,) if prefix else ()) + tuple(err["loc"]))
-        msg = error_text(err, model)
-        details.append({"field": loc, "message": msg})
-        parts.append(f"{loc or 'body'}: {msg}")
-    return "; ".join(parts), details
 
 
 def parse_model(model: type[M], data: Any, prefix: str = "") -> M:
@@ -157,8 +144,9 @@ def make_error_middleware(metrics: Any) -> Any:
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             resp = await handler(request)
-        except HttpError as exc:
-            resp = error_json(exc.status, exc.message, exc.detail, exc.headers)
+        except (HttpError, RequestError) as exc:
+            answer = http_error(exc) if isinstance(exc, RequestError) else exc
+            resp = error_json(answer.status, answer.message, answer.detail, answer.headers)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from analytics_server.errors import HttpError
+from fa_common.http_errors import HttpError
 
 CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
 CSP = (

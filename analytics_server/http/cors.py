@@ -12,11 +12,11 @@ analyst API and the console are never opened to other origins.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from analytics_server.settings import parse_origins
 from queries.envelope import HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP
 
 DEVICE_PREFIX = "/v1/device/"
@@ -25,20 +25,6 @@ PREFIXES = (DEVICE_PREFIX, "/v1/log/")
 ALLOW_HEADERS = ", ".join(["Content-Type", HDR_PROTOCOL, HDR_DEVICE, HDR_TIMESTAMP, HDR_NONCE, HDR_SIGNATURE])
 EXPOSE_HEADERS = ", ".join([HDR_PHASE, HDR_PROTOCOL, "Retry-After", "Location"])
 MAX_AGE_S = 600
-
-
-def parse_origins(raw: str) -> frozenset[str] | None:
-    """The allowed origins (None: any); ValueError naming an entry that is not scheme://host[:port]."""
-    items = [item.strip().rstrip("/") for item in raw.split(",") if item.strip()]
-    if "*" in items:
-        if len(items) > 1:
-            raise ValueError("device_cors_origins: `*` allows every origin and cannot be combined with others")
-        return None
-    for item in items:
-        parts = urlsplit(item)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment:
-            raise ValueError(f"device_cors_origins: {item[:200]!r} is not an origin (scheme://host[:port])")
-    return frozenset(items)
 
 
 def make_cors_middleware(raw: str) -> Any | None:

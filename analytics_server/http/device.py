@@ -22,10 +22,11 @@ from aiohttp import web
 from nacl.signing import VerifyKey
 
 from analytics_server.cohort import CohortRuntime, NextMessage
-from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
 from analytics_server.state import AppState
 from fa_common.b64 import b64d, b64e
+from fa_common.errors import RequestError
+from fa_common.http_errors import HttpError
 from fa_common.ratelimit import retry_after_header
 from queries.envelope import (
     HDR_DEVICE,
@@ -172,7 +173,7 @@ async def _advertise_from_checkin(st: AppState, device_id: str, keys: SecAggKeys
         return
     try:
         nxt = await cohort.next_message(device_id, Phase.ADVERTISE_KEYS, max(0.0, wait_s))
-    except HttpError:  # dropped or aborted meanwhile: the device's long-poll for the message tells it why
+    except RequestError:  # dropped or aborted meanwhile: the device's long-poll for the message tells it why
         return
     if nxt.kind == "message":
         resp.next = PhaseMessage(phase=nxt.phase, body=b64e(nxt.body))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from analytics_server.db.translog_store import LogRangeError, parse_witness_keys
-from analytics_server.errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
+from fa_common.http_errors import HttpError
+from fa_common.keyfile import KeyFileError, read_seed
 from translog.heads import HeadError
-from translog.keyfile import KeyFileError, read_seed
 from translog.wire import (
     MAX_ENTRIES_PAGE,
     CosignatureModel,
