@@ -28,10 +28,12 @@ from devstack.processes import BIN, SERVER_ENV, free_port
 from tests.support import deadlines
 from tests.readme_blocks import ROOT, blocks, script
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(660)]
-TIMEOUT_S = 600
-"""On the reference machine (the tier's three workers on two cores): about 190 s alone, 430 s beside the tier's
-other modules; stretched by the measured slowdown on a busier machine, as the pytest timeout is."""
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1060)]
+TIMEOUT_S = 1000
+"""On the reference machine (the tier's three workers on two cores), stretched by the measured slowdown on a busier
+machine, as the pytest timeout is. Its cohorts of 200 devices are complete graphs at the devices' safety floor (the
+default 15 % dropout allowance; docs/secagg.md), so each phase costs a fleet process 200 × 199 key agreements:
+about 615–870 s beside the tier's other modules, 1,030 s beside other work."""
 LAPSE_S = float(SERVER_ENV["FA_CHECKIN_MAX_WAIT_S"]) + float(SERVER_ENV["FA_RETRY_AFTER_S"]) + AVAILABILITY_SLACK_S + 3
 """A device stays available for its long-poll (capped by the server), the `retry_after` it was told and the
 pool's slack after its last check-in; 3 s more for the check-in lag and the fleet's own exit."""
