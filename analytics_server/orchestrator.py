@@ -16,7 +16,10 @@ their devices out of the rest of the round.
 Many processes may share one database (docs/scaling.md): a query runs in the process holding its lease
 (`Store.acquire_query`), renewed every `heartbeat_s`; when a process stops heartbeating its leases lapse
 after `lease_ttl_s` and another process takes its queries over exactly as after a restart. A process that
-finds it lost a lease (or that the query was cancelled at another process) stops the query's task.
+finds it lost a lease (or that the query was cancelled at another process) stops the query's task. A cohort
+is stored with its members' claims in one transaction, so a process dying while one forms leaves no device
+claimed for a cohort that does not exist; a process starting a query first frees what dead processes left
+claimed (`Store.release_abandoned`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from analytics_server.cluster import ProcessIdentity
 from analytics_server.cohort import CohortRuntime, CohortSpec
 from analytics_server.db.blame_store import FailedOpening
 from analytics_server.db.models import Query, Round
-from analytics_server.db.store import Store, vec_from_bytes
+from analytics_server.db.store import ClaimLost, QueryNotLive, Store, vec_from_bytes
 from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
 from analytics_server.noise_plan import round_need
@@ -110,6 +113,7 @@ class Orchestrator:
             aborted = await self.store.abort_running_cohorts("server restarted")
             if aborted:
                 log.info("aborted %d cohorts that were in flight before the restart", aborted)
+            await self._release_abandoned()
         for qid in await self.store.unleased_queries() if not p.single else [
             q.id for q in await self.store.queries_with_status(("pending", "running"))
         ]:
@@ -218,6 +222,14 @@ class Orchestrator:
             self._stored_progress.update(changed)
         self.cluster_running = await self.store.count_active_queries()
 
+    async def _release_abandoned(self) -> None:
+        """Before running a query: free the devices a dead process left claimed (`Store.release_abandoned`), so
+        that one crash mid-formation cannot keep the fleet out of this and every later query."""
+        ended, claims = await self.store.release_abandoned(self.settings.lease_ttl_s)
+        if ended or claims:
+            log.warning("freed devices a dead server process left claimed: aborted %d cohorts of ended queries, "
+                        "released %d claims naming no running cohort", ended, claims)
+
     def load(self) -> dict[str, Any]:
         return {
             "queries": len(self._held),
@@ -241,6 +253,7 @@ class Orchestrator:
             aborted = await self.store.abort_running_cohorts("server restarted", query_id=query_id, keep_owner=p.id)
             if aborted:
                 log.info("query %s: taken over; aborted %d cohorts of the process that ran it", query_id, aborted)
+            await self._release_abandoned()
             q = await self.store.get_query(query_id)
             if q is None or q.status not in ("pending", "running"):
                 return
@@ -249,6 +262,8 @@ class Orchestrator:
             await self._drive(q)
         except asyncio.CancelledError:
             raise
+        except QueryNotLive as exc:  # ended, or taken over, while a cohort formed: nothing of it was stored
+            log.warning("query %s: stopping here: %s", query_id, exc)
         except QueryFailed as exc:
             await self.store.set_query_status(query_id, "failed", str(exc))
         except Exception as exc:
@@ -402,23 +417,8 @@ class Orchestrator:
             rnd.sampling_secret = await self.store.round_sampling_secret(rnd.id, sampling.new_secret())
         seated = await self.store.round_members(rnd.id)
         live.update(phase="forming")
-        session_id, members = await self._form(spec, rnd, plan, seated, live)
-        identities = await self.store.device_keys(list(members))
-        keys = {d: k for d, (k, _) in identities.items()}
-        tokens = {d: t for d, (_, t) in identities.items() if t is not None}
-        cohort = self._make_cohort(q, spec, rnd, plan, members, session_id, keys, tokens)
-        self.cohorts[cohort.id] = cohort
-        wire = {d: a.model_dump(mode="json", exclude_none=True) for d, a in cohort.assignments.items()}
-        try:
-            await self.store.create_cohort(
-                cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase, owner=self.process.id,
-                assignments=wire,
-                task=(rnd.index, cohort.task_digest, SecAggConfig.from_dict(cohort.secagg_dict).public_summary()),
-            )
-        except BaseException:
-            self.cohorts.pop(cohort.id, None)
-            await asyncio.shield(self.store.release_devices(cohort.id))
-            raise
+        cohort, wire = await self._form(q, spec, rnd, plan, seated, live)
+        members = cohort.members
         self.pool.deliver(wire)
         log.info("cohort %s formed for query %s round %d: %d devices (need %d survivors, %s)", cohort.id, q.id,
                  rnd.index, len(members), rnd.need, cohort.mode,
@@ -444,11 +444,11 @@ class Orchestrator:
         self._count_abort(cohort, live)
 
     async def _form(
-        self, spec: QuerySpec, rnd: Round, plan: RoundPlan, seated: set[str], live: dict[str, Any]
-    ) -> tuple[bytes, dict[str, int]]:
-        """Wait until enough eligible devices are available, sample up to `max_clients` of them and claim them
-        in the database (another process may claim some first: then try again). Returns the new cohort's
-        session id and its members (device → party)."""
+        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, seated: set[str], live: dict[str, Any]
+    ) -> tuple[CohortRuntime, dict[str, dict[str, Any]]]:
+        """Wait until enough eligible devices are available, sample up to `max_clients` of them, and store the
+        cohort with their claims (`_store_cohort`; another process may claim some first: then try again). Returns
+        the stored cohort and its members' assignments (device → wire JSON)."""
         need, cap = rnd.need, spec.cohort.max_clients
         enough_since: float | None = None
         grown_at, last_count = self.clock.monotonic(), -1
@@ -472,12 +472,10 @@ class Orchestrator:
                 enough_since = enough_since or now
                 if (len(eligible) >= cap or now - enough_since >= self.settings.cohort_formation_wait_s
                         or now - grown_at >= max(FORMATION_STALL_S, 2 * pause)):
-                    session_id = self.randomness.bytes(16)
                     chosen = eligible[:cap]  # in `blame.candidates` order: a uniform sample when nothing failed
-                    claimed = await self.store.claim_devices(session_id.hex(), chosen)
-                    if len(claimed) >= need:
-                        return session_id, {d: i + 1 for i, d in enumerate(claimed)}
-                    await self.store.release_devices(session_id.hex())
+                    formed = await self._store_cohort(q, spec, rnd, plan, chosen)
+                    if formed is not None:
+                        return formed
                     enough_since = None
             else:
                 enough_since, last_count = None, -1
@@ -488,6 +486,41 @@ class Orchestrator:
                         f"(round {rnd.index}; cohort.formation_timeout_s)"
                     )
             await asyncio.sleep(pause)
+
+    async def _store_cohort(
+        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, chosen: list[str]
+    ) -> tuple[CohortRuntime, dict[str, dict[str, Any]]] | None:
+        """Build a cohort of `chosen` and store it together with its members' claims, in one transaction
+        (`Store.create_cohort(claim=True)`): a process that dies at any step leaves no claim naming a cohort that
+        does not exist. The cohort is built before its claims (its size, parties, keys and assignments follow from
+        its members); when another cohort claimed some member first, or its availability lapsed, nothing was stored
+        and the cohort is built again without those devices while at least `need` remain (None when fewer do)."""
+        identities = await self.store.device_keys(chosen)
+        keys = {d: k for d, (k, _) in identities.items()}
+        tokens = {d: t for d, (_, t) in identities.items() if t is not None}
+        while len(chosen) >= rnd.need:
+            session_id = self.randomness.bytes(16)
+            members = {d: i + 1 for i, d in enumerate(chosen)}
+            cohort = self._make_cohort(q, spec, rnd, plan, members, session_id, keys, tokens)
+            self.cohorts[cohort.id] = cohort  # before the commit: a member told by another process may ask at once
+            wire = {d: a.model_dump(mode="json", exclude_none=True) for d, a in cohort.assignments.items()}
+            try:
+                await self.store.create_cohort(
+                    cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase,
+                    owner=self.process.id, assignments=wire, claim=True,
+                    task=(rnd.index, cohort.task_digest, SecAggConfig.from_dict(cohort.secagg_dict).public_summary()),
+                )
+            except ClaimLost as exc:
+                self.cohorts.pop(cohort.id, None)
+                chosen = [d for d in chosen if d not in exc.lost]
+                continue
+            except BaseException:  # cancelled (the shielded transaction may still have committed) or failed
+                self.cohorts.pop(cohort.id, None)
+                reason = "server shutting down" if self._stopping else self._stop_reason.get(q.id, "query cancelled")
+                await asyncio.shield(self.store.abort_cohort(cohort.id, reason))  # frees its devices if stored
+                raise
+            return cohort, wire
+        return None
 
     def _formation_timeout(self, spec: QuerySpec) -> float:
         """Seconds a cohort may take to form: the spec's cohort.formation_timeout_s or the server default."""

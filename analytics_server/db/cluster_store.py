@@ -8,8 +8,10 @@
   the transactions that store a cohort's result or close its masked-input phase.
 - Device presence: a check-in at any process marks the device available (and the process holding its long-poll
   withdraws it when that connection closes early); the process forming a cohort claims
-  free devices with one conditional `UPDATE … RETURNING` (never seating a device twice) and stores their
-  assignments in the transaction that creates the cohort.
+  free devices with one conditional `UPDATE … RETURNING` (never seating a device twice) in the transaction that
+  creates the cohort and stores their assignments (`Store.create_cohort(claim=True)`), so a claim never names a
+  cohort that was not stored, whenever its process dies; `Store.release_abandoned` frees what a dead process (or
+  an older server version, which claimed first) still left claimed.
 
 All times are unix seconds from the processes' clocks, which must agree to well within the lease TTL (NTP).
 """
@@ -17,7 +19,7 @@ All times are unix seconds from the processes' clocks, which must agree to well 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +38,19 @@ CHUNK = 500
 """Ids per `IN (…)` list (SQLite's bound-parameter limit)."""
 PROCESS_KEEP_S = 24 * 3600.0
 """Rows of processes whose last heartbeat is older than this are deleted."""
+FORMATION_STEPS = ("before_claims", "claimed", "logged", "cohort_row", "committed")
+"""The steps of storing a forming cohort (`Store.create_cohort` with `claim`) at which `ClusterStore.fault_hook`
+is called: before its transaction, after the claims, after the task's log entry, after the cohort's row, seats and
+assignments (all three inside the transaction), and after the commit."""
+
+
+class ClaimLost(Exception):
+    """Some of a forming cohort's devices could not be claimed (another cohort took them first, or their
+    availability lapsed). Nothing was written; `lost` names those devices."""
+
+    def __init__(self, cohort_id: str, lost: Iterable[str]) -> None:
+        self.lost = frozenset(lost)
+        super().__init__(f"cohort {cohort_id}: {len(self.lost)} devices could not be claimed")
 
 
 @dataclass(frozen=True)
@@ -68,9 +83,17 @@ class ClusterStore:
 
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
+    fault_hook: Callable[[str], None] | None = None
+    """Fault injection for tests: called with each step of a cohort's formation (`FORMATION_STEPS`); raising there
+    stands for the process dying at that step (an open transaction rolls back, as the database does for a dead
+    connection)."""
 
     def _tx(self, locks: Iterable[str] = ()) -> Any:  # pragma: no cover - provided by Store
         raise NotImplementedError
+
+    def _fault(self, step: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(step)
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -243,20 +266,12 @@ class ClusterStore:
             return list(rows.scalars())
 
     async def claim_devices(self, cohort_id: str, device_ids: Sequence[str]) -> list[str]:
-        """Seat-claim for a forming cohort: the subset of `device_ids` still available and free, now marked
-        with `cohort_id` (conditional UPDATE … RETURNING: two processes never claim one device)."""
-        now = time.time()
-        claimed: list[str] = []
+        """Seat-claim on its own: the subset of `device_ids` still available and free, now marked with `cohort_id`
+        (conditional UPDATE … RETURNING: two processes never claim one device). It names no stored cohort: the
+        orchestrator claims in the transaction that stores the cohort (`Store.create_cohort(claim=True)`), and
+        `Store.release_abandoned` frees claims like these."""
         async with self._tx() as s:
-            for chunk in _chunks(device_ids):
-                rows = await s.execute(
-                    update(DevicePresence)
-                    .where(DevicePresence.device_id.in_(chunk), DevicePresence.cohort_id.is_(None),
-                           DevicePresence.available_until > now)
-                    .values(cohort_id=cohort_id, assignment=None)
-                    .returning(DevicePresence.device_id)
-                )
-                claimed += list(rows.scalars())
+            claimed = await _claim(s, cohort_id, device_ids)
         order = {d: i for i, d in enumerate(device_ids)}
         return sorted(claimed, key=order.__getitem__)
 
@@ -296,6 +311,22 @@ class ClusterStore:
         return status, (await self.process_url(owner) if owner else None)
 
 
+async def _claim(s: AsyncSession, cohort_id: str, device_ids: Sequence[str]) -> list[str]:
+    """Mark those of `device_ids` that are available and free as claimed by `cohort_id`; the ones claimed."""
+    now = time.time()
+    claimed: list[str] = []
+    for chunk in _chunks(device_ids):
+        rows = await s.execute(
+            update(DevicePresence)
+            .where(DevicePresence.device_id.in_(chunk), DevicePresence.cohort_id.is_(None),
+                   DevicePresence.available_until > now)
+            .values(cohort_id=cohort_id, assignment=None)
+            .returning(DevicePresence.device_id)
+        )
+        claimed += list(rows.scalars())
+    return claimed
+
+
 async def _release(s: AsyncSession, cohort_id: str, device_ids: Sequence[str] | None = None) -> None:
     cond = [DevicePresence.cohort_id == cohort_id]
     if device_ids is None:
@@ -308,4 +339,4 @@ async def _release(s: AsyncSession, cohort_id: str, device_ids: Sequence[str] | 
         )
 
 
-__all__ = ["ClusterStore", "ProcessView", "_release"]
+__all__ = ["FORMATION_STEPS", "ClaimLost", "ClusterStore", "ProcessView", "_claim", "_release"]

@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import logging
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -31,7 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from analytics_server.db.blame_store import BlameStore
-from analytics_server.db.cluster_store import ClusterStore, _release
+from analytics_server.db.cluster_store import ClaimLost, ClusterStore, _claim, _release
 from analytics_server.db.reports import ReportStore
 from analytics_server.db.translog_store import LOG_LOCK, LogStore, now_ms
 from analytics_server.logs import fields
@@ -49,6 +50,7 @@ from analytics_server.db.models import (
     Query,
     QueryExclusion,
     Round,
+    ServerProcess,
     Token,
 )
 from queries import dp
@@ -704,14 +706,30 @@ class Store(ClusterStore, ReportStore, LogStore, BlameStore):
         owner: str | None = None,
         assignments: dict[str, dict[str, Any]] | None = None,
         task: tuple[int, bytes, dict[str, Any]] | None = None,
+        claim: bool = False,
     ) -> None:
         """Insert the cohort (open in `phase`, run by process `owner`) and its seats, and store each member's
         assignment for delivery; with `task` (round index, task digest, the config's `public_summary`) log the
         cohort's task first
-        (docs/transparency.md); IntegrityError if a device already has a seat in this round."""
+        (docs/transparency.md); IntegrityError if a device already has a seat in this round.
+
+        `claim`: a forming cohort. Its members are claimed in the same transaction, all of them or nothing
+        (ClaimLost naming those another cohort took or whose availability lapsed), and only while the query is live
+        and leased by `owner` (QueryNotLive): the claims and the cohort they name commit together, so a process that
+        dies at any step leaves either nothing or a running cohort that a takeover aborts."""
+        if claim:
+            self._fault("before_claims")
         async with self._tx([LOG_LOCK] if task is not None else []) as s:
+            if claim:
+                await _query_live_locked(s, query_id, owner)  # a process that lost the lease seats nobody
+                claimed = await _claim(s, cohort_id, list(members))
+                if len(claimed) < len(members):
+                    raise ClaimLost(cohort_id, set(members).difference(claimed))  # rolls the claims back
+                self._fault("claimed")
             if task is not None:
                 await self._log_append(s, [te.task_entry(query_id, task[0], cohort_id, task[1], now_ms(), task[2])])
+            if claim:
+                self._fault("logged")
             s.add(
                 Cohort(
                     id=cohort_id,
@@ -744,6 +762,11 @@ class Store(ClusterStore, ReportStore, LogStore, BlameStore):
                     [{"b_device": d, "b_assignment": a} for d, a in assignments.items()],
                 )
             s.add(Event(query_id=query_id, cohort_id=cohort_id, type="cohort.formed", data={"n": len(members)}, created_at=now()))
+            if claim:
+                await s.flush()
+                self._fault("cohort_row")
+        if claim:
+            self._fault("committed")
 
     async def mark_masked_input_closed(self, cohort_id: str, owner: str | None = None) -> None:
         """Record, before the next phase's messages go out, that the cohort's masked-input phase closed.
@@ -845,6 +868,33 @@ class Store(ClusterStore, ReportStore, LogStore, BlameStore):
             await self.abort_cohort(cid, reason)
         return len(ids)
 
+    async def release_abandoned(self, ttl: float) -> tuple[int, int]:
+        """Free the devices dead processes left claimed; (cohorts aborted, claims released).
+
+        Cohorts still running whose query ended while their process was not live (no heartbeat within `ttl`):
+        nobody takes such a query over, and they can never store a sum; they are aborted. Claims naming no running
+        cohort (left by a server version that claimed before storing the cohort and died in between) are released,
+        keeping the device's availability: it never learnt of the claim. Safe beside live processes: their claims
+        commit together with their running cohort (`create_cohort(claim=True)`), so neither is ever seen without
+        the other, and their own cohorts are left to them."""
+        t = time.time()
+        live = select(ServerProcess.id).where(ServerProcess.stopped.is_(False), ServerProcess.heartbeat_at > t - ttl)
+        async with self.sessions() as s:
+            ended = list((await s.execute(
+                select(Cohort.id).join(Query, Query.id == Cohort.query_id)
+                .where(Cohort.status == "running", Query.status.in_(TERMINAL),
+                       or_(Cohort.owner.is_(None), Cohort.owner.not_in(live)))
+            )).scalars())
+        for cid in ended:
+            await self.abort_cohort(cid, "its server process is gone")
+        running = select(Cohort.id).where(Cohort.id == DevicePresence.cohort_id, Cohort.status == "running")
+        async with self._tx() as s:
+            res = await s.execute(
+                update(DevicePresence).where(DevicePresence.cohort_id.is_not(None), ~running.exists())
+                .values(cohort_id=None, assignment=None)
+            )
+        return len(ended), _rowcount(res)
+
     async def events(self, query_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         async with self.sessions() as s:
             return list(
@@ -915,5 +965,5 @@ async def _lock(session: AsyncSession, dialect: str, names: tuple[str, ...]) -> 
         raise RuntimeError(f"no ledger lock for database dialect {dialect!r} (supported: sqlite, postgresql)")
 
 
-__all__ = ["BudgetState", "IntegrityError", "Store", "TokenInfo", "ROLES", "TERMINAL", "vec_from_bytes", "vec_to_bytes",
+__all__ = ["BudgetState", "ClaimLost", "IntegrityError", "Store", "TokenInfo", "ROLES", "TERMINAL", "vec_from_bytes", "vec_to_bytes",
            "ACTIVE", "ActiveQueryLimit", "AnalystLimits", "AnalystQuotaExceeded", "AnalystUsage", "QueryNotLive", "TokenRow"]
