@@ -30,16 +30,21 @@ writes only the state file (the newest verified head, atomically, and only when 
    again). Per source the spend (basic composition,
    `queries.dp.ledger`, as the server's accountant) after every charge, minus refunds, stays within the budget
    in force (the latest `budget` entry of the source, else of `"*"`).
-5. **With a token** (what the server says against what it logged): every query `GET /v1/queries` lists has a
-   `query` entry with its kind, source and spec (`GET /v1/queries/{id}`); every readable result
-   (`GET /v1/queries/{id}/result`) has a `release` entry whose `result_digest` is the digest of the `result`
-   object the route returns; every charge row of `GET /v1/budgets/{source}/charges` matches the log's charge
-   (ε, δ, charged or refunded), the log's charges are in the ledger, and each source's spent and total match
-   the log's.
+5. **With a token** (what the server says against what it logged), over every page of every list: every query
+   `GET /v1/queries` lists has a `query` entry with its kind, source and spec (listed with `?spec=true`, else
+   `GET /v1/queries/{id}`); every readable result (`GET /v1/queries/{id}/result`) has a `release` entry whose
+   `result_digest` is the digest of the `result` object the route returns; every charge row of
+   `GET /v1/budgets/{source}/charges` matches the log's charge (ε, δ, charged or refunded), the log's charges are
+   in the ledger, and each source's spent and total match the log's.
 
 The server's views are read between two reads of the newest head (n₀ before, n after), and the log is audited
 up to n: everything the views show was logged by then, and what changed between the two reads (a charge, a
 refund, a budget) is allowed either way.
+
+Time and memory are linear in the log: entries and heads are read a page at a time and checked as they arrive
+(each entry hashed into the tree and walked once, each distinct head verified once, one root per size kept), and
+each source's spend is a running sum (`queries.dp.ledger.RunningSpend`) that a charge or a refund changes in
+O(1). The findings and their order are those of checking the whole lists at once.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +67,7 @@ from pydantic import BaseModel, ValidationError
 
 from analyst_client.client import AnalystClient, ApiError
 from queries.dp.errors import BudgetExceeded, PrivacyError
-from queries.dp.ledger import Budget, PrivacyCost, compose_costs
+from queries.dp.ledger import Budget, PrivacyCost, RunningSpend, compose_costs
 from secagg import floor
 from secagg.config import GRAPH_SEED_RULE
 from secagg.errors import ConfigError
@@ -86,7 +91,11 @@ TOLERANCE = 1e-9
 """Relative slack when comparing amounts the server reports with the log's (float sums in another order)."""
 QUERY_STATUSES_WITH_RESULT = ("succeeded", "failed")
 LEDGER_PAGE = 1000
-"""`GET /v1/budgets/{source}/charges` lists at most the newest 1,000 charges."""
+"""A server that does not page `GET /v1/budgets/{source}/charges` lists at most the newest 1,000 charges: an answer
+that long may be cut short, and the checks of missing charges are skipped for it."""
+CHARGES_PAGE = 500
+"""Charges asked for per page: a paging server never answers with LEDGER_PAGE rows at once, one that does not page
+may."""
 
 CODES = {
     "bad_head": "a served head is malformed",
@@ -219,8 +228,10 @@ class _Walk:
     """What walking the entries found out."""
 
     queries: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    """query id → (index, its entry's kind, source and spec_digest)"""
     charges: dict[str, _Charge] = field(default_factory=dict)
     releases: dict[str, list[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
+    """query id → [(index, its entry's result_digest and status)]"""
     budgets: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
     """source → [(index, total ε, total δ)] in log order"""
     spends: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
@@ -283,10 +294,12 @@ def write_state(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
 
 
 class LogReader:
-    """The public log routes (no credentials) of one server, each answer checked against its documented shape."""
+    """The public log routes (no credentials) of one server, each answer checked against its documented shape.
+    `client_class` speaks HTTP (an `AnalystClient`; the benchmark's answers from memory)."""
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
-        self.http = AnalystClient(base_url, "", timeout_s)
+    def __init__(self, base_url: str, timeout_s: float = 30.0,
+                 client_class: type[AnalystClient] = AnalystClient) -> None:
+        self.http = client_class(base_url, "", timeout_s)
 
     def _get(self, path: str, model: type[BaseModel]) -> Any:
         answer = self.http.call("GET", path)
@@ -321,46 +334,155 @@ class LogReader:
         except (HeadError, ProofError) as exc:
             raise AuditError(f"GET /v1/log/proof/consistency: {exc}") from None
 
-    def entries(self, size: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
-        """Entries 0..size−1, page by page; (entries with their indexes as served, the log size last reported)."""
-        out: list[tuple[int, dict[str, Any]]] = []
-        start, reported = 0, size
+    def entry_pages(self, size: int) -> Iterator[tuple[list[tuple[int, dict[str, Any]]], int]]:
+        """Entries 0..size−1 a page at a time: (the page's entries with their indexes as served, the log size
+        it reports). Stops at `size` or at a page with nothing in its range."""
+        start = 0
         while start < size:
             end = min(size, start + MAX_ENTRIES_PAGE)
             page: LogEntriesResponse = self._get(f"/v1/log/entries?start={start}&end={end}", LogEntriesResponse)
-            reported = page.size
             got = [(e.index, e.entry) for e in page.entries if start <= e.index < end]
+            yield got, page.size
             if not got:
-                break
-            out += got
+                return
             start = max(i for i, _ in got) + 1
+
+    def entries(self, size: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """Entries 0..size−1, page by page; (entries with their indexes as served, the log size last reported)."""
+        out: list[tuple[int, dict[str, Any]]] = []
+        reported = size
+        for got, reported in self.entry_pages(size):
+            out += got
         return out, reported
 
-    def heads(self, end: int) -> list[HeadModel]:
-        """The stored heads with size < end, page by page, in the order served."""
-        out: list[HeadModel] = []
+    def head_pages(self, end: int) -> Iterator[list[HeadModel]]:
+        """The stored heads with size < end, a page at a time, in the order served."""
         start = 0
         while start < end:
             stop = min(end, start + MAX_ENTRIES_PAGE)
             page: LogHeadsResponse = self._get(f"/v1/log/heads?start={start}&end={stop}", LogHeadsResponse)
-            out += page.heads
+            yield page.heads
             if len(page.heads) >= MAX_ENTRIES_PAGE:  # full: maybe cut short; go on after the last size given
                 last = max(h.size for h in page.heads)
                 start = last + 1 if last >= start else stop
             else:
                 start = stop
+
+    def heads(self, end: int) -> list[HeadModel]:
+        """The stored heads with size < end, page by page, in the order served."""
+        return [h for page in self.head_pages(end) for h in page]
+
+
+Progress = Callable[[str, int, "int | None"], None]
+"""`progress(stage, done, total)` during an audit: stage "entries", "heads", "queries", "results" or "charges"; total
+None when not known ahead."""
+
+
+class _Heads:
+    """The signed heads seen so far, checked as they come (a page at a time): each (size, root) verified once;
+    per size the roots that verify, in the order first seen; the findings, in the order the whole list would
+    give them (the served order first, then each head's own)."""
+
+    def __init__(self, origin: str, keys: dict[str, bytes]) -> None:
+        self.origin = origin
+        self.keys = keys
+        self.roots: dict[int, bytes] = {}
+        """size → the first root that verified at that size"""
+        self.more_roots: dict[int, list[bytes]] = {}
+        """size → further roots that verified at that size (equivocation)"""
+        self.verified = 0
+        self.last_size: int | None = None
+        self.order: Finding | None = None
+        self.findings: list[Finding] = []
+
+    def served(self, page: list[HeadModel]) -> None:
+        """A page of `GET /v1/log/heads` (their sizes must increase across pages too)."""
+        for model in page:
+            if self.order is None and self.last_size is not None and model.size <= self.last_size:
+                self.order = Finding("heads_order", None, f"GET /v1/log/heads served a head of size {model.size} "
+                                                          f"after one of size {self.last_size}")
+            self.last_size = model.size
+            self.check(model)
+
+    def check(self, model: HeadModel) -> None:
+        try:
+            signed = model.parse()
+        except HeadError as exc:
+            self.findings.append(Finding("bad_head", None, f"the head of size {model.size}: {exc}"))
+            return
+        size, root = signed.head.size, signed.head.root
+        first = self.roots.get(size)
+        if first == root or (first is not None and root in self.more_roots.get(size, ())):
+            return
+        try:
+            verify_head(signed, self.keys)
+        except HeadError as exc:
+            self.findings.append(Finding("bad_signature", None, str(exc)))
+            return
+        if signed.head.origin != self.origin:
+            self.findings.append(Finding("origin", None, f"the head of size {size} is of log {signed.head.origin!r}, "
+                                                         f"the server's log is {self.origin!r}"))
+        if first is None:
+            self.roots[size] = root
+        else:
+            self.more_roots.setdefault(size, []).append(root)
+        self.verified += 1
+
+    def all_findings(self) -> list[Finding]:
+        out = ([self.order] if self.order is not None else []) + self.findings
+        for size in sorted(self.more_roots):
+            group = [self.roots[size], *self.more_roots[size]]
+            roots = ", ".join(b64(r) for r in group)
+            out.append(Finding("equivocation", size - 1 if size else None,
+                               f"the log signed {len(group)} different heads of size {size} (roots {roots}): a proof "
+                               f"that the log key holder equivocated"))
         return out
+
+    def root_finding(self, tree: MerkleTree) -> Finding | None:
+        """The first size whose signed heads all differ from the entries' root names the altered entry (a size
+        with one matching head among several is an equivocation, reported as such)."""
+        good = 0
+        first_bad: tuple[int, int] | None = None  # (size, last matching size below it)
+        later = 0
+        for size in sorted(self.roots):
+            if size > tree.size:
+                continue  # reported by entries_missing
+            root = tree.root(size)
+            if root == self.roots[size] or root in self.more_roots.get(size, ()):
+                if first_bad is None:
+                    good = max(good, size)
+                continue
+            if first_bad is None:
+                first_bad = (size, good)
+            else:
+                later += 1
+        if first_bad is None:
+            return None
+        size, good = first_bad
+        tail = f"; {later} later head(s) do not match either" if later else ""
+        if good == size - 1:
+            msg = f"entry {size - 1} altered or removed: the signed head of size {size} does not match the entries"
+        else:
+            msg = (f"an entry among {good}..{size - 1} altered or removed: the signed head of size {size} does not "
+                   f"match the entries (the one of size {good} does)")
+        return Finding("altered", size - 1, msg + tail)
 
 
 class _Audit:
-    def __init__(self, base_url: str, token: str | None, timeout_s: float) -> None:
-        self.log = LogReader(base_url, timeout_s)
-        self.api = AnalystClient(base_url, token, timeout_s) if token else None
+    def __init__(self, base_url: str, token: str | None, timeout_s: float,
+                 client_class: type[AnalystClient] = AnalystClient, progress: Progress | None = None) -> None:
+        self.log = LogReader(base_url, timeout_s, client_class)
+        self.api = client_class(base_url, token, timeout_s) if token else None
         self.server = self.log.http.server
         self.findings: list[Finding] = []
+        self.progress = progress
 
     def find(self, code: str, index: int | None, message: str) -> None:
         self.findings.append(Finding(code, index, message))
+
+    def _report(self, stage: str, done: int, total: int | None) -> None:
+        if self.progress is not None:
+            self.progress(stage, done, total)
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -380,7 +502,7 @@ class _Audit:
         server_view: _ServerView | None = None
         if self.api is not None:
             first = self.log.head()
-            server_view = _ServerView.read(self.api)
+            server_view = _ServerView.read(self.api, self._report)
             newest = self.log.head()
             n0 = first.head.size if first is not None else 0
         else:
@@ -390,21 +512,52 @@ class _Audit:
         if n0 is None or n0 > n:
             n0 = n
 
-        served, reported = self.log.entries(n)
-        entries = self._check_indexes(served, n, reported)
-        tree = MerkleTree(entry_leaf_hash(e) for e in entries)
-        heads = self.log.heads(n + 1)
-        verified = self._check_heads(heads, newest, key.origin, keys)
-        self._check_roots(verified, tree)
+        # entries, page by page: each one hashed into the tree and walked once (the walk's findings are reported
+        # after the heads', as when the whole list was fetched first)
+        tree = MerkleTree()
+        walker = _Walker()
+        gap = False
+        reported = n
+        for page, reported in self.log.entry_pages(n):
+            for i, e in page:
+                if gap:
+                    break
+                if i != tree.size:
+                    self.find("index_gap", tree.size, f"entry {tree.size} is missing: the server served entry {i} "
+                                                      f"after entry {tree.size - 1}")
+                    gap = True
+                    break
+                tree.append(entry_leaf_hash(e))
+                walker.feed(i, e)
+            self._report("entries", tree.size, n)
+        if tree.size < n:
+            self.find("entries_missing", tree.size, f"the newest signed head has {n} entries, the server serves "
+                                                    f"{tree.size} (its log reports {reported}): entries "
+                                                    f"{tree.size}..{n - 1} were removed")
+
+        # heads, page by page: verified as they come, their roots kept by size
+        heads = _Heads(key.origin, keys)
+        for head_page in self.log.head_pages(n + 1):
+            heads.served(head_page)
+            self._report("heads", heads.last_size or 0, n)
+        if newest is not None:
+            heads.check(newest.head)
+            if newest.witnessed is not None:
+                heads.check(newest.witnessed)
+        self.findings += heads.all_findings()
+        altered = heads.root_finding(tree)
+        if altered is not None:
+            self.findings.append(altered)
         head_summary = self._newest(newest, keys, witnesses)
 
-        walk = self._walk(entries)
-        sources = self._spend(walk)
+        walk = walker.done()
+        self.findings += walker.findings
+        sources = walker.spend()
         state_size = self._check_state(state, tree, newest, key.origin) if state is not None else None
 
         report = AuditReport(
-            server=self.server, head=head_summary, key_id=key.key_id, key_pinned=bool(log_keys), entries=len(entries),
-            entries_by_type={t: walk.counts[t] for t in ENTRY_TYPES if walk.counts[t]}, heads_checked=len(verified),
+            server=self.server, head=head_summary, key_id=key.key_id, key_pinned=bool(log_keys), entries=tree.size,
+            entries_by_type={t: walk.counts[t] for t in ENTRY_TYPES if walk.counts[t]}, heads_checked=heads.verified,
             sources=sources, findings=self.findings, with_token=self.api is not None, state_size=state_size)
         if server_view is not None:
             server_view.compare(self, walk, n0, n, report)
@@ -416,94 +569,7 @@ class _Audit:
             report.state_saved = True
         return report
 
-    # -- heads and roots ------------------------------------------------------------------------
-
-    def _check_indexes(self, served: list[tuple[int, dict[str, Any]]], n: int, reported: int) -> list[dict[str, Any]]:
-        entries: list[dict[str, Any]] = []
-        for i, e in served:
-            if i != len(entries):
-                self.find("index_gap", len(entries), f"entry {len(entries)} is missing: the server served entry {i} "
-                                                     f"after entry {len(entries) - 1}")
-                break
-            entries.append(e)
-        if len(entries) < n:
-            self.find("entries_missing", len(entries), f"the newest signed head has {n} entries, the server serves "
-                                                       f"{len(entries)} (its log reports {reported}): entries "
-                                                       f"{len(entries)}..{n - 1} were removed")
-        return entries
-
-    def _check_heads(self, heads: list[HeadModel], newest: LogHeadResponse | None, origin: str,
-                     keys: dict[str, bytes]) -> list[SignedHead]:
-        """The validly signed heads among all those served, by size; findings for the others."""
-        sizes = [h.size for h in heads]
-        for a, b in zip(sizes, sizes[1:]):
-            if b <= a:
-                self.find("heads_order", None, f"GET /v1/log/heads served a head of size {b} after one of size {a}")
-                break
-        candidates = list(heads)
-        if newest is not None:
-            candidates.append(newest.head)
-            if newest.witnessed is not None:
-                candidates.append(newest.witnessed)
-        verified: dict[tuple[int, bytes], SignedHead] = {}
-        for model in candidates:
-            try:
-                signed = model.parse()
-            except HeadError as exc:
-                self.find("bad_head", None, f"the head of size {model.size}: {exc}")
-                continue
-            if (signed.head.size, signed.head.root) in verified:
-                continue
-            try:
-                verify_head(signed, keys)
-            except HeadError as exc:
-                self.find("bad_signature", None, str(exc))
-                continue
-            if signed.head.origin != origin:
-                self.find("origin", None, f"the head of size {signed.head.size} is of log {signed.head.origin!r}, "
-                                          f"the server's log is {origin!r}")
-            verified[(signed.head.size, signed.head.root)] = signed
-        by_size: dict[int, list[SignedHead]] = {}
-        for s in verified.values():
-            by_size.setdefault(s.head.size, []).append(s)
-        for size, group in sorted(by_size.items()):
-            if len(group) > 1:
-                roots = ", ".join(b64(s.head.root) for s in group)
-                self.find("equivocation", size - 1 if size else None,
-                          f"the log signed {len(group)} different heads of size {size} (roots {roots}): a proof that "
-                          f"the log key holder equivocated")
-        return sorted(verified.values(), key=lambda s: (s.head.size, s.head.timestamp_ms))
-
-    def _check_roots(self, heads: list[SignedHead], tree: MerkleTree) -> None:
-        """The first size whose signed heads all differ from the entries' root names the altered entry (a size
-        with one matching head among several is an equivocation, reported as such)."""
-        roots: dict[int, set[bytes]] = {}
-        for s in heads:
-            roots.setdefault(s.head.size, set()).add(s.head.root)
-        good = 0
-        first_bad: tuple[int, int] | None = None  # (size, last matching size below it)
-        later = 0
-        for size, signed in sorted(roots.items()):
-            if size > tree.size:
-                continue  # reported by entries_missing
-            if tree.root(size) in signed:
-                if first_bad is None:
-                    good = max(good, size)
-                continue
-            if first_bad is None:
-                first_bad = (size, good)
-            else:
-                later += 1
-        if first_bad is None:
-            return
-        size, good = first_bad
-        tail = f"; {later} later head(s) do not match either" if later else ""
-        if good == size - 1:
-            msg = f"entry {size - 1} altered or removed: the signed head of size {size} does not match the entries"
-        else:
-            msg = (f"an entry among {good}..{size - 1} altered or removed: the signed head of size {size} does not "
-                   f"match the entries (the one of size {good} does)")
-        self.find("altered", size - 1, msg + tail)
+    # -- the newest head and the last audit's -----------------------------------------------------
 
     def _newest(self, newest: LogHeadResponse | None, keys: dict[str, bytes],
                 witnesses: dict[str, bytes]) -> HeadSummary | None:
@@ -556,61 +622,83 @@ class _Audit:
                                                f"newest (size {n}): HTTP {exc.status}: {exc.message}")
         return m
 
-    # -- entries --------------------------------------------------------------------------------
 
-    def _walk(self, entries: list[dict[str, Any]]) -> _Walk:
-        w = _Walk()
-        active: dict[str, dict[str, _Charge]] = {}
-        no_budget: set[str] = set()
-        for i, e in enumerate(entries):
-            kind = e.get("type") if isinstance(e, dict) else None
-            if kind not in ENTRY_TYPES:
-                self.find("bad_entry", i, f"entry {i} has an unknown type {str(kind)[:40]!r}")
-                continue
-            w.counts[kind] += 1
-            problem = _malformed(e)
-            if problem:
-                self.find("bad_entry", i, f"{kind} entry {i}: {problem}")
-                continue
-            if kind == "budget":
-                w.budgets.setdefault(e["source"], []).append((i, float(e["total_epsilon"]), float(e["total_delta"])))
-                continue
-            qid = e["query_id"]
-            if kind == "query":
-                if qid in w.queries:
-                    self.find("duplicate_query", i, f"query {qid} is logged again at entry {i} (first at entry "
-                                                    f"{w.queries[qid][0]})")
-                    continue
-                w.queries[qid] = (i, e)
-                try:
-                    if digest(e["spec"]) != e["spec_digest"]:
-                        self.find("spec_digest", i, f"query entry {i} ({qid}): spec_digest is not the digest of its spec")
-                except EntryError as exc:
-                    self.find("bad_entry", i, f"query entry {i} ({qid}): {exc}")
-                continue
-            if qid not in w.queries:
-                self.find("unlogged_query", i, f"{kind} entry {i} names query {qid}, which has no earlier query entry")
-            if kind == "task":
-                unsafe = _below_floor(e["secagg"])
-                if unsafe is not None:
-                    self.find("below_floor", i, f"cohort {e['cohort_id']} of query {qid} (entry {i}): {unsafe}")
-                first = w.tasks.setdefault(e["cohort_id"], i)
-                if first != i:
-                    self.find("task_conflict", i, f"cohort {e['cohort_id']} of query {qid} has a second task entry at "
-                                                  f"{i} (first at entry {first}): its members were shown different tasks")
-            elif kind == "release":
-                w.releases.setdefault(qid, []).append((i, e))
-            elif kind == "charge":
-                self._charge(w, active, no_budget, i, e)
-            elif kind == "refund":
-                self._refund(w, active, i, e)
-        return w
+class _Walker:
+    """The entries' walk (check 4 of the module's doc), fed one entry at a time in log order, O(1) per entry:
+    each source's spend is a running sum (`queries.dp.ledger.RunningSpend`) that charges and refunds change,
+    not a sum of every earlier charge. Its findings are kept apart (`findings`) until the run reports them."""
 
-    def _charge(self, w: _Walk, active: dict[str, dict[str, _Charge]], no_budget: set[str], i: int,
-                e: dict[str, Any]) -> None:
+    def __init__(self) -> None:
+        self.w = _Walk()
+        self.findings: list[Finding] = []
+        self.active: dict[str, RunningSpend] = {}
+        """source → its charges not refunded, keyed (query id, index of the first charge entry)"""
+        self.no_budget: set[str] = set()
+        self.over: set[int] = set()
+
+    def find(self, code: str, index: int | None, message: str) -> None:
+        self.findings.append(Finding(code, index, message))
+        if code == "over_budget" and index is not None:
+            self.over.add(index)
+
+    def done(self) -> _Walk:
+        return self.w
+
+    def feed(self, i: int, e: Any) -> None:
+        w = self.w
+        kind = e.get("type") if isinstance(e, dict) else None
+        if kind not in ENTRY_TYPES:
+            self.find("bad_entry", i, f"entry {i} has an unknown type {str(kind)[:40]!r}")
+            return
+        w.counts[kind] += 1
+        problem = _malformed(e)
+        if problem:
+            self.find("bad_entry", i, f"{kind} entry {i}: {problem}")
+            return
+        if kind == "budget":
+            w.budgets.setdefault(e["source"], []).append((i, float(e["total_epsilon"]), float(e["total_delta"])))
+            return
+        qid = e["query_id"]
+        if kind == "query":
+            if qid in w.queries:
+                self.find("duplicate_query", i, f"query {qid} is logged again at entry {i} (first at entry "
+                                                f"{w.queries[qid][0]})")
+                return
+            w.queries[qid] = (i, {k: e.get(k) for k in ("kind", "source", "spec_digest")})
+            try:
+                if digest(e["spec"]) != e["spec_digest"]:
+                    self.find("spec_digest", i, f"query entry {i} ({qid}): spec_digest is not the digest of its spec")
+            except EntryError as exc:
+                self.find("bad_entry", i, f"query entry {i} ({qid}): {exc}")
+            return
+        if qid not in w.queries:
+            self.find("unlogged_query", i, f"{kind} entry {i} names query {qid}, which has no earlier query entry")
+        if kind == "task":
+            unsafe = _below_floor(e["secagg"])
+            if unsafe is not None:
+                self.find("below_floor", i, f"cohort {e['cohort_id']} of query {qid} (entry {i}): {unsafe}")
+            first = w.tasks.setdefault(e["cohort_id"], i)
+            if first != i:
+                self.find("task_conflict", i, f"cohort {e['cohort_id']} of query {qid} has a second task entry at "
+                                              f"{i} (first at entry {first}): its members were shown different tasks")
+        elif kind == "release":
+            w.releases.setdefault(qid, []).append((i, {k: e.get(k) for k in ("result_digest", "status")}))
+        elif kind == "charge":
+            self._charge(i, e)
+        elif kind == "refund":
+            self._refund(i, e)
+
+    def _tally(self, source: str) -> RunningSpend:
+        tally = self.active.get(source)
+        if tally is None:
+            tally = self.active[source] = RunningSpend()
+        return tally
+
+    def _charge(self, i: int, e: dict[str, Any]) -> None:
+        w = self.w
         qid, source = e["query_id"], e["source"]
         if "layer" in e:
-            self._another_run(w, active, no_budget, i, e)
+            self._another_run(i, e)
             return
         logged = w.queries.get(qid)
         if logged is not None and logged[1].get("source") != source:
@@ -621,13 +709,13 @@ class _Audit:
                                              f"{w.charges[qid].index})")
         charge = _Charge(i, qid, source, float(e["epsilon"]), float(e["delta"]))
         w.charges.setdefault(qid, charge)
-        self._within_budget(w, active, no_budget, i, qid, source, charge.epsilon, charge.delta)
-        active.setdefault(source, {})[f"{qid}#{i}"] = charge
-        self._spent(w, active, source, i)
+        self._within_budget(i, qid, source, charge.epsilon, charge.delta)
+        self._tally(source).add((qid, i), charge.epsilon, charge.delta, f"charge {i}")
+        self._spent(source, i)
 
-    def _another_run(self, w: _Walk, active: dict[str, dict[str, _Charge]], no_budget: set[str], i: int,
-                     e: dict[str, Any]) -> None:
+    def _another_run(self, i: int, e: dict[str, Any]) -> None:
         """A charge for one more run of a charged query: the next run, the first run's amounts, a logged cohort."""
+        w = self.w
         qid, source, layer = e["query_id"], e["source"], e["layer"]
         base = w.charges.get(qid)
         eps, delta = float(e["epsilon"]), float(e["delta"])
@@ -643,22 +731,21 @@ class _Audit:
         if not isinstance(cohort, str) or cohort not in w.tasks:
             self.find("run_unexplained", i, f"charge {i} for run {layer} of query {qid} names cohort {cohort!r}, "
                                             "which has no task entry before it")
-        self._within_budget(w, active, no_budget, i, qid, source, eps, delta)
+        self._within_budget(i, qid, source, eps, delta)
         base.epsilon += eps
         base.delta += delta
         base.runs = layer if isinstance(layer, int) else base.runs + 1
-        self._spent(w, active, source, i)
+        self._tally(source).add((qid, base.index), eps, delta, f"charge {base.index}")  # the live first charge grows
+        self._spent(source, i)
 
-    def _within_budget(self, w: _Walk, active: dict[str, dict[str, _Charge]], no_budget: set[str], i: int, qid: str,
-                       source: str, epsilon: float, delta: float) -> None:
+    def _within_budget(self, i: int, qid: str, source: str, epsilon: float, delta: float) -> None:
         """Whether charging (ε, δ) at entry i keeps the source within the budget in force (a finding if not)."""
-        spent_rows = active.setdefault(source, {})
         try:
-            spent = compose_costs((c.epsilon, c.delta) for c in spent_rows.values())
-            budget = _in_force(w.budgets, source)
+            spent = self._tally(source).spent
+            budget = _in_force(self.w.budgets, source)
             if budget is None:
-                if source not in no_budget:
-                    no_budget.add(source)
+                if source not in self.no_budget:
+                    self.no_budget.add(source)
                     self.find("no_budget", i, f"charge {i} of query {qid} to source {source!r}: no budget logged for "
                                               f"the source nor a default ('*') before it")
             else:
@@ -673,9 +760,9 @@ class _Audit:
         except PrivacyError as exc:
             self.find("bad_entry", i, f"charge {i} of query {qid}: {exc}")
 
-    def _refund(self, w: _Walk, active: dict[str, dict[str, _Charge]], i: int, e: dict[str, Any]) -> None:
+    def _refund(self, i: int, e: dict[str, Any]) -> None:
         qid, source = e["query_id"], e["source"]
-        charge = w.charges.get(qid)
+        charge = self.w.charges.get(qid)
         if charge is None:
             self.find("refund_without_charge", i, f"refund {i} of query {qid}: the query was never charged")
             return
@@ -689,22 +776,23 @@ class _Audit:
                                             f"{e['delta']} to {source!r}; charge {charge.index} took epsilon "
                                             f"{charge.epsilon}, delta {charge.delta} from {charge.source!r}")
         charge.refund_index = i
-        active.get(charge.source, {}).pop(f"{qid}#{charge.index}", None)
-        self._spent(w, active, charge.source, i)
+        tally = self.active.get(charge.source)
+        if tally is not None:
+            tally.remove((qid, charge.index))
+        self._spent(charge.source, i)
 
-    @staticmethod
-    def _spent(w: _Walk, active: dict[str, dict[str, _Charge]], source: str, i: int) -> None:
-        rows = active.get(source, {}).values()
-        eps = sum((c.epsilon for c in rows), 0.0)
-        delta = sum((c.delta for c in rows), 0.0)
-        w.spends.setdefault(source, []).append((i, eps, delta))
+    def _spent(self, source: str, i: int) -> None:
+        tally = self.active.get(source)
+        total = tally.total if tally is not None else PrivacyCost(0.0, 0.0)
+        self.w.spends.setdefault(source, []).append((i, total.epsilon, total.delta))
 
-    def _spend(self, w: _Walk) -> list[SourceSpend]:
+    def spend(self) -> list[SourceSpend]:
+        """Each source's spend over the whole log (basic composition of its charges not refunded)."""
+        w = self.w
         out = []
         by_source: dict[str, list[_Charge]] = {}
         for c in w.charges.values():
             by_source.setdefault(c.source, []).append(c)
-        over = {f.index for f in self.findings if f.code == "over_budget"}
         for source in sorted(set(by_source) | {s for s in w.budgets if s != DEFAULT_SOURCE}):
             charges = by_source.get(source, [])
             try:
@@ -718,7 +806,7 @@ class _Audit:
                 total_epsilon=budget[1] if budget else None, total_delta=budget[2] if budget else None,
                 budget_from=(source if own else DEFAULT_SOURCE) if budget else None, charges=len(charges),
                 refunds=sum(1 for c in charges if c.refund_index is not None),
-                over=any(c.index in over for c in charges)))
+                over=any(c.index in self.over for c in charges)))
         return out
 
 
@@ -783,25 +871,47 @@ class _ServerView:
     results: dict[str, dict[str, Any]]
     budgets: dict[str, Any]
     charges: dict[str, dict[str, Any]]
+    cut: set[str] = field(default_factory=set)
+    """Sources whose charges may have been cut short (a server that does not page them)."""
 
     @classmethod
-    def read(cls, api: AnalystClient) -> _ServerView:
+    def read(cls, api: AnalystClient, progress: Progress | None = None) -> _ServerView:
+        """Every page of every list (the queries with their specs where the server lists them, each source's
+        charges), each readable result."""
+        def report(stage: str) -> Callable[[int], None]:
+            return lambda done: progress(stage, done, None) if progress is not None else None
+
         who = api.whoami()
-        queries = api.queries()
+        queries = api.queries(with_spec=True, on_page=report("queries"))
         specs: dict[str, Any] = {}
         results: dict[str, dict[str, Any]] = {}
         for q in queries:
             qid = q["id"]
-            specs[qid] = api.status(qid).get("spec")
+            spec = q.get("spec")  # listed with its spec; else (a server that does not list specs) read it alone
+            specs[qid] = spec if spec is not None else api.status(qid).get("spec")
             if q.get("status") in QUERY_STATUSES_WITH_RESULT:
                 try:
                     results[qid] = api.result(qid)
                 except ApiError as exc:
                     if exc.status not in (404, 409):  # 409: failed without a readable result
                         raise
+                if progress is not None and len(results) % 100 == 0:
+                    progress("results", len(results), None)
         budgets = api.budgets()
-        charges = {b["source"]: api.charges(b["source"]) for b in budgets.get("budgets") or []}
-        return cls(who.get("role", "analyst"), queries, specs, results, budgets, charges)
+        charges: dict[str, dict[str, Any]] = {}
+        cut: set[str] = set()
+        on_charges = report("charges")
+        for b in budgets.get("budgets") or []:
+            pages: list[int] = []
+
+            def count(done: int) -> None:
+                pages.append(done)
+                on_charges(done)
+
+            data = charges[b["source"]] = api.charges(b["source"], on_page=count, page_size=CHARGES_PAGE)
+            if len(pages) == 1 and len(data.get("charges") or []) >= LEDGER_PAGE:
+                cut.add(b["source"])  # more than a page in one answer: a server that does not page (cut at 1,000)
+        return cls(who.get("role", "analyst"), queries, specs, results, budgets, charges, cut)
 
     def compare(self, audit: _Audit, w: _Walk, n0: int, n: int, report: AuditReport) -> None:
         find = audit.find
@@ -851,10 +961,14 @@ class _ServerView:
         listed = {q["id"] for q in self.queries}
         admin = self.role == "admin"
         default = (self.budgets.get("default_epsilon"), self.budgets.get("default_delta"))
+        by_source: dict[str, list[_Charge]] = {}
+        for charge in w.charges.values():
+            by_source.setdefault(charge.source, []).append(charge)
         for b in self.budgets.get("budgets") or []:
             source = b["source"]
             data = self.charges.get(source) or {}
             rows = data.get("charges") or []
+            complete = source not in self.cut
             seen: set[str] = set()
             for row in rows:
                 report.charges_checked += 1
@@ -878,8 +992,8 @@ class _ServerView:
                 elif row.get("status") == "charged" and c.refund_index is not None and c.refund_index < n0:
                     find("ledger_mismatch", c.refund_index, f"query {qid}: the server's ledger still charges it; the "
                                                             f"log refunded it at entry {c.refund_index}")
-            logged = [c for c in w.charges.values() if c.source == source]
-            if len(rows) < LEDGER_PAGE:
+            logged = by_source.get(source, [])
+            if complete:
                 for c in logged:
                     if c.index < n0 and c.query_id not in seen and (admin or c.query_id in listed):
                         find("ledger_missing", c.index, f"charge {c.index} of query {c.query_id} to {source!r} is "
@@ -938,18 +1052,23 @@ def _totals_text(totals: list[Any]) -> str:
 
 
 def audit_log(base_url: str, *, state: str | os.PathLike[str] | None = None, token: str | None = None,
-              log_keys: list[bytes] | None = None, timeout_s: float = 30.0) -> AuditReport:
+              log_keys: list[bytes] | None = None, timeout_s: float = 30.0, progress: Progress | None = None,
+              client_class: type[AnalystClient] = AnalystClient) -> AuditReport:
     """Audit the transparency log of the server at `base_url` (docs/transparency.md); see the module's doc.
 
     `state`: a JSON file holding the newest head of the last successful audit (read if it exists; written,
     atomically, when this audit finds nothing). `token`: an analyst or admin token, for the checks of what the
     server reports against its log (an analyst sees its own queries and their charges; an admin all). `log_keys`:
-    the log's Ed25519 public keys to pin (raw 32 bytes); without them the served keys are used.
+    the log's Ed25519 public keys to pin (raw 32 bytes); without them the served keys are used. `progress`:
+    called as pages are read (`Progress`). `client_class`: the HTTP client (an `AnalystClient` subclass).
+
+    Time and memory are linear in the entries and heads: both are read a page at a time, each entry is hashed and
+    walked once, each head verified once, and each source's spend is a running sum.
 
     Raises AuditError when the audit cannot run, ApiError for an HTTP error of a route the audit needs, OSError
     when the server cannot be reached."""
-    return _Audit(base_url, token, timeout_s).run(state, log_keys)
+    return _Audit(base_url, token, timeout_s, client_class, progress).run(state, log_keys)
 
 
-__all__ = ["AuditError", "AuditReport", "CODES", "Finding", "HeadSummary", "LogReader", "SourceSpend", "audit_log",
-           "read_state", "write_state"]
+__all__ = ["AuditError", "AuditReport", "CODES", "Finding", "HeadSummary", "LogReader", "Progress", "SourceSpend",
+           "audit_log", "read_state", "write_state"]

@@ -8,6 +8,9 @@ error, an unreachable server or a query that did not succeed; 2 bad usage or an 
 3 `fa validate` checked the spec locally but the server offers no preview. `fa audit` exits 1 on any finding;
 `fa witness` exits 2 when the log's head does not extend the last head it cosigned (it then prints both).
 
+`fa ls`, `fa budget` and `fa audit` read every page of the server's lists (docs/server.md, "Paging"), with a
+progress bar on stderr when that takes more than a second.
+
 The HTTP client is `analyst_client.client.AnalystClient` (re-exported here), the text views are in
 `analyst_client.view`.
 """
@@ -19,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +190,53 @@ class Reporter:
             _say(f"query {self.query_id}: {line}")
 
 
+class Walking:
+    """Progress of reading long lists (pages of queries, charges, log entries) on stderr, shown only once a walk
+    has taken a second: a rich bar on a terminal, elsewhere a line every few seconds. `update(stage, done, total)`
+    is the `progress` of `audit_log`; `page(stage)` gives the `on_page` of the client's list calls."""
+
+    SHOW_AFTER_S = 1.0
+    LINE_EVERY_S = 5.0
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self._start = time.monotonic()
+        self._last_line = 0.0
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> Walking:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def page(self, stage: str) -> Callable[[int], None]:
+        return lambda done: self.update(stage, done, None)
+
+    def update(self, stage: str, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self._start < self.SHOW_AFTER_S:
+            return
+        if not self.tty:
+            if now - self._last_line >= self.LINE_EVERY_S:
+                self._last_line = now
+                _say(f"reading {stage}: {done:,}" + (f" of {total:,}" if total else ""))
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._bar.start()
+        task = self._tasks.get(stage)
+        if task is None:
+            task = self._tasks[stage] = self._bar.add_task(f"reading {stage}", total=total)
+        self._bar.update(task, completed=done, total=total)
+
+
 def _width() -> int:
     try:
         return max(80, min(160, os.get_terminal_size(sys.stdout.fileno()).columns)) if sys.stdout.isatty() else 120
@@ -253,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--status", choices=("pending", "running", "succeeded", "failed", "cancelled", "active"),
                     help="only queries with this status (active: pending or running)")
     ls.add_argument("--format", choices=("table", "json"), default="table", help=_FORMAT_LIST)
+    ls.add_argument("--limit", type=int, metavar="N", help="only the newest N queries (default: all, read page by page)")
 
     b = sub.add_parser("budget", help="privacy budgets of all sources, or one source with its charges")
     b.add_argument("source", nargs="?", help="a source: its budget and charges over time (default: all sources)")
@@ -394,7 +446,11 @@ def _cancel(client: AnalystClient, args: argparse.Namespace) -> int:
 
 
 def _ls(client: AnalystClient, args: argparse.Namespace) -> int:
-    queries = client.queries()
+    if args.limit is not None and args.limit < 1:
+        _say(f"--limit: must be at least 1, got {args.limit}")
+        return EXIT_USAGE
+    with Walking() as walking:
+        queries = client.queries(on_page=walking.page("queries"), most=args.limit)
     if args.status == "active":
         queries = [q for q in queries if q["status"] not in TERMINAL]
     elif args.status:
@@ -405,10 +461,12 @@ def _ls(client: AnalystClient, args: argparse.Namespace) -> int:
 
 def _budget(client: AnalystClient, args: argparse.Namespace) -> int:
     if args.source:
-        data = client.charges(args.source)
+        with Walking() as walking:
+            data = client.charges(args.source, on_page=walking.page("charges"))
         _out(json.dumps(data, indent=2) if args.format == "json" else format_charges(data, _width()))
     else:
-        data = client.budgets()
+        with Walking() as walking:
+            data = client.budgets(on_page=walking.page("sources"))
         _out(json.dumps(data, indent=2) if args.format == "json" else format_budgets(data, _width()))
     return 0
 
@@ -508,8 +566,9 @@ def _audit(args: argparse.Namespace) -> int:
         _say("no token: auditing the public log only (with --token or FA_TOKEN the audit also compares the server's "
              "queries, results and ledger with it)")
     try:
-        report = audit_log(args.server, state=args.state, token=args.token, log_keys=keys or None,
-                           timeout_s=args.timeout)
+        with Walking() as walking:
+            report = audit_log(args.server, state=args.state, token=args.token, log_keys=keys or None,
+                               timeout_s=args.timeout, progress=walking.update)
     except AuditError as exc:
         _say(f"audit: {exc}")
         return EXIT_FAILED

@@ -12,6 +12,9 @@ view = client.result(qid)              # {"kind", "result", "privacy", "uncertai
 df = frame(view)                       # pandas (optional: pip install '.[pandas]')
 ```
 
+Lists are paged on the server (docs/server.md, "Paging"); `queries`, `charges` and `budgets` follow the `next`
+cursors to the end and return everything, calling `on_page(count)` after each page (a progress display).
+
 It is analyst tooling: a device never imports it (tests/test_import_set.py). It needs only the standard library
 (and the pure `queries.table` for results from a server without tables); pandas is imported when `frame` is
 called. `analyst_client.cli` (the `fa` command) is built on it and re-exports `AnalystClient`.
@@ -24,15 +27,21 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from device_sdk.servers import parse_server_urls
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 FAILOVER_STATUSES = (502, 503, 504)
+QUERY_PAGE = 500
+"""Queries asked for per page (the server's most)."""
+LIST_PAGE = 1000
+"""Charges and sources asked for per page (the server's most)."""
+OnPage = Callable[[int], None]
+"""Called after each page of a list with the number of rows read so far."""
 Z95 = 1.959963984540054
 """Two-sided 95 % quantile of the standard normal."""
 
@@ -139,10 +148,39 @@ class AnalystClient:
     def status(self, query_id: str) -> dict[str, Any]:
         return self._object("GET", f"/v1/queries/{quote(query_id, safe='')}")
 
-    def queries(self) -> list[dict[str, Any]]:
-        """The caller's queries (an admin: all), newest first."""
-        queries: list[dict[str, Any]] = self._object("GET", "/v1/queries")["queries"]
-        return queries
+    def pages(self, path: str, key: str, params: dict[str, str] | None = None,
+              on_page: OnPage | None = None) -> Iterator[dict[str, Any]]:
+        """Every page of a paged list route (docs/server.md, "Paging"), following `next` to the end (the last
+        page has none); `key` names the page's list. A server that does not page answers once, without `next`."""
+        query = dict(params or {})
+        seen: set[str] = set()
+        count = 0
+        while True:
+            page = self._object("GET", f"{path}?{urlencode(query)}" if query else path)
+            count += len(page.get(key) or [])
+            if on_page is not None:
+                on_page(count)
+            yield page
+            nxt = page.get("next")
+            if not nxt:
+                return
+            if not isinstance(nxt, str) or nxt in seen:
+                raise ApiError(502, f"GET {path}: the server's `next` cursor does not lead on ({str(nxt)[:40]!r})")
+            seen.add(nxt)
+            query["after"] = nxt
+
+    def queries(self, with_spec: bool = False, on_page: OnPage | None = None,
+                most: int | None = None) -> list[dict[str, Any]]:
+        """Every query of the caller (an admin: all), newest first, page by page; `with_spec`: each with its
+        spec (a server that cannot list specs leaves `spec` null); `most`: only the newest `most`."""
+        size = QUERY_PAGE if most is None else max(1, min(QUERY_PAGE, most))
+        params = {"limit": str(size)} | ({"spec": "true"} if with_spec else {})
+        out: list[dict[str, Any]] = []
+        for page in self.pages("/v1/queries", "queries", params, on_page):
+            out += page.get("queries") or []
+            if most is not None and len(out) >= most:
+                return out[:most]
+        return out
 
     def result(self, query_id: str) -> dict[str, Any]:
         return self._object("GET", f"/v1/queries/{quote(query_id, safe='')}/result")
@@ -167,15 +205,30 @@ class AnalystClient:
 
     # -- budgets, fleet, tokens -----------------------------------------------------------------
 
-    def budgets(self) -> dict[str, Any]:
-        return self._object("GET", "/v1/budgets")
+    def budgets(self, on_page: OnPage | None = None) -> dict[str, Any]:
+        """Every source's ledger (`budgets`, by name, all pages) and the default totals."""
+        first: dict[str, Any] | None = None
+        rows: list[dict[str, Any]] = []
+        for page in self.pages("/v1/budgets", "budgets", {"limit": str(LIST_PAGE)}, on_page):
+            first = first or page
+            rows += page.get("budgets") or []
+        assert first is not None
+        return _merged(first, "budgets", rows)
 
     def budget(self, source: str) -> dict[str, Any]:
         return self._object("GET", f"/v1/budgets/{quote(source, safe='')}")
 
-    def charges(self, source: str) -> dict[str, Any]:
-        """The source's ledger and its charges over time (oldest first)."""
-        return self._object("GET", f"/v1/budgets/{quote(source, safe='')}/charges")
+    def charges(self, source: str, on_page: OnPage | None = None, page_size: int = LIST_PAGE) -> dict[str, Any]:
+        """The source's ledger (`budget`, as the first page gave it) and all its charges over time, oldest first
+        (the pages come newest first), `page_size` per request."""
+        first: dict[str, Any] | None = None
+        pages: list[list[dict[str, Any]]] = []
+        for page in self.pages(f"/v1/budgets/{quote(source, safe='')}/charges", "charges", {"limit": str(page_size)},
+                               on_page):
+            first = first or page
+            pages.append(page.get("charges") or [])
+        assert first is not None
+        return _merged(first, "charges", [row for page in reversed(pages) for row in page])
 
     def fleet(self) -> dict[str, Any]:
         return self._object("GET", "/v1/fleet")
@@ -189,6 +242,14 @@ class AnalystClient:
 
     def health(self) -> dict[str, Any]:
         return self._object("GET", "/healthz")
+
+
+def _merged(first: dict[str, Any], key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first page with `key` holding every page's rows (and no `next`: nothing follows)."""
+    out = dict(first)
+    out[key] = rows
+    out.pop("next", None)
+    return out
 
 
 # -- released values and their uncertainty ------------------------------------------------------------

@@ -56,10 +56,6 @@ class QueryCreated(QueryView):
     pass
 
 
-class QueryList(BaseModel):
-    queries: list[QueryView]
-
-
 class _OmitNone(BaseModel):
     """Optional fields listed in OMIT_NONE are left out of the JSON when unset (instead of null)."""
 
@@ -72,6 +68,16 @@ class _OmitNone(BaseModel):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
+
+
+NEXT_DOC = "the cursor of the next page, to pass as `?after=` (docs/server.md, Paging); absent on the last page"
+
+
+class QueryList(_OmitNone):
+    OMIT_NONE = ("next",)
+
+    queries: list[QueryView] = Field(description="newest first; one page (`?limit=`, default 200, at most 500)")
+    next: str | None = Field(default=None, description=NEXT_DOC)
 
 
 class ValueUncertainty(BaseModel):
@@ -215,10 +221,13 @@ class BudgetView(BaseModel):
     configured: bool = Field(description="true when an admin set the total; false: the server default")
 
 
-class BudgetList(BaseModel):
-    budgets: list[BudgetView]
+class BudgetList(_OmitNone):
+    OMIT_NONE = ("next",)
+
+    budgets: list[BudgetView] = Field(description="by source name; one page (`?limit=`, default and at most 1,000)")
     default_epsilon: float
     default_delta: float
+    next: str | None = Field(default=None, description=NEXT_DOC)
 
 
 class BudgetRequest(BaseModel):
@@ -262,10 +271,14 @@ class ChargeView(BaseModel):
                       "sums failed their opening check and their devices contributed again (docs/validation.md)")
 
 
-class ChargeList(BaseModel):
+class ChargeList(_OmitNone):
+    OMIT_NONE = ("next",)
+
     source: str
     budget: BudgetView
-    charges: list[ChargeView] = Field(description="oldest first; at most the newest 1,000")
+    charges: list[ChargeView] = Field(description="one page, oldest first within it: the first page holds the newest "
+                                      "charges (`?limit=`, default and at most 1,000), `next` leads to older ones")
+    next: str | None = Field(default=None, description=NEXT_DOC)
 
 
 class PhaseStatsView(BaseModel):

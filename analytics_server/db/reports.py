@@ -1,8 +1,12 @@
-"""Read-only reports for analysts and operators (the console's budget and fleet pages, `fa budget`): a
-source's charge timeline and the fleet's devices, cohorts and phase durations.
+"""Read-only reports for analysts and operators (the console's budget and fleet pages, `fa ls`, `fa budget`): pages
+of queries, of a source's charges and of the sources with a budget, and the fleet's devices, cohorts and phase
+durations.
 
-Every report reads a bounded number of rows: the newest `limit` charges, the newest `FLEET_EVENTS` cohort
-events. Phase durations come from the stored `cohort.formed` / `cohort.phase` / `cohort.finished` /
+Every report reads a bounded number of rows. Lists are read in pages by keyset (docs/server.md, "Paging"): a page
+asks for the rows after the last key of the page before — queries by (created_at, id) newest first, charges by
+id newest first, sources by name — so a walk over a long history costs one indexed range read per page and
+sees no row twice while rows are added. The fleet report reads the newest `FLEET_EVENTS` cohort events. Phase
+durations come from the stored `cohort.formed` / `cohort.phase` / `cohort.finished` /
 `cohort.aborted` events, so they cover every server process sharing the database (the `/metrics`
 histogram covers one process).
 """
@@ -14,9 +18,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select, tuple_, union
 
-from analytics_server.db.models import Cohort, Device, DevicePresence, Event, PrivacyCharge, Query, ServerProcess
+from analytics_server.db.models import (
+    Cohort,
+    Device,
+    DevicePresence,
+    Event,
+    PrivacyBudget,
+    PrivacyCharge,
+    Query,
+    Round,
+    ServerProcess,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -43,6 +57,27 @@ class ChargeRow:
     refunded_at: datetime | None
     own: bool
     runs: int = 1
+    charge_id: int = 0
+    """The ledger row's id: the key charges are paged by."""
+
+
+@dataclass(frozen=True)
+class ViewRound:
+    """What a query's status view shows of its current round (else, between rounds or finished, its last)."""
+
+    index: int
+    contributors: int
+    need: int
+    cohorts: dict[str, int]
+    """cohort status → count"""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a keyset walk: its rows, and whether rows follow (then the last row's key is the cursor)."""
+
+    rows: list[Any]
+    more: bool
 
 
 @dataclass(frozen=True)
@@ -111,28 +146,96 @@ class ReportStore:
 
     sessions: async_sessionmaker[AsyncSession]
 
-    async def budget_charges(self, source: str, viewer: int | None, limit: int = 1000) -> list[ChargeRow]:
-        """The newest `limit` charges of `source`, oldest first. `viewer` is the caller's token id (None: an
-        admin, who sees every query): other analysts' charges appear without query id, kind or name."""
+    async def budget_charges(self, source: str, viewer: int | None, limit: int = 1000,
+                             before: int | None = None) -> list[ChargeRow]:
+        """The newest `limit` charges of `source` (with `before`: of those with a smaller id), oldest first.
+        `viewer` is the caller's token id (None: an admin, who sees every query): other analysts' charges
+        appear without query id, kind or name."""
+        return (await self.charge_page(source, viewer, limit, before)).rows
+
+    async def charge_page(self, source: str, viewer: int | None, limit: int, before: int | None = None) -> Page:
+        """`budget_charges` as a page of ChargeRow: `more` when older charges follow (the cursor is the first
+        row's `charge_id`)."""
+        stmt = (select(PrivacyCharge, Query.kind, Query.name, Query.created_by)
+                .join(Query, Query.id == PrivacyCharge.query_id)
+                .where(PrivacyCharge.source == source)
+                .order_by(PrivacyCharge.id.desc())
+                .limit(limit + 1))
+        if before is not None:
+            stmt = stmt.where(PrivacyCharge.id < before)
         async with self.sessions() as s:
-            rows = (
-                await s.execute(
-                    select(PrivacyCharge, Query.kind, Query.name, Query.created_by)
-                    .join(Query, Query.id == PrivacyCharge.query_id)
-                    .where(PrivacyCharge.source == source)
-                    .order_by(PrivacyCharge.id.desc())
-                    .limit(limit)
-                )
-            ).all()
+            rows = (await s.execute(stmt)).all()
+        more = len(rows) > limit
         out = []
-        for charge, kind, name, created_by in reversed(rows):
+        for charge, kind, name, created_by in reversed(rows[:limit]):
             own = viewer is None or created_by == viewer
             out.append(ChargeRow(
                 charge.query_id if own else None, kind if own else None, name if own else None, charge.epsilon,
                 charge.delta, charge.status, charge.created_at, charge.refunded_at, viewer is not None and own,
-                charge.runs,
+                charge.runs, charge.id,
             ))
+        return Page(out, more)
+
+    async def query_page(self, created_by: int | None, limit: int, after: tuple[datetime, str] | None = None) -> Page:
+        """Queries newest first (by created_at, then id), `limit` of them after the key `after` (the last row
+        of the page before); with `created_by`, only the queries that token submitted."""
+        stmt = select(Query).order_by(Query.created_at.desc(), Query.id.desc()).limit(limit + 1)
+        if created_by is not None:
+            stmt = stmt.where(Query.created_by == created_by)
+        if after is not None:
+            at, qid = after
+            stmt = stmt.where(or_(Query.created_at < at, and_(Query.created_at == at, Query.id < qid)))
+        async with self.sessions() as s:
+            rows = list((await s.execute(stmt)).scalars())
+        return Page(rows[:limit], len(rows) > limit)
+
+    async def view_rounds(self, queries: list[Query]) -> dict[str, ViewRound | None]:
+        """For each query, its status view's round (the current one, else the one before) with its cohorts by
+        status, in two reads for the whole page (None: no round yet)."""
+        wanted = [(q.id, q.current_round) for q in queries] + [(q.id, q.current_round - 1) for q in queries
+                                                               if q.current_round > 0]
+        if not wanted:
+            return {}
+        async with self.sessions() as s:
+            rounds = (await s.execute(
+                select(Round.query_id, Round.index, Round.id, Round.contributors, Round.need)
+                .where(tuple_(Round.query_id, Round.index).in_(wanted))
+            )).all()
+            by_key = {(qid, index): (rid, contributors, need) for qid, index, rid, contributors, need in rounds}
+            chosen: dict[str, tuple[int, int, int, int]] = {}
+            for q in queries:
+                for index in (q.current_round, q.current_round - 1):
+                    hit = by_key.get((q.id, index))
+                    if hit is not None:
+                        chosen[q.id] = (index, *hit)
+                        break
+                    if index <= 0:
+                        break
+            counts: dict[int, dict[str, int]] = {}
+            round_ids = [rid for _, rid, _, _ in chosen.values()]
+            if round_ids:
+                for rid, status, n in (await s.execute(
+                    select(Cohort.round_id, Cohort.status, func.count())
+                    .where(Cohort.round_id.in_(round_ids)).group_by(Cohort.round_id, Cohort.status)
+                )).all():
+                    counts.setdefault(rid, {})[status] = int(n)
+        out: dict[str, ViewRound | None] = {q.id: None for q in queries}
+        for qid, (index, rid, contributors, need) in chosen.items():
+            out[qid] = ViewRound(index, contributors, need, counts.get(rid, {}))
         return out
+
+    async def budget_source_page(self, limit: int, after: str | None = None) -> Page:
+        """Names of the sources with an admin-set total or a charge, by name, `limit` of them after `after`."""
+        configured = select(PrivacyBudget.source.label("source"))
+        charged = select(PrivacyCharge.source.label("source"))
+        if after is not None:
+            configured = configured.where(PrivacyBudget.source > after)
+            charged = charged.where(PrivacyCharge.source > after)
+        names = union(configured, charged).subquery()
+        stmt = select(names.c.source).order_by(names.c.source).limit(limit + 1)
+        async with self.sessions() as s:
+            rows = list((await s.execute(stmt)).scalars())
+        return Page(rows[:limit], len(rows) > limit)
 
     async def fleet_report(self, lease_ttl_s: float, own_checkins: int) -> FleetReport:
         """Devices, check-ins (summed over live processes' last heartbeats; this process's own count when it is
@@ -185,4 +288,4 @@ class ReportStore:
         )
 
 
-__all__ = ["ChargeRow", "FleetReport", "PhaseStats", "ReportStore", "phase_durations"]
+__all__ = ["ChargeRow", "FleetReport", "Page", "PhaseStats", "ReportStore", "ViewRound", "phase_durations"]

@@ -1,11 +1,19 @@
-"""Analyst API (docs/server.md): submit, list, status, result, cancel, events (SSE); plus budget and admin routes."""
+"""Analyst API (docs/server.md): submit, list, status, result, cancel, events (SSE); plus budget and admin routes.
+
+Lists are paged by keyset (docs/server.md, "Paging"): `?limit=N` rows per page and `?after=CURSOR`, the `next`
+of the page before; the last page has no `next`. A cursor is opaque to clients (base64url of the list's name and
+the last row's key); one of another list, or not a cursor at all, is a 400 naming `after`.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +46,7 @@ from analytics_server.api_models import (
 )
 from analytics_server.auth import require_token
 from analytics_server.db.models import Query
+from analytics_server.db.reports import ViewRound
 from analytics_server.db.store import TERMINAL, ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded, TokenInfo
 from fa_common.http_errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
@@ -56,7 +65,77 @@ ANALYST = ("analyst", "admin")
 ADMIN = ("admin",)
 SSE_POLL_S = 0.5
 """How often the event stream looks for new stored events and a changed status view."""
+QUERY_PAGE, QUERY_PAGE_MAX = 200, 500
+"""`GET /v1/queries`: rows per page by default (what the list held before it was paged) and at most."""
+CHARGE_PAGE = 1000
+"""`GET /v1/budgets/{source}/charges`: rows per page by default and at most."""
+BUDGET_PAGE = 1000
+"""`GET /v1/budgets`: sources per page by default and at most."""
+MAX_CURSOR = 600
+"""Longest `?after=` read (a cursor holds a list name and one row's key)."""
+MAX_KEY = 1 << 62
+"""Integer keys in a cursor (charge ids, microseconds since the epoch up to year 9999) are below this."""
 routes = web.RouteTableDef()
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+# -- paging -------------------------------------------------------------------------------------------
+
+
+def _limit(request: web.Request, default: int, most: int) -> int:
+    text = request.query.get("limit")
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or not 1 <= int(text) <= most:
+        raise HttpError(400, f"limit: must be an integer in 1..{most}, got {text[:20]!r}",
+                        [{"field": "limit", "message": f"must be an integer in 1..{most}"}])
+    return int(text)
+
+
+def _cursor(name: str, *key: str | int) -> str:
+    """The opaque cursor of a page ending at `key` in list `name`."""
+    raw = json.dumps([name, *key], separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _after(request: web.Request, name: str, types: tuple[type, ...]) -> list[Any] | None:
+    """The key in `?after=`, checked to be a cursor of list `name` with values of `types`; None without one."""
+    text = request.query.get("after")
+    if not text:
+        return None
+    msg = f"after: not a cursor of this list (pass the `next` of the page before), got {text[:40]!r}"
+    bad = HttpError(400, msg, [{"field": "after", "message": "not a cursor of this list"}])
+    if len(text) > MAX_CURSOR or not text.isascii():
+        raise bad
+    try:
+        value = json.loads(base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True))
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if not (isinstance(value, list) and len(value) == 1 + len(types) and value[0] == name
+            and all(_key_ok(v, t) for v, t in zip(value[1:], types))):
+        raise bad
+    return value[1:]
+
+
+def _key_ok(value: object, typ: type) -> bool:
+    if isinstance(value, bool) or not isinstance(value, typ):
+        return False
+    return not isinstance(value, int) or 0 <= value < MAX_KEY
+
+
+def _bool(request: web.Request, name: str) -> bool:
+    text = request.query.get(name, "").lower()
+    if text not in ("", "0", "1", "false", "true"):
+        raise HttpError(400, f"{name}: must be true or false, got {text[:20]!r}",
+                        [{"field": name, "message": "must be true or false"}])
+    return text in ("1", "true")
+
+
+def _micros(at: datetime) -> int:
+    """Microseconds since the epoch of a stored time (SQLite gives it back without a zone: it is UTC)."""
+    at = at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+    delta = at - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 async def _query_or_404(st: AppState, query_id: str, token: TokenInfo) -> Query:
@@ -80,25 +159,21 @@ def _limits(st: AppState) -> AnalystLimits:
 
 
 async def _view(st: AppState, q: Query, with_spec: bool = False) -> QueryView:
+    return _view_of(st, q, (await st.store.view_rounds([q]))[q.id], with_spec)
+
+
+def _view_of(st: AppState, q: Query, rnd: ViewRound | None, with_spec: bool = False) -> QueryView:
+    """The status view of `q`, whose current round (else the one before: between rounds or finished) is `rnd`."""
     live = st.orchestrator.live.get(q.id) or q.progress or {}  # this process's, else the owner's last stored
-    cohorts: dict[str, int] = {}
-    contributors, need, index = 0, None, q.current_round
-    rnd = await st.store.get_round(q.id, index)
-    if rnd is None and index > 0:  # between rounds or finished: show the last round
-        index -= 1
-        rnd = await st.store.get_round(q.id, index)
-    if rnd is not None:
-        contributors, need = rnd.contributors, rnd.need
-        for c in await st.store.cohorts_of_round(rnd.id):
-            cohorts[c.status] = cohorts.get(c.status, 0) + 1
+    index = rnd.index if rnd is not None else max(0, q.current_round - 1)
     terminal = q.status in TERMINAL
     progress = Progress(
         round=index,
         rounds_upper_bound=q.rounds_upper_bound,
         rounds_done=q.current_round,
-        contributors=contributors,
-        need=need,
-        cohorts=cohorts,
+        contributors=rnd.contributors if rnd is not None else 0,
+        need=rnd.need if rnd is not None else None,
+        cohorts=dict(rnd.cohorts) if rnd is not None else {},
         phase=None if terminal else _live_phase(st, live),
         devices_eligible=live.get("devices_eligible"),
         cohort=None if terminal else _live_cohort(st, live),
@@ -237,11 +312,27 @@ async def _log_submitted(st: AppState, q: Query, token: TokenInfo, cost: dp.Priv
 
 @routes.get("/v1/queries")
 async def list_queries(request: web.Request) -> web.Response:
+    """The caller's queries (an admin: all), newest first, a page at a time: `?limit=` (default 200, at most
+    500), `?after=` the `next` of the page before, `?spec=true` to include each query's spec."""
     st = app_state(request)
     token = await require_token(request, st.store, ANALYST)
+    limit = _limit(request, QUERY_PAGE, QUERY_PAGE_MAX)
+    key = _after(request, "queries", (int, str))
+    with_spec = _bool(request, "spec")
     owner = None if token.role == "admin" else token.id
-    views = [await _view(st, q) for q in await st.store.list_queries(created_by=owner)]
-    return json_model(QueryList(queries=views))
+    after = None
+    if key is not None:
+        try:
+            after = (_EPOCH + timedelta(microseconds=key[0]), key[1])
+        except OverflowError:  # past year 9999: no query's time
+            raise HttpError(400, "after: not a cursor of this list (its time is out of range)",
+                            [{"field": "after", "message": "out of range"}]) from None
+    page = await st.store.query_page(owner, limit, after)
+    rounds = await st.store.view_rounds(page.rows)
+    views = [_view_of(st, q, rounds[q.id], with_spec) for q in page.rows]
+    last = page.rows[-1] if page.rows else None
+    nxt = _cursor("queries", _micros(last.created_at), last.id) if page.more and last is not None else None
+    return json_model(QueryList(queries=views, next=nxt))
 
 
 @routes.get("/v1/queries/{id}")
@@ -406,12 +497,18 @@ async def cluster(request: web.Request) -> web.Response:
 
 @routes.get("/v1/budgets")
 async def list_budgets(request: web.Request) -> web.Response:
-    """Every source with a set total or a charged query; other sources have the default total."""
+    """Every source with a set total or a charged query, by name, a page at a time (`?limit=`, default and at most
+    1,000; `?after=`); other sources have the default total."""
     st = app_state(request)
     await require_token(request, st.store, ANALYST)
+    limit = _limit(request, BUDGET_PAGE, BUDGET_PAGE)
+    key = _after(request, "budgets", (str,))
     default = st.settings.default_budget()
-    views = [BudgetView(**b.to_dict()) for b in await st.store.list_budgets(default)]
-    return json_model(BudgetList(budgets=views, default_epsilon=default.total_epsilon, default_delta=default.total_delta))
+    page = await st.store.budget_source_page(limit, None if key is None else key[0])
+    views = [BudgetView(**(await st.store.get_budget(name, default)).to_dict()) for name in page.rows]
+    nxt = _cursor("budgets", page.rows[-1]) if page.more and page.rows else None
+    return json_model(BudgetList(budgets=views, default_epsilon=default.total_epsilon, default_delta=default.total_delta,
+                                 next=nxt))
 
 
 def _source(request: web.Request) -> str:
@@ -446,20 +543,28 @@ async def set_budget(request: web.Request) -> web.Response:
 
 @routes.get("/v1/budgets/{source}/charges")
 async def budget_charges(request: web.Request) -> web.Response:
-    """The source's ledger and its charges over time (oldest first, at most the newest 1,000). An analyst sees
-    the amounts of every charge (they make up the shared budget) but the id, kind and name only of its own
-    queries; an admin sees all."""
+    """The source's ledger and its charges over time, a page at a time: the first page holds the newest charges
+    (`?limit=`, default and at most 1,000), oldest first within the page; `next` leads to the older ones. An
+    analyst sees the amounts of every charge (they make up the shared budget) but the id, kind and name only of
+    its own queries; an admin sees all."""
     st = app_state(request)
     token = await require_token(request, st.store, ANALYST)
     source = _source(request)
+    limit = _limit(request, CHARGE_PAGE, CHARGE_PAGE)
+    key = _after(request, "charges", (str, int))
+    if key is not None and key[0] != source:
+        raise HttpError(400, f"after: a cursor of the charges of another source ({key[0][:40]!r})",
+                        [{"field": "after", "message": "a cursor of another source's charges"}])
     budget = await st.store.get_budget(source, st.settings.default_budget())
-    rows = await st.store.budget_charges(source, None if token.role == "admin" else token.id)
+    page = await st.store.charge_page(source, None if token.role == "admin" else token.id, limit,
+                                      None if key is None else key[1])
     charges = [ChargeView(query_id=r.query_id, kind=r.kind, name=r.name, epsilon=r.epsilon, delta=r.delta,
                           status=r.status, charged_at=r.charged_at.isoformat(),
                           refunded_at=r.refunded_at.isoformat() if r.refunded_at else None, own=r.own,
                           runs=r.runs)
-               for r in rows]
-    return json_model(ChargeList(source=source, budget=BudgetView(**budget.to_dict()), charges=charges))
+               for r in page.rows]
+    nxt = _cursor("charges", source, page.rows[0].charge_id) if page.more and page.rows else None
+    return json_model(ChargeList(source=source, budget=BudgetView(**budget.to_dict()), charges=charges, next=nxt))
 
 
 @routes.get("/v1/fleet")

@@ -6,7 +6,8 @@ query is refused (`BudgetExceeded`, message with the remaining budget) if the re
 Composition is *basic* (ε and δ add up; Dwork–Roth Thm 3.16): valid for any mix of mechanisms, δ's and
 accountants, and simple to reproduce from stored rows. It overstates the cost of many small queries;
 `compose_rdp` gives the tighter RDP composition for queries calibrated by this library (same accountant
-as their calibration) — a ledger that stores each query's calibration can use it instead.
+as their calibration) — a ledger that stores each query's calibration can use it instead. `RunningSpend` keeps
+the basic composition of a changing set of charges as an exact running sum (O(1) per charge or refund).
 """
 
 from __future__ import annotations
@@ -57,6 +58,84 @@ def compose_costs(costs: Iterable[CostLike]) -> PrivacyCost:
         eps += cost.epsilon
         delta += cost.delta
     return PrivacyCost(eps, delta)
+
+
+_SCALE_BITS = 1074
+"""Every finite double is an integer multiple of 2^-1074: scaled by 2^1074, sums of them are exact integers."""
+
+
+def _scaled(x: float) -> int:
+    num, den = x.as_integer_ratio()  # den is a power of two ≤ 2^1074
+    return num << (_SCALE_BITS - (den.bit_length() - 1))
+
+
+def _unscaled(n: int) -> float:
+    try:
+        return n / (1 << _SCALE_BITS)  # int / int is correctly rounded
+    except OverflowError:
+        return math.inf if n > 0 else -math.inf
+
+
+class RunningSpend:
+    """Basic composition of a changing set of charges, kept as a running sum: adding, growing or removing a
+    charge costs O(1) instead of re-adding every earlier one (an auditor walking a long log checks the spend at
+    every charge). The sums are exact (integers in units of 2^-1074), so removals leave no rounding drift and
+    `spent` is Σε, Σδ correctly rounded whatever the order of the changes.
+
+    Each charge has a key and a name (used in messages). A charge whose amounts are no cost (ε < 0, δ outside
+    [0, 1)) makes `spent` raise PrivacyError naming it, as `compose_costs` would, until it is removed."""
+
+    def __init__(self) -> None:
+        self._rows: dict[object, tuple[int, int, str]] = {}
+        self._eps = 0
+        self._delta = 0
+        self._invalid: dict[object, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def add(self, key: object, epsilon: float, delta: float, name: str = "cost") -> None:
+        """Charge (ε, δ) under `key`: a new charge, or more of an existing one (its amounts grow)."""
+        if not (math.isfinite(epsilon) and math.isfinite(delta)):
+            raise PrivacyError(f"{name}: amounts must be finite, got epsilon={epsilon!r}, delta={delta!r}")
+        e, d = _scaled(float(epsilon)), _scaled(float(delta))
+        old_e, old_d, first_name = self._rows.get(key, (0, 0, name))
+        self._rows[key] = (old_e + e, old_d + d, first_name)
+        self._eps += e
+        self._delta += d
+        self._revalidate(key)
+
+    def remove(self, key: object) -> None:
+        """Take the charge `key` out (a refund); nothing if there is no such charge."""
+        row = self._rows.pop(key, None)
+        if row is not None:
+            self._eps -= row[0]
+            self._delta -= row[1]
+            self._invalid.pop(key, None)
+
+    def _revalidate(self, key: object) -> None:
+        e, d, name = self._rows[key]
+        try:
+            _cost((_unscaled(e), _unscaled(d)), name)
+        except PrivacyError as exc:
+            self._invalid[key] = str(exc)
+        else:
+            self._invalid.pop(key, None)
+
+    @property
+    def spent(self) -> PrivacyCost:
+        """(Σε, Σδ) of the charges held; PrivacyError naming a charge whose amounts are no cost."""
+        if self._invalid:
+            raise PrivacyError(next(iter(self._invalid.values())))
+        return PrivacyCost(_unscaled(self._eps), _unscaled(self._delta))
+
+    @property
+    def total(self) -> PrivacyCost:
+        """(Σε, Σδ) of the charges held, valid or not (no check)."""
+        return PrivacyCost(_unscaled(self._eps), _unscaled(self._delta))
 
 
 def compose_rdp(queries: Sequence[tuple[QueryCalibration, int]], delta: float) -> float:
