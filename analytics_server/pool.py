@@ -8,8 +8,8 @@ client went away), the process holding it withdraws the device at once: every `L
 long-polls whose connection closed, answers them, and sets their devices' availability to 0 in one statement
 (`Store.withdraw_available`), only where it is still the `until` that long-poll wrote — a newer check-in, at this
 or another process, keeps its own.
-The process forming a cohort claims free devices there and stores their assignments with the cohort
-(`Store.claim_devices`, `Store.create_cohort`), then publishes the cohort id (`notify.ASSIGN`); the process
+The process forming a cohort claims free devices there and stores their assignments with the cohort, in one
+transaction (`Store.create_cohort(claim=True)`: all its members or none), then publishes the cohort id (`notify.ASSIGN`); the process
 holding a member's long-poll reads the assignment and answers. A notification that is lost is made up by
 polling the database for this process's waiters every `POLL_S`. A device claimed by a cohort is re-sent its
 assignment when it checks in again, until the cohort ends or drops it (`Store.release_devices`).
