@@ -13,6 +13,14 @@ from queries.spec import QuerySpec
 Status = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 
 
+
+QUERY_PAGE, QUERY_PAGE_MAX = 200, 500
+"""`GET /v1/queries`: rows per page by default (what the list held before it was paged) and at most."""
+CHARGE_PAGE = 1000
+"""`GET /v1/budgets/{source}/charges`: rows per page by default and at most."""
+BUDGET_PAGE = 1000
+"""`GET /v1/budgets`: sources per page by default and at most."""
+
 class CohortProgress(BaseModel):
     """The query's running cohort (from the process that runs it; up to a heartbeat old from another process)."""
 

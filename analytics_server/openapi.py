@@ -62,6 +62,25 @@ ROUTES: list[tuple[str, str, str, Any, Any, str]] = [
     ("get", "/ui/{name}", "A file of the analyst console (scripts, styles, vendored chart library)", None, "asset", "none"),
 ]
 
+def _paging(most: int, default: int, what: str) -> list[dict[str, Any]]:
+    """The query parameters of a paged list (docs/server.md, "Paging")."""
+    return [
+        {"name": "limit", "in": "query", "required": False, "description": f"{what} per page (default {default})",
+         "schema": {"type": "integer", "minimum": 1, "maximum": most}},
+        {"name": "after", "in": "query", "required": False, "description": "the `next` cursor of the page before",
+         "schema": {"type": "string", "maxLength": 600}},
+    ]
+
+
+QUERY_PARAMS: dict[str, list[dict[str, Any]]] = {
+    "/v1/queries": _paging(am.QUERY_PAGE_MAX, am.QUERY_PAGE, "queries") + [
+        {"name": "spec", "in": "query", "required": False, "description": "include each query's spec",
+         "schema": {"type": "boolean"}}],
+    "/v1/budgets": _paging(am.BUDGET_PAGE, am.BUDGET_PAGE, "sources"),
+    "/v1/budgets/{source}/charges": _paging(am.CHARGE_PAGE, am.CHARGE_PAGE, "charges (the newest page first)"),
+}
+"""Query parameters of the GET routes that take them."""
+
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 
 
@@ -80,8 +99,11 @@ def build() -> dict[str, Any]:
     for method, path, summary, req, resp, security in ROUTES:
         op: dict[str, Any] = {"summary": summary, "responses": {"4XX": _ERROR}}
         params = [seg[1:-1] for seg in path.split("/") if seg.startswith("{")]
-        if params:
-            op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
+        op_params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
+        if method == "get":
+            op_params += QUERY_PARAMS.get(path, [])
+        if op_params:
+            op["parameters"] = op_params
         if isinstance(req, type):
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(req)}}}
             if hasattr(req, "examples"):  # e.g. one submit body per query kind

@@ -19,6 +19,10 @@ from typing import Any
 from aiohttp import web
 
 from analytics_server.api_models import (
+    BUDGET_PAGE,
+    CHARGE_PAGE,
+    QUERY_PAGE,
+    QUERY_PAGE_MAX,
     AbortReason,
     BudgetList,
     BudgetRequest,
@@ -65,12 +69,6 @@ ANALYST = ("analyst", "admin")
 ADMIN = ("admin",)
 SSE_POLL_S = 0.5
 """How often the event stream looks for new stored events and a changed status view."""
-QUERY_PAGE, QUERY_PAGE_MAX = 200, 500
-"""`GET /v1/queries`: rows per page by default (what the list held before it was paged) and at most."""
-CHARGE_PAGE = 1000
-"""`GET /v1/budgets/{source}/charges`: rows per page by default and at most."""
-BUDGET_PAGE = 1000
-"""`GET /v1/budgets`: sources per page by default and at most."""
 MAX_CURSOR = 600
 """Longest `?after=` read (a cursor holds a list name and one row's key)."""
 MAX_KEY = 1 << 62
