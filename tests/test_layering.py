@@ -160,8 +160,8 @@ def _is_0600(node: ast.expr) -> bool:
 
 
 def test_only_fa_common_writes_0600_key_files() -> None:
-    """`os.open(…, 0o600)`, `os.chmod(…, 0o600)`, `path.chmod(0o600)`, `os.fchmod(…, 0o600)`: a private file made by
-    hand instead of by fa_common.keyfile."""
+    """`os.open(…, 0o600)`, `os.chmod(…, 0o600)`, `path.chmod(0o600)`, `os.fchmod(…, 0o600)`: a private file
+    made by hand instead of by fa_common.keyfile."""
     bad = []
     for mod, path, tree in _trees(PRODUCT + TOOLING):
         if mod == "fa_common.keyfile":

@@ -1,7 +1,11 @@
 """The quantiles kind through the real app in process, over HTTP, with the real device SDK: without noise the
 released quantiles, counts and clipped counts are the contributors' own; with the default spec (no `validation`
 field) every device proves its contribution, and a device proving more values than allowed is refused when its masked
-input arrives, left out, and the query completes with the honest devices' answer."""
+input arrives, left out, and the query completes with the honest devices' answer.
+
+A test that plays a cheater never races it: `_seat_first` makes cohort formation wait for the cheater (formation sees
+no device until the cheater is among them) and keeps the cohort's phases open until every member answered (or their
+deadline), so a slow machine cannot form the cohort, or close a phase, without the cheater."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from analytics_server.state import STATE
+from analytics_server import cohort
+from analytics_server.state import STATE, AppState
 from device_sdk.client import DeviceClient
 from device_sdk.store import LocalStore
 from fleet_sim.scenarios.synthetic import startup_rows
@@ -24,7 +29,28 @@ PARAMS = {"features": [{"name": "startup_ms", "lower": 0, "upper": 10000}], "qua
           "max_examples_per_device": 3, "resolution": 256}
 
 
-async def _run(start_app_server: Any, rows: list[list[Any]], privacy: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], list[DeviceClient], Any]:
+def _seat_first(monkeypatch: pytest.MonkeyPatch, st: AppState, first: DeviceClient) -> None:
+    """`first` takes part in the first cohort: formation sees no available device until `first` is among them (so the
+    first cohort seats it), until `first`'s proof has been refused (it played its part: later cohorts take the others);
+    and no phase closes early on stalled arrivals (`cohort.stalled`): each waits for every member it expects, or its
+    deadline, so a seated `first` that the machine runs late is waited for instead of dropped."""
+    listing = st.store.available_devices
+
+    async def available_devices() -> list[str]:
+        devices = await listing()
+        if st.metrics.proofs_refused or getattr(first, "device_id", None) in devices:
+            return devices
+        return []
+
+    monkeypatch.setattr(st.store, "available_devices", available_devices)
+    monkeypatch.setattr(cohort, "stalled", lambda *args: False)
+
+
+async def _run(start_app_server: Any, rows: list[list[Any]], privacy: dict[str, Any] | None,
+               seat_first: pytest.MonkeyPatch | None = None,
+               ) -> tuple[dict[str, Any], dict[str, Any], list[DeviceClient], Any]:
+    """Submits a quantiles query over one device per entry of `rows` and runs it to the end; with `seat_first` (the
+    test's monkeypatch) the first device is seated in the cohort (`_seat_first`)."""
     server = await start_app_server(cohort_formation_wait_s=0.0)
     url = str(server.make_url(""))
     st = server.app[STATE]
@@ -43,12 +69,9 @@ async def _run(start_app_server: Any, rows: list[list[Any]], privacy: dict[str, 
             store = LocalStore()
             store.add_many("startup", data)
             clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
-        tasks = [asyncio.create_task(clients[0].run_forever(stop))]
-        for _ in range(600):  # the first device waits for an assignment before the others start: it is in the cohort
-            if getattr(clients[0], "device_id", None) in st.pool._waiters:
-                break
-            await asyncio.sleep(0.05)
-        tasks += [asyncio.create_task(c.run_forever(stop)) for c in clients[1:]]
+        if seat_first is not None:
+            _seat_first(seat_first, st, clients[0])
+        tasks = [asyncio.create_task(c.run_forever(stop)) for c in clients]
         for _ in range(1200):
             status = await (await http.get(f"{url}/v1/queries/{qid}", headers=hdr)).json()
             if status["status"] not in ("pending", "running"):
@@ -75,17 +98,20 @@ async def test_without_noise_the_answer_is_the_contributors_own(start_app_server
 
 @pytest.mark.parametrize("attack", ["vote_1000", "vote_twice"])
 async def test_with_the_default_spec_a_device_proving_a_bent_tree_is_refused_and_left_out(
-        start_app_server: Any, monkeypatch: Any, attack: str) -> None:
+        start_app_server: Any, monkeypatch: pytest.MonkeyPatch, attack: str) -> None:
     """vote_1000: a count of 1,000 values where 3 are allowed (a range broken); vote_twice: a root and one level-1
     node of 1, the deeper levels empty (every entry in range, the levels no longer adding up to the root)."""
     bend(monkeypatch)
     rng = np.random.default_rng(12)
     honest = [startup_rows(rng) for _ in range(6)]
-    # the cheater starts first and is waiting before the others start, so it sits in the cohort
+    # the cheater is the first device: formation waits for it
     res, listing, clients, st = await _run(start_app_server, [[BENT + attack + PROVED, {"startup_ms": 1.0}]] + honest,
-                                           None)
+                                           None, seat_first=monkeypatch)
     cheater = clients[0].device_id
-    assert res["privacy"]["validation"] == "proofs" and res["privacy"]["devices_excluded"] == 1, (attack, listing, st.metrics.proofs_refused)
+    cohorts = {c.id: (c.status, c.reason, sorted(c.members)) for c in st.orchestrator.cohorts.values()}
+    assert any(cheater in members for _, _, members in cohorts.values()), ("the cheater was never seated", cheater, cohorts)
+    assert res["privacy"]["validation"] == "proofs" and res["privacy"]["devices_excluded"] == 1, (
+        attack, listing, st.metrics.proofs_refused, cheater, cohorts)
     assert st.metrics.proofs_refused >= 1
     assert list(listing["excluded"]) == [cheater] and all(cheater not in ids for ids in listing["rounds"].values())
     by_id = {c.device_id: r for c, r in zip(clients[1:], honest)}
