@@ -50,7 +50,7 @@ from queries.registry import get_kind
 from queries.spec import QuerySpec
 from queries.task_digest import task_digest
 from secagg import floor
-from secagg.clock import SYSTEM_CLOCK, Clock
+from fa_common.clock import SYSTEM_CLOCK, Clock
 from secagg.config import GraphKind, SecAggConfig
 from secagg.phases import Phase
 from secagg.plain import PlainServerSession
