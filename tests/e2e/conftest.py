@@ -33,7 +33,7 @@ FLEET_PROVING_CAP_S = 20.0
 cohort within this; beyond it the test's fleet could not keep up, and the spec asks for "none"
 (devstack/proving.py). The validation tests name their mode."""
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
-collect_ignore = [] if PG_URL else ["test_cluster.py"]
+collect_ignore = [] if PG_URL else ["test_cluster.py", "test_formation_crash_e2e.py"]  # run by make test-postgres
 """Many processes need PostgreSQL: the cluster tests exist only under `make test-postgres`."""
 
 

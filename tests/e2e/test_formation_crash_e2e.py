@@ -24,8 +24,7 @@ from devstack.processes import Fleet, Server, fresh_database
 from tests.e2e.cluster import CLUSTER_ENV
 
 PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres,
-              pytest.mark.skipif(not PG_URL, reason="needs FA_TEST_POSTGRES_URL (make test-postgres)")]
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]  # collected only with FA_TEST_POSTGRES_URL (conftest.py)
 DEVICES = 8
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star", "cloud", "rain"]},
         "cohort": {"min_clients": DEVICES, "max_clients": DEVICES, "phase_timeout_s": 8, "formation_timeout_s": 60}}
