@@ -28,12 +28,6 @@ export async function stochasticRound(x: number, rng: RandomSource): Promise<num
   return low + ((await random(rng)) < x - low ? 1 : 0);
 }
 
-export function int(v: unknown, where: string): number {
-  const n = typeof v === "string" && /^-?\d+$/.test(v) ? Number(v) : v;
-  if (typeof n !== "number" || !Number.isInteger(n)) throw new QueryKindError(`task.${where}: must be an integer, got ${JSON.stringify(v)}`);
-  return n;
-}
-
 export function list(v: unknown, where: string): unknown[] {
   if (!Array.isArray(v)) throw new QueryKindError(`task.${where}: must be a list`);
   return v;
