@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,14 @@ _EXPECTS: dict[Phase, type[Message]] = {
     Phase.CONSISTENCY_CHECK: ConsistencySignature,
     Phase.UNMASKING: UnmaskShares,
 }
+_NEXT: dict[Phase, frozenset[Phase]] = {
+    Phase.ADVERTISE_KEYS: frozenset({Phase.SHARE_KEYS}),
+    Phase.SHARE_KEYS: frozenset({Phase.MASKED_INPUT}),
+    Phase.MASKED_INPUT: frozenset({Phase.CONSISTENCY_CHECK, Phase.UNMASKING}),  # the latter in process only (bench)
+    Phase.CONSISTENCY_CHECK: frozenset({Phase.UNMASKING}),
+    Phase.UNMASKING: frozenset({Phase.DONE}),
+}
+"""The session's transitions when a phase closes (any phase may also end in ABORTED); `close_phase` refuses others."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +203,7 @@ class ServerSession:
         expected = MaskedInputProved if self.phase is Phase.MASKED_INPUT and self._validator else _EXPECTS[self.phase]
         if type(msg) is not expected:
             raise WrongPhaseError(f"{type(msg).__name__} does not belong to phase {self.phase.label}")
-        getattr(self, f"_accept_{self.phase.name.lower()}")(party, msg)
+        _STEPS[self.phase][0](self, party, msg)
         self._count_answer(party)
         self._digests[party] = digest
 
@@ -204,11 +213,13 @@ class ServerSession:
             raise WrongPhaseError(f"session is {self.phase.label}")
         phase = self.phase
         try:
-            out: dict[int, bytes] = getattr(self, f"_close_{phase.name.lower()}")()
+            out = _STEPS[phase][1](self)
         except AbortError as exc:
             self.phase = Phase.ABORTED
             self.abort_reason = exc
             raise
+        if self.phase not in _NEXT[phase]:
+            raise RuntimeError(f"secagg server: {phase.label} closed into {self.phase.label}, not a transition of the table")
         self._digests = {}
         if self.phase not in (Phase.DONE, Phase.ABORTED):
             self._open_coverage()
@@ -535,3 +546,17 @@ class ServerSession:
         self.phase, self._expected = Phase.DONE, frozenset()
         self._shares.clear()
         return {}
+
+
+_Accept = Callable[[ServerSession, int, Any], None]
+_Close = Callable[[ServerSession], dict[int, bytes]]
+_STEPS: dict[Phase, tuple[_Accept, _Close]] = {  # through the instance, so a subclass's handler is the one called
+    Phase.ADVERTISE_KEYS: (lambda s, p, m: s._accept_advertise_keys(p, m), lambda s: s._close_advertise_keys()),
+    Phase.SHARE_KEYS: (lambda s, p, m: s._accept_share_keys(p, m), lambda s: s._close_share_keys()),
+    Phase.MASKED_INPUT: (lambda s, p, m: s._accept_masked_input(p, m), lambda s: s._close_masked_input()),
+    Phase.CONSISTENCY_CHECK: (lambda s, p, m: s._accept_consistency_check(p, m),
+                              lambda s: s._close_consistency_check()),
+    Phase.UNMASKING: (lambda s, p, m: s._accept_unmasking(p, m), lambda s: s._close_unmasking()),
+}
+"""Per open phase: the handler of a party's message (its type checked against `_EXPECTS` first) and the handler that
+closes the phase (and moves to one of `_NEXT`)."""
