@@ -35,5 +35,5 @@ trap cleanup EXIT
 echo "[test-postgres] PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT"
 
 export FA_TEST_POSTGRES_URL="postgresql+asyncpg://postgres@127.0.0.1:$PORT/fa_test"
-"$PY" -m pytest tests/e2e -m postgres -q -p no:cacheprovider -n "${PG_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+"$PY" -m pytest tests/e2e tests/analytics_server/test_formation_crash.py -m postgres -q -p no:cacheprovider -n "${PG_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
   --durations=10 "$@"
