@@ -3,10 +3,14 @@
 # the load average at 4 or more on a 2-core machine (the load a shared CI runner sees), to prove the suite's and the
 # demo's deadlines survive a busy machine. The busy loops are killed on any exit (trap); the exit code is the first
 # failing step's. At the end it prints each step's duration, result and the load averages.
-# Usage: scripts/test_loaded.sh [BUSY_LOOPS]   (default 2; MAKE overrides the make command)
+# Usage: scripts/test_loaded.sh [BUSY_LOOPS] [STEP...]   (default: 2 loops, steps `test demo`; MAKE overrides the make
+# command). A step is a make target; `test-fast test-fast test-fast` runs it three times in a row (`make test-fast-loaded`).
 set -u
 
 busy_loops="${1:-2}"
+shift $(( $# > 0 ? 1 : 0 ))
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(test demo)
 make_cmd="${MAKE:-make}"
 pids=()
 
@@ -39,14 +43,15 @@ run_step() {
     "$@"
     rc=$?
     end=$(date +%s)
-    summary+=("$(printf '%-6s %5ds  exit %d  load after: %s' "$name" $((end - start)) "$rc" "$(cut -d' ' -f1-3 /proc/loadavg)")")
+    summary+=("$(printf '%-9s %5ds  exit %d  load after: %s' "$name" $((end - start)) "$rc" "$(cut -d' ' -f1-3 /proc/loadavg)")")
     if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
         status=$rc
     fi
 }
 
-run_step test "$make_cmd" --no-print-directory test
-run_step demo "$make_cmd" --no-print-directory demo
+for step in "${steps[@]}"; do
+    run_step "$step" "$make_cmd" --no-print-directory "$step"
+done
 
 stop_loops
 echo
