@@ -504,4 +504,42 @@ def test_task_parsing_vectors_refuse_bools_floats_and_strings_for_every_integer_
                     refused = [c for c in cases if c["input"] == {"kind": good["kind"], "task": good["task"] | {key: bad}}]
                     assert refused and refused[0]["output"] == {"accepted": False, "field": key}
                     with pytest.raises(QueryKindError, match=f"^task.{key}:"):
-                        kind.contribute(good["task"] | {key: bad}, [], np.random.default_rng(0))
+                        kind.parse_task(good["task"] | {key: bad})
+
+
+def _task_models(annotation: object, seen: set[type]) -> None:
+    """Every pydantic model reachable from `annotation` (fields, unions, lists, RootModels), into `seen`."""
+    import typing
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation in seen:
+            return
+        seen.add(annotation)
+        for field in annotation.model_fields.values():
+            _task_models(field.annotation, seen)
+        return
+    for arg in typing.get_args(annotation):
+        _task_models(arg, seen)
+
+
+def test_task_parsing_vectors_refuse_a_task_by_each_rule_across_fields():
+    """Each `model_validator` of a kind's task models (a rule the JSON Schema cannot state, which the TS SDK checks
+    by hand) has a case naming it in `rule`, refused by `parse_task` and naming the field the vector records."""
+    from queries.kind import QueryKindError
+    from queries.registry import get_kind
+
+    cases = json.loads((VECTORS / "task_parsing.json").read_text(encoding="utf-8"))["cases"]
+    ruled = [c for c in cases if "rule" in c["input"]]
+    validators: set[str] = set()
+    for name in make_vectors._typed_kinds():
+        models: set[type] = set()
+        _task_models(get_kind(name).Task, models)
+        validators |= {f"{m.__name__}.{v}" for m in models for v in m.__pydantic_decorators__.model_validators}
+    assert validators and validators == {c["input"]["rule"].split(":")[0] for c in ruled}
+    for case in ruled:
+        field = case["output"]["field"]
+        assert case["output"]["accepted"] is False and field
+        with pytest.raises(QueryKindError, match=f"^task\\.{field}[.:]"):
+            get_kind(case["input"]["kind"]).parse_task(case["input"]["task"])

@@ -72,7 +72,8 @@ class TrainTask(_PhaseTask):
     votes: Literal["sign", "update"]
     weighting: Literal["examples", "uniform"]
     weight_share: float = Field(gt=0, le=1)
-    clip_entries: int = Field(ge=0, le=encoding.NORM_BUCKETS)
+    # the schema says `enum` (the TS SDK checks that); here the validator below enforces it (a Literal would take True)
+    clip_entries: int = Field(ge=0, le=encoding.NORM_BUCKETS, json_schema_extra={"enum": list(CLIP_ENTRIES)})
     count_share: float = Field(ge=0, le=4)
 
     @model_validator(mode="after")

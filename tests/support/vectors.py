@@ -769,7 +769,8 @@ def _kind_vector(case: Json, seed: bytes) -> tuple[np.ndarray, bool]:
     seeds happen to agree on still depends on the generator when it drew: a port with another generator may differ)."""
     rng = contribution_generator(SeededRandom(seed))
     before = rng.bit_generator.state
-    vec = np.asarray(get_kind(case["kind"]).contribute(case["task"], case["rows"], rng), dtype=np.int64)
+    kind = get_kind(case["kind"])
+    vec = np.asarray(kind.contribute(kind.parse_task(case["task"]), case["rows"], rng), dtype=np.int64)
     return vec, rng.bit_generator.state != before
 
 
@@ -818,7 +819,8 @@ def _kind_vector(case: Json, seed: bytes) -> tuple[np.ndarray, bool]:
 def kind_encodings_vectors(case: Json) -> Json:
     vec, drew = _kind_vector(case, unh(case["seed"]))
     other, _ = _kind_vector(case, unh(case["seed"]) + b"/other")
-    statement = get_kind(case["kind"]).validity(case["task"])
+    kind = get_kind(case["kind"])
+    statement = kind.validity(kind.parse_task(case["task"]))
     return {"vector": big(vec), "dim": int(vec.shape[0]), "uses_rng": bool(drew or not np.array_equal(vec, other)),
             "statement": None if statement is None else statement.encode().hex()}
 
@@ -939,11 +941,51 @@ def _spoilers(task: Json) -> list[Json]:
     return out
 
 
+def _rule_cases() -> list[Json]:
+    """One refused task per rule across fields (each `model_validator` of the kinds' task models, by its qualified name
+    in `rule`): tasks the JSON Schema accepts and only those rules refuse, so a port that checks the schema alone fails
+    them. `tests/test_vectors.py` checks that every such validator has a case."""
+    hh = _round0_plan("heavy_hitters", _EXAMPLE_PARAMS["heavy_hitters"]).task
+    first = _round0_plan("feature_stats", _EXAMPLE_PARAMS["feature_stats"]).task
+    second, clip = _feature_stats_second_moments(), _feature_stats_clip()
+    qt = _round0_plan("quantiles", get_kind("quantiles").examples[0].params).task
+    train = _LATER_TASKS["training"][2]()  # a train round with a scaler and the norm histogram
+    wide = {"name": "x", "lower": -1.7e308, "upper": 1.7e308}  # lower < upper, but upper − lower overflows
+    backwards = {"name": "x", "lower": 90.0, "upper": 18.0}
+    tree = {"branching": 4, "levels": 8}  # 4^8 = 65,536 leaves (the most), 87,383 entries per feature
+    rules: list[tuple[str, str, Json]] = [
+        ("HeavyHittersTask._consistent: the alphabet's characters are distinct", "heavy_hitters", hh | {"alphabet": "aba"}),
+        ("HeavyHittersTask._consistent: depth < max_length", "heavy_hitters",
+         hh | {"depth": 4, "frontier": ["abca"], "max_length": 4}),
+        ("HeavyHittersTask._consistent: every prefix has length depth", "heavy_hitters", hh | {"depth": 1, "frontier": ["a", "bc"]}),
+        ("HeavyHittersTask._consistent: the prefixes are distinct", "heavy_hitters", hh | {"depth": 1, "frontier": ["a", "a"]}),
+        ("RowCountsTask._increasing: the grid increases", "feature_stats", _feature_stats_row_counts() | {"grid": [1, 3, 3]}),
+        ("FeatureSpec._ordered: lower < upper", "feature_stats", first | {"features": [first["features"][0], backwards]}),
+        ("FeatureSpec._ordered: upper − lower is finite", "feature_stats", second | {"features": [second["features"][0], wide]}),
+        ("SecondMomentsTask._per_feature: one mean per feature", "feature_stats", second | {"means": [41.5]}),
+        ("SecondMomentsTask._per_feature: one second scale per feature", "feature_stats",
+         second | {"second_scales": [*second["second_scales"], None]}),
+        ("ClipQuantilesTask._fits: at most 65,536 leaves", "feature_stats", clip | {"branching": 4, "levels": 9}),
+        ("ClipQuantilesTask._fits: at most 2^19 entries", "feature_stats", clip | tree | {"features": [clip["features"][0]] * 7}),
+        ("QuantileFeature._ordered: lower < upper", "quantiles", qt | {"features": [backwards]}),
+        ("QuantileFeature._ordered: upper − lower is finite", "quantiles", qt | {"features": [qt["features"][0], wide]}),
+        ("QuantilesTask._fits: at most 65,536 leaves", "quantiles", qt | {"branching": 64, "levels": 3}),
+        ("QuantilesTask._fits: at most 2^19 entries", "quantiles", qt | tree | {"features": [qt["features"][0]] * 7}),
+        ("Scaler._per_feature: one mean_ per feature", "training", train | {"scaling": train["scaling"] | {"mean_": [1.5]}}),
+        ("Scaler._per_feature: one scale_ per feature", "training",
+         train | {"scaling": train["scaling"] | {"scale_": [2.0, 1.0, 1.0]}}),
+        ("TrainTask._clip_entries: 0, 1 or the norm histogram's entries", "training", train | {"clip_entries": 2}),
+    ]
+    return [{"kind": kind, "task": task, "rule": rule} for rule, kind, task in rules]
+
+
 @topic(
     "task_parsing",
     "Round tasks each kind must accept or refuse (`parse_task`): `accepted`, and for a refused task the field "
-    "named (`task.<key>`, the first key of the error). A port must agree on `accepted` for every case.",
-    _task_cases(),
+    "named (`task.<key>`, the first key of the error). A port must agree on `accepted` for every case. Cases with "
+    "a `rule` (the validator's qualified name, then what it requires) are refused by one rule across fields that "
+    "the JSON Schema (task_schemas) cannot state: a port checks those rules by hand, and these cases show it does.",
+    _task_cases() + _rule_cases(),
 )
 def task_parsing_vectors(case: Json) -> Json:
     from queries.kind import QueryKindError

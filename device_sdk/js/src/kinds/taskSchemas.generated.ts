@@ -886,6 +886,11 @@ export const TASK_SCHEMAS: Record<string, Record<string, unknown>> = {
             "type": "number"
           },
           "clip_entries": {
+            "enum": [
+              0,
+              1,
+              18
+            ],
             "maximum": 18,
             "minimum": 0,
             "title": "Clip Entries",
