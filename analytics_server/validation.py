@@ -56,7 +56,7 @@ class ValidationError(ValueError):
 
 def supports_proofs(kind: QueryKind[Any, Any], plans: list[RoundPlan]) -> bool:
     """Whether the kind proves the contributions of the rounds it plans (those previewed at submit)."""
-    return bool(plans) and all(kind.validity(p.task) is not None for p in plans)
+    return bool(plans) and all(kind.validity(p.typed_task(kind)) is not None for p in plans)
 
 
 def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], require: bool) -> QuerySpec:
@@ -89,24 +89,24 @@ def noise_bound(spec: QuerySpec, calibration: dp.QueryCalibration, noise: dict[s
     p = DeltaSplit.of(spec).truncation / ((1.0 + math.exp(eps)) * cal.rounds * spec.cohort.max_clients * max(dim, 1))
     from queries.dp.tails import noise_quantile
 
-    return max(1, int(noise_quantile(dp.RoundNoise.from_dict(noise), 1, math.log(p / 2))))
+    return max(1, int(noise_quantile(noise.noise, 1, math.log(p / 2))))
 
 
 def round_statement(
-    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dict[str, Any] | None, calibration: dp.QueryCalibration | None
+    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dp.PlannedNoise | None,
+    calibration: dp.QueryCalibration | None,
 ) -> Statement | None:
     """What every contribution to this round proves (None without proofs or when the round has no statement)."""
     if not uses_proofs(spec):
         return None
-    base = kind.validity(plan.task)
+    base = kind.validity(plan.typed_task(kind))
     if base is None:
         return None
     if base.dim != plan.dim:
         raise ValueError(f"{kind.name}: validity statement covers {base.dim} entries, the round has {plan.dim}")
     if noise is None or calibration is None:
         return base
-    scale = int(noise.get("encoding_scale", 1))
-    return base.with_noise(scale, noise_bound(spec, calibration, noise, plan.dim))
+    return base.with_noise(noise.scale, noise_bound(spec, calibration, noise, plan.dim))
 
 
 def round_bits(bits: int, max_clients: int, statement: Statement | None) -> int:

@@ -1,9 +1,10 @@
 """`DeviceClient`: registers the device, checks in, and runs its assigned secure-aggregation cohorts.
 
-One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: check the assignment
-against the device's own policy and ledger before reading anything (device_sdk/policy.py; a refusal is
+One `run_once()` = one check-in (long-polled) and, when assigned, the whole cohort: parse the assignment once
+(device_sdk/admission.py) and check it against the device's own policy and ledger before reading anything (device_sdk/policy.py; a refusal is
 reported to the server), compute the contribution with the query kind, add the DP noise share
-(device_sdk.noise), mask it with `secagg.ClientSession` (holding the cohort to the device's survivor floor),
+(device_sdk.noise), mask it in the session its hooks' factory builds (`device_sdk.sessions`: `secagg.ClientSession`,
+holding the cohort to the device's survivor floor),
 exchange phase messages, and settle the ledger and transparency log (device_sdk/contribution.py).
 `run_forever()` repeats, honours `retry_after`, backs off exponentially with full jitter on errors, and stops
 at once when its event is set. `start()`/`stop()` run it in a background thread (device_sdk/runner.py);
@@ -37,14 +38,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import ValidationError
 
+from device_sdk.admission import ParsedAssignment, parse_assignment
 from device_sdk.contribution import LOGGED_REFUSALS, Contribution
-from device_sdk.hooks import DeviceHooks
 from device_sdk.identity import TOKEN_META, Enrolment, EnrolmentError, issuer_key, obtain_token
 from device_sdk.ledger import DAY_S, ContributionLedger, ContributionRecord
 from device_sdk.must_await import must_await
-from device_sdk.policy import Decision, DevicePolicy, Refusal, checkin_pause, decide, refuse
+from device_sdk.options import ClientOptions
+from device_sdk.policy import Decision, Refusal, checkin_pause, decide, refuse, screen
 from device_sdk.randomness import DeviceRandomness
 from device_sdk.servers import parse_server_urls
+from device_sdk.sessions import DeviceSession, SessionInputs
 from device_sdk.store import LocalStore
 from device_sdk.validity import masked_content
 from fa_common.b64 import b64d, b64e
@@ -64,14 +67,11 @@ from queries.envelope import (
     device_id_for,
     signing_payload,
 )
-from queries.registry import get_kind
-from queries.task_digest import TaskDigestError, task_digest
 from translog.check import LogCheckError
 from translog.wire import LogKeyResponse, TaskProof
 from device_sdk.transparency import LogFollower
 from secagg import encoding, identity_token
-from secagg.client import ClientSession, KeyPairs
-from secagg.config import SecAggConfig
+from secagg.client import KeyPairs
 from secagg.crypto import keys_payload
 from secagg.errors import (
     CohortUnverifiedError,
@@ -82,8 +82,6 @@ from secagg.errors import (
 )
 from secagg.floor import UnsafeParametersError
 from secagg.phases import Phase
-from secagg.plain import PlainClientSession
-from secagg.randomness import RandomSource
 
 log = logging.getLogger(__name__)
 KEY_META = "device_key"
@@ -152,9 +150,6 @@ class Outcome:
     """The refusal reason (`queries.envelope.REFUSAL_REASONS`) when status is refused."""
 
 
-Eligibility = Callable[[], bool]
-"""The app's answer to "may the device take part now?" (charging, unmetered network, idle…)."""
-
 RUN_FOREVER_HINT = ("From plain code use client.start() / client.stop() (a background thread) or client.run_once_sync(); "
                     "from async code `await client.run_forever(stop_event)` (or asyncio.run(client.run_forever())).")
 RUN_ONCE_HINT = "From plain code use client.run_once_sync(); from async code `await client.run_once()`."
@@ -162,51 +157,29 @@ RETENTION_EVERY_S = 60.0
 
 
 class DeviceClient:
-    def __init__(
-        self,
-        server_url: str | Sequence[str],
-        store: LocalStore,
-        *,
-        session: aiohttp.ClientSession | None = None,
-        checkin_wait_s: float = 10.0,
-        backoff_base_s: float = 0.5,
-        backoff_cap_s: float = 30.0,
-        request_timeout_s: float = 120.0,
-        randomness: RandomSource | None = None,
-        policy: DevicePolicy | None = None,
-        eligible: Eligibility | None = None,
-        on_assignment: Callable[[Assignment], Any] | None = None,
-        on_contribution: Callable[[ContributionRecord], Any] | None = None,
-        on_refusal: Callable[[Refusal], Any] | None = None,
-        on_error: Callable[[BaseException], Any] | None = None,
-        ineligible_poll_s: float = 60.0,
-        keys_with_checkin: bool = True,
-        hooks: DeviceHooks | None = None,
-        enrolment: Enrolment | None = None,
-    ) -> None:
-        """`policy`: the device's own limits (docs/device_sdk.md); `eligible`: called before every check-in
-        (and again before a cohort starts), the device only takes part while it returns True; the `on_…`
-        callbacks run on the client's thread and must not block (exceptions are logged, never raised);
-        `keys_with_checkin`: send fresh secagg public keys with every check-in, so a semi-honest cohort's first
-        phase costs no request of its own (docs/protocol.md, "Keys with the check-in"); `hooks`: what a simulator
-        or a benchmark injects (`device_sdk.hooks.DeviceHooks`: dropout, a compute gate shared by the devices of
-        one event loop, the unmasked benchmark session) — an app leaves it out."""
-        if policy is not None and not isinstance(policy, DevicePolicy):
-            raise TypeError(f"policy: must be a DevicePolicy, got {type(policy).__name__}")
-        if eligible is not None and not callable(eligible):
-            raise TypeError("eligible: must be a callable returning True or False")
-        self.policy = policy or DevicePolicy()
-        self.eligible = eligible
-        self.on_assignment = on_assignment
-        self.on_contribution = on_contribution
-        self.on_refusal = on_refusal
-        self.on_error = on_error
-        self.ineligible_poll_s = ineligible_poll_s
-        self.keys_with_checkin = keys_with_checkin
-        if enrolment is not None and not isinstance(enrolment, Enrolment):
-            raise TypeError(f"enrolment: must be an Enrolment, got {type(enrolment).__name__}")
-        self.enrolment = enrolment
-        self.hooks = hooks or DeviceHooks()
+    def __init__(self, server_url: str | Sequence[str], store: LocalStore, options: ClientOptions | None = None) -> None:
+        """`server_url`: one URL or several (module docstring); `store`: the app's `LocalStore`; `options`: a
+        `ClientOptions` (`device_sdk.options`; docs/device_sdk.md, "`ClientOptions`") — the device's policy, its
+        eligibility callback, network settings, callbacks, enrolment and the hooks a simulator or benchmark injects;
+        None: an app's defaults."""
+        if options is None:
+            options = ClientOptions()
+        if not isinstance(options, ClientOptions):
+            raise TypeError(f"options: must be a device_sdk.ClientOptions, got {type(options).__name__} (the "
+                            "keyword arguments of earlier versions are grouped in it: docs/device_sdk.md)")
+        if not isinstance(store, LocalStore):
+            raise TypeError(f"store: must be a LocalStore, got {type(store).__name__}")
+        self.options = options
+        self.policy = options.policy
+        self.eligible = options.eligible
+        self.on_assignment = options.callbacks.on_assignment
+        self.on_contribution = options.callbacks.on_contribution
+        self.on_refusal = options.callbacks.on_refusal
+        self.on_error = options.callbacks.on_error
+        self.ineligible_poll_s = options.ineligible_poll_s
+        self.keys_with_checkin = options.keys_with_checkin
+        self.enrolment = options.enrolment
+        self.hooks = options.hooks
         self.ledger = ContributionLedger(store)
         self.log = LogFollower(store, self.policy)
         self._runner: Any = None
@@ -216,15 +189,16 @@ class DeviceClient:
         self.servers = parse_server_urls(server_url)
         self._current = 0
         self.store = store
-        self._session = session
-        self._own_session = session is None
-        self.checkin_wait_s = checkin_wait_s
-        self.backoff_base_s = backoff_base_s
-        self.backoff_cap_s = backoff_cap_s
-        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        network = options.network
+        self._session = network.session
+        self._own_session = network.session is None
+        self.checkin_wait_s = network.checkin_wait_s
+        self.backoff_base_s = network.backoff_base_s
+        self.backoff_cap_s = network.backoff_cap_s
+        self.timeout = aiohttp.ClientTimeout(total=network.request_timeout_s)
         self._abandoned: set[str] = set()
         self._jitter = random.Random()
-        self.randomness = DeviceRandomness(randomness)
+        self.randomness = DeviceRandomness(options.randomness)
         raw = store.get_meta(KEY_META)
         if raw is None:
             key = Ed25519PrivateKey.from_private_bytes(self.randomness.identity_key())
@@ -320,7 +294,7 @@ class DeviceClient:
         status, body = await self._json("POST", "/v1/device/register", payload, register=True)
         if status == 403 and self.enrolment is None and "identity_token" in _msg(body):
             raise ServerError(status, _msg(body) + " — this device has no enrolment: pass DeviceClient(..., "
-                              "enrolment=Enrolment(issuer_url, credential))")
+                              "ClientOptions(enrolment=Enrolment(issuer_url, credential)))")
         if status not in (200, 201):
             raise ServerError(status, _msg(body))
         if body.get("device_id") != self.device_id:
@@ -386,26 +360,28 @@ class DeviceClient:
         return Outcome("paused", retry_after=min(wait, DAY_S), detail="daily limit reached")
 
     def _admit(self, a: Assignment) -> Contribution | Refusal:
-        """Check the assignment against the policy and the ledger and reserve its charge — one store
-        transaction, before any local data is read."""
-        try:
-            kind = get_kind(a.kind)
-        except ValueError as exc:
-            return refuse(a, "invalid_assignment", str(exc))
+        """Parse the assignment (once: `device_sdk.admission`), check it against the policy and the ledger and reserve
+        its charge — one store transaction, before any local data is read."""
         if not self._is_eligible():
             return refuse(a, "not_eligible", "the device stopped being eligible while it waited for the cohort")
         now = self.store.clock.time()
         with self.store.transaction():
+            opted_out = self.store.is_opted_out(a.source)
+            early = screen(self.policy, a, opted_out)
+            if early is not None:
+                return early
+            parsed = parse_assignment(a)
+            if isinstance(parsed, Refusal):
+                return parsed
             spent, _, count = self.ledger.spent_since(now - DAY_S)
-            verdict = decide(self.policy, a, kind, self.ledger.history(a.query_id), spent, count,
-                             self.store.is_opted_out(a.source))
+            verdict = decide(self.policy, parsed, self.ledger.history(a.query_id), spent, count, opted_out)
             if isinstance(verdict, Refusal):
                 if verdict.reason in LOGGED_REFUSALS:  # evidence of a server below this device's floor: kept
-                    row = self.ledger.reserve(**_ledger_fields(a, Decision(None, None, None, None, None, False), now))
+                    row = self.ledger.reserve(**_ledger_fields(parsed, Decision(None, None, None, None, None, False), now))
                     self.ledger.refused(row, verdict.reason, verdict.detail)
                 return verdict
-            row = self.ledger.reserve(**_ledger_fields(a, verdict, now))
-        return Contribution(a, verdict, self.ledger, row)
+            row = self.ledger.reserve(**_ledger_fields(parsed, verdict, now))
+        return Contribution(parsed, verdict, self.ledger, row)
 
     async def _report_refusal(self, a: Assignment, refusal: Refusal) -> None:
         """Tell the server (best effort: it then stops waiting for this device), log it, call on_refusal."""
@@ -540,6 +516,8 @@ class DeviceClient:
             refused = await self._check_log(a, contribution, log_proof)
             if refused is not None:
                 return refused
+        if not self.hooks.session_factory.takes_checkin_keys:
+            ahead = None  # the session's first phase is not the keys the check-in carried: the device sends it itself
         async with self._turn():
             prepared = await self._prepare(a, contribution, ahead)
         if isinstance(prepared, Outcome):
@@ -557,16 +535,12 @@ class DeviceClient:
         last one this device saw; else record the entry and head with the contribution. Runs before any data is
         read."""
         try:
-            digest = task_digest(a)
-        except TaskDigestError as exc:
-            return Outcome("refused", cohort_id=a.cohort_id, detail=f"task digest: {exc}", reason="invalid_assignment")
-        try:
             if proof is not None and self.log.keys() is None:  # trust on first use (policy.log_keys unset)
                 status, _, raw = await self.request("GET", "/v1/log/key")
                 if status != 200:
                     raise LogCheckError(f"the server's log key is not available (HTTP {status})")
                 self.log.pin(LogKeyResponse.model_validate(_json_body(raw)))
-            signed = self.log.check(proof, a, digest, self.store.clock.time())
+            signed = self.log.check(proof, contribution.parsed, self.store.clock.time())
         except (LogCheckError, ValidationError, ValueError) as exc:
             return Outcome("refused", cohort_id=a.cohort_id, reason="not_logged", detail=f"transparency log: {exc}")
         self.log.accept(signed)
@@ -586,41 +560,25 @@ class DeviceClient:
 
     async def _prepare(
         self, a: Assignment, contribution: Contribution, ahead: Ahead | None
-    ) -> Outcome | tuple[ClientSession | PlainClientSession, bytes | None]:
-        """The contribution (checked against the device's own bounds), its noise and proof, and the secure
-        aggregation session with its first message; or the outcome that ends the assignment here."""
+    ) -> Outcome | tuple[DeviceSession, bytes | None]:
+        """The contribution (checked against the device's own bounds), its noise and proof, and the protocol session
+        (`hooks.session_factory`, secure aggregation unless a benchmark injected another) with its first message; or
+        the outcome that ends the assignment here."""
+        parsed = contribution.parsed
+        factory = self.hooks.session_factory
         try:
-            digest = task_digest(a)
-        except TaskDigestError as exc:
-            return Outcome("refused", cohort_id=a.cohort_id, detail=f"task digest: {exc}", reason="invalid_assignment")
-        try:
-            cfg = SecAggConfig.from_dict(a.secagg)
-            kind = get_kind(a.kind)
             draws = self.randomness.for_contribution(a.cohort_id)
-            task = kind.parse_task(a.task)  # the kind's one set of task rules (QueryKindError naming the field)
-            raw = kind.contribute(task, self.store.rows(a.source), draws.kind)
+            raw = parsed.kind.contribute(parsed.task, self.store.rows(a.source), draws.kind)
             over = contribution.check_vector(raw)
             if over is not None:
                 return Outcome("refused", cohort_id=a.cohort_id, detail=over.detail, reason=over.reason)
             # noise, blinding limbs and validity proof (device_sdk.validity): proving takes milliseconds to seconds,
             # off the event loop
-            vec, proof = await asyncio.to_thread(masked_content, a, kind, raw, draws, digest)
-            modular = encoding.to_modular(vec, cfg.bits)
-            if self.hooks.unmasked:
-                ahead = None
-                client: ClientSession | PlainClientSession = PlainClientSession(cfg.bits, modular)
-            else:
-                client = ClientSession(
-                    cfg, a.party_id, modular, self.key, randomness=draws.secagg,
-                    input_proof=proof,
-                    min_survivors=contribution.min_survivors,
-                    keys=ahead.keys if ahead is not None else None,
-                    task_digest=digest,
-                    verify_peers=self.policy.verify_cohort,
-                    min_verified=self.policy.min_verified,
-                    credentialed=self.policy.credentialed if self.policy.trusted_issuers else None,
-                    floor_assumptions=self.policy.floor_assumptions,
-                )
+            vec, proof = await asyncio.to_thread(masked_content, parsed, raw, draws)
+            client = factory.build(SessionInputs(
+                parsed, encoding.to_modular(vec, parsed.secagg.bits), self.key, draws.secagg, proof,
+                contribution.min_survivors, ahead.keys if ahead is not None else None,
+                self.policy))
             message: bytes | None = client.start()  # with `ahead`, the bytes the server built from the check-in
         except UnsafeParametersError as exc:  # below this device's own safety floor: nothing computed, nothing sent
             return Outcome("refused", cohort_id=a.cohort_id, detail=str(exc), reason="unsafe_parameters")
@@ -629,7 +587,7 @@ class DeviceClient:
         return client, message
 
     async def _exchange(
-        self, a: Assignment, client: ClientSession | PlainClientSession, message: bytes | None, drop_at: int | None,
+        self, a: Assignment, client: DeviceSession, message: bytes | None, drop_at: int | None,
         before_send: Callable[[int], None] = lambda phase: None, ahead: Ahead | None = None,
     ) -> Outcome:
         phase = a.first_phase
@@ -784,7 +742,8 @@ class DeviceClient:
             await self.close()
 
 
-def _ledger_fields(a: Assignment, d: Decision, now: float) -> dict[str, Any]:
+def _ledger_fields(parsed: ParsedAssignment, d: Decision, now: float) -> dict[str, Any]:
+    a = parsed.assignment
     p = a.privacy
     public = p.model_dump(exclude={"l1_sensitivity", "l2_sensitivity"}) if p is not None else {}
     return {
@@ -795,7 +754,7 @@ def _ledger_fields(a: Assignment, d: Decision, now: float) -> dict[str, Any]:
         "query_privacy": public, "noise_scale": a.noise.scale if a.noise is not None else None,
         "noise_std": a.noise.std if a.noise is not None else None,
         "encoding_scale": a.noise.encoding_scale if a.noise is not None else 1, "proofs": d.proofs,
-        "cohort_size": int(a.secagg.get("n", 0)), "min_survivors": d.min_survivors,
+        "cohort_size": parsed.secagg.n, "min_survivors": d.min_survivors,
     }
 
 

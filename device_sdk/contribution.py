@@ -1,9 +1,9 @@
 """One accepted assignment's bookkeeping between the policy, the ledger and the protocol run.
 
-`DeviceClient` admits an assignment (policy check and ledger reservation, before any data is read) and gets
-a `Contribution`; the run then asks it for the survivor floor to hold the cohort to, lets it check the
-vector against the declared bounds (kinds that cannot bound it from the task), tells it before each message
-goes out (`before_send`: the masked input is where the data leaves the device) and ends it with the
+`DeviceClient` admits an assignment (parsed once, `device_sdk.admission`; policy check and ledger reservation,
+before any data is read) and gets a `Contribution`, which carries the parsed assignment; the run then asks it for
+the survivor floor to hold the cohort to, lets it check the vector against the declared bounds (kinds that cannot
+bound it from the task), tells it before each message goes out (`before_send`: the masked input is where the data leaves the device) and ends it with the
 cohort's outcome, which settles the ledger row: charged and logged if anything was sent, released if not.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from device_sdk.admission import ParsedAssignment
 from device_sdk.ledger import ContributionLedger, ContributionRecord
 from device_sdk.policy import Decision, Refusal, refuse
 from queries.envelope import Assignment
@@ -27,11 +28,16 @@ protocol, or of one it could not verify), unlike refusals under its own policy, 
 
 @dataclass
 class Contribution:
-    assignment: Assignment
+    parsed: ParsedAssignment
+    """The assignment, parsed once (`device_sdk.admission`): what the run computes from."""
     decision: Decision
     ledger: ContributionLedger
     row_id: int
     sent: bool = False
+
+    @property
+    def assignment(self) -> Assignment:
+        return self.parsed.assignment
 
     @property
     def min_survivors(self) -> int | None:

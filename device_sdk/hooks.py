@@ -7,10 +7,10 @@ server: one frozen `DeviceHooks` object instead of simulator-only constructor pa
   at a time and sends it before the next one computes (without it the loop computes every device woken together
   before any request leaves, and the fleet's answers reach the server in bursts — a correlation that independent
   devices do not have);
-- `unmasked`: the benchmark's unmasked session (`secagg.plain`: the vector in the clear, no masks) instead of
-  secure aggregation, so `make bench` can report what masking costs. The server forms such cohorts only when its
-  own process is built for the benchmark; nothing in an assignment can ask a device for it, and a device built
-  without this hook cannot run it.
+- `session_factory`: the protocol session the device runs (`device_sdk.sessions`): secure aggregation by default;
+  the benchmark injects `sessions.UNMASKED` (`secagg.plain`: the vector in the clear, no masks) so `make bench` can
+  report what masking costs. The server forms such cohorts only when its own process is built for the benchmark;
+  nothing in an assignment can ask a device for it, and a device built without this hook cannot run it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from device_sdk.sessions import SECURE_AGGREGATION, SessionFactory
 from queries.envelope import Assignment
 
 DropoutFn = Callable[[Assignment], int | None]
@@ -31,4 +32,9 @@ class DeviceHooks:
 
     dropout: DropoutFn | None = None
     compute_gate: asyncio.Lock | None = None
-    unmasked: bool = False
+    session_factory: SessionFactory = SECURE_AGGREGATION
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.session_factory, SessionFactory):
+            raise TypeError(f"hooks.session_factory: must be a device_sdk.sessions.SessionFactory, got "
+                            f"{type(self.session_factory).__name__}")

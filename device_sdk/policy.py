@@ -25,20 +25,22 @@ import binascii
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
 from queries.dp.errors import PrivacyError
 from queries.dp.floor import per_device_floor
 from queries.envelope import Assignment, RefusalReason
-from queries.kind import QueryKind, QueryKindError
+from queries.kind import QueryKindError
 from secagg import floor as safety, identity_token
 from secagg.blind_rsa import load_public_key
-from secagg.config import SecAggConfig
 from secagg.errors import ConfigError
 
 from device_sdk.ledger import DAY_S, QueryHistory
+
+if TYPE_CHECKING:  # the parsed assignment refers back to Refusal
+    from device_sdk.admission import ParsedAssignment
 
 DEFAULT_MAX_DELTA = 1e-5
 """δ cap that applies when the policy caps ε but not δ: an ε bound means little at a large δ."""
@@ -297,22 +299,27 @@ def checkin_pause(policy: DevicePolicy, spent_epsilon: float, contributions: int
     return None if wait is None else max(wait, 1.0)
 
 
-def decide(
-    policy: DevicePolicy, a: Assignment, kind: QueryKind[Any, Any], history: QueryHistory,
-    spent_today: float, contributions_today: int, opted_out: bool,
-) -> Refusal | Decision:
-    """Check an assignment against the policy, the kind's own bounds and the device's ledger, before any data
-    is read."""
+def screen(policy: DevicePolicy, a: Assignment, opted_out: bool) -> Refusal | None:
+    """The policy's checks on what the assignment names alone (collection and kind), before it is parsed."""
     if opted_out:
         return refuse(a, "opted_out", f"the user opted out of collection {a.source!r}")
     if not policy.allows_source(a.source):
         return refuse(a, "source_not_allowed", f"collection {a.source!r} is not in this device's allowed_sources")
     if not policy.allows_kind(a.source, a.kind):
         return refuse(a, "kind_not_allowed", f"kind {a.kind!r} is not allowed on collection {a.source!r}")
-    try:
-        cfg = SecAggConfig.from_dict(a.secagg)
-    except ConfigError as exc:
-        return refuse(a, "invalid_assignment", f"secagg: {exc}")
+    return None
+
+
+def decide(
+    policy: DevicePolicy, parsed: ParsedAssignment, history: QueryHistory,
+    spent_today: float, contributions_today: int, opted_out: bool,
+) -> Refusal | Decision:
+    """Check a parsed assignment (`device_sdk.admission`) against the policy, the kind's own bounds and the device's
+    ledger, before any data is read."""
+    a, kind, cfg = parsed.assignment, parsed.kind, parsed.secagg
+    early = screen(policy, a, opted_out)
+    if early is not None:
+        return early
     if a.threat_model != "active" or cfg.threat_model != "active":
         model = cfg.threat_model if cfg.threat_model != "active" else a.threat_model
         return refuse(a, "unsafe_parameters", f"threat model {model}: no consistency round, so the server could show "
@@ -364,7 +371,7 @@ def decide(
         return refuse(a, "privacy_unverifiable", f"the query's privacy parameters changed since this device's first "
                       f"contribution ({first} → {public})")
     try:
-        own = kind.task_sensitivity(a.task)
+        own = kind.task_sensitivity(parsed.task)
     except QueryKindError as exc:
         return refuse(a, "invalid_assignment", str(exc))
     if own is None:
@@ -396,4 +403,4 @@ def decide(
     return Decision(charge, p.delta * new_layers, survivors, bounds, floor, proofs)
 
 
-__all__ = ["DEFAULT_MAX_DELTA", "Decision", "DevicePolicy", "PolicyError", "Refusal", "checkin_pause", "decide"]
+__all__ = ["DEFAULT_MAX_DELTA", "Decision", "DevicePolicy", "PolicyError", "Refusal", "checkin_pause", "decide", "screen"]

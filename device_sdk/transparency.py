@@ -7,10 +7,9 @@ from __future__ import annotations
 import base64
 import json
 
+from device_sdk.admission import ParsedAssignment
 from device_sdk.policy import DevicePolicy, pinned_keys
 from device_sdk.store import LocalStore
-from queries.envelope import Assignment
-from secagg.config import SecAggConfig
 from translog.check import LogCheckError, check_task_proof
 from translog.heads import SignedHead, TreeHead, key_table
 from translog.wire import HeadModel, LogKeyResponse, TaskProof
@@ -47,15 +46,16 @@ class LogFollower:
         self.store.set_meta(KEYS_META, json.dumps(keys))
         return table
 
-    def check(self, proof: TaskProof | None, a: Assignment, digest: bytes, now_s: float) -> SignedHead:
+    def check(self, proof: TaskProof | None, parsed: ParsedAssignment, now_s: float) -> SignedHead:
         """LogCheckError unless the task is in the log under a head that extends the last one seen."""
         if proof is None:
             raise LogCheckError("the server sent no transparency-log proof with the task")
         keys = self.keys()
         if not keys:
             raise LogCheckError("no log key pinned")
+        a = parsed.assignment
         return check_task_proof(
-            proof, task_digest=digest, secagg=SecAggConfig.from_dict(a.secagg).public_summary(), query_id=a.query_id,
+            proof, task_digest=parsed.digest, secagg=parsed.secagg.public_summary(), query_id=a.query_id,
             round=a.round, cohort_id=a.cohort_id, log_keys=keys,
             last=self.last(), witness_keys=self.witnesses, quorum=self.policy.witness_quorum,
             max_witness_age_s=self.policy.witness_max_age_s, now_s=now_s)

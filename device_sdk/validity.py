@@ -10,16 +10,13 @@ noise share: truncating there would weaken the noise its privacy relies on.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from device_sdk.admission import ParsedAssignment
 from device_sdk.noise import add_noise
 from device_sdk.randomness import ContributionRandomness
 from queries.dp import sample_noise_bounded
 from queries.dp.noise import per_device_std
-from queries.envelope import Assignment
-from queries.kind import QueryKind
 from secagg.validity import ProofContext, blind_limbs, prove
 
 MIN_BOUND_STDS = 6.0
@@ -28,14 +25,14 @@ about 2e-9 per entry; servers choose B from δ, typically 8–10 standard deviat
 
 
 def masked_content(
-    a: Assignment, kind: QueryKind[Any, Any], x: np.ndarray, draws: ContributionRandomness,
-    task_digest: bytes = bytes(32),
+    parsed: ParsedAssignment, x: np.ndarray, draws: ContributionRandomness,
 ) -> tuple[np.ndarray, bytes | None]:
     """(the vector to mask, the validity proof or None) for the kind's vector `x`; the proof is bound to the device's
-    own `task_digest`. ValueError when the device cannot take part."""
+    own task digest (`parsed.digest`). ValueError when the device cannot take part."""
+    a = parsed.assignment
     if a.validation is None:
         return add_noise(x, a.noise, draws.noise), None
-    base = kind.validity(a.task)
+    base = parsed.statement
     if base is None:
         raise ValueError(f"validation: {a.kind} has no validity statement for this task")
     noisy = a.noise is not None and a.noise.mechanism != "none"
@@ -49,7 +46,7 @@ def masked_content(
                              f"({std:.3g}) of this device's noise share; refusing to truncate the noise there")
         noise = sample_noise_bounded(a.noise.mechanism, a.noise.scale, len(x), draws.noise, bound)
     statement = base.with_noise(scale, bound)
-    context = ProofContext(bytes.fromhex(str(a.secagg["session_id"])), a.query_id, a.round, a.party_id, task_digest)
+    context = ProofContext(parsed.secagg.session_id, a.query_id, a.round, a.party_id, parsed.digest)
     proof, blind = prove(statement, context, x.tolist(), None if noise is None else noise.tolist(), draws.validity)
     content = x.astype(np.int64) * scale + (0 if noise is None else noise)
     return np.concatenate([content, np.asarray(blind_limbs(blind), dtype=np.int64)]), proof

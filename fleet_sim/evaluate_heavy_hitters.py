@@ -88,7 +88,7 @@ def run(
         total = np.zeros(plan.dim, dtype=np.int64)
         for s, c in zip(distinct, voters):
             if c:
-                vec = KIND.contribute(plan.task, [s], rng)
+                vec = KIND.contribute(plan.typed_task(KIND), [s], rng)
                 total[np.flatnonzero(vec)] += int(c) * vec[np.flatnonzero(vec)]
         contributors = int(voters.sum())
         aggregate_noise = None

@@ -33,7 +33,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from device_sdk.client import KEY_META, DeviceClient, Outcome, new_connector
 from device_sdk.hooks import DeviceHooks, DropoutFn
 from device_sdk.identity import Enrolment
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.policy import DevicePolicy
+from device_sdk.sessions import SECURE_AGGREGATION, SESSION_FACTORIES, SessionFactory
 from fa_common.b64 import b64e
 from fleet_sim.scenarios import generate
 from device_sdk.store import LocalStore
@@ -78,16 +80,14 @@ def device_randomness(key: bytes, seeded_randomness: bool) -> RandomSource | Non
     return SeededRandom(b"fa-sim/device/" + key) if seeded_randomness else None
 
 
-def dropout_policy(p: float, rng: random.Random, unmasked: bool = False) -> DropoutFn:
+def dropout_policy(p: float, rng: random.Random, session: SessionFactory = SECURE_AGGREGATION) -> DropoutFn:
     """With probability `p` per assignment, the phase before which the device stops answering (uniformly among
-    the phases its session has: the unmasked benchmark session has one)."""
+    the phases its `session` has: the unmasked benchmark session has one, its first)."""
     def decide(a: Assignment) -> int | None:
         if p <= 0 or rng.random() >= p:
             return None
         phases = [0, 1, 2, 3, 4] if a.threat_model == "active" else [0, 1, 2, 4]
-        if unmasked:
-            phases = [2]
-        return rng.choice(phases)
+        return rng.choice(phases if session is SECURE_AGGREGATION else [a.first_phase])
 
     return decide
 
@@ -117,18 +117,19 @@ async def run_fleet(
     async with aiohttp.ClientSession(connector=new_connector(FLEET_KEEPALIVE_S)) as http:
         clients = []
         gate = asyncio.Lock()  # the devices take turns on the CPU they share: each message leaves once computed
-        unmasked = bench_unmasked()  # make bench's switch of this process (secagg.plain), never the server's word
+        # make bench's switch of this process (secagg.plain), never the server's word
+        session = SESSION_FACTORIES["unmasked" if bench_unmasked() else "secure_aggregation"]
         for i, (key, data) in enumerate(devices):
             store = LocalStore(":memory:")
             store.set_meta(KEY_META, b64e(key))
             for coll, rows in data.items():
                 store.add_many(coll, rows)
-            client = DeviceClient(
-                server, store, session=http, checkin_wait_s=checkin_wait_s,
-                randomness=device_randomness(key, seeded_randomness), policy=DevicePolicy(**(policy or {})),
-                hooks=DeviceHooks(dropout=dropout_policy(dropout, rng, unmasked), compute_gate=gate, unmasked=unmasked),
+            hooks = DeviceHooks(dropout=dropout_policy(dropout, rng, session), compute_gate=gate, session_factory=session)
+            client = DeviceClient(server, store, ClientOptions(
+                policy=DevicePolicy(**(policy or {})), network=NetworkOptions(session=http, checkin_wait_s=checkin_wait_s),
+                randomness=device_randomness(key, seeded_randomness), hooks=hooks,
                 enrolment=enrolments[i] if enrolments else None,
-            )
+            ))
             if split:
                 client.start_at(int(client.device_id[:8], 16))
             clients.append(client)

@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
-from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
@@ -552,11 +551,11 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         return RoundPlan(round=round_index, task=self.task_json(typed), dim=dim, max_abs=m * (1 << k),
                          l1_sensitivity=l1, l2_sensitivity=l2, privacy_weight=weight, purpose=purpose)
 
-    def task_sensitivity(self, task: FeatureStatsTask | Mapping[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: FeatureStatsTask) -> tuple[float, float]:
         """Rows held: one 1 (one-hot). Moments: per example and feature at most 2^K in each of the count and the
         first moment (first moments), or in the scaled second moment and one histogram bin (second moments; a
         single bin is the count); at most `max_examples` examples."""
-        t = self.parse_task(task).root
+        t = task.root
         if isinstance(t, RowCountsTask):
             return 1.0, 1.0
         if isinstance(t, ClipQuantilesTask):
@@ -565,8 +564,8 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         f, unit = len(t.features), t.max_examples * (1 << t.scale_exp)
         return float(unit * per_example * f), float(unit * math.sqrt(per_example) * math.sqrt(f))
 
-    def contribute(self, task: FeatureStatsTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        t = self.parse_task(task).root
+    def contribute(self, task: FeatureStatsTask, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        t = task.root
         if isinstance(t, ClipQuantilesTask):
             return tree_vector(t, rows, rng)
         if isinstance(t, RowCountsTask):
@@ -602,7 +601,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
             seconds[j] = int(_stochastic_round(z * unit, rng).sum())
         return second_moments_layout(len(specs), bins).pack(seconds=seconds, histograms=hists)
 
-    def validity(self, task: FeatureStatsTask | Mapping[str, Any]) -> Statement:
+    def validity(self, task: FeatureStatsTask) -> Statement:
         """Rows held (bound from the data): a one-hot over the grid's buckets, at most one 1. Moments: every
         entry within what `max_examples` examples can add ([0, max_examples·2^scale_exp]), linked per feature
         as the examples link them (each example adds at most 2^K in size to a moment and exactly 2^K to its count
@@ -610,7 +609,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         the second moment at most the bins' sum (the round's count). With proofs the second round always carries
         bins (one, the count, when the analyst asked for none: `count_second_round`), so a device cannot claim
         moments without the rows that make them in either round (docs/validation.md)."""
-        t = self.parse_task(task).root
+        t = task.root
         if isinstance(t, RowCountsTask):
             return Statement((Bits(row_counts_layout(len(t.grid)).dim, 1),))
         if isinstance(t, ClipQuantilesTask):  # as the quantiles kind's: each level adds up to the count
@@ -657,7 +656,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
                     means.append(float(min(max(mean, spec.lower), spec.upper)))
             return replace(state, stage=1, counts=counts.tolist(), firsts=firsts.tolist(), means=means,
                            contributors=state.contributors + [contributors], noise_std=[std])
-        sent = self.parse_task(plan.task).root
+        sent = plan.typed_task(self).root
         bins = sent.bins if isinstance(sent, SecondMomentsTask) else params.second_round_bins  # what the devices got
         second = second_moments_layout(f, bins).view(agg, "aggregate")
         seconds = [float(s2) * (_second_scale(spec, mean) if mean is not None else 0.0)
@@ -713,7 +712,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         `std_range` says how far the data can move each std: rows per device from 1 to the bound (means and
         variances: n from `contributors` to `contributors`·bound), and a bound chosen from the data from 1 to
         `max_examples_limit` (the moment rounds' noise scales with it)."""
-        by_stage = {self.parse_task(r.plan.task).root.stage: r for r in rounds}
+        by_stage = {r.plan.typed_task(self).root.stage: r for r in rounds}
         clip_warning = []
         if params.clip_at is not None:
             share = params.clip_budget_share
@@ -726,7 +725,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         warnings: list[ReleaseWarning] = clip_warning
         if first is None:
             return values, warnings
-        moments = self.parse_task(first.plan.task).root
+        moments = first.plan.typed_task(self).root
         assert isinstance(moments, FirstMomentsTask)
         bound = moments.max_examples
         unit = float(1 << moments.scale_exp)
@@ -734,7 +733,7 @@ class FeatureStatsKind(QueryKind[FeatureStatsParams, FeatureStatsState]):
         s2 = second.std / unit if second is not None else 0.0
         count_std = s1
         if second is not None:  # the second round's bins (the analyst's, or the count alone) estimate the count too
-            carried = self.parse_task(second.plan.task).root
+            carried = second.plan.typed_task(self).root
             sent = carried.bins if isinstance(carried, SecondMomentsTask) else 0
             if sent and s1 > 0 and s2 > 0:
                 count_std = 1 / math.sqrt(1 / (s1 * s1) + 1 / (sent * s2 * s2))

@@ -18,7 +18,6 @@ under the threshold are listed in `suppressed`, never silently dropped.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
@@ -184,13 +183,13 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
         l1, l2 = self.task_sensitivity(task)
         return RoundPlan(round=round_index, task=self.task_json(task), dim=len(params.slots), max_abs=1, l1_sensitivity=l1, l2_sensitivity=l2)
 
-    def task_sensitivity(self, task: HistogramTask | Mapping[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: HistogramTask) -> tuple[float, float]:
         """At most `max_contributions` slots set to 1: L1 k, L2 √k."""
-        k = self.parse_task(task).max_contributions
+        k = task.max_contributions
         return float(k), float(k) ** 0.5
 
-    def contribute(self, task: HistogramTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        t = self.parse_task(task)
+    def contribute(self, task: HistogramTask, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        t = task
         buckets, other, k = t.buckets, t.other_bucket, t.max_contributions
         index = {b: i for i, b in enumerate(buckets)}
         other_slot = len(buckets) if other is not None else None
@@ -208,9 +207,9 @@ class HistogramKind(QueryKind[HistogramParams, HistogramState]):
             vec[slot] = 1
         return vec
 
-    def validity(self, task: HistogramTask | Mapping[str, Any]) -> Statement:
+    def validity(self, task: HistogramTask) -> Statement:
         """Every slot 0 or 1, at most `max_contributions` of them 1."""
-        t = self.parse_task(task)
+        t = task
         return Statement((Bits(t.dim, t.max_contributions),))
 
     def decode_round(

@@ -27,7 +27,7 @@ The contract has two halves (like a VDAF's client and aggregator roles). The DEV
 kind's typed round task (`Task`, a strict pydantic model), `parse_task` (the one function that turns the task JSON a
 device receives into a `Task`, refusing `True`, `3.7` or `"3"` for an integer, unknown keys and oversized lists,
 with a QueryKindError naming the field), `contribute`, `validity` and `task_sensitivity`, which take the parsed
-task. The SERVER half (`QueryKind`, which extends the device half): params, planning, decoding, release,
+task only (callers parse once; on the server `RoundPlan.typed_task(kind)` parses a round's task once per plan). The SERVER half (`QueryKind`, which extends the device half): params, planning, decoding, release,
 preview. `plan_round` builds the `Task` and puts its JSON (`task_json`) in `RoundPlan.task`, so the wire stays a
 plain JSON object. The JSON Schema of each `Task` (`task_schema`) is written to tests/vectors/task_schemas.json,
 from which the TypeScript SDK applies the same rules.
@@ -89,6 +89,16 @@ class RoundPlan:
     meta: dict[str, Any] = field(default_factory=dict)
     """Kind-private information kept with the round (stored with the plan; the kind reads it back in
     decode_round). The server neither reads nor writes it."""
+
+    def typed_task(self, kind: DeviceKind[T]) -> T:
+        """`task` parsed by `kind` (`parse_task`) — once: the typed task is kept on this plan object (not a field,
+        so neither `asdict` nor the stored JSON sees it), and every later call returns it."""
+        cached = self.__dict__.get("_typed_task")
+        if cached is None or cached[0] != kind.name:
+            cached = (kind.name, kind.parse_task(self.task))
+            object.__setattr__(self, "_typed_task", cached)
+        out: T = cached[1]
+        return out
 
 
 @dataclass(frozen=True)
@@ -230,8 +240,9 @@ class DeviceKind(ABC, Generic[T]):
     """The device half of a kind: what a device needs to take part in a round, and nothing of the server's.
 
     `Task` is the kind's round task (a strict pydantic model: `extra="forbid"`, strict types, bounded sizes). Every
-    method below takes a task as `parse_task` returns it; given the raw JSON instead, it parses it first (same
-    rules, so a caller that has not parsed yet gets the same answer and the same errors)."""
+    method below takes the typed task as `parse_task` returns it, never the JSON: a caller parses once (the device
+    when it admits an assignment, `device_sdk.admission`; the server through `RoundPlan.typed_task`) and passes the
+    task on."""
 
     name: ClassVar[str]
     Task: type[T]
@@ -245,8 +256,6 @@ class DeviceKind(ABC, Generic[T]):
             if not isinstance(raw, Mapping):
                 raise QueryKindError("task: must be a JSON object")
             return raw  # type: ignore[return-value]
-        if isinstance(raw, self.Task):
-            return raw
         try:
             return self.Task.model_validate(raw)
         except ValidationError as exc:
@@ -264,13 +273,13 @@ class DeviceKind(ABC, Generic[T]):
         return out
 
     @abstractmethod
-    def contribute(self, task: T | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+    def contribute(self, task: T, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
         """The local rows of the query's `source` → an int64 vector of length plan.dim.
 
         `rng` is the only randomness a kind may use (row sampling, SGD order, stochastic rounding); the
         device draws it from its randomness source, so a seeded source reproduces the vector exactly."""
 
-    def validity(self, task: T | Mapping[str, Any]) -> Statement | None:
+    def validity(self, task: T) -> Statement | None:
         """Optional hook: what every honest contribution to a round with this `task` satisfies (per segment of
         the vector: votes, signs or ranges), for the devices' validity proofs (`privacy.validation:
         "proofs"`). Both sides derive it from the task, the device to prove and the server to verify.
@@ -278,7 +287,7 @@ class DeviceKind(ABC, Generic[T]):
         honest cohort could produce)."""
         return None
 
-    def task_sensitivity(self, task: T | Mapping[str, Any]) -> tuple[float, float] | None:
+    def task_sensitivity(self, task: T) -> tuple[float, float] | None:
         """Optional hook: (L1, L2) bounds on the norms of any vector `contribute` returns for this task, computed
         from the task alone — never from the data (raise QueryKindError on a malformed task). The device
         recomputes its noise floor from these bounds instead of the server's declared sensitivities

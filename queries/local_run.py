@@ -90,7 +90,7 @@ def run_query(
         total = np.zeros(plan.dim, dtype=np.int64)
         count = 0
         for rows in chosen:
-            vec = kind.contribute(plan.task, rows, rng)
+            vec = kind.contribute(plan.typed_task(kind), rows, rng)
             if planned is not None:
                 share = dp.sample_noise(planned.noise.mechanism, planned.noise.per_device_scale, plan.dim, source)
                 vec = vec * planned.scale + np.asarray(share, dtype=np.int64)

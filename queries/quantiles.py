@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Protocol, Sequence
 
@@ -438,14 +437,14 @@ class QuantilesKind(QueryKind[QuantilesParams, QuantilesState]):
         return RoundPlan(round=round_index, task=self.task_json(task), dim=len(params.features) * feature_dim(b, d),
                          max_abs=params.max_examples_per_device, l1_sensitivity=l1, l2_sensitivity=l2)
 
-    def task_sensitivity(self, task: QuantilesTask | Mapping[str, Any]) -> tuple[float, float]:
-        return tree_sensitivity(self.parse_task(task))
+    def task_sensitivity(self, task: QuantilesTask) -> tuple[float, float]:
+        return tree_sensitivity(task)
 
-    def contribute(self, task: QuantilesTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        return tree_vector(self.parse_task(task), rows, rng)
+    def contribute(self, task: QuantilesTask, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        return tree_vector(task, rows, rng)
 
-    def validity(self, task: QuantilesTask | Mapping[str, Any]) -> Statement:
-        return tree_statement(self.parse_task(task))
+    def validity(self, task: QuantilesTask) -> Statement:
+        return tree_statement(task)
 
     def decode_round(
         self,

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from analytics_server import privacy
-from device_sdk import DeviceClient, DevicePolicy, LocalStore
+from device_sdk import ClientOptions, DeviceClient, DevicePolicy, LocalStore
 from queries import dp
 from queries.dp import floor
 from queries.envelope import Assignment
@@ -62,7 +62,7 @@ def timings() -> dict[str, float]:
     block = privacy.assignment_privacy(Spec(), cal, plan, 1)
     with tempfile.TemporaryDirectory() as tmp:
         client = DeviceClient("http://127.0.0.1:9", LocalStore(os.path.join(tmp, "d.db")),
-                              policy=DevicePolicy(require_noise=True, max_epsilon_per_day=1e9, min_cohort=100))
+                              ClientOptions(policy=DevicePolicy(require_noise=True, max_epsilon_per_day=1e9, min_cohort=100)))
         admit, settle, digest = [], [], []
         for i in range(300):
             a = Assignment(query_id=f"q{i}", round=0, cohort_id=os.urandom(16).hex(), party_id=1, kind="histogram",

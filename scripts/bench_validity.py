@@ -59,7 +59,7 @@ def _clipped_update() -> tuple[list[int], Statement]:
                                 "server_optimizer": {"name": "fedavg", "lr": 1.0}, "weighting": "examples"})
     plan = kind.plan_round(params, kind.initial_state(params), 0)
     assert plan is not None
-    st = kind.validity(plan.task)
+    st = kind.validity(plan.typed_task(kind))
     assert st is not None
     values = [((i * 7919) % (2 * seg.high + 1)) - seg.high if seg.low < 0 else seg.high // 2
               for seg in st.segments for i in range(seg.size)]
@@ -75,7 +75,7 @@ def _feature_moments() -> tuple[list[int], Statement]:
                                 "max_examples_per_device": 100})
     plan = kind.plan_round(params, kind.initial_state(params), 0)
     assert plan is not None
-    st = kind.validity(plan.task)
+    st = kind.validity(plan.typed_task(kind))
     unit = st.segments[0].high // 100  # type: ignore[union-attr]
     return [50 * unit, 50 * unit, 20 * unit, 45 * unit], st
 

@@ -3,8 +3,8 @@
 
 `make bench` uses it to report what masking costs. Nothing on the wire selects it: the benchmark builds each
 side for it from `FA_BENCH_UNMASKED=1` in that side's own environment — `fa-server` passes `unmasked=True` to
-its orchestrator, `fa-sim` gives its devices `DeviceHooks(unmasked=True)` — so neither a query nor a server can
-talk an ordinary device out of masking.
+its orchestrator, `fa-sim` gives its devices `DeviceHooks(session_factory=device_sdk.sessions.UNMASKED)` — so neither
+a query nor a server can talk an ordinary device out of masking.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import pytest
 
 import device_sdk.client
 from device_sdk import validity as device_validity
+from device_sdk.admission import ParsedAssignment
 from queries.envelope import Assignment
 from secagg.validity import ProofContext, blind_limbs, proof_size
 from secagg.validity import proof as proof_module
@@ -56,24 +57,24 @@ def _unchecked_prove(statement, context, values, noise, source):  # noqa: ANN001
         statement_module.Statement.check = original  # type: ignore[method-assign]
 
 
-def bent_contribution(attack: str, a: Assignment, kind: Any, rows: list[Any], draws: Any,
-                      digest: bytes = bytes(32)) -> tuple[np.ndarray, bytes]:
+def bent_contribution(attack: str, parsed: ParsedAssignment, rows: list[Any], draws: Any) -> tuple[np.ndarray, bytes]:
+    a, kind, digest = parsed.assignment, parsed.kind, parsed.digest
     proved_lie = attack.endswith(PROVED)  # "<attack>+proved": the honest prover's proof of the bent vector itself
     attack = attack.removesuffix(PROVED)
     honest_rows = [r for r in rows if not (isinstance(r, str) and r.startswith(BENT))]
-    vec, proof = device_validity.masked_content(a, kind, kind.contribute(a.task, honest_rows, draws.kind), draws, digest)
+    vec, proof = device_validity.masked_content(parsed, kind.contribute(parsed.task, honest_rows, draws.kind), draws)
     assert proof is not None, "the cohort does not validate inputs"
     if attack == "zero_second" and a.task.get("stage") != "second_moments":
         return vec, proof  # honest until the second moments
     dim = len(vec) - len(blind_limbs(0))
-    statement = kind.validity(a.task).with_noise(a.noise.encoding_scale if a.noise else 1, a.validation.noise_bound)
+    statement = parsed.statement.with_noise(a.noise.encoding_scale if a.noise else 1, a.validation.noise_bound)
     ctx = ProofContext(bytes.fromhex(a.secagg["session_id"]), a.query_id, a.round, a.party_id, digest)
     s = statement.encoding_scale
     if attack == "forged":
         return vec, os.urandom(proof_size(statement))
     if attack == "replayed":
         other = ProofContext(ctx.session_id, ctx.query_id, ctx.round, ctx.party % int(a.secagg["n"]) + 1, digest)
-        replay, _ = proof_module.prove(statement, other, kind.contribute(a.task, honest_rows, draws.kind).tolist(),
+        replay, _ = proof_module.prove(statement, other, kind.contribute(parsed.task, honest_rows, draws.kind).tolist(),
                                        None, draws.validity) if not statement.noise_bound else (None, None)
         if replay is None:  # with noise: a proof for another party of an honest noise share
             x = np.zeros(dim, dtype=np.int64)
@@ -132,13 +133,12 @@ def bend(monkeypatch: pytest.MonkeyPatch) -> None:
         finally:
             _ROWS.reset(token)
 
-    def masked_content(a: Assignment, kind: Any, x: np.ndarray, draws: Any,
-                       digest: bytes = bytes(32)) -> tuple[np.ndarray, bytes | None]:
+    def masked_content(parsed: ParsedAssignment, x: np.ndarray, draws: Any) -> tuple[np.ndarray, bytes | None]:
         rows = _ROWS.get()
         marker = next((r for r in rows if isinstance(r, str) and r.startswith(BENT)), None)
-        if marker is None or a.validation is None:
-            return honest(a, kind, x, draws, digest)
-        return bent_contribution(marker[len(BENT):], a, kind, rows, draws, digest)
+        if marker is None or parsed.assignment.validation is None:
+            return honest(parsed, x, draws)
+        return bent_contribution(marker[len(BENT):], parsed, rows, draws)
 
     monkeypatch.setattr(device_sdk.client.DeviceClient, "_run_assignment", run_assignment)
     monkeypatch.setattr(device_sdk.client, "masked_content", masked_content)

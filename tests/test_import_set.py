@@ -106,7 +106,7 @@ from queries.registry import get_kind
 rng = np.random.default_rng(1)
 for case in job["cases"]:
     kind = get_kind(case["kind"])
-    vec = np.asarray(kind.contribute(case["task"], case["rows"], rng))
+    vec = np.asarray(kind.contribute(kind.parse_task(case["task"]), case["rows"], rng))
     assert vec.shape == (case["dim"],), (case["kind"], vec.shape, case["dim"])
 
 from queries.dp import sample_noise

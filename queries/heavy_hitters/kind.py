@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
@@ -294,19 +293,19 @@ class HeavyHittersKind(QueryKind[HeavyHittersParams, HeavyHittersState]):
             meta={"depth": depth},
         )
 
-    def task_sensitivity(self, task: HeavyHittersTask | Mapping[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: HeavyHittersTask) -> tuple[float, float]:
         """At most `max_words` 0/1 votes: L1 w, L2 √w."""
-        w = self.parse_task(task).max_words
+        w = task.max_words
         return float(w), math.sqrt(w)
 
-    def contribute(self, task: HeavyHittersTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        t = self.parse_task(task)
+    def contribute(self, task: HeavyHittersTask, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        t = task
         words = choose_words(rows, t.alphabet, t.max_length, t.max_words, t.casefold)
         return vote_vector(words, t.frontier, t.depth, t.alphabet)
 
-    def validity(self, task: HeavyHittersTask | Mapping[str, Any]) -> Statement:
+    def validity(self, task: HeavyHittersTask) -> Statement:
         """Every slot 0 or 1, at most `max_words` of them 1 (one vote per chosen string)."""
-        t = self.parse_task(task)
+        t = task
         return Statement((Bits(len(t.frontier) * (len(t.alphabet) + 1), t.max_words),))
 
     def largest_validity(self, params: HeavyHittersParams) -> Statement:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -267,16 +266,16 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
         """The clip norm of the next training round."""
         return params.clip_norm if state.clip_norm is None else state.clip_norm
 
-    def contribute(self, task: TrainingTask | Mapping[str, Any], rows: list[Any], rng: np.random.Generator) -> np.ndarray:
-        return client.contribute(self.parse_task(task).root, rows, rng)
+    def contribute(self, task: TrainingTask, rows: list[Any], rng: np.random.Generator) -> np.ndarray:
+        return client.contribute(task.root, rows, rng)
 
-    def validity(self, task: TrainingTask | Mapping[str, Any]) -> Statement | None:
+    def validity(self, task: TrainingTask) -> Statement | None:
         """What one device's vector of this round may hold (`encoding`'s layouts), entry by entry: sign votes in
         {−1, 0, +1}; a clipped update's entries in [−U, U] (an L∞ bound: the clipped update has ‖q‖₂ ≤ U + √d, so a
         cheater can reach at most √d times an honest device's L2 norm, never more), its weight in [0, W] (never
         negative: a negative weight would shrink the denominator and amplify the step) and its clip entries in
         [0, B]; evaluation entries and label shares in [0, U]."""
-        t = self.parse_task(task).root
+        t = task.root
         u = encoding.unit(t.precision_bits)
         if isinstance(t, LabelCountsTask):
             return Statement((Ranged(t.n_classes, 0, u),))
@@ -292,9 +291,9 @@ class TrainingKind(QueryKind[TrainingParams, TrainingState]):
             segments.append(Ranged(t.clip_entries, 0, encoding.count_unit(t.precision_bits, t.count_share)))
         return Statement(tuple(segments))
 
-    def task_sensitivity(self, task: TrainingTask | Mapping[str, Any]) -> tuple[float, float]:
+    def task_sensitivity(self, task: TrainingTask) -> tuple[float, float]:
         """The phase's `encoding` bounds, from the task: the same functions `plan_round` sizes the round with."""
-        t = self.parse_task(task).root
+        t = task.root
         if isinstance(t, LabelCountsTask):
             b = encoding.label_bounds(t.n_classes, t.precision_bits)
         elif isinstance(t, TrainTask):

@@ -22,6 +22,7 @@ from analyst_client import cli as analyst_cli
 from analyst_client.client import AnalystClient
 from analyst_client.view import format_result, round_to_noise, sparkline
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 from queries import jsonc
 from queries.templates import TEMPLATES
@@ -37,7 +38,7 @@ async def _fleet(url: str, http: aiohttp.ClientSession, stop: asyncio.Event) -> 
     for word in WORDS:
         store = LocalStore()
         store.add("words", word)
-        devices.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+        devices.append(DeviceClient(url, store, ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
     return [asyncio.create_task(d.run_forever(stop)) for d in devices]
 
 

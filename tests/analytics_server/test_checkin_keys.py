@@ -12,7 +12,7 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk import DeviceClient, LocalStore
+from device_sdk import ClientOptions, DeviceClient, LocalStore, NetworkOptions
 from fa_common.b64 import b64d, b64e
 from secagg.client import KeyPairs
 from secagg.crypto import keys_payload
@@ -59,7 +59,8 @@ async def test_keys_sent_with_the_checkin(start_app_server) -> None:  # type: ig
         for rows in (["moon"], ["sun"]):
             store = LocalStore()
             store.add_many("words", rows)
-            others.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+            others.append(DeviceClient(url, store,
+                                       ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in others]
         r = await http.post(url + "/v1/queries", json=SPEC, headers=hdr)
         qid = (await r.json())["id"]
@@ -90,14 +91,15 @@ async def test_devices_without_a_long_poll_fetch_the_first_message(app_server: T
     """A check-in with wait_s 0 is answered before phase 0 closes: the device long-polls for the message."""
     url = str(app_server.make_url("")).rstrip("/")
     st = app_server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []
         for i in range(3):
             store = LocalStore()
             store.add("words", "moon" if i else "sun")
-            devices.append(DeviceClient(url, store, session=http, checkin_wait_s=0))
+            devices.append(DeviceClient(url, store,
+                                        ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=0))))
         fleet = [asyncio.create_task(d.run_forever(stop)) for d in devices]
         spec = {**SPEC, "cohort": {"min_clients": 3, "max_clients": 3, "phase_timeout_s": 30}}
         qid = (await (await http.post(url + "/v1/queries", json=spec, headers=hdr)).json())["id"]

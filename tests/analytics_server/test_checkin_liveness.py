@@ -24,7 +24,7 @@ from analytics_server.notify import Notifier
 from analytics_server.pool import DevicePool
 from analytics_server.settings import Settings
 from analytics_server.state import STATE
-from device_sdk import DeviceClient, LocalStore
+from device_sdk import ClientOptions, DeviceClient, LocalStore, NetworkOptions
 from devstack.processes import free_port
 from fa_common.b64 import b64e
 from queries.envelope import HDR_PROTOCOL, PROTOCOL_VERSION
@@ -119,7 +119,8 @@ async def test_a_closed_long_poll_is_withdrawn_at_once_and_never_seated(served: 
         for rows in (["moon"], ["sun"]):
             local = LocalStore()
             local.add_many("words", rows)
-            live.append(DeviceClient(url, local, session=http, checkin_wait_s=2))
+            live.append(DeviceClient(url, local,
+                                     ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=2))))
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in live]
         try:
             r = await http.post(url + "/v1/queries", json=spec, headers=hdr)

@@ -17,6 +17,7 @@ from analytics_server.db.reports import phase_durations
 from analytics_server.logs import JsonLinesFormatter, fields
 from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 from queries import jsonc
 from queries.registry import KINDS, get_kind
@@ -127,14 +128,15 @@ async def test_progress_shows_the_running_cohort_and_logs_tell_the_story(app_ser
     caplog.set_level(logging.INFO)
     base = str(app_server.make_url("")).rstrip("/")
     st = app_server.app[STATE]
-    token = await st.store.create_token("analyst")
+    token = await st.store.tokens.create("analyst")
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []
         for word in ("moon", "sun", "moon"):
             store = LocalStore()
             store.add("words", word)
-            devices.append(DeviceClient(base, store, session=http, checkin_wait_s=1))
+            devices.append(DeviceClient(base, store,
+                                        ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
         silent = asyncio.create_task(_silent_member(base, http, stop))
         await asyncio.sleep(0.3)
         fleet = [asyncio.create_task(d.run_forever(stop)) for d in devices]
@@ -175,14 +177,15 @@ async def test_progress_shows_the_running_cohort_and_logs_tell_the_story(app_ser
 
 async def test_fleet_report_counts_devices_cohorts_and_phases(app_server: TestServer) -> None:
     base = str(app_server.make_url("")).rstrip("/")
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []
         for word in ("moon", "sun", "moon", "star"):
             store = LocalStore()
             store.add("words", word)
-            devices.append(DeviceClient(base, store, session=http, checkin_wait_s=1))
+            devices.append(DeviceClient(base, store,
+                                        ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
         fleet = [asyncio.create_task(d.run_forever(stop)) for d in devices]
         qid = (await _post(http, base + "/v1/queries", token, {**EXACT, "cohort": {"min_clients": 4, "max_clients": 4}}))["id"]
         for _ in range(600):

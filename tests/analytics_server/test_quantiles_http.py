@@ -19,6 +19,7 @@ import pytest
 from analytics_server import cohort
 from analytics_server.state import STATE, AppState
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 from fleet_sim.scenarios.synthetic import startup_rows
 from queries.local_run import run_locally
@@ -68,7 +69,8 @@ async def _run(start_app_server: Any, rows: list[list[Any]], privacy: dict[str, 
         for data in rows:
             store = LocalStore()
             store.add_many("startup", data)
-            clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+            clients.append(DeviceClient(url, store,
+                                        ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
         if seat_first is not None:
             _seat_first(seat_first, st, clients[0])
         tasks = [asyncio.create_task(c.run_forever(stop)) for c in clients]

@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk import DeviceClient, LocalStore
+from device_sdk import ClientOptions, DeviceClient, LocalStore, NetworkOptions
 from fa_common.b64 import b64e
 from queries.envelope import MAX_REFUSAL_DETAIL
 from tests.signed_device import SignedDevice
@@ -38,7 +38,8 @@ async def test_refusal_route(start_app_server) -> None:  # type: ignore[no-untyp
         for rows in (["moon"], ["sun"]):
             store = LocalStore()
             store.add_many("words", rows)
-            others.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+            others.append(DeviceClient(url, store,
+                                       ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in others]
         r = await http.post(url + "/v1/queries", json=SPEC, headers=hdr)
         qid = (await r.json())["id"]

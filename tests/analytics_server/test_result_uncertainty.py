@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
+from analytics_server.services import queries_service
 from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 from queries.selective import released_interval
 from queries.uncertainty import Z95
@@ -35,7 +37,8 @@ async def test_noisy_result_has_intervals_and_warnings(app_server: TestServer) -
         for _ in range(8):
             store = LocalStore()
             store.add_many("words", [str(rng.choice(["moon", "sun"]))])
-            clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+            clients.append(DeviceClient(url, store,
+                                        ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
         res = await _run_query(http, url, SPEC, {"Authorization": f"Bearer {token}"})
         stop.set()

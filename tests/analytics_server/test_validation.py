@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 from queries.local_run import run_locally
 from queries.registry import get_kind
@@ -55,13 +56,13 @@ async def _fleet(http: aiohttp.ClientSession, url: str, data: list[list[str]], s
     for rows in data:
         store = LocalStore()
         store.add_many("words", rows)
-        clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+        clients.append(DeviceClient(url, store, ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
     return clients, [asyncio.create_task(c.run_forever(stop)) for c in clients]
 
 
 async def test_honest_fleet_result_is_the_same_with_and_without_proofs(app_server: TestServer) -> None:
     url = str(app_server.make_url(""))
-    hdr = {"Authorization": f"Bearer {await app_server.app[STATE].store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await app_server.app[STATE].store.tokens.create('admin')}"}
     data = _rows(np.random.default_rng(5), 6)
     expected, _ = run_locally(get_kind("histogram"), {"buckets": BUCKETS}, data)
     stop = asyncio.Event()

@@ -12,7 +12,9 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk import DeviceClient, DevicePolicy, LocalStore, Outcome
+from device_sdk import (Callbacks, ClientOptions, DeviceClient, DevicePolicy, Enrolment, LocalStore, NetworkOptions,
+                        Outcome)
+from device_sdk.hooks import DeviceHooks
 
 
 class CountingStore(LocalStore):
@@ -48,15 +50,20 @@ class Fleet:
         self._tasks: list[asyncio.Task[None]] = []
 
     def add(self, rows: list[Any], policy: DevicePolicy | None = None, source: str = "words",
-            store: CountingStore | None = None, **kwargs: Any) -> Device:
+            store: CountingStore | None = None, hooks: DeviceHooks | None = None,
+            enrolment: Enrolment | None = None) -> Device:
         """A device holding `rows` in `source`; with `store`, the device that store belongs to (its rows, keys and
         logs as they are)."""
         if store is None:
             store = CountingStore()
             store.add_many(source, rows)
-        dev = Device(DeviceClient(self.url, store, session=self.http, checkin_wait_s=1, policy=policy, **kwargs), store)
-        dev.client.on_refusal = dev.refusals.append
-        dev.client.on_contribution = dev.contributions.append
+        refusals: list[Any] = []
+        contributions: list[Any] = []
+        options = ClientOptions(
+            policy=policy or DevicePolicy(), network=NetworkOptions(session=self.http, checkin_wait_s=1),
+            callbacks=Callbacks(on_refusal=refusals.append, on_contribution=contributions.append),
+            hooks=hooks or DeviceHooks(), enrolment=enrolment)
+        dev = Device(DeviceClient(self.url, store, options), store, refusals=refusals, contributions=contributions)
         self.devices.append(dev)
         self._tasks.append(asyncio.create_task(self._loop(dev)))
         return dev

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 from analytics_server.state import STATE
 from analyst_client.cli import format_result
 from device_sdk.client import REGISTERED_META, DeviceClient, ProtocolVersionError
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 from queries.envelope import PROTOCOL_VERSION
 from queries.local_run import run_locally
@@ -47,13 +48,13 @@ async def wait_ended(http: aiohttp.ClientSession, url: str, qid: str, hdr: dict[
 async def test_registration_is_persisted(app_server: TestServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = str(app_server.make_url(""))
     store = LocalStore(tmp_path / "d.db")
-    a = DeviceClient(url, store, checkin_wait_s=0)
+    a = DeviceClient(url, store, ClientOptions(network=NetworkOptions(checkin_wait_s=0)))
     assert await a.ensure_registered() == a.device_id
     assert store.get_meta(REGISTERED_META + ":" + url.rstrip("/")) is not None
     out = await a.run_once()
     assert out.status == "idle" and out.retry_after == 0.5
     await a.close()
-    b = DeviceClient(url, LocalStore(tmp_path / "d.db"), checkin_wait_s=0)
+    b = DeviceClient(url, LocalStore(tmp_path / "d.db"), ClientOptions(network=NetworkOptions(checkin_wait_s=0)))
     assert b.device_id == a.device_id
     await b.close()
 
@@ -70,7 +71,8 @@ async def test_devices_complete_a_histogram(app_server: TestServer) -> None:
         for rows in data:
             store = LocalStore()
             store.add_many("words", rows)
-            clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+            clients.append(DeviceClient(url, store,
+                                        ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
         fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
         hdr = {"Authorization": f"Bearer {token}"}
         res = await _run_query(http, url, SPEC, hdr)
@@ -90,7 +92,8 @@ async def test_a_server_of_another_protocol_version_stops_the_device(
     SDK raises ProtocolVersionError naming the server's version, and run_forever stops instead of retrying."""
     from analytics_server.http import device as device_routes
 
-    client = DeviceClient(str(app_server.make_url("")), LocalStore(), checkin_wait_s=0)
+    client = DeviceClient(str(app_server.make_url("")), LocalStore(),
+                          ClientOptions(network=NetworkOptions(checkin_wait_s=0)))
     assert (await client.run_once()).status == "idle"
     monkeypatch.setattr(device_routes, "PROTOCOL_VERSION", PROTOCOL_VERSION + 1)
     with pytest.raises(ProtocolVersionError) as exc:
@@ -103,7 +106,8 @@ async def test_a_server_of_another_protocol_version_stops_the_device(
 
 
 async def test_network_errors_back_off_exponentially() -> None:
-    client = DeviceClient("http://127.0.0.1:9", LocalStore(), backoff_base_s=0.01, backoff_cap_s=0.2)
+    client = DeviceClient("http://127.0.0.1:9", LocalStore(),
+                          ClientOptions(network=NetworkOptions(backoff_base_s=0.01, backoff_cap_s=0.2)))
     calls = 0
     original = client.run_once
 
@@ -157,7 +161,8 @@ async def test_active_threat_model_and_sse(start_app_server) -> None:  # type: i
             for rows in data:
                 store = LocalStore()
                 store.add_many("words", rows)
-                clients.append(DeviceClient(url, store, session=http, checkin_wait_s=1))
+                clients.append(DeviceClient(url, store,
+                                            ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1))))
             fleet = [asyncio.create_task(c.run_forever(stop)) for c in clients]
             stream = await _sse(http, f"{url}/v1/queries/{qid}/events", hdr)
             res = await (await http.get(f"{url}/v1/queries/{qid}/result", headers=hdr)).json()
@@ -217,7 +222,7 @@ async def test_distributed_noise_reaches_devices_and_result(app_server: TestServ
         for i in range(8):
             store = LocalStore()
             store.add_many("words", ["moon"] if i % 2 else ["sun"])
-            c = DeviceClient(url, store, session=http, checkin_wait_s=1)
+            c = DeviceClient(url, store, ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1)))
             original = c.run_assignment
 
             async def spy(a, *args, original=original):  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestServer
 from analytics_server.state import STATE
 from analyst_client.cli import AnalystClient
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
 from tests.device_sdk.test_client import wait_ended
@@ -42,7 +43,7 @@ def test_server_url_lists_are_parsed_and_validated() -> None:
 
 async def test_checkin_fails_over_to_the_next_url_and_stays_there(app_server: TestServer) -> None:
     good = str(app_server.make_url("")).rstrip("/")
-    device = DeviceClient([_closed_url(), good], LocalStore(), checkin_wait_s=0)
+    device = DeviceClient([_closed_url(), good], LocalStore(), ClientOptions(network=NetworkOptions(checkin_wait_s=0)))
     with pytest.raises(aiohttp.ClientError):
         await device.run_once()  # the first URL is down: the device moves on
     assert device.server == good
@@ -72,7 +73,7 @@ async def test_phase_requests_go_to_the_cohort_server_and_an_unreachable_one_is_
     for _ in range(3):
         store = LocalStore()
         store.add("words", "moon")
-        devices.append(DeviceClient(url, store, checkin_wait_s=5))
+        devices.append(DeviceClient(url, store, ClientOptions(network=NetworkOptions(checkin_wait_s=5))))
     outcomes = await asyncio.gather(*(d.run_once() for d in devices))
     assert [o.status for o in outcomes] == ["aborted"] * 3, outcomes
     assert all("unreachable" in o.detail for o in outcomes)
@@ -103,7 +104,9 @@ async def test_one_round_trip_per_phase(app_server: TestServer, keys_with_checki
         for _ in range(3):
             store = LocalStore()
             store.add("words", "sun")
-            devices.append(DeviceClient(url, store, session=http, checkin_wait_s=2, keys_with_checkin=keys_with_checkin))
+            devices.append(DeviceClient(url, store,
+                                        ClientOptions(keys_with_checkin=keys_with_checkin,
+                                                      network=NetworkOptions(session=http, checkin_wait_s=2))))
         fleet = [asyncio.create_task(d.run_forever(stop)) for d in devices]
         async with aiohttp.ClientSession() as analyst:
             status = await wait_ended(analyst, url, qid, hdr)

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 from analytics_server.state import STATE
-from device_sdk import DeviceClient, DevicePolicy, Enrolment, EnrolmentError, LocalStore
+from device_sdk import ClientOptions, DeviceClient, DevicePolicy, Enrolment, EnrolmentError, LocalStore, NetworkOptions
 from device_sdk.client import ServerError
 from device_sdk.identity import TOKEN_META
 from secagg import blind_rsa, identity_token
@@ -88,7 +88,7 @@ async def issuers() -> AsyncIterator[dict[str, IssuerStub]]:
 
 async def _register(url: str, http: aiohttp.ClientSession, token: bytes | None, client: DeviceClient | None = None,
                     ) -> tuple[int, Any]:
-    client = client or DeviceClient(url, LocalStore(), session=http)
+    client = client or DeviceClient(url, LocalStore(), ClientOptions(network=NetworkOptions(session=http)))
     payload: dict[str, Any] = {"public_key": base64.b64encode(client.public_key).decode()}
     if token is not None:
         payload["identity_token"] = base64.b64encode(token).decode()
@@ -104,8 +104,8 @@ async def test_registration_needs_a_token_the_trusted_issuer_signed_for_that_key
     server = await start_app_server(issuer_keys=spki("real"))
     url = str(server.make_url(""))
     async with aiohttp.ClientSession() as http:
-        device = DeviceClient(url, LocalStore(), session=http)
-        other = DeviceClient(url, LocalStore(), session=http)
+        device = DeviceClient(url, LocalStore(), ClientOptions(network=NetworkOptions(session=http)))
+        other = DeviceClient(url, LocalStore(), ClientOptions(network=NetworkOptions(session=http)))
         cases = [
             (None, 403, "identity_token: this server admits only devices an identity issuer vouched for"),
             (_token_for("rogue", device.public_key), 403, "identity_token: the token was signed by an issuer key this"),
@@ -115,16 +115,17 @@ async def test_registration_needs_a_token_the_trusted_issuer_signed_for_that_key
         for token, status, message in cases:
             got, body = await _register(url, http, token, device)
             assert (got, body["error"][:len(message)]) == (status, message), body
-        assert await server.app[STATE].store.device_key(device.device_id) is None  # nothing stored
+        assert await server.app[STATE].store.devices.key(device.device_id) is None  # nothing stored
         got, body = await _register(url, http, _token_for("real", device.public_key), device)
         assert got == 201 and body["device_id"] == device.device_id
-        assert (await server.app[STATE].store.device_identity(device.device_id))[1] is not None
+        assert (await server.app[STATE].store.devices.identity(device.device_id))[1] is not None
 
 
 async def test_a_device_registered_before_the_issuer_must_register_again_with_a_token(start_app_server) -> None:  # type: ignore[no-untyped-def]
     before = await start_app_server()
     async with aiohttp.ClientSession() as http:
-        device = DeviceClient(str(before.make_url("")), LocalStore(), session=http)
+        device = DeviceClient(str(before.make_url("")), LocalStore(),
+                              ClientOptions(network=NetworkOptions(session=http)))
         assert (await _register(str(before.make_url("")), http, None, device))[0] == 201
         await before.close()
         after = await start_app_server(issuer_keys=spki("real"))
@@ -209,12 +210,14 @@ async def test_an_issuer_refusal_reaches_the_app_with_its_message(start_app_serv
     server = await start_app_server(issuer_keys=spki("real"))
     issuers["real"].refuse = "quota spent: 1 token per install per day"
     async with aiohttp.ClientSession() as http:
-        device = DeviceClient(str(server.make_url("")), LocalStore(), session=http,
-                              enrolment=Enrolment(issuers["real"].url, "install"))
+        device = DeviceClient(str(server.make_url("")), LocalStore(),
+                              ClientOptions(enrolment=Enrolment(issuers["real"].url, "install"),
+                                            network=NetworkOptions(session=http)))
         with pytest.raises(EnrolmentError, match="HTTP 429: quota spent") as info:
             await device.ensure_registered()
         assert info.value.retry_after == 3600
-        plain = DeviceClient(str(server.make_url("")), LocalStore(), session=http)
+        plain = DeviceClient(str(server.make_url("")), LocalStore(),
+                             ClientOptions(network=NetworkOptions(session=http)))
         with pytest.raises(ServerError, match="this device has no enrolment"):
             await plain.ensure_registered()
 
@@ -233,7 +236,8 @@ async def test_a_refused_enrolment_is_retried_after_the_issuers_wait_without_a_t
         stop.set()
 
     monkeypatch.setattr("device_sdk.client._sleep", rest)
-    device = DeviceClient(str(server.make_url("")), LocalStore(), enrolment=Enrolment(issuers["real"].url, "install"))
+    device = DeviceClient(str(server.make_url("")), LocalStore(),
+                          ClientOptions(enrolment=Enrolment(issuers["real"].url, "install")))
     with caplog.at_level(logging.WARNING, logger="device_sdk"):
         await asyncio.wait_for(device.run_forever(stop), 60)
     await device.close()

@@ -12,9 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from analytics_server import privacy
-from device_sdk import DeviceClient, DevicePolicy, LocalStore, PolicyError
+from device_sdk import ClientOptions, DeviceClient, DevicePolicy, LocalStore, PolicyError
 from device_sdk.ledger import ContributionLedger, QueryHistory
-from device_sdk.policy import DEFAULT_MAX_DELTA, Decision, Refusal, decide
+from device_sdk.admission import ParsedAssignment, parse_assignment
+from device_sdk.policy import DEFAULT_MAX_DELTA, Decision, Refusal, decide, screen
 from queries import dp
 from queries.envelope import Assignment
 from queries.registry import get_kind
@@ -49,9 +50,20 @@ def assignment(mechanism: str = "skellam", epsilon: float = 1.0, delta: float = 
     return Assignment.model_validate({**wire, **changes})
 
 
+def parsed(a: Assignment) -> ParsedAssignment:
+    out = parse_assignment(a)
+    assert isinstance(out, ParsedAssignment), out
+    return out
+
+
 def verdict(policy: DevicePolicy, a: Assignment, history: QueryHistory = EMPTY, spent: float = 0.0, count: int = 0,
             opted_out: bool = False) -> Refusal | Decision:
-    return decide(policy, a, HISTOGRAM, history, spent, count, opted_out)
+    """The device's verdict: the assignment parsed (an invalid one refused there), then the policy's."""
+    early = screen(policy, a, opted_out)
+    if early is not None:
+        return early
+    p = parse_assignment(a)
+    return p if isinstance(p, Refusal) else decide(policy, p, history, spent, count, opted_out)
 
 
 def reason(v: Refusal | Decision) -> str | None:
@@ -226,7 +238,8 @@ def test_the_fixed_names_and_defaults() -> None:
         None, False, None, None, None)
     assert p.delta_cap is None and DevicePolicy(max_epsilon_per_day=1).delta_cap == DEFAULT_MAX_DELTA
     with pytest.raises(TypeError, match="policy"):
-        DeviceClient("http://127.0.0.1:9", LocalStore(), policy={"require_noise": True})  # type: ignore[arg-type]
+        DeviceClient("http://127.0.0.1:9", LocalStore(),
+                     ClientOptions(policy={"require_noise": True}))  # type: ignore[arg-type]
 
 
 def test_the_ledger_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -261,7 +274,7 @@ def test_a_vector_above_the_declared_bounds_is_not_sent(monkeypatch: pytest.Monk
     row = ledger.reserve(query_id="q1", round=0, cohort_id=a.cohort_id, kind="histogram", source="words",
                          mechanism="skellam", epsilon=1.0, delta=1e-6, query_privacy={}, encoding_scale=1, proofs=False,
                          cohort_size=8)
-    c = Contribution(a, d, ledger, row)  # type: ignore[arg-type]
+    c = Contribution(parsed(a), d, ledger, row)  # type: ignore[arg-type]
     assert c.check_vector(np.array([0, 1, 0])) is None
     refusal = c.check_vector(np.array([1, 1, 0]))
     assert refusal is not None and refusal.reason == "contribution_exceeds_bound"
@@ -295,7 +308,7 @@ def test_weighted_rounds_check_their_own_floor_and_the_devices_sum_of_weights() 
 
 
 def test_no_assignment_can_ask_a_device_to_run_unmasked() -> None:
-    """The benchmark's unmasked session is a hook the device is built with (`DeviceHooks.unmasked`), not a field
+    """The benchmark's unmasked session is a hook the device is built with (`DeviceHooks.session_factory`), not a field
     a server can send: an assignment naming a session mode is not an assignment."""
     with pytest.raises(ValidationError, match="mode"):
         assignment(mode="plain")

@@ -6,6 +6,7 @@ import numpy as np
 
 from analytics_server.auth import NONCE_RE
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions
 from device_sdk.randomness import DeviceRandomness
 from fleet_sim.simulator import device_randomness, make_devices
 from device_sdk.store import LocalStore
@@ -40,8 +41,8 @@ def test_seeded_factory_is_reproducible_per_cohort_and_independent_across():
 
 
 def test_device_client_takes_its_key_and_nonces_from_the_injected_source():
-    one = DeviceClient("http://127.0.0.1:9", LocalStore(), randomness=SeededRandom(b"client"))
-    two = DeviceClient("http://127.0.0.1:9", LocalStore(), randomness=SeededRandom(b"client"))
+    one = DeviceClient("http://127.0.0.1:9", LocalStore(), ClientOptions(randomness=SeededRandom(b"client")))
+    two = DeviceClient("http://127.0.0.1:9", LocalStore(), ClientOptions(randomness=SeededRandom(b"client")))
     assert one.device_id == two.device_id
     assert one.randomness.nonce() == two.randomness.nonce()
     three = DeviceClient("http://127.0.0.1:9", LocalStore())

@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 
 from device_sdk.client import KEEPALIVE_S, DeviceClient, new_connector
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 
 
@@ -38,7 +39,7 @@ async def _server(close_first: int) -> tuple[asyncio.Server, list[str]]:
 async def test_a_request_on_a_closed_connection_is_sent_once_more(closed: int) -> None:
     server, nonces = await _server(close_first=closed)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    device = DeviceClient(url, LocalStore(), checkin_wait_s=0)
+    device = DeviceClient(url, LocalStore(), ClientOptions(network=NetworkOptions(checkin_wait_s=0)))
     try:
         if closed == 1:
             status, _, body = await device.request("POST", "/v1/device/checkin", b"{}", "application/json")

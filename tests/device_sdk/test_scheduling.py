@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
-from device_sdk import DeviceClient, LocalStore
+from device_sdk import Callbacks, ClientOptions, DeviceClient, LocalStore, NetworkOptions
 from device_sdk.client import Outcome
 
 
@@ -40,12 +40,15 @@ async def test_an_ineligible_device_never_checks_in(start_app_server) -> None:  
 
     store = LocalStore()
     store.add("words", "moon")
-    client = DeviceClient(url, store, eligible=eligible, checkin_wait_s=1, ineligible_poll_s=0.05)
+    client = DeviceClient(url, store,
+                          ClientOptions(eligible=eligible,
+                                        ineligible_poll_s=0.05,
+                                        network=NetworkOptions(checkin_wait_s=1)))
     client.start()
     try:
         await _until(lambda: polls[0] >= 10)  # ten times asked, ten times not eligible
         assert _checkins(server) == 0
-        assert await server.app[STATE].store.device_key(client.device_id) is None  # not even registered
+        assert await server.app[STATE].store.devices.key(client.device_id) is None  # not even registered
         client.ineligible_poll_s = 3600
         asked = polls[0]
         await _until(lambda: polls[0] > asked)  # asked once more: now in an hour-long pause
@@ -58,7 +61,8 @@ async def test_an_ineligible_device_never_checks_in(start_app_server) -> None:  
 
 async def test_stop_returns_within_a_second_during_a_long_poll(start_app_server) -> None:  # type: ignore[no-untyped-def]
     server = await start_app_server(checkin_max_wait_s=30)
-    client = DeviceClient(str(server.make_url("")), LocalStore(), checkin_wait_s=30)
+    client = DeviceClient(str(server.make_url("")), LocalStore(),
+                          ClientOptions(network=NetworkOptions(checkin_wait_s=30)))
     client.start()
     await _until(lambda: _checkins(server) == 1)  # the device now waits in its 30 s long-poll
     await asyncio.sleep(0.2)
@@ -73,7 +77,8 @@ async def test_stop_returns_within_a_second_during_a_long_poll(start_app_server)
 
 async def test_run_forever_stops_at_once_when_its_event_is_set(start_app_server) -> None:  # type: ignore[no-untyped-def]
     server = await start_app_server(checkin_max_wait_s=30)
-    client = DeviceClient(str(server.make_url("")), LocalStore(), checkin_wait_s=30)
+    client = DeviceClient(str(server.make_url("")), LocalStore(),
+                          ClientOptions(network=NetworkOptions(checkin_wait_s=30)))
     stop = asyncio.Event()
     task = asyncio.create_task(client.run_forever(stop))
     await _until(lambda: _checkins(server) == 1)
@@ -86,7 +91,8 @@ async def test_run_once_sync_from_plain_code_and_misuse(start_app_server) -> Non
     """Plain code (here a worker thread): `run_once_sync()` checks in once on a private loop, again and again.
     Inside a running loop, or while the background thread runs, it says what to do instead."""
     server = await start_app_server()
-    client = DeviceClient(str(server.make_url("")), LocalStore(), checkin_wait_s=0)
+    client = DeviceClient(str(server.make_url("")), LocalStore(),
+                          ClientOptions(network=NetworkOptions(checkin_wait_s=0)))
     loop = asyncio.get_running_loop()
     outs = [await loop.run_in_executor(None, client.run_once_sync) for _ in range(2)]
     assert [o.status for o in outs] == ["idle", "idle"] and _checkins(server) == 2
@@ -107,7 +113,7 @@ async def test_full_opt_out_deletes_everything_and_stops_the_device(start_app_se
     store = LocalStore(tmp_path / "device.db")
     store.add_many("words", ["moon", "sun"])
     store.add("features", {"age": 31.0})
-    client = DeviceClient(str(server.make_url("")), store, checkin_wait_s=1)
+    client = DeviceClient(str(server.make_url("")), store, ClientOptions(network=NetworkOptions(checkin_wait_s=1)))
     client.start()
     await _until(lambda: _checkins(server) >= 1)
     assert client.opt_out() == 3
@@ -127,7 +133,8 @@ async def test_full_opt_out_deletes_everything_and_stops_the_device(start_app_se
 async def test_pace_steering_waits_at_least_retry_after(start_app_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """An idle answer's `retry_after` is honoured (with up to 10 % jitter), not cut short."""
     server = await start_app_server(retry_after_s=0.4, checkin_max_wait_s=0)
-    client = DeviceClient(str(server.make_url("")), LocalStore(), checkin_wait_s=0)
+    client = DeviceClient(str(server.make_url("")), LocalStore(),
+                          ClientOptions(network=NetworkOptions(checkin_wait_s=0)))
     stamps: list[float] = []
     original = client.run_once
 
@@ -159,7 +166,8 @@ def test_an_unawaited_run_forever_is_reported(caplog: pytest.LogCaptureFixture) 
 
 async def test_awaited_coroutines_stay_quiet(caplog: pytest.LogCaptureFixture) -> None:
     """Awaited, run as tasks or by asyncio.run: no report (and no 'never awaited' warning)."""
-    client = DeviceClient("http://127.0.0.1:9", LocalStore(), backoff_base_s=0.01, backoff_cap_s=0.02)
+    client = DeviceClient("http://127.0.0.1:9", LocalStore(),
+                          ClientOptions(network=NetworkOptions(backoff_base_s=0.01, backoff_cap_s=0.02)))
     with caplog.at_level(logging.ERROR, logger="device_sdk"):
         stop = asyncio.Event()
         task = asyncio.create_task(client.run_forever(stop))
@@ -198,8 +206,9 @@ async def test_a_server_answering_garbage_does_not_kill_the_device() -> None:
     fake = TestServer(app)
     await fake.start_server()
     errors: list[BaseException] = []
-    client = DeviceClient(str(fake.make_url("")), LocalStore(), backoff_base_s=0.01, backoff_cap_s=0.05,
-                          on_error=errors.append)
+    client = DeviceClient(str(fake.make_url("")), LocalStore(),
+                          ClientOptions(network=NetworkOptions(backoff_base_s=0.01, backoff_cap_s=0.05),
+                                        callbacks=Callbacks(on_error=errors.append)))
     stop = asyncio.Event()
     task = asyncio.create_task(client.run_forever(stop))
     await _until(lambda: checkins >= 3)

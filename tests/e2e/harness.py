@@ -69,21 +69,19 @@ def client_session(a: dict[str, Any], device: SignedDevice, rows: list[Any] | No
     """A secagg ClientSession for an assignment's JSON, as `device`'s SDK would run it: signed with its key, bound
     to the task digest, checking its peers — holding its contribution from `rows` (none: the all-zero vector), with
     its noise and validity proof when the assignment asks for proofs."""
+    from device_sdk.admission import ParsedAssignment, parse_assignment
     from device_sdk.randomness import DeviceRandomness
     from device_sdk.validity import masked_content
     from queries.envelope import Assignment
-    from queries.task_digest import task_digest
-    from secagg import ClientSession, SecAggConfig, encoding
+    from secagg import ClientSession, encoding
 
-    assignment = Assignment.model_validate(a)
-    digest = task_digest(a)
-    cfg = SecAggConfig.from_dict(a["secagg"])
-    draws = DeviceRandomness().for_contribution(assignment.cohort_id)
-    kind = get_kind(assignment.kind)
-    vec, proof = masked_content(assignment, kind, kind.contribute(assignment.task, list(rows or []), draws.kind), draws,
-                                digest)
+    parsed = parse_assignment(Assignment.model_validate(a))  # the SDK's one parse of the assignment
+    assert isinstance(parsed, ParsedAssignment), parsed
+    draws = DeviceRandomness().for_contribution(parsed.assignment.cohort_id)
+    vec, proof = masked_content(parsed, parsed.kind.contribute(parsed.task, list(rows or []), draws.kind), draws)
+    cfg = parsed.secagg
     return ClientSession(cfg, a["party_id"], encoding.to_modular(vec, cfg.bits), device.key, input_proof=proof,
-                         task_digest=digest)
+                         task_digest=parsed.digest)
 
 
 class SyncDevice(SignedDevice):

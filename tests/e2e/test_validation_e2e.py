@@ -22,6 +22,7 @@ import pytest
 
 from analyst_client.cli import AnalystClient
 from device_sdk.client import DeviceClient
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.store import LocalStore
 from tests.bent_device import BENT, bend
 from tests.e2e.harness import Fleet, Server, expected_result, server_on_fresh_sqlite
@@ -44,7 +45,7 @@ class Cheaters:
         for attack in attacks:
             store = LocalStore()
             store.add_many("words", [BENT + attack, "moon", "sun"])
-            self.clients.append(DeviceClient(url, store, checkin_wait_s=2))
+            self.clients.append(DeviceClient(url, store, ClientOptions(network=NetworkOptions(checkin_wait_s=2))))
         self._loop = asyncio.new_event_loop()
         self._stop = asyncio.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

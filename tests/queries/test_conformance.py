@@ -64,14 +64,14 @@ def _check_contribution(vec: np.ndarray, plan: RoundPlan, calibration: dp.QueryC
     assert noise is not None
     s = privacy.encoding_scale(noise)
     scaled = vec.astype(np.float64) * s  # devices multiply by s before adding their noise share
-    assert float(np.abs(scaled).sum()) <= noise["l1"] * (1 + 1e-12), ("scaled L1", s, noise["l1"])
-    assert float(np.linalg.norm(scaled)) <= noise["l2"] * (1 + 1e-12), ("scaled L2", s, noise["l2"])
+    assert float(np.abs(scaled).sum()) <= noise.noise.l1 * (1 + 1e-12), ("scaled L1", s, noise.noise.l1)
+    assert float(np.linalg.norm(scaled)) <= noise.noise.l2 * (1 + 1e-12), ("scaled L2", s, noise.noise.l2)
 
 
 def _check_task_sensitivity(kind: QueryKind[Any, Any], plan: RoundPlan) -> None:
     """A kind that bounds its vectors from the task alone (what devices recompute their noise floor from) must
     agree with the sensitivities its plan declares; the task the device receives is the plan's, as JSON."""
-    own = kind.task_sensitivity(json.loads(json.dumps(plan.task)))
+    own = kind.task_sensitivity(kind.parse_task(json.loads(json.dumps(plan.task))))
     if own is not None:
         assert own == pytest.approx((plan.l1_sensitivity, plan.l2_sensitivity), rel=1e-12), (own, plan)
 
@@ -134,11 +134,11 @@ def test_kind_contract(kind: QueryKind[Any, Any], data: st.DataObject) -> None:
         _check_task_sensitivity(kind, plan)
         devices = data.draw(st.lists(strategies.rows(raw), min_size=1, max_size=4), label=f"round {index} rows")
         total = np.zeros(plan.dim, dtype=np.int64)
-        statement = kind.validity(json.loads(json.dumps(plan.task)))  # what the device derives from the task's JSON
+        statement = kind.validity(kind.parse_task(json.loads(json.dumps(plan.task))))  # what the device derives from the JSON
         if statement is not None:
             assert statement.dim == plan.dim
         for rows in devices:
-            vec = kind.contribute(plan.task, rows, rng)
+            vec = kind.contribute(plan.typed_task(kind), rows, rng)
             _check_contribution(vec, plan, calibration)
             if statement is not None:  # every honest contribution satisfies the kind's validity statement
                 assert statement.check(vec.tolist()) is None, statement.check(vec.tolist())

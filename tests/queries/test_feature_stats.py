@@ -142,7 +142,7 @@ def test_release_reports_the_noise_of_counts_and_bins_and_finalizes_early() -> N
     assert early.result["suppressed"] == ["a"] and early.result["features"] == {} and early.noise_std == {}
     for r, std in enumerate([2.0 * unit, 3.0 * unit]):
         plan = KIND.plan_round(params, state, r)
-        agg = sum(KIND.contribute(plan.task, rows, rng) for rows in devices)
+        agg = sum(KIND.contribute(plan.typed_task(KIND), rows, rng) for rows in devices)
         state = KIND.decode_round(params, state, plan, agg, len(devices), AggregateNoise(std=std))
         if r == 0:  # stopped between the rounds: means known, variances not → suppressed, nothing fails
             assert KIND.finalize(params, state, "privacy budget exhausted").result["suppressed"] == ["a"]
@@ -202,15 +202,13 @@ def test_every_stage_plans_a_task_its_parser_accepts_and_round_trips() -> None:
     ({"means": []}, "means"),
     ({"extra": 1}, "extra"),
 ])
-def test_a_spoiled_second_moments_task_is_refused_naming_the_field_in_every_method(spoil: dict, field: str) -> None:
+def test_a_spoiled_second_moments_task_is_refused_naming_the_field(spoil: dict, field: str) -> None:
     from queries.kind import QueryKindError
 
     kind = FeatureStatsKind()
     bad = _fs_tasks()["second_moments"] | spoil
-    for call in (lambda: kind.contribute(bad, [], np.random.default_rng(0)), lambda: kind.validity(bad),
-                 lambda: kind.task_sensitivity(bad)):
-        with pytest.raises(QueryKindError, match=f"^task.{field}:"):
-            call()
+    with pytest.raises(QueryKindError, match=f"^task.{field}:"):  # the one parse every method's caller makes
+        kind.parse_task(bad)
 
 
 def test_a_row_counts_grid_must_be_increasing_and_bounded() -> None:
@@ -237,23 +235,23 @@ def test_first_moments_are_centred_and_a_mid_range_mean_carries_half_the_moment_
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
     assert plan.task["first_moment"] == "centred"
     rng = np.random.default_rng(0)
-    assert KIND.contribute(plan.task, [{"a": 0.0}, {"a": 10.0}, {"a": 10.0}], rng).tolist() == [2 * unit, 2 * unit]
-    assert KIND.contribute(plan.task, [{"a": 0.0}], rng).tolist() == [unit, -unit]
-    statement = KIND.validity(plan.task)
+    assert KIND.contribute(plan.typed_task(KIND), [{"a": 0.0}, {"a": 10.0}, {"a": 10.0}], rng).tolist() == [2 * unit, 2 * unit]
+    assert KIND.contribute(plan.typed_task(KIND), [{"a": 0.0}], rng).tolist() == [unit, -unit]
+    statement = KIND.validity(plan.typed_task(KIND))
     top = 2 * unit
     assert statement.check([top, -top]) is None and statement.check([unit, unit]) is None
     assert statement.check([unit, -2 * unit]) is not None and statement.check([unit, 2 * unit]) is not None
     uncentred = {k: v for k, v in plan.task.items() if k != "first_moment"}
     with pytest.raises(Exception, match="first_moment"):
-        KIND.contribute(uncentred, [{"a": 1.0}], rng)
+        KIND.parse_task(uncentred)
     devices = [[{"a": 4.0}, {"a": 6.0}]] * 50  # mean 5: mid-range
     state = KIND.initial_state(params)
-    agg = sum(KIND.contribute(plan.task, rows, rng) for rows in devices)
+    agg = sum(KIND.contribute(plan.typed_task(KIND), rows, rng) for rows in devices)
     sigma = 3.0 * unit
     state = KIND.decode_round(params, state, plan, agg, len(devices), AggregateNoise(std=sigma))
     assert state.means == [pytest.approx(5.0)]
     plan2 = KIND.plan_round(params, state, 1)
-    agg2 = sum(KIND.contribute(plan2.task, rows, rng) for rows in devices)
+    agg2 = sum(KIND.contribute(plan2.typed_task(KIND), rows, rng) for rows in devices)
     state = KIND.decode_round(params, state, plan2, agg2, len(devices), AggregateNoise(std=sigma))
     release = KIND.finalize(params, state)
     assert release.noise_std["/features/a/mean"] == pytest.approx(10 / 2 * 3.0 / 100)
@@ -290,19 +288,19 @@ def test_with_proofs_the_second_round_carries_the_count_and_refuses_moments_with
     unit = 1 << params.scale_exp
     top = 3 * unit
     rng = np.random.default_rng(0)
-    honest = KIND.contribute(plan.task, [{"a": 0.0, "b": 1.0}, {"a": 10.0}, {"b": 0.25}], rng)
+    honest = KIND.contribute(plan.typed_task(KIND), [{"a": 0.0, "b": 1.0}, {"a": 10.0}, {"b": 0.25}], rng)
     assert honest.tolist()[2:] == [2 * unit, 2 * unit]  # the counts of present values
-    statement = KIND.validity(plan.task)
+    statement = KIND.validity(plan.typed_task(KIND))
     assert statement.dim == plan.dim
     assert statement.check(honest.tolist()) is None
-    assert statement.check(KIND.contribute(plan.task, [], rng).tolist()) is None
+    assert statement.check(KIND.contribute(plan.typed_task(KIND), [], rng).tolist()) is None
     assert statement.check([top, top, top, top]) is None  # three rows at the far end: as large as it gets
     assert statement.check([top, top, 0, 0]) is not None  # the zero-rows lie
     assert statement.check([0, unit + 1, 0, unit]) is not None  # a second moment above its count
     assert statement.check([0, 0, top + 1, 0]) is not None  # more rows than the bound
     without = _second_plan(_bound("none"))
-    _, l2 = KIND.task_sensitivity(plan.task)
-    assert l2 == pytest.approx(math.sqrt(2) * KIND.task_sensitivity(without.task)[1])
+    _, l2 = KIND.task_sensitivity(plan.typed_task(KIND))
+    assert l2 == pytest.approx(math.sqrt(2) * KIND.task_sensitivity(without.typed_task(KIND))[1])
 
 
 def test_without_proofs_the_second_round_has_no_bins() -> None:
@@ -313,8 +311,8 @@ def test_without_proofs_the_second_round_has_no_bins() -> None:
     plan = _second_plan(params)
     assert plan.task["bins"] == 0 and plan.dim == 2
     unit = 1 << params.scale_exp
-    assert KIND.validity(plan.task).check([3 * unit, 3 * unit]) is None  # nothing ties it (no proofs are asked)
-    assert KIND.task_sensitivity(plan.task)[1] == pytest.approx(3 * unit * math.sqrt(2))  # √features, one entry each
+    assert KIND.validity(plan.typed_task(KIND)).check([3 * unit, 3 * unit]) is None  # nothing ties it (no proofs are asked)
+    assert KIND.task_sensitivity(plan.typed_task(KIND))[1] == pytest.approx(3 * unit * math.sqrt(2))  # √features, one entry each
     assert _second_plan(_bound(None, count_second_round=False)).task["bins"] == 0
     assert _second_plan(_bound("none", count_second_round=True)).task["bins"] == 1
     assert _second_plan(_bound(None, bins=3)).task["bins"] == 3
@@ -336,7 +334,7 @@ def test_the_count_bin_combines_into_the_count_and_no_histogram_is_released() ->
         for r, std in enumerate([2.0 * unit, 3.0 * unit]):
             plan = KIND.plan_round(params, state, r)
             plans.append(RoundPreview(plan, std, 3))
-            agg = sum(KIND.contribute(plan.task, rows, rng) for rows in devices)
+            agg = sum(KIND.contribute(plan.typed_task(KIND), rows, rng) for rows in devices)
             if r == 0:
                 agg = agg + np.array([int(err * unit), 0, 0, 0], dtype=np.int64)  # noise on a's count
             state = KIND.decode_round(params, state, plan, agg, len(devices), AggregateNoise(std=std))

@@ -168,7 +168,7 @@ def test_rounds_with_different_contributors_describe_the_first_rounds_population
     state, rng = KIND.initial_state(params), np.random.default_rng(0)
     for r, who in enumerate([devices, devices[:50]]):
         plan = KIND.plan_round(params, state, r)
-        state = KIND.decode_round(params, state, plan, sum(KIND.contribute(plan.task, d, rng) for d in who), len(who))
+        state = KIND.decode_round(params, state, plan, sum(KIND.contribute(plan.typed_task(KIND), d, rng) for d in who), len(who))
     got = KIND.finalize(params, state).result["features"]["age"]
     assert got["count"] == 200 and got["mean"] == pytest.approx(45.0)
     assert got["var"] == pytest.approx(625.0, rel=1e-6) and got["histogram"]["counts"] == [100, 100]

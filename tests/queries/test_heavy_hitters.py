@@ -117,22 +117,22 @@ def task(depth: int, frontier: list[str], **kw):
 def test_vote_layout_next_char_end_marker_and_zero():
     plan = task(2, ["he", "hi"])
     assert plan.dim == 2 * WIDTH and plan.max_abs == 1
-    v = KIND.contribute(plan.task, ["hello"], RNG)
+    v = KIND.contribute(plan.typed_task(KIND), ["hello"], RNG)
     assert v.dtype == np.int64 and v.shape == (plan.dim,)
     assert np.flatnonzero(v).tolist() == [slot(0, "l")]
-    assert np.flatnonzero(KIND.contribute(plan.task, ["hi"], RNG)).tolist() == [slot(1, None)]
+    assert np.flatnonzero(KIND.contribute(plan.typed_task(KIND), ["hi"], RNG)).tolist() == [slot(1, None)]
     # prefix not on the frontier, too short, or nothing eligible: all zeros (taking part reveals nothing)
     for rows in (["moon"], ["h"], [], ["h\u00e9llo"], [42, None]):
-        assert not KIND.contribute(plan.task, rows, RNG).any()
+        assert not KIND.contribute(plan.typed_task(KIND), rows, RNG).any()
 
 
 def test_device_takes_its_most_frequent_string_with_deterministic_ties():
     plan = task(0, [""])
-    v = KIND.contribute(plan.task, ["sun", "moon", "moon", "star"], RNG)
+    v = KIND.contribute(plan.typed_task(KIND), ["sun", "moon", "moon", "star"], RNG)
     assert np.flatnonzero(v).tolist() == [slot(0, "m")]
     # tie between "sun" and "bee": lexicographically smallest wins, whatever the row order
     for rows in (["sun", "bee"], ["bee", "sun"]):
-        assert np.flatnonzero(KIND.contribute(plan.task, rows, RNG)).tolist() == [slot(0, "b")]
+        assert np.flatnonzero(KIND.contribute(plan.typed_task(KIND), rows, RNG)).tolist() == [slot(0, "b")]
 
 
 def test_normalisation_and_ineligible_strings():
@@ -147,7 +147,7 @@ def test_normalisation_and_ineligible_strings():
 def test_several_words_per_device_are_bounded_and_deduplicated():
     plan = task(2, ["he"], max_words_per_device=3)
     assert plan.l1_sensitivity == 3 and plan.l2_sensitivity == pytest.approx(math.sqrt(3))
-    v = KIND.contribute(plan.task, ["hello", "help", "hey", "hex", "hen"], RNG)
+    v = KIND.contribute(plan.typed_task(KIND), ["hello", "help", "hey", "hex", "hen"], RNG)
     assert set(np.unique(v)) <= {0, 1}
     # top three by (count, string): hello, help, hen → 'l' (once, shared by hello/help) and 'n'
     assert np.flatnonzero(v).tolist() == [slot(0, "l"), slot(0, "n")]
@@ -164,11 +164,11 @@ def test_several_words_per_device_are_bounded_and_deduplicated():
 def test_malformed_task_raises_typed_error(bad, field):
     plan = task(1, ["a", "b"])
     with pytest.raises(QueryKindError, match=field):
-        KIND.contribute({**plan.task, **bad}, ["abc"], RNG)
+        KIND.parse_task({**plan.task, **bad})
     broken = dict(plan.task)
     del broken["frontier"]
     with pytest.raises(QueryKindError, match="task"):
-        KIND.contribute(broken, ["abc"], RNG)
+        KIND.parse_task(broken)
 
 
 # --- server side ------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_frontier_is_capped_by_highest_counts():
     params = KIND.parse_params({"mode": "triehh", "theta": 1, "sample_rate": 1.0, "max_frontier": 2})
     state = KIND.initial_state(params)
     plan = KIND.plan_round(params, state, 0)
-    agg = sum(KIND.contribute(plan.task, [s], RNG) for s in strings)
+    agg = sum(KIND.contribute(plan.typed_task(KIND), [s], RNG) for s in strings)
     state = KIND.decode_round(params, state, plan, agg, len(strings))
     assert state.frontier == ["a", "b"] and state.frontier_truncated == 2
     assert KIND.state_from_json(json.loads(json.dumps(KIND.state_to_json(state)))) == state
@@ -374,7 +374,7 @@ def test_release_reports_thresholds_and_the_noise_of_each_released_count():
     stds = [3.0, 5.0]
     for depth, std in enumerate(stds):
         plan = KIND.plan_round(params, state, depth)
-        agg = sum(KIND.contribute(plan.task, [w], RNG) for w in ["a"] * 3 + ["ab"] * 4)
+        agg = sum(KIND.contribute(plan.typed_task(KIND), [w], RNG) for w in ["a"] * 3 + ["ab"] * 4)
         state = KIND.decode_round(params, state, plan, agg, 7, AggregateNoise(std=std))
     assert KIND.plan_round(params, state, 2) is None
     release = KIND.finalize(params, state)

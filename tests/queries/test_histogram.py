@@ -50,7 +50,7 @@ def test_bad_params_name_the_field(raw, field):
 
 
 def test_device_votes_for_its_most_frequent_value_only():
-    task = KIND.plan_round(KIND.parse_params({"buckets": BUCKETS}), HistogramState(done=False), 0).task
+    task = KIND.plan_round(KIND.parse_params({"buckets": BUCKETS}), HistogramState(done=False), 0).typed_task(KIND)
     assert KIND.contribute(task, ["blue", "red", "blue", "purple"], RNG).tolist() == [0, 0, 1]
     assert KIND.contribute(task, [], RNG).tolist() == [0, 0, 0]
     assert KIND.contribute(task, ["purple", None, 3.5, {"x": 1}], RNG).tolist() == [0, 0, 0]
@@ -59,14 +59,14 @@ def test_device_votes_for_its_most_frequent_value_only():
 
 def test_other_bucket_and_multi_hot():
     params = KIND.parse_params({"buckets": ["1", "2"], "other_bucket": "other", "max_contributions_per_device": 2})
-    task = KIND.plan_round(params, KIND.initial_state(params), 0).task
+    task = KIND.plan_round(params, KIND.initial_state(params), 0).typed_task(KIND)
     assert KIND.contribute(task, [1, 1, 7, 2, 2, 2], RNG).tolist() == [1, 1, 0]
     assert KIND.contribute(task, [9, 9, 1], RNG).tolist() == [1, 0, 1]
 
 
 def test_malformed_task_is_a_typed_error():
     with pytest.raises(QueryKindError, match="task"):
-        KIND.contribute({"buckets": 3}, ["a"], RNG)
+        KIND.parse_task({"buckets": 3})
 
 
 @given(
@@ -76,7 +76,7 @@ def test_malformed_task_is_a_typed_error():
 def test_contribution_respects_the_declared_bounds(rows, k):
     params = KIND.parse_params({"buckets": BUCKETS, "max_contributions_per_device": k})
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
-    vec = KIND.contribute(plan.task, rows, RNG)
+    vec = KIND.contribute(plan.typed_task(KIND), rows, RNG)
     assert vec.shape == (plan.dim,) and vec.dtype == np.int64
     assert np.abs(vec).max(initial=0) <= plan.max_abs
     assert np.abs(vec).sum() <= plan.l1_sensitivity

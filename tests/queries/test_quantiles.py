@@ -63,8 +63,8 @@ def test_consistency_makes_every_node_its_children_s_sum_and_keeps_exact_counts(
 def test_validity_ties_every_level_to_the_count() -> None:
     params = KIND.parse_params(_params(resolution=16, branching=4))
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
-    statement = KIND.validity(plan.task)
-    honest = KIND.contribute(plan.task, [{"ms": 10.0}, {"ms": 990.0}, {"ms": 2000.0}], np.random.default_rng(0))
+    statement = KIND.validity(plan.typed_task(KIND))
+    honest = KIND.contribute(plan.typed_task(KIND), [{"ms": 10.0}, {"ms": 990.0}, {"ms": 2000.0}], np.random.default_rng(0))
     assert statement.check(honest.tolist()) is None
     assert honest[0] == 3 and honest[-1] == 1 and honest[-2] == 0
     two_paths = honest.copy()
@@ -76,7 +76,7 @@ def test_validity_ties_every_level_to_the_count() -> None:
     clipped = honest.copy()
     clipped[-2] = 3  # more clipped values than values
     assert statement.check(clipped.tolist()) is not None
-    l1, l2 = KIND.task_sensitivity(plan.task)
+    l1, l2 = KIND.task_sensitivity(plan.typed_task(KIND))
     assert np.abs(honest).sum() <= l1 and np.linalg.norm(honest.astype(float)) <= l2
 
 
@@ -133,5 +133,5 @@ def test_preview_gives_the_count_s_noise_and_each_quantile_s_rank_error() -> Non
 def test_a_json_integer_beyond_any_float_is_missing_not_a_crash() -> None:
     params = KIND.parse_params(_params(resolution=16, branching=4))
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
-    vec = KIND.contribute(plan.task, [{"ms": 10 ** 400}, {"ms": 5.0}], np.random.default_rng(0))
+    vec = KIND.contribute(plan.typed_task(KIND), [{"ms": 10 ** 400}, {"ms": 5.0}], np.random.default_rng(0))
     assert vec[0] == 1  # only the finite value counts

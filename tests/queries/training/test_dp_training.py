@@ -71,7 +71,7 @@ def test_adaptive_clipping_run_records_its_clip_norms_and_vectors_stay_in_bounds
     rng = np.random.default_rng(0)
     for r in range(6):
         plan = KIND.plan_round(params, state, r)
-        vecs = [KIND.contribute(plan.task, d, rng) for d in devices]
+        vecs = [KIND.contribute(plan.typed_task(KIND), d, rng) for d in devices]
         for v in vecs:
             assert np.abs(v).max() <= plan.max_abs and np.linalg.norm(v.astype(float)) <= plan.l2_sensitivity
         clip = encoding.update_layout(4, False, plan.task["clip_entries"]).view(sum(vecs))["clip"]

@@ -33,7 +33,7 @@ def _task(optimizer: dict[str, Any], weighting: str = "examples", phase: str = "
 ])
 def test_diverging_local_update_sends_zeros(optimizer: dict[str, Any], weighting: str) -> None:
     task, dim = _task(optimizer, weighting)
-    vec = KIND.contribute(task, ROWS, np.random.default_rng(0))
+    vec = KIND.contribute(KIND.parse_task(task), ROWS, np.random.default_rng(0))
     assert vec.dtype == np.int64 and vec.shape == (dim,)
     assert not vec.any()
 
@@ -41,9 +41,9 @@ def test_diverging_local_update_sends_zeros(optimizer: dict[str, Any], weighting
 def test_non_finite_evaluation_takes_part_at_the_loss_cap() -> None:
     task, dim = _task({"name": "fedavg"}, phase="eval", model="logistic")
     task = {**task, "weights": [1e308, 1e308, 0.0]}  # z = +inf: log(1 + e^z) − y·z = inf − inf is NaN
-    vec = KIND.contribute(task, [{"x": [1e3, 1e3], "y": 1}], np.random.default_rng(0))
-    capped = KIND.contribute({**task, "weights": [0.0, 0.0, 0.0], "loss_cap": 1e-300}, [{"x": [1e3, 1e3], "y": 1}],
-                             np.random.default_rng(0))
+    vec = KIND.contribute(KIND.parse_task(task), [{"x": [1e3, 1e3], "y": 1}], np.random.default_rng(0))
+    capped = KIND.contribute(KIND.parse_task({**task, "weights": [0.0, 0.0, 0.0], "loss_cap": 1e-300}),
+                             [{"x": [1e3, 1e3], "y": 1}], np.random.default_rng(0))
     # a NaN loss counts as the cap (not a refusal: participation must not depend on the data)
     assert vec.shape == (dim,) and vec.dtype == np.int64 and vec[0] == capped[0] and vec[1] == capped[1]
 
@@ -51,5 +51,5 @@ def test_non_finite_evaluation_takes_part_at_the_loss_cap() -> None:
 def test_finite_update_is_unchanged() -> None:
     task, dim = _task({"name": "fedavg"})
     task = {**task, "client": {**task["client"], "lr": 1e-3, "epochs": 1}}
-    vec = KIND.contribute(task, ROWS, np.random.default_rng(0))
+    vec = KIND.contribute(KIND.parse_task(task), ROWS, np.random.default_rng(0))
     assert vec.shape == (dim,) and vec.any()
