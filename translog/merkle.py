@@ -3,17 +3,23 @@
     leaf hash  = SHA-256(0x00 ‖ leaf bytes)
     node hash  = SHA-256(0x01 ‖ left ‖ right)
 
-`MerkleTree` holds a log's leaf hashes in memory together with every complete (perfect) subtree's hash, so
-a root, an inclusion proof or a consistency proof costs O(log n) hashes once the leaves are in; appending a
-leaf completes at most log2(n) subtrees. `verify_inclusion` and `verify_consistency` are the RFC's
-verification algorithms (§2.1.3.2, §2.1.4.2) and raise `ProofError` naming what failed. Known-answer
-vectors (the transparency-dev reference vectors): tests/vectors/translog.json.
+A node `(level, index)` is the complete (perfect) subtree over leaves [index·2^level, (index+1)·2^level); level 0
+is a leaf. The RFC's recursions only ever hash ranges made of O(log n) such nodes: `inclusion_ranges` and
+`consistency_ranges` name the ranges a proof holds, `range_nodes` the nodes a range is made of, and `range_hash`
+hashes it from any node lookup — so a proof can be built from nodes kept anywhere (the server reads them from its
+database, analytics_server/db/translog_store.py). `CompactRange` is a tree's right edge (its peaks): appending a
+leaf to it yields the nodes that leaf completes and the new root, in O(log n) memory.
+
+`MerkleTree` holds a log's leaf hashes in memory together with every complete subtree's hash (the reference the
+database-backed tree is tested against, and what an auditor rebuilding the whole log uses). `verify_inclusion` and
+`verify_consistency` are the RFC's verification algorithms (§2.1.3.2, §2.1.4.2) and raise `ProofError` naming what
+failed. Known-answer vectors (the transparency-dev reference vectors): tests/vectors/translog.json.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 HASH_SIZE = 32
 MAX_PROOF_HASHES = 128
@@ -38,6 +44,116 @@ EMPTY_ROOT = hashlib.sha256(b"").digest()
 def _split(n: int) -> int:
     """The largest power of two smaller than n (n ≥ 2)."""
     return 1 << ((n - 1).bit_length() - 1)
+
+
+Node = tuple[int, int]
+"""(level, index): the complete subtree over leaves [index·2^level, (index+1)·2^level)."""
+Range = tuple[int, int]
+"""[lo, hi): the leaves whose RFC 9162 hash MTH(D[lo:hi]) a proof holds."""
+
+
+def range_nodes(lo: int, hi: int) -> list[Node]:
+    """The complete subtrees MTH(D[lo:hi]) is built from, left to right (none for an empty range)."""
+    n = hi - lo
+    if n <= 0:
+        return []
+    level = n.bit_length() - 1
+    if n == 1 << level and lo % n == 0:
+        return [(level, lo >> level)]
+    k = _split(n)
+    return range_nodes(lo, lo + k) + range_nodes(lo + k, hi)
+
+
+def range_hash(lo: int, hi: int, node: Callable[[int, int], bytes]) -> bytes:
+    """MTH(D[lo:hi]) from `node(level, index)`, the hashes of the complete subtrees `range_nodes(lo, hi)` names."""
+    n = hi - lo
+    if n == 0:
+        return EMPTY_ROOT
+    level = n.bit_length() - 1
+    if n == 1 << level and lo % n == 0:
+        return node(level, lo >> level)
+    k = _split(n)
+    return node_hash(range_hash(lo, lo + k, node), range_hash(lo + k, hi, node))
+
+
+def inclusion_ranges(index: int, size: int) -> list[Range]:
+    """The ranges whose hashes are PATH(index, D[0:size]) (RFC 9162 §2.1.3.1), in the proof's order."""
+    if not 0 <= index < size:
+        raise ProofError(f"index {index} is not below the tree size {size}")
+    out: list[Range] = []
+    lo, hi = 0, size
+    while hi - lo > 1:
+        k = _split(hi - lo)
+        if index - lo < k:
+            out.append((lo + k, hi))
+            hi = lo + k
+        else:
+            out.append((lo, lo + k))
+            lo = lo + k
+    out.reverse()
+    return out
+
+
+def consistency_ranges(first: int, second: int) -> list[Range]:
+    """The ranges whose hashes are PROOF(first, D[0:second]) (RFC 9162 §2.1.4.1); none when first is 0 or equals
+    second."""
+    if not 0 <= first <= second:
+        raise ProofError(f"consistency: first size {first} must be in 0..{second}")
+    if first == 0 or first == second:
+        return []
+    out: list[Range] = []
+    m, lo, hi, complete = first, 0, second, True
+    tail: list[Range] = []
+    while m != hi - lo:
+        k = _split(hi - lo)
+        if m <= k:
+            tail.append((lo + k, hi))
+            hi = lo + k
+        else:
+            tail.append((lo, lo + k))
+            m, lo, complete = m - k, lo + k, False
+    if not complete:
+        out.append((lo, hi))
+    return out + tail[::-1]
+
+
+def nodes_of(ranges: Iterable[Range]) -> set[Node]:
+    """Every complete subtree the hashes of `ranges` need."""
+    return {n for lo, hi in ranges for n in range_nodes(lo, hi)}
+
+
+class CompactRange:
+    """The right edge of a tree of `size` leaves: the hashes of its peaks, `range_nodes(0, size)`, left to right.
+    Enough to append leaves (learning the complete subtrees each one completes) and to compute the root."""
+
+    def __init__(self, size: int = 0, peaks: Sequence[bytes] = ()) -> None:
+        if len(peaks) != bin(size).count("1"):
+            raise ValueError(f"compact range: a tree of {size} leaves has {bin(size).count('1')} peaks, got {len(peaks)}")
+        self.size = size
+        self.peaks = list(peaks)
+
+    def append(self, h: bytes) -> list[tuple[int, int, bytes]]:
+        """Append one leaf hash; returns the complete subtrees above level 0 it completes, as (level, index, hash)."""
+        if len(h) != HASH_SIZE:
+            raise ValueError(f"leaf hash: must be {HASH_SIZE} bytes, got {len(h)}")
+        made: list[tuple[int, int, bytes]] = []
+        index, level = self.size, 0
+        self.peaks.append(h)
+        while index & 1:  # a right child completes its parent, which replaces the two peaks
+            right, left = self.peaks.pop(), self.peaks.pop()
+            index, level = index >> 1, level + 1
+            self.peaks.append(node_hash(left, right))
+            made.append((level, index, self.peaks[-1]))
+        self.size += 1
+        return made
+
+    def root(self) -> bytes:
+        if not self.peaks:
+            return EMPTY_ROOT
+        acc = self.peaks[-1]
+        for h in reversed(self.peaks[:-1]):
+            acc = node_hash(h, acc)
+        return acc
 
 
 class MerkleTree:
@@ -71,16 +187,12 @@ class MerkleTree:
     def leaf(self, index: int) -> bytes:
         return self.levels[0][index]
 
+    def node(self, level: int, index: int) -> bytes:
+        """The hash of the complete subtree (level, index)."""
+        return self.levels[level][index]
+
     def _hash(self, lo: int, hi: int) -> bytes:
-        """MTH(D[lo:hi]) for ranges the RFC's recursions produce (lo a multiple of the left part's size)."""
-        n = hi - lo
-        if n == 0:
-            return EMPTY_ROOT
-        level = n.bit_length() - 1
-        if n == 1 << level and lo % n == 0:
-            return self.levels[level][lo >> level]
-        k = _split(n)
-        return node_hash(self._hash(lo, lo + k), self._hash(lo + k, hi))
+        return range_hash(lo, hi, self.node)
 
     def root(self, size: int | None = None) -> bytes:
         """The tree head hash of the first `size` leaves (all of them by default)."""
@@ -92,63 +204,24 @@ class MerkleTree:
         """PATH(index, D[0:size]) (RFC 9162 §2.1.3.1)."""
         size = self.size if size is None else size
         self._check_size(size)
-        if not 0 <= index < size:
-            raise ProofError(f"index {index} is not below the tree size {size}")
-        proof: list[bytes] = []
-        lo, hi, m = 0, size, index
-        while hi - lo > 1:
-            k = _split(hi - lo)
-            if m - lo < k:
-                proof.append(self._hash(lo + k, hi))
-                hi = lo + k
-            else:
-                proof.append(self._hash(lo, lo + k))
-                lo = lo + k
-        proof.reverse()
-        return proof
+        return [self._hash(lo, hi) for lo, hi in inclusion_ranges(index, size)]
 
     def consistency_proof(self, first: int, second: int | None = None) -> list[bytes]:
         """PROOF(first, D[0:second]) (RFC 9162 §2.1.4.1); empty when first is 0 or equals second."""
         second = self.size if second is None else second
         self._check_size(second)
-        if not 0 <= first <= second:
-            raise ProofError(f"consistency: first size {first} must be in 0..{second}")
-        if first == 0 or first == second:
-            return []
-        return self._subproof(first, 0, second, True)
+        return [self._hash(lo, hi) for lo, hi in consistency_ranges(first, second)]
 
-    def _subproof(self, m: int, lo: int, hi: int, complete: bool) -> list[bytes]:
-        n = hi - lo
-        if m == n:
-            return [] if complete else [self._hash(lo, hi)]
-        k = _split(n)
-        if m <= k:
-            return self._subproof(m, lo, lo + k, complete) + [self._hash(lo + k, hi)]
-        return self._subproof(m - k, lo + k, hi, False) + [self._hash(lo, lo + k)]
+    def compact_range(self) -> CompactRange:
+        """The tree's right edge (its peaks)."""
+        return CompactRange(self.size, [self.node(*n) for n in range_nodes(0, self.size)])
 
     def root_with(self, extra: Sequence[bytes]) -> bytes:
         """The root after appending `extra` leaf hashes, without appending them."""
-        peaks = self._peaks()
+        edge = self.compact_range()
         for h in extra:
-            peaks.append((0, h))
-            while len(peaks) >= 2 and peaks[-1][0] == peaks[-2][0]:
-                (lvl, right), (_, left) = peaks.pop(), peaks.pop()
-                peaks.append((lvl + 1, node_hash(left, right)))
-        if not peaks:
-            return EMPTY_ROOT
-        acc = peaks[-1][1]
-        for _, h in reversed(peaks[:-1]):
-            acc = node_hash(h, acc)
-        return acc
-
-    def _peaks(self) -> list[tuple[int, bytes]]:
-        """The perfect subtrees covering the leaves, left to right, as (level, hash)."""
-        out, lo, n = [], 0, self.size
-        for level in range(n.bit_length() - 1, -1, -1):
-            if n >> level & 1:
-                out.append((level, self.levels[level][lo >> level]))
-                lo += 1 << level
-        return out
+            edge.append(h)
+        return edge.root()
 
     def _check_size(self, size: int) -> None:
         if not 0 <= size <= self.size:
@@ -235,5 +308,6 @@ def verify_consistency(first: int, second: int, first_root: bytes, second_root: 
         raise ProofError(f"consistency proof: does not lead to the root of the tree of size {second}")
 
 
-__all__ = ["EMPTY_ROOT", "HASH_SIZE", "MAX_PROOF_HASHES", "MerkleTree", "ProofError", "leaf_hash", "node_hash",
+__all__ = ["EMPTY_ROOT", "HASH_SIZE", "MAX_PROOF_HASHES", "CompactRange", "MerkleTree", "Node", "ProofError", "Range",
+           "consistency_ranges", "inclusion_ranges", "leaf_hash", "node_hash", "nodes_of", "range_hash", "range_nodes",
            "root_from_inclusion", "verify_consistency", "verify_inclusion"]

@@ -21,6 +21,11 @@ class Base(DeclarativeBase):
 
 class Query(Base):
     __tablename__ = "queries"
+    __table_args__ = (
+        # the keyset pages of GET /v1/queries (newest first by created_at, id): an analyst's own, and all (admins)
+        Index("ix_queries_created_by_created_at", "created_by", "created_at", "id"),
+        Index("ix_queries_created_at", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(64))
@@ -39,7 +44,7 @@ class Query(Base):
     """Per released noisy value (JSON Pointer into `result`): its noise std and 95 % interval."""
     warnings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     """What the analyst must know about the result: [{"path"?, "message"}]."""
-    created_by: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    created_by: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Id of the token that submitted the query: analysts see and cancel only their own queries."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -201,9 +206,10 @@ class PrivacyCharge(Base):
     failed before any masked-input phase of its cohorts closed (the server could not have seen a sum of it)."""
 
     __tablename__ = "privacy_charges"
+    __table_args__ = (Index("ix_privacy_charges_source_id", "source", "id"),)  # a source's charges, paged by id
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    source: Mapped[str] = mapped_column(String(128), index=True)
+    source: Mapped[str] = mapped_column(String(128))
     query_id: Mapped[str] = mapped_column(ForeignKey("queries.id"), unique=True)
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
@@ -269,6 +275,18 @@ class LogEntry(Base):
     cohort_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     body: Mapped[str] = mapped_column(Text)
     leaf_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class LogNode(Base):
+    """The hash of one complete subtree of the log's Merkle tree above the leaves (`translog.merkle.Node`: level ≥ 1,
+    covering leaves [idx·2^level, (idx+1)·2^level)), written in the transaction that appends the leaf completing it;
+    level 0 is `LogEntry.leaf_hash`. A root or proof reads O(log n) of them."""
+
+    __tablename__ = "log_nodes"
+
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary(32))
 
 
 class LogHead(Base):

@@ -5,9 +5,11 @@ what they describe, while it holds the `log` lock (`BEGIN IMMEDIATE` on SQLite, 
 PostgreSQL): appends from N processes get consecutive indexes, and a rolled-back transaction leaves no entry.
 Each appending transaction also stores the signed head of the new size.
 
-Each process keeps the committed leaf hashes in memory (`translog.merkle.MerkleTree`), read incrementally
-from the database, so a root or a proof costs O(log n) hashes; a database whose log is shorter than the
-cache (restored from a backup, rewritten) makes the cache start over.
+The Merkle tree lives in the database too: every complete subtree's hash (`log_nodes`, level ≥ 1; the leaves'
+are `log_entries.leaf_hash`) is written by the transaction appending the leaf that completes it. An append
+reads the tree's right edge (its O(log n) peaks, `translog.merkle.CompactRange`); a root or a proof reads the
+O(log n) nodes its ranges are made of (`translog.merkle.inclusion_ranges`, `consistency_ranges`) in one
+statement per level kind. No process holds the leaves: its memory does not grow with the log.
 """
 
 from __future__ import annotations
@@ -20,15 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from analytics_server.db.models import LogCosignature, LogEntry, LogHead, LogKey
+from analytics_server.db.models import LogCosignature, LogEntry, LogHead, LogKey, LogNode
 from fa_common.b64 import b64d, b64e
 from translog import entries as te
 from translog.heads import Cosignature, SignedHead, Signer, TreeHead, key_table, verify_cosignature
-from translog.merkle import MerkleTree
+from translog.merkle import CompactRange, Node, Range, consistency_ranges, inclusion_ranges, nodes_of, range_hash, range_nodes
 from translog.wire import CosignatureModel, HeadModel, TaskProof, WitnessedHead
 
 if TYPE_CHECKING:
@@ -48,6 +50,11 @@ class LogUnavailable(RuntimeError):
 
 class LogRangeError(ValueError):
     """A size or index beyond the log (→ 404), or an impossible range (→ 400); the message names it."""
+
+
+class LogTreeError(RuntimeError):
+    """The database lacks a node of the log's tree below its size (rows removed or never written): no proof
+    over it can be honest; the message names the first missing node."""
 
 
 def now_ms() -> int:
@@ -77,7 +84,6 @@ class LogStore:
     sessions: async_sessionmaker[AsyncSession]
     _log_signer: Signer | None = None
     _log_origin: str = ""
-    _log_tree: MerkleTree | None = None
     _log_heads: _HeadCache | None = None
     _log_tasks: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
 
@@ -133,31 +139,17 @@ class LogStore:
         if self._log_signer is None or not entries:
             return []
         size = await _log_size(s)
-        tree = await self._synced_tree(s, size)
-        hashes = [te.entry_leaf_hash(e) for e in entries]
-        for i, (e, h) in enumerate(zip(entries, hashes)):
+        edge = await _compact_range(s, size)
+        for i, e in enumerate(entries):
+            h = te.entry_leaf_hash(e)
             s.add(LogEntry(idx=size + i, type=e["type"], query_id=e.get("query_id"), cohort_id=e.get("cohort_id"),
                            body=te.canonical(e).decode("utf-8"), leaf_hash=h))
+            s.add_all([LogNode(level=level, idx=idx, hash=node) for level, idx, node in edge.append(h)])
         new = size + len(entries)
-        signed = self.log_signer.sign_head(TreeHead(self._log_origin, new, tree.root_with(hashes), now_ms()))
+        signed = self.log_signer.sign_head(TreeHead(self._log_origin, new, edge.root(), now_ms()))
         s.add(LogHead(size=new, root=signed.head.root, timestamp_ms=signed.head.timestamp_ms, origin=signed.head.origin,
                       key_id=signed.key_id, signature=signed.signature))
         return list(range(size, new))
-
-    async def _synced_tree(self, s: AsyncSession, size: int | None = None) -> MerkleTree:
-        """The cache holding at least the committed leaves this session sees (exactly `size` when given)."""
-        tree = self._log_tree
-        if tree is None or (size is not None and tree.size > size):
-            if tree is not None:
-                log.warning("the transparency log in the database has %d entries, this process had read %d: "
-                            "reading it again", size, tree.size)
-            tree = self._log_tree = MerkleTree()
-        rows = (await s.execute(select(LogEntry.idx, LogEntry.leaf_hash).where(LogEntry.idx >= tree.size)
-                                .order_by(LogEntry.idx))).all()
-        for idx, h in rows:
-            if idx == tree.size:  # another coroutine may have read the same rows meanwhile
-                tree.append(bytes(h))
-        return tree
 
     async def log_budget(self, source: str, total_epsilon: float, total_delta: float) -> bool:
         """Log a budget unless the last one logged for `source` is the same; True if it appended."""
@@ -207,25 +199,29 @@ class LogStore:
                                     .order_by(LogEntry.idx))).all()
         return size, [(int(i), json.loads(b)) for i, b in rows]
 
-    async def _tree_of_size(self, size: int) -> MerkleTree:
-        tree = self._log_tree
-        if tree is not None and tree.size >= size:  # committed leaves never change: no read needed
-            return tree
+    async def _proofs(self, size: int, proofs: Sequence[Sequence[Range]]) -> list[list[bytes]]:
+        """The hashes of each proof's ranges (all below `size`), from the nodes they need, read in one session;
+        LogRangeError if the log has fewer than `size` entries."""
         async with self.sessions() as s:
-            tree = await self._synced_tree(s)
-        if size > tree.size:
-            raise LogRangeError(f"size: the log has {tree.size} entries, not {size}")
-        return tree
+            have = await _log_size(s)
+            if size > have:
+                raise LogRangeError(f"size: the log has {have} entries, not {size}")
+            nodes = await _read_nodes(s, nodes_of(r for proof in proofs for r in proof))
+
+        def node(level: int, idx: int) -> bytes:
+            return nodes[level, idx]
+
+        return [[range_hash(lo, hi, node) for lo, hi in proof] for proof in proofs]
 
     async def log_inclusion(self, index: int, size: int) -> list[bytes]:
         if not 0 <= index < size:
             raise LogRangeError(f"index: must be below size ({index} ≥ {size})")
-        return (await self._tree_of_size(size)).inclusion_proof(index, size)
+        return (await self._proofs(size, [inclusion_ranges(index, size)]))[0]
 
     async def log_consistency(self, first: int, second: int) -> list[bytes]:
         if not 0 <= first <= second:
             raise LogRangeError(f"first: must be in 0..second ({first} > {second})")
-        return (await self._tree_of_size(second)).consistency_proof(first, second)
+        return (await self._proofs(second, [consistency_ranges(first, second)]))[0]
 
     async def log_cosign(self, size: int, cosig: Cosignature, witnesses: dict[str, bytes]) -> bool:
         """Store a witness's cosignature of the head of `size` (HeadError if it does not verify, LogRangeError
@@ -281,21 +277,25 @@ class LogStore:
             cache = self._log_heads = _HeadCache(head, await self.log_witnessed() if with_witness else None,
                                                  time.monotonic())
         size = cache.head.head.size
+        consistent = from_size is not None and from_size <= size
+        witnessed = cache.witnessed if cache.witnessed is not None and cache.witnessed[0].head.size <= size else None
         try:
-            tree = await self._tree_of_size(size)
-        except LogRangeError as exc:  # entries missing below the newest head: no proof can be honest
+            inclusion, consistency, wconsistency = await self._proofs(size, [
+                inclusion_ranges(idx, size),
+                consistency_ranges(from_size, size) if consistent and from_size is not None else [],
+                consistency_ranges(witnessed[0].head.size, size) if witnessed is not None else []])
+        except (LogRangeError, LogTreeError) as exc:  # entries missing below the newest head: no proof can be honest
             log.error("transparency log: cannot prove entry %d under the head of size %d: %s", idx, size, exc)
             return None
-        proof = TaskProof(index=idx, entry=body, head=HeadModel.of(cache.head),
-                          inclusion=[b64e(h) for h in tree.inclusion_proof(idx, size)])
-        if from_size is not None and from_size <= size:
+        proof = TaskProof(index=idx, entry=body, head=HeadModel.of(cache.head), inclusion=[b64e(h) for h in inclusion])
+        if consistent:
             proof.from_size = from_size
-            proof.consistency = [b64e(h) for h in tree.consistency_proof(from_size, size)]
-        if cache.witnessed is not None and cache.witnessed[0].head.size <= size:
-            w, cos = cache.witnessed
+            proof.consistency = [b64e(h) for h in consistency]
+        if witnessed is not None:
+            w, cos = witnessed
             proof.witnessed = WitnessedHead(
                 head=HeadModel.of(w), cosignatures=[CosignatureModel.of(c) for c in cos],
-                consistency=[b64e(h) for h in tree.consistency_proof(w.head.size, size)])
+                consistency=[b64e(h) for h in wconsistency])
         return proof
 
 
@@ -303,6 +303,31 @@ async def _log_size(s: AsyncSession) -> int:
     """Entries in the log: one past the largest index (the primary key's index answers without a scan)."""
     top = (await s.execute(select(func.max(LogEntry.idx)))).scalar_one_or_none()
     return 0 if top is None else int(top) + 1
+
+
+async def _read_nodes(s: AsyncSession, wanted: set[Node]) -> dict[Node, bytes]:
+    """The hashes of the complete subtrees `wanted` (level 0 from the entries); LogTreeError if one is missing."""
+    found: dict[Node, bytes] = {}
+    leaves = [idx for level, idx in wanted if level == 0]
+    inner = [(level, idx) for level, idx in wanted if level > 0]
+    if leaves:
+        for i, h in await s.execute(select(LogEntry.idx, LogEntry.leaf_hash).where(LogEntry.idx.in_(leaves))):
+            found[0, int(i)] = bytes(h)
+    if inner:
+        for level, i, h in await s.execute(select(LogNode.level, LogNode.idx, LogNode.hash)
+                                           .where(tuple_(LogNode.level, LogNode.idx).in_(inner))):
+            found[int(level), int(i)] = bytes(h)
+    if len(found) < len(wanted):
+        level, idx = min(wanted - found.keys())
+        raise LogTreeError(f"the log's tree lacks node (level {level}, index {idx}) in the database")
+    return found
+
+
+async def _compact_range(s: AsyncSession, size: int) -> CompactRange:
+    """The right edge of the tree of the first `size` leaves (its peaks), read from the database."""
+    peaks = range_nodes(0, size)
+    nodes = await _read_nodes(s, set(peaks))
+    return CompactRange(size, [nodes[p] for p in peaks])
 
 
 def parse_witness_keys(text: str) -> dict[str, bytes]:
@@ -322,4 +347,4 @@ def parse_witness_keys(text: str) -> dict[str, bytes]:
     return key_table(keys)
 
 
-__all__ = ["LOG_LOCK", "LogRangeError", "LogStore", "LogUnavailable", "now_ms", "parse_witness_keys"]
+__all__ = ["LOG_LOCK", "LogRangeError", "LogStore", "LogTreeError", "LogUnavailable", "now_ms", "parse_witness_keys"]

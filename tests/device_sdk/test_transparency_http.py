@@ -16,10 +16,11 @@ from typing import Any
 import aiohttp
 from sqlalchemy import delete, select
 
-from analytics_server.db.models import LogEntry, LogHead
+from analytics_server.db.models import LogEntry, LogHead, LogNode
 
 from analytics_server.db.store import Store
 from analytics_server.orchestrator import Orchestrator
+from analytics_server.services import cohorts_service
 from analytics_server.state import STATE
 from device_sdk import DevicePolicy
 from device_sdk.transparency import HEAD_META
@@ -103,12 +104,12 @@ async def test_a_decoy_task_shown_to_one_device_is_refused_by_it_before_it_reads
 
 async def test_a_query_whose_tasks_are_not_logged_is_refused_by_every_device(start_app_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A server that runs a query off the books (no `task` entries): no device contributes, nothing is released."""
-    real = Store.create_cohort
+    real = cohorts_service.create_cohort
 
-    async def unlogged(self, *args: Any, task: Any = None, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
-        await real(self, *args, **kwargs)
+    async def unlogged(store, *args: Any, task: Any = None, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+        await real(store, *args, **kwargs)
 
-    monkeypatch.setattr(Store, "create_cohort", unlogged)
+    monkeypatch.setattr(cohorts_service, "create_cohort", unlogged)
     server = await start_app_server(max_consecutive_aborts=1)
     url = str(server.make_url(""))
     hdr = await analyst(server)
@@ -176,13 +177,15 @@ async def _rewrite_entry(store: Store, index: int) -> None:
         rows[index].body = te.canonical(body).decode()
         rows[index].leaf_hash = te.entry_leaf_hash(body)
         tree = MerkleTree(bytes(r.leaf_hash) for r in rows)
+        await s.execute(delete(LogNode))  # the tree's nodes too: the rewritten log is consistent with itself
+        s.add_all([LogNode(level=level, idx=i, hash=h) for level in range(1, len(tree.levels))
+                   for i, h in enumerate(tree.levels[level])])
         heads = (await s.execute(select(LogHead))).scalars().all()
         await s.execute(delete(LogHead))
         for h in heads:
             signed = store.log_signer.sign_head(TreeHead(h.origin, h.size, tree.root(h.size), h.timestamp_ms))
             s.add(LogHead(size=h.size, root=signed.head.root, timestamp_ms=h.timestamp_ms, origin=h.origin,
                           key_id=signed.key_id, signature=signed.signature))
-    store._log_tree = None
     store._log_heads = None
 
 

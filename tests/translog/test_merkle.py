@@ -12,9 +12,15 @@ from hypothesis import strategies as st
 
 from translog.merkle import (
     EMPTY_ROOT,
+    CompactRange,
     MerkleTree,
     ProofError,
+    consistency_ranges,
+    inclusion_ranges,
     leaf_hash,
+    nodes_of,
+    range_hash,
+    range_nodes,
     verify_consistency,
     verify_inclusion,
 )
@@ -141,3 +147,24 @@ def test_malformed_proofs_are_refused_unread() -> None:
         verify_inclusion(t.leaf(0), 8, 8, [], t.root())
     with pytest.raises(ProofError):
         verify_consistency(5, 3, t.root(5), t.root(3), [])
+
+
+@settings(max_examples=80, deadline=None)
+@given(trees, st.data())
+def test_proofs_from_nodes_alone_are_the_trees(t: MerkleTree, data: st.DataObject) -> None:
+    """What a server keeping only nodes does (analytics_server/db/translog_store.py): the ranges' hashes from the
+    nodes `nodes_of` names — O(log n) of them — are the proofs, and a compact range grows the same nodes and roots."""
+    size = data.draw(st.integers(1, t.size))
+    a = data.draw(st.integers(0, size))
+    for ranges, proof in ([(consistency_ranges(a, size), t.consistency_proof(a, size))]
+                          + ([(inclusion_ranges(a, size), t.inclusion_proof(a, size))] if a < size else [])):
+        needed = nodes_of(ranges)
+        assert len(needed) <= 2 * size.bit_length() ** 2
+        held = {n: t.node(*n) for n in needed}
+        assert [range_hash(lo, hi, lambda level, i: held[level, i]) for lo, hi in ranges] == proof
+    edge = CompactRange()
+    made = [n for i in range(t.size) for n in edge.append(t.leaf(i))]
+    assert sorted(made) == sorted((level, i, h) for level in range(1, len(t.levels)) for i, h in enumerate(t.levels[level]))
+    assert edge.root() == t.root() and edge.peaks == [t.node(*n) for n in range_nodes(0, t.size)]
+    with pytest.raises(ValueError, match="peaks"):
+        CompactRange(3, [t.leaf(0)])
