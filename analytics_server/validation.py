@@ -89,12 +89,11 @@ def noise_bound(spec: QuerySpec, calibration: dp.QueryCalibration, noise: dict[s
     p = DeltaSplit.of(spec).truncation / ((1.0 + math.exp(eps)) * cal.rounds * spec.cohort.max_clients * max(dim, 1))
     from queries.dp.tails import noise_quantile
 
-    return max(1, int(noise_quantile(noise.noise, 1, math.log(p / 2))))
+    return max(1, int(noise_quantile(dp.RoundNoise.from_dict(noise), 1, math.log(p / 2))))
 
 
 def round_statement(
-    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dp.PlannedNoise | None,
-    calibration: dp.QueryCalibration | None,
+    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dict[str, Any] | None, calibration: dp.QueryCalibration | None
 ) -> Statement | None:
     """What every contribution to this round proves (None without proofs or when the round has no statement)."""
     if not uses_proofs(spec):
@@ -106,7 +105,8 @@ def round_statement(
         raise ValueError(f"{kind.name}: validity statement covers {base.dim} entries, the round has {plan.dim}")
     if noise is None or calibration is None:
         return base
-    return base.with_noise(noise.scale, noise_bound(spec, calibration, noise, plan.dim))
+    scale = int(noise.get("encoding_scale", 1))
+    return base.with_noise(scale, noise_bound(spec, calibration, noise, plan.dim))
 
 
 def round_bits(bits: int, max_clients: int, statement: Statement | None) -> int:

@@ -91,7 +91,7 @@ async def test_devices_without_a_long_poll_fetch_the_first_message(app_server: T
     """A check-in with wait_s 0 is answered before phase 0 closes: the device long-polls for the message."""
     url = str(app_server.make_url("")).rstrip("/")
     st = app_server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []

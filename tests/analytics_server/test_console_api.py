@@ -128,7 +128,7 @@ async def test_progress_shows_the_running_cohort_and_logs_tell_the_story(app_ser
     caplog.set_level(logging.INFO)
     base = str(app_server.make_url("")).rstrip("/")
     st = app_server.app[STATE]
-    token = await st.store.tokens.create("analyst")
+    token = await st.store.create_token("analyst")
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []
@@ -177,7 +177,7 @@ async def test_progress_shows_the_running_cohort_and_logs_tell_the_story(app_ser
 
 async def test_fleet_report_counts_devices_cohorts_and_phases(app_server: TestServer) -> None:
     base = str(app_server.make_url("")).rstrip("/")
-    token = await app_server.app[STATE].store.tokens.create("analyst")
+    token = await app_server.app[STATE].store.create_token("analyst")
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []

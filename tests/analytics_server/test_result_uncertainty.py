@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
-from analytics_server.services import queries_service
 from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
 from device_sdk.options import ClientOptions, NetworkOptions

@@ -62,7 +62,7 @@ async def _fleet(http: aiohttp.ClientSession, url: str, data: list[list[str]], s
 
 async def test_honest_fleet_result_is_the_same_with_and_without_proofs(app_server: TestServer) -> None:
     url = str(app_server.make_url(""))
-    hdr = {"Authorization": f"Bearer {await app_server.app[STATE].store.tokens.create('admin')}"}
+    hdr = {"Authorization": f"Bearer {await app_server.app[STATE].store.create_token('admin')}"}
     data = _rows(np.random.default_rng(5), 6)
     expected, _ = run_locally(get_kind("histogram"), {"buckets": BUCKETS}, data)
     stop = asyncio.Event()
