@@ -6,7 +6,7 @@ import numpy as np
 
 from analytics_server.auth import NONCE_RE
 from device_sdk.client import DeviceClient
-from device_sdk.options import ClientOptions
+from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.randomness import DeviceRandomness
 from fleet_sim.simulator import device_randomness, make_devices
 from device_sdk.store import LocalStore
@@ -93,7 +93,8 @@ async def test_a_seeded_device_masks_and_signs_with_the_factorys_sub_sources(app
         for i in range(6):
             store = LocalStore()
             store.add_many("words", ["moon"])
-            c = Recording(url, store, session=http, checkin_wait_s=1, randomness=SeededRandom(b"device/%d" % i))
+            c = Recording(url, store, ClientOptions(network=NetworkOptions(session=http, checkin_wait_s=1),
+                                          randomness=SeededRandom(b"device/%d" % i)))
             c.index = i
             draw = c.randomness.nonce
 
