@@ -73,8 +73,8 @@ async function setUp({ server, locals, indices, dropout, seed, checkinWaitS }) {
     for (const [collection, rows] of Object.entries(local)) await store.addMany(collection, rows);
     const device = new loop.FleetDevice(index);
     const client = new sdk.DeviceClient(server, store, {
-      checkinWaitS, onPhaseTiming: device.onTiming, log: () => {},
-      dropout: loop.dropSchedule(dropout, loop.mulberry32(seed * 1000003 + index)),
+      network: { checkinWaitS }, log: () => {},
+      hooks: { onPhaseTiming: device.onTiming, dropout: loop.dropSchedule(dropout, loop.mulberry32(seed * 1000003 + index)) },
     });
     device.deviceId = (await client.identity()).deviceId;
     devices.push([device, client]);

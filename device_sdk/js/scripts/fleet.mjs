@@ -43,7 +43,7 @@ for (const [i, local] of data.entries()) {
   for (const [collection, rows] of Object.entries(local)) await store.addMany(collection, rows);
   const device = new FleetDevice(i);
   const client = new DeviceClient(args.server, store, {
-    policy, checkinWaitS: Number(args["checkin-wait"]), dropout: dropAt, onPhaseTiming: device.onTiming, log: () => {},
+    policy, network: { checkinWaitS: Number(args["checkin-wait"]) }, hooks: { dropout: dropAt, onPhaseTiming: device.onTiming }, log: () => {},
     ...(credentials ? { enrolment: { issuerUrl: args.issuer, credential: credentials[i] } } : {}),
   });
   device.deviceId = (await client.identity()).deviceId;

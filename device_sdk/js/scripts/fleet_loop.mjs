@@ -16,7 +16,7 @@ export function mulberry32(seed) {
   };
 }
 
-/** The DeviceClient `dropout` hook: with probability `p` per cohort, the phase before which the device goes silent. */
+/** The DeviceClient `hooks.dropout`: with probability `p` per cohort, the phase before which the device goes silent. */
 export function dropSchedule(p, rand) {
   return (a) => {
     if (p <= 0 || rand() >= p) return null;
@@ -32,7 +32,8 @@ const pause = (s, signal) =>
     signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
   });
 
-/** One simulated device: `timings` collects onPhaseTiming's figures (pass `device.onTiming` to the client). */
+/** One simulated device: `timings` collects onPhaseTiming's figures (pass `device.onTiming` as the client's
+ * `hooks.onPhaseTiming`). */
 export class FleetDevice {
   constructor(index) {
     this.index = index;

@@ -29,14 +29,15 @@
  * the head's size and root and the entry's index with the contribution. */
 
 import { b64decode, b64encode } from "./bytes.js";
+import { Clock, deadline } from "./clock.js";
 import { maskedContent } from "./contribution.js";
 import {
   Assignment, HDR_DEVICE, HDR_NONCE, HDR_PHASE, HDR_PROTOCOL, HDR_SIGNATURE, HDR_TIMESTAMP, MAX_LONG_POLL_S, PROTOCOL_VERSION,
   PhaseMessage, assignmentUnsafeIntegers, deviceIdFor, parseCheckin, rawAssignment, signingPayload,
 } from "./envelope.js";
 import { TokenError, requestToken, verifyToken } from "./identityToken.js";
-import { getKind } from "./kinds/registry.js";
-import { DeviceKind, QueryKindError } from "./kinds/kind.js";
+import { TypedTask, kindOf, parseTask } from "./kinds/registry.js";
+import { QueryKindError } from "./kinds/kind.js";
 import { ContributionLedger, ContributionRecord, DAY_S, NewRecord } from "./ledger.js";
 import { Decision, DevicePolicy, Refusal, checkinPause, decide, isRefusal, refuse } from "./policy.js";
 import { DeviceRandomness, RandomSource } from "./randomness.js";
@@ -131,32 +132,98 @@ export interface Enrolment {
 
 export type Logger = (level: "debug" | "info" | "warn", message: string) => void;
 
-export interface DeviceClientOptions {
-  policy?: DevicePolicy;
-  /** The device's one random source (OS entropy by default; a SeededRandom only in tests). */
-  randomness?: RandomSource;
-  /** The app's answer to "may the device take part now?", asked before every check-in and before a cohort starts. */
-  eligible?: () => boolean | Promise<boolean>;
+/** How the device reaches the server (Python's `NetworkOptions`). */
+export interface NetworkOptions {
+  /** How long a check-in long-polls for an assignment (default 10 s). */
   checkinWaitS?: number;
+  /** The timeout of one request (default 120 s). */
+  requestTimeoutS?: number;
+  /** Exponential back-off with full jitter after errors: base and cap (defaults 0.5 s, 30 s). */
   backoffBaseS?: number;
   backoffCapS?: number;
-  requestTimeoutS?: number;
-  ineligiblePollS?: number;
-  /** Send fresh secagg public keys with every check-in, so a semi-honest cohort's first phase costs no request of its
-   * own (docs/protocol.md, "Keys with the check-in"); default true. */
-  keysWithCheckin?: boolean;
-  /** Ask this issuer for an identity token before the first registration (needs `policy.issuerKeys`). */
-  enrolment?: Enrolment;
+  /** The `fetch` requests go through (default the global one). */
+  fetch?: typeof fetch;
+}
+
+/** What the app is told (Python's `Callbacks`): each runs on the client's own turn and must not block; one that throws
+ * is logged, never raised. */
+export interface Callbacks {
   onAssignment?: (a: Assignment) => void;
   onContribution?: (r: ContributionRecord) => void;
   onRefusal?: (r: Refusal) => void;
   onError?: (e: unknown) => void;
+}
+
+/** What a simulator or a benchmark injects (Python's `DeviceHooks`); an app leaves it out, and nothing a server sends
+ * can ask for it. */
+export interface DeviceHooks {
+  /** The phase before which this (simulated) device stops answering, or null: how a fleet exercises dropouts. */
+  dropout?: (a: Assignment) => number | null;
   /** Seconds each secagg phase's computation took on this device (the benchmark's figures). */
   onPhaseTiming?: (phase: string, seconds: number) => void;
-  /** Simulation hook: the phase before which this device stops answering, or null. */
-  dropout?: (a: Assignment) => number | null;
-  fetch?: typeof fetch;
+}
+
+/** Everything a DeviceClient takes besides its server and store, grouped as the Python SDK's `ClientOptions`
+ * (docs/device_sdk.md, "ClientOptions"), in camelCase. The time is the store's clock (`LocalStore`'s `clock`). */
+export interface DeviceClientOptions {
+  /** The device's own limits (default `new DevicePolicy()`). */
+  policy?: DevicePolicy;
+  /** The app's answer to "may the device take part now?", asked before every check-in and before a cohort starts. */
+  eligible?: () => boolean | Promise<boolean>;
+  network?: NetworkOptions;
+  callbacks?: Callbacks;
+  /** Ask this issuer for an identity token before the first registration (needs `policy.issuerKeys`). */
+  enrolment?: Enrolment;
+  /** Send fresh secagg public keys with every check-in, so a semi-honest cohort's first phase costs no request of its
+   * own (docs/protocol.md, "Keys with the check-in"); default true. */
+  keysWithCheckin?: boolean;
+  /** How often a paused device (opted out, not eligible) asks again (default 60 s). */
+  ineligiblePollS?: number;
+  /** The device's one random source (OS entropy by default; a SeededRandom only in tests). */
+  randomness?: RandomSource;
+  hooks?: DeviceHooks;
+  /** Where the client's messages go (default: warnings to the console). */
   log?: Logger;
+}
+
+const OPTION_GROUPS: Record<string, readonly string[] | null> = {
+  policy: null, eligible: null, enrolment: null, keysWithCheckin: null, ineligiblePollS: null, randomness: null, log: null,
+  network: ["checkinWaitS", "requestTimeoutS", "backoffBaseS", "backoffCapS", "fetch"],
+  callbacks: ["onAssignment", "onContribution", "onRefusal", "onError"],
+  hooks: ["dropout", "onPhaseTiming"],
+};
+
+/** The options checked as the Python SDK checks its ClientOptions: an unknown key (a flat option of the older API
+ * among them) or a wrong type is a TypeError naming the field (`options.network.checkinWaitS`). */
+function checkOptions(opts: DeviceClientOptions): void {
+  if (typeof opts !== "object" || opts === null) throw new TypeError("options: must be an object");
+  const where = (group: string | null, key: string) => `options.${group ? `${group}.` : ""}${key}`;
+  const seconds = (v: unknown, name: string) => {
+    if (v !== undefined && !(typeof v === "number" && Number.isFinite(v) && v >= 0)) throw new TypeError(`${name}: must be a number of seconds ≥ 0, got ${JSON.stringify(v)}`);
+  };
+  const fn = (v: unknown, name: string) => {
+    if (v !== undefined && typeof v !== "function") throw new TypeError(`${name}: must be a function`);
+  };
+  for (const [key, value] of Object.entries(opts)) {
+    if (!Object.prototype.hasOwnProperty.call(OPTION_GROUPS, key)) {
+      const group = Object.entries(OPTION_GROUPS).find(([, fields]) => fields?.includes(key))?.[0];
+      throw new TypeError(`${where(null, key)}: unknown option${group ? ` (it is ${where(group, key)})` : ""}`);
+    }
+    const fields = OPTION_GROUPS[key];
+    if (fields === null || value === undefined) continue;
+    if (typeof value !== "object" || value === null) throw new TypeError(`${where(null, key)}: must be an object`);
+    for (const field of Object.keys(value)) if (!fields.includes(field)) throw new TypeError(`${where(key, field)}: unknown option`);
+  }
+  if (opts.policy !== undefined && !(opts.policy instanceof DevicePolicy)) throw new TypeError("options.policy: must be a DevicePolicy");
+  if (opts.eligible !== undefined && typeof opts.eligible !== "function") throw new TypeError("options.eligible: must be a function returning true or false");
+  if (opts.keysWithCheckin !== undefined && typeof opts.keysWithCheckin !== "boolean") throw new TypeError("options.keysWithCheckin: must be true or false");
+  seconds(opts.ineligiblePollS, "options.ineligiblePollS");
+  fn(opts.log, "options.log");
+  const n = opts.network ?? {};
+  for (const k of ["checkinWaitS", "requestTimeoutS", "backoffBaseS", "backoffCapS"] as const) seconds(n[k], where("network", k));
+  fn(n.fetch, "options.network.fetch");
+  for (const [k, v] of Object.entries(opts.callbacks ?? {})) fn(v, where("callbacks", k));
+  for (const [k, v] of Object.entries(opts.hooks ?? {})) fn(v, where("hooks", k));
 }
 
 /** The check-in carried the device's advertise keys and the server took them: the session uses these keys, the device
@@ -171,18 +238,6 @@ interface Answer {
   headers: Headers;
   body: Uint8Array;
 }
-
-const sleep = (seconds: number, signal?: AbortSignal): Promise<void> =>
-  new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, Math.max(0, seconds) * 1000);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
 
 function parseServers(serverUrl: string | string[]): string[] {
   const items = typeof serverUrl === "string" ? serverUrl.split(",") : [...serverUrl];
@@ -252,10 +307,11 @@ function ledgerFields(a: Assignment, d: Decision, now: number): NewRecord {
   };
 }
 
-/** One accepted assignment's bookkeeping: the ledger row from acceptance to the cohort's end. */
+/** One accepted assignment: its task as parsed when it was admitted (the only parse), and its bookkeeping, the ledger
+ * row from acceptance to the cohort's end. */
 class Contribution {
   sent = false;
-  constructor(readonly a: Assignment, readonly decision: Decision, readonly ledger: ContributionLedger, readonly rowId: number) {}
+  constructor(readonly a: Assignment, readonly task: TypedTask, readonly decision: Decision, readonly ledger: ContributionLedger, readonly rowId: number) {}
 
   checkVector(vec: number[]): Refusal | null {
     const b = this.decision.declaredBounds;
@@ -304,7 +360,11 @@ export class DeviceClient {
   private abandoned = new Set<string>();
   private retentionAt = 0;
   private running: { controller: AbortController; done: Promise<void> } | null = null;
-  private readonly o: Required<Pick<DeviceClientOptions, "checkinWaitS" | "backoffBaseS" | "backoffCapS" | "requestTimeoutS" | "ineligiblePollS">>;
+  private readonly net: Required<Omit<NetworkOptions, "fetch">>;
+  private readonly ineligiblePollS: number;
+  private readonly callbacks: Callbacks;
+  private readonly hooks: DeviceHooks;
+  private readonly clock: Clock;
   private readonly fetchFn: typeof fetch;
   private readonly log: Logger;
   private wakeUp: (() => void) | null = null;
@@ -312,18 +372,23 @@ export class DeviceClient {
   private readonly enrolment: Enrolment | null;
   private witnessTable: Promise<Map<string, Uint8Array>> | null = null;
 
+  /** `options`: grouped as the Python SDK's ClientOptions (DeviceClientOptions); the clock is the store's. */
   constructor(serverUrl: string | string[], readonly store: LocalStore, private readonly opts: DeviceClientOptions = {}) {
     if (!(store instanceof LocalStore)) throw new TypeError("store: must be a LocalStore");
-    if (opts.policy !== undefined && !(opts.policy instanceof DevicePolicy)) throw new TypeError("policy: must be a DevicePolicy");
-    if (opts.eligible !== undefined && typeof opts.eligible !== "function") throw new TypeError("eligible: must be a function returning true or false");
+    checkOptions(opts);
     this.servers = parseServers(serverUrl);
     this.policy = opts.policy ?? new DevicePolicy();
     this.ledger = new ContributionLedger(store);
+    this.clock = store.clock;
     this.randomness = new DeviceRandomness(opts.randomness);
     this.enrolment = opts.enrolment === undefined ? null : checkEnrolment(opts.enrolment, this.policy);
-    this.o = { checkinWaitS: opts.checkinWaitS ?? 10, backoffBaseS: opts.backoffBaseS ?? 0.5, backoffCapS: opts.backoffCapS ?? 30, requestTimeoutS: opts.requestTimeoutS ?? 120, ineligiblePollS: opts.ineligiblePollS ?? 60 };
+    const n = opts.network ?? {};
+    this.net = { checkinWaitS: n.checkinWaitS ?? 10, requestTimeoutS: n.requestTimeoutS ?? 120, backoffBaseS: n.backoffBaseS ?? 0.5, backoffCapS: n.backoffCapS ?? 30 };
+    this.ineligiblePollS = opts.ineligiblePollS ?? 60;
+    this.callbacks = opts.callbacks ?? {};
+    this.hooks = opts.hooks ?? {};
     this.keysWithCheckin = opts.keysWithCheckin ?? true;
-    this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.fetchFn = n.fetch ?? globalThis.fetch.bind(globalThis);
     this.log = opts.log ?? ((level, message) => (level === "warn" ? console.warn(`[fa-device] ${message}`) : undefined));
   }
 
@@ -361,7 +426,7 @@ export class DeviceClient {
     const pathQs = path + qs;
     const body = opts.body ?? new Uint8Array(0);
     for (let attempt = 1; ; attempt++) {
-      const ts = String(Math.floor(Date.now() / 1000));
+      const ts = String(Math.floor(this.clock.now()));
       const nonce = await this.randomness.nonce();
       const headers: Record<string, string> = {
         [HDR_PROTOCOL]: String(PROTOCOL_VERSION),
@@ -371,10 +436,7 @@ export class DeviceClient {
       };
       if (!opts.register) headers[HDR_DEVICE] = deviceId;
       if (opts.contentType) headers["Content-Type"] = opts.contentType;
-      const timeout = new AbortController();
-      const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
-      const stop = () => timeout.abort();
-      opts.signal?.addEventListener("abort", stop, { once: true });
+      const timeout = deadline(this.clock, this.net.requestTimeoutS, opts.signal);
       try {
         const resp = await this.fetchFn((opts.base ?? this.server) + pathQs, {
           method, headers, body: body.length ? (body as BodyInit) : undefined, signal: timeout.signal, cache: "no-store",
@@ -390,8 +452,7 @@ export class DeviceClient {
         if (attempt === 1 && exc instanceof TypeError && !timeout.signal.aborted) continue;
         throw exc;
       } finally {
-        clearTimeout(timer);
-        opts.signal?.removeEventListener("abort", stop);
+        timeout.clear();
       }
     }
   }
@@ -421,10 +482,7 @@ export class DeviceClient {
     const issuer = [...trusted.values()][0];  // the first pinned key (the map keeps the app's order)
     const pending = await requestToken(issuer, key.publicBytes, this.randomness.identityToken());
     const body = this.json({ credential: enrolment.credential, token_key_id: b64encode(pending.tokenKeyId), blinded_msg: b64encode(pending.blindedMsg) });
-    const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
-    const stop = () => timeout.abort();
-    signal?.addEventListener("abort", stop, { once: true });
+    const timeout = deadline(this.clock, this.net.requestTimeoutS, signal);
     let resp: Response;
     let answer: Uint8Array;
     try {
@@ -434,8 +492,7 @@ export class DeviceClient {
       });
       answer = new Uint8Array(await resp.arrayBuffer());
     } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", stop);
+      timeout.clear();
     }
     if (resp.status !== 200) throw new IssuerError(resp.status, errorText(answer), retryAfterOf(resp.headers, MAX_ISSUER_RETRY_S));
     let blindSig: Uint8Array;
@@ -468,7 +525,7 @@ export class DeviceClient {
     const got = JSON.parse(new TextDecoder().decode(r.body)) as { device_id?: string };
     if (got.device_id !== deviceId) throw new ServerError(r.status, `server assigned unexpected device id ${JSON.stringify(got.device_id)}`);
     await this.store.setMeta(ID_META, deviceId);
-    await this.store.setMeta(`${REGISTERED_META}:${this.server}`, String(Date.now() / 1000));
+    await this.store.setMeta(`${REGISTERED_META}:${this.server}`, String(this.clock.now()));
     return deviceId;
   }
 
@@ -493,9 +550,9 @@ export class DeviceClient {
   }
 
   private async pause(): Promise<Outcome | null> {
-    if (await this.store.isOptedOut()) return outcome("paused", { retryAfter: this.o.ineligiblePollS, detail: "opted out" });
-    if (!(await this.isEligible())) return outcome("paused", { retryAfter: this.o.ineligiblePollS, detail: "not eligible" });
-    const now = Date.now() / 1000;
+    if (await this.store.isOptedOut()) return outcome("paused", { retryAfter: this.ineligiblePollS, detail: "opted out" });
+    if (!(await this.isEligible())) return outcome("paused", { retryAfter: this.ineligiblePollS, detail: "not eligible" });
+    const now = this.clock.now();
     if (now - this.retentionAt >= RETENTION_EVERY_S) {
       this.retentionAt = now;
       await this.store.applyRetention(now);
@@ -509,18 +566,20 @@ export class DeviceClient {
     return wait === null ? null : outcome("paused", { retryAfter: Math.min(wait, DAY_S), detail: "daily limit reached" });
   }
 
-  private async admit(a: Assignment): Promise<[Contribution, DeviceKind] | Refusal> {
-    let kind: DeviceKind;
+  /** The assignment admitted (its task parsed, once, and the policy's verdict reserved in the ledger), or refused. */
+  private async admit(a: Assignment): Promise<Contribution | Refusal> {
+    let task: TypedTask;
     try {
-      kind = getKind(a.kind);
+      task = parseTask(a.kind, a.task);
     } catch (exc) {
-      return refuse(a, "invalid_assignment", (exc as Error).message);
+      if (exc instanceof QueryKindError) return refuse(a, "invalid_assignment", exc.message);
+      throw exc;
     }
     if (!(await this.isEligible())) return refuse(a, "not_eligible", "the device stopped being eligible while it waited for the cohort");
-    const now = Date.now() / 1000;
+    const now = this.clock.now();
     const admitted = await this.ledger.admit<Decision, Refusal>(
       a.query_id, a.source, now - DAY_S,
-      (history, spent, count, optedOut) => decide(this.policy, a, kind, history, spent, count, optedOut),
+      (history, spent, count, optedOut) => decide(this.policy, a, task, history, spent, count, optedOut),
       (v): v is Decision => !isRefusal(v),
       (verdict) => ledgerFields(a, verdict, now),
       // evidence of a server below this device's floor: kept, charging nothing
@@ -528,12 +587,12 @@ export class DeviceClient {
     );
     if (!Array.isArray(admitted)) return admitted;
     const [verdict, row] = admitted;
-    return [new Contribution(a, verdict, this.ledger, row), kind];
+    return new Contribution(a, task, verdict, this.ledger, row);
   }
 
   private async reportRefusal(a: Assignment, r: Refusal, signal?: AbortSignal): Promise<void> {
     this.log("warn", `refused query ${a.query_id.slice(0, 8)} round ${a.round} (${r.reason}): ${r.detail}`);
-    this.emit(this.opts.onRefusal, r);
+    this.emit(this.callbacks.onRefusal, r);
     const body = this.json({ reason: r.reason, detail: r.detail.slice(0, 500) });
     let owner = (a.server_url ?? this.server).replace(/\/+$/, "");
     try {
@@ -580,7 +639,7 @@ export class DeviceClient {
     try {
       await this.ensureRegistered(signal);
       const sources = (await this.store.collections()).filter((c) => this.policy.allowsSource(c));
-      const payload: Record<string, unknown> = { wait_s: this.o.checkinWaitS, sources };
+      const payload: Record<string, unknown> = { wait_s: this.net.checkinWaitS, sources };
       const head = await this.storedHead();
       if (head !== null) payload.log_size = head.json.size;  // the server proves its newest head consistent with it
       if (this.keysWithCheckin) {  // phase 0 sent ahead (docs/protocol.md, "Keys with the check-in")
@@ -630,20 +689,19 @@ export class DeviceClient {
    * keys. `log`: the check-in answer's proof that the task is in the public log (null: none came). */
   async runAssignment(a: Assignment, signal?: AbortSignal, ahead: Ahead | null = null, log: unknown = null): Promise<Outcome> {
     try {
-      this.emit(this.opts.onAssignment, a);
-      const admitted = await this.admit(a);
-      if (!Array.isArray(admitted)) {
-        await this.reportRefusal(a, admitted, signal);
-        return outcome("refused", { cohortId: a.cohort_id, detail: admitted.detail, reason: admitted.reason });
+      this.emit(this.callbacks.onAssignment, a);
+      const contribution = await this.admit(a);
+      if (!(contribution instanceof Contribution)) {
+        await this.reportRefusal(a, contribution, signal);
+        return outcome("refused", { cohortId: a.cohort_id, detail: contribution.detail, reason: contribution.reason });
       }
-      const [contribution, kind] = admitted;
       let out: Outcome | null = null;
       try {
-        out = await this.run(a, kind, contribution, signal, ahead, log);
+        out = await this.run(a, contribution, signal, ahead, log);
       } finally {
         const refused = out?.status === "refused" ? out.reason : null;
         const record = await contribution.end(out?.status === "finished", out?.contributed ?? null, out?.detail ?? "interrupted", refused);
-        if (record && record.status !== "refused") this.emit(this.opts.onContribution, record);
+        if (record && record.status !== "refused") this.emit(this.callbacks.onContribution, record);
       }
       if (out.status === "refused" && out.reason) await this.reportRefusal(a, refuse(a, out.reason as Refusal["reason"], out.detail), signal);
       return out;
@@ -653,7 +711,7 @@ export class DeviceClient {
     }
   }
 
-  private async run(a: Assignment, kind: DeviceKind, contribution: Contribution, signal?: AbortSignal, ahead: Ahead | null = null, log: unknown = null): Promise<Outcome> {
+  private async run(a: Assignment, contribution: Contribution, signal?: AbortSignal, ahead: Ahead | null = null, log: unknown = null): Promise<Outcome> {
     let client: ClientSession;
     let message: Uint8Array | null;
     let digest: Uint8Array;
@@ -671,21 +729,22 @@ export class DeviceClient {
       const draws = this.randomness.forContribution(a.cohort_id);
       let raw: number[];
       try {
-        raw = await kind.contribute(a.task, await this.store.rows(a.source), draws.kind);
+        const task = contribution.task;
+        raw = await kindOf(task).contribute(task.task, await this.store.rows(a.source), draws.kind);
       } catch (exc) {
         if (exc instanceof QueryKindError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "invalid_assignment" });
         throw exc;
       }
       const over = contribution.checkVector(raw);
       if (over) return outcome("refused", { cohortId: a.cohort_id, detail: over.detail, reason: over.reason });
-      const [content, proof] = await maskedContent(a, kind, raw, draws, digest);
+      const [content, proof] = await maskedContent(a, contribution.task, raw, draws, digest);
       const vec = ModVector.fromSigned(content, cfg.bits);
       // the device signs its keys for this session and task with its registration key, and checks its neighbours'
       // signatures with the identity keys the peer keys list (each one fixed in the members list), and their tokens
       // under the pinned issuer keys
       client = new ClientSession(cfg, a.party_id, vec, {
         randomness: draws.secagg, identityKey: (await this.identity()).key,
-        inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.opts.onPhaseTiming, keys: ahead?.keys,
+        inputProof: proof, minSurvivors: contribution.decision.minSurvivors, onTiming: this.hooks.onPhaseTiming, clock: this.clock, keys: ahead?.keys,
         taskDigest: digest, verifyPeers: this.policy.verifyCohort, minVerified: this.policy.minVerified,
         issuerKeys: await this.policy.trustedIssuerKeys(), floorAssumptions: this.policy.floorAssumptions,
       });
@@ -695,7 +754,7 @@ export class DeviceClient {
       if (exc instanceof UnsafeParametersError) return outcome("refused", { cohortId: a.cohort_id, detail: exc.message, reason: "unsafe_parameters" });
       return outcome("rejected", { cohortId: a.cohort_id, detail: `cannot take part: ${(exc as Error).message}` });
     }
-    const dropAt = this.opts.dropout ? this.opts.dropout(a) : null;
+    const dropAt = this.hooks.dropout ? this.hooks.dropout(a) : null;
     try {
       return await this.exchange(a, client, message, dropAt, contribution, signal, ahead);
     } catch (exc) {
@@ -795,10 +854,7 @@ export class DeviceClient {
 
   /** `GET /v1/log/key`: the log's key and its previous ones (base64), checked against the key id the server names. */
   private async fetchLogKeys(signal?: AbortSignal): Promise<string[]> {
-    const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(), this.o.requestTimeoutS * 1000);
-    const stop = () => timeout.abort();
-    signal?.addEventListener("abort", stop, { once: true });
+    const timeout = deadline(this.clock, this.net.requestTimeoutS, signal);
     let status: number;
     let body: Uint8Array;
     try {
@@ -807,8 +863,7 @@ export class DeviceClient {
       status = resp.status;
       body = new Uint8Array(await resp.arrayBuffer());
     } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", stop);
+      timeout.clear();
     }
     if (status !== 200) throw new ServerError(status, `GET /v1/log/key: ${errorText(body)}`);
     const got = JSON.parse(new TextDecoder().decode(body)) as Record<string, unknown>;
@@ -845,7 +900,7 @@ export class DeviceClient {
     try {
       signed = await checkTaskProof(log, {
         taskDigest: digest, secagg: SecAggConfig.fromDict(a.secagg).publicSummary(), queryId: a.query_id, round: a.round, cohortId: a.cohort_id, logKeys: keys, last: stored?.head ?? null,
-        witnessKeys: await this.witnessKeys(), quorum: this.policy.witnessQuorum, maxWitnessAgeS: this.policy.witnessMaxAgeS, nowS: Date.now() / 1000,
+        witnessKeys: await this.witnessKeys(), quorum: this.policy.witnessQuorum, maxWitnessAgeS: this.policy.witnessMaxAgeS, nowS: this.clock.now(),
       });
     } catch (exc) {
       if (exc instanceof LogCheckError) return refused(exc.message);
@@ -878,20 +933,20 @@ export class DeviceClient {
       } catch (exc) {
         if (signal?.aborted) return;
         if (exc instanceof ProtocolVersionError) {
-          this.emit(this.opts.onError, exc);
+          this.emit(this.callbacks.onError, exc);
           throw exc;
         }
         failures++;
-        let delay = Math.random() * Math.min(this.o.backoffCapS, this.o.backoffBaseS * 2 ** failures);
+        let delay = Math.random() * Math.min(this.net.backoffCapS, this.net.backoffBaseS * 2 ** failures);
         if (exc instanceof ServerError && exc.retryAfter) delay = Math.max(delay, exc.retryAfter);
         this.log("warn", `${(exc as Error).message}; retrying in ${delay.toFixed(1)}s`);
-        this.emit(this.opts.onError, exc);
-        await sleep(delay, signal);
+        this.emit(this.callbacks.onError, exc);
+        await this.clock.sleep(delay, signal);
         continue;
       }
       if (out.status === "idle") await this.rest(out.retryAfter > 0 ? out.retryAfter * (1 + 0.1 * Math.random()) : out.retryAfter, signal);
       else if (out.status === "paused") await this.rest(out.retryAfter, signal);
-      else if (out.status === "dropped" && offlineAfterDropS) await sleep(offlineAfterDropS, signal);
+      else if (out.status === "dropped" && offlineAfterDropS) await this.clock.sleep(offlineAfterDropS, signal);
     }
   }
 
@@ -903,7 +958,7 @@ export class DeviceClient {
     signal?.addEventListener("abort", fire, { once: true });
     wake.signal.addEventListener("abort", fire, { once: true });
     try {
-      await sleep(seconds, both.signal);
+      await this.clock.sleep(seconds, both.signal);
     } finally {
       signal?.removeEventListener("abort", fire);
       this.wakeUp = null;

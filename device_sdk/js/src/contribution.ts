@@ -1,11 +1,12 @@
 /** What the device masks, from the kind's vector x (device_sdk/noise.py and validity.py): s·x plus its noise share;
  * when the cohort validates inputs, a noise share truncated at the round's bound B, the content s·x + e followed by
- * the blinding limbs, and the validity proof that goes with the masked input, bound to the device's own task digest. */
+ * the blinding limbs, and the validity proof that goes with the masked input, bound to the device's own task digest.
+ * `task`: the assignment's task as parsed when it was admitted. */
 
 import { unhex } from "./bytes.js";
 import { perDeviceStd, sampleNoise, sampleNoiseBounded } from "./dp/noise.js";
 import { Assignment } from "./envelope.js";
-import { DeviceKind } from "./kinds/kind.js";
+import { TypedTask, kindOf } from "./kinds/registry.js";
 import { ContributionRandomness } from "./randomness.js";
 import { prove } from "./validity/proof.js";
 import { blindLimbs } from "./validity/statement.js";
@@ -13,7 +14,7 @@ import { blindLimbs } from "./validity/statement.js";
 /** Smallest noise bound the device accepts, in standard deviations of its own noise share. */
 export const MIN_BOUND_STDS = 6.0;
 
-export async function maskedContent(a: Assignment, kind: DeviceKind, x: number[], draws: ContributionRandomness, taskDigest: Uint8Array = new Uint8Array(32)): Promise<[bigint[], Uint8Array | null]> {
+export async function maskedContent(a: Assignment, task: TypedTask, x: number[], draws: ContributionRandomness, taskDigest: Uint8Array = new Uint8Array(32)): Promise<[bigint[], Uint8Array | null]> {
   const noisy = a.noise !== null && a.noise.mechanism !== "none";
   if (a.validation === null) {
     if (!noisy || !a.noise) return [x.map(BigInt), null];
@@ -21,7 +22,7 @@ export async function maskedContent(a: Assignment, kind: DeviceKind, x: number[]
     const s = BigInt(a.noise.encoding_scale);
     return [x.map((v, i) => BigInt(v) * s + BigInt(share[i])), null];
   }
-  const base = kind.validity(a.task);
+  const base = kindOf(task).validity(task.task);
   if (base === null) throw new Error(`validation: ${a.kind} has no validity statement for this task`);
   const scale = noisy && a.noise ? a.noise.encoding_scale : 1;
   const bound = noisy ? a.validation.noise_bound : 0;

@@ -3,7 +3,9 @@
  * "fa-device-sdk/node". */
 
 export { DeviceClient, EnrolmentRequiredError, IssuerError, ProtocolVersionError, ServerError } from "./client.js";
-export type { DeviceClientOptions, Enrolment, Outcome, OutcomeStatus, Logger } from "./client.js";
+export type { Callbacks, DeviceClientOptions, DeviceHooks, Enrolment, NetworkOptions, Outcome, OutcomeStatus, Logger } from "./client.js";
+export { ManualClock, SYSTEM_CLOCK } from "./clock.js";
+export type { Clock } from "./clock.js";
 export { TOKEN_BYTES, TokenError, decodeToken, encodeToken, importIssuerKey, keyId, requestToken, trustedKeys, verifyToken } from "./identityToken.js";
 export type { IdentityToken, IssuerKey, PendingToken, TrustedKeys } from "./identityToken.js";
 export { DevicePolicy, PolicyError } from "./policy.js";
@@ -24,5 +26,7 @@ export type { Floor } from "./secagg/floor.js";
 export { OsRandom, SeededRandom, KeyedRandom } from "./randomness.js";
 export type { RandomSource, ByteSource } from "./randomness.js";
 export { registerScoringFunction } from "./kinds/training/blackbox.js";
-export { knownKinds } from "./kinds/registry.js";
+export { knownKinds, parseTask } from "./kinds/registry.js";
+export type { KindName, TypedTask } from "./kinds/registry.js";
+export type * from "./kinds/taskTypes.generated.js";
 export { sampleNoise, sampleDiscreteGaussian, sampleSkellam } from "./dp/noise.js";

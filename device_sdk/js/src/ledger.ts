@@ -111,7 +111,7 @@ export class ContributionLedger {
         if (row !== null) {
           const id = this.put(t, row.fields);
           const r = t.state.contributions[String(id)] as ContributionRecord;
-          t.put("contributions", String(id), refusedRow(r, row.reason, row.detail, Date.now() / 1000));
+          t.put("contributions", String(id), refusedRow(r, row.reason, row.detail, this.store.clock.now()));
         }
         return verdict;
       }
@@ -159,17 +159,17 @@ export class ContributionLedger {
     return this.update(id, (r) => ({ ...r, log_size: at.log_size, log_root: at.log_root, log_index: at.log_index }));
   }
 
-  markSent(id: number, at = Date.now() / 1000): Promise<void> {
+  markSent(id: number, at = this.store.clock.now()): Promise<void> {
     return this.update(id, (r) => (r.status === "pending" ? { ...r, status: "sent", sent_at: at } : r));
   }
 
   finish(id: number, status: Status, contributed: boolean | null, detail = ""): Promise<void> {
-    return this.update(id, (r) => ({ ...r, status, contributed, ended_at: Date.now() / 1000, detail: detail.slice(0, 500) }));
+    return this.update(id, (r) => ({ ...r, status, contributed, ended_at: this.store.clock.now(), detail: detail.slice(0, 500) }));
   }
 
   /** Nothing was sent because the device refused the cohort after checking it: the row stays in the transparency log
    * with status `refused`, charging nothing. */
-  refused(id: number, reason: string, detail: string, at = Date.now() / 1000): Promise<void> {
+  refused(id: number, reason: string, detail: string, at = this.store.clock.now()): Promise<void> {
     return this.update(id, (r) => (r.status === "pending" ? refusedRow(r, reason, detail, at) : r));
   }
 
@@ -178,7 +178,7 @@ export class ContributionLedger {
   }
 
   /** Delete log rows older than `keepS` and beyond the newest `keepRows` (never within the last day). */
-  prune(at = Date.now() / 1000, keepS = LOG_KEEP_S, keepRows = LOG_KEEP_ROWS): Promise<number> {
+  prune(at = this.store.clock.now(), keepS = LOG_KEEP_S, keepRows = LOG_KEEP_ROWS): Promise<number> {
     return this.store.transaction((t) => {
       const rows = Object.values(t.state.contributions as Record<string, ContributionRecord>).sort((a, b) => b.id - a.id);
       const cutoff = Math.min(at - keepS, at - DAY_S);

@@ -4,6 +4,7 @@
 import { appendFile, mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname } from "node:path";
 
+import { Clock, SYSTEM_CLOCK } from "./clock.js";
 import { LocalStore, Op, Snapshot, StoreBackend } from "./store.js";
 
 export class FileBackend implements StoreBackend {
@@ -48,9 +49,9 @@ export class FileBackend implements StoreBackend {
   }
 }
 
-/** A store kept in the file at `path` (created when missing). */
-export function fileStore(path: string): LocalStore {
-  return new LocalStore(new FileBackend(path));
+/** A store kept in the file at `path` (created when missing), reading the time from `clock`. */
+export function fileStore(path: string, clock: Clock = SYSTEM_CLOCK): LocalStore {
+  return new LocalStore(new FileBackend(path), clock);
 }
 
 export * from "./index.js";

@@ -33,7 +33,7 @@ import { b64decode } from "./bytes.js";
 import { TrustedKeys, trustedKeys } from "./identityToken.js";
 import { perDeviceFloor } from "./dp/floor.js";
 import { Assignment, RefusalReason } from "./envelope.js";
-import { DeviceKind, QueryKindError } from "./kinds/kind.js";
+import { TypedTask, kindOf } from "./kinds/registry.js";
 import { QueryHistory, DAY_S } from "./ledger.js";
 import { SecAggConfig } from "./secagg/config.js";
 import * as safety from "./secagg/floor.js";
@@ -303,8 +303,10 @@ function sortedJson(v: unknown): string {
   return JSON.stringify(v);
 }
 
-/** Check an assignment against the policy, the kind's own bounds and the ledger, before any data is read. */
-export function decide(policy: DevicePolicy, a: Assignment, kind: DeviceKind, history: QueryHistory, spentToday: number, contributionsToday: number, optedOut: boolean): Refusal | Decision {
+/** Check an assignment against the policy, the kind's own bounds (from `task`, the assignment's task as parsed when it
+ * was admitted) and the ledger, before any data is read. */
+export function decide(policy: DevicePolicy, a: Assignment, task: TypedTask, history: QueryHistory, spentToday: number, contributionsToday: number, optedOut: boolean): Refusal | Decision {
+  const kind = kindOf(task);
   if (optedOut) return refuse(a, "opted_out", `the user opted out of collection ${JSON.stringify(a.source)}`);
   if (!policy.allowsSource(a.source)) return refuse(a, "source_not_allowed", `collection ${JSON.stringify(a.source)} is not in this device's allowedSources`);
   if (!policy.allowsKind(a.source, a.kind)) return refuse(a, "kind_not_allowed", `kind ${JSON.stringify(a.kind)} is not allowed on collection ${JSON.stringify(a.source)}`);
@@ -354,13 +356,7 @@ export function decide(policy: DevicePolicy, a: Assignment, kind: DeviceKind, hi
     const { weight: _fw, t_min: _ft, ...first } = history.privacy;
     if (sortedJson(first) !== sortedJson(publicParams)) return refuse(a, "privacy_unverifiable", "the query's privacy parameters changed since this device's first contribution");
   }
-  let own: [number, number] | null;
-  try {
-    own = kind.taskSensitivity(a.task);
-  } catch (exc) {
-    if (exc instanceof QueryKindError) return refuse(a, "invalid_assignment", exc.message);
-    throw exc;
-  }
+  const own = kind.taskSensitivity(task.task);
   const bounds: [number, number] | null = own === null ? [p.l1_sensitivity, p.l2_sensitivity] : null;
   const l2 = own === null ? p.l2_sensitivity : own[1];
   let floor: number;

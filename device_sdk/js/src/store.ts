@@ -2,7 +2,10 @@
  * retention rules (newest `maxRows`, none older than `maxAgeS`), opt-out, SDK state (identity key, registration) and
  * the contribution ledger's rows. The store keeps its state in memory and writes every change through a backend
  * before the call returns: `MemoryBackend` (nothing kept), `IndexedDBBackend` (browsers), or the Node file backend
- * (`fa-device-sdk/node`). Every method is async and all of them run one at a time, so a transaction is atomic. */
+ * (`fa-device-sdk/node`). Every method is async and all of them run one at a time, so a transaction is atomic. The
+ * store holds the device's clock (clock.ts), as in Python. */
+
+import { Clock, SYSTEM_CLOCK } from "./clock.js";
 
 export const ALL = "*";
 
@@ -129,8 +132,6 @@ function checkRetention(maxAgeS: unknown, maxRows: unknown): Retention {
   return { maxAgeS: (maxAgeS as number | null | undefined) ?? null, maxRows: (maxRows as number | null | undefined) ?? null };
 }
 
-const now = (): number => Date.now() / 1000;
-
 function jsonSafe(v: unknown, depth = 0): boolean {
   if (depth > 64) return false;
   if (v === null || typeof v === "string" || typeof v === "boolean") return true;
@@ -145,7 +146,9 @@ export class LocalStore {
   private nextId = 1;
   private queue: Promise<unknown>;
 
-  constructor(readonly backend: StoreBackend = new MemoryBackend()) {
+  /** `clock`: where the store, its ledger and the DeviceClient built on it read the time and wait (default the system
+   * clock; tests pass a `ManualClock` and advance it instead of sleeping). */
+  constructor(readonly backend: StoreBackend = new MemoryBackend(), readonly clock: Clock = SYSTEM_CLOCK) {
     this.queue = backend.load().then((snap) => {
       if (snap) for (const t of TABLES) this.state[t] = snap[t] ?? {};
       for (const t of ["rows", "contributions"] as const) for (const k of Object.keys(this.state[t])) this.nextId = Math.max(this.nextId, Number(k) + 1);
@@ -153,8 +156,8 @@ export class LocalStore {
   }
 
   /** A store in IndexedDB database `name` (browsers and extensions). */
-  static indexedDB(name = "fa-device-sdk"): LocalStore {
-    return new LocalStore(new IndexedDBBackend(name));
+  static indexedDB(name = "fa-device-sdk", clock: Clock = SYSTEM_CLOCK): LocalStore {
+    return new LocalStore(new IndexedDBBackend(name), clock);
   }
 
   /** Resolves once the backend's data is loaded (every method waits for it anyway). */
@@ -210,7 +213,7 @@ export class LocalStore {
   /** Add rows (dropped when the collection is opted out); `at`: when they happened, unix seconds (default now). */
   addMany(collection: string, values: Iterable<unknown>, opts: { at?: number } = {}): Promise<void> {
     checkName(collection);
-    const stamp = opts.at ?? now();
+    const stamp = opts.at ?? this.clock.now();
     if (!Number.isFinite(stamp)) throw new StoreError(`at: must be a finite unix time, got ${opts.at}`);
     const encoded = [...values].map((v) => {
       if (!jsonSafe(v)) throw new StoreError(`${collection}: row is not JSON-serialisable (non-finite numbers, functions or cycles)`);
@@ -219,7 +222,7 @@ export class LocalStore {
     return this.transaction((t) => {
       if (this.isOptedOutNow(collection)) return;
       for (const value of encoded) t.put("rows", this.newId(), { collection, value, createdAt: stamp } satisfies Row);
-      this.prune(t, collection, now());
+      this.prune(t, collection, this.clock.now());
     });
   }
 
@@ -227,7 +230,7 @@ export class LocalStore {
   rows(collection: string): Promise<unknown[]> {
     checkName(collection);
     return this.transaction((t) => {
-      this.prune(t, collection, now());
+      this.prune(t, collection, this.clock.now());
       return this.rowsOf(collection).map(([, r]) => r.value);
     });
   }
@@ -269,7 +272,7 @@ export class LocalStore {
     return this.transaction((t) => {
       if (rule.maxAgeS === null && rule.maxRows === null) t.del("retention", key);
       else t.put("retention", key, rule);
-      for (const c of key === ALL ? this.allCollections() : [key]) this.prune(t, c, now());
+      for (const c of key === ALL ? this.allCollections() : [key]) this.prune(t, c, this.clock.now());
     });
   }
 
@@ -289,7 +292,7 @@ export class LocalStore {
 
   /** Delete every row past its collection's retention; the number deleted. */
   applyRetention(at?: number): Promise<number> {
-    return this.transaction((t) => this.allCollections().reduce((n, c) => n + this.prune(t, c, at ?? now()), 0));
+    return this.transaction((t) => this.allCollections().reduce((n, c) => n + this.prune(t, c, at ?? this.clock.now()), 0));
   }
 
   private prune(t: Txn, collection: string, at: number): number {
@@ -312,7 +315,7 @@ export class LocalStore {
   optOut(collection: string): Promise<number> {
     checkName(collection);
     return this.transaction((t) => {
-      t.put("optedOut", collection, now());
+      t.put("optedOut", collection, this.clock.now());
       const rows = this.rowsOf(collection);
       for (const [id] of rows) t.del("rows", id);
       return rows.length;
@@ -323,7 +326,7 @@ export class LocalStore {
    * device's identity go too. */
   optOutAll(opts: { deleteHistory?: boolean } = {}): Promise<number> {
     return this.transaction((t) => {
-      t.put("optedOut", ALL, now());
+      t.put("optedOut", ALL, this.clock.now());
       const ids = Object.keys(this.state.rows);
       for (const id of ids) t.del("rows", id);
       if (opts.deleteHistory) {

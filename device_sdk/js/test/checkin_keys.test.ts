@@ -121,7 +121,10 @@ const assigned = (extra: Record<string, unknown> = {}, assignment: Record<string
 async function device(server: ReturnType<typeof fakeServer>, opts: { keysWithCheckin?: boolean; dropout?: () => number | null } = {}) {
   const store = new LocalStore();
   await store.addMany("colors", ["red", "blue"]);
-  return new DeviceClient("http://device.test", store, { fetch: server.fetch, randomness: new SeededRandom(SEED), policy: new DevicePolicy(POLICY), log: () => {}, ...opts });
+  return new DeviceClient("http://device.test", store, {
+    randomness: new SeededRandom(SEED), policy: new DevicePolicy(POLICY), log: () => {}, keysWithCheckin: opts.keysWithCheckin,
+    network: { fetch: server.fetch }, hooks: { dropout: opts.dropout },
+  });
 }
 
 const phaseRequests = (seen: Seen[]) => seen.filter((r) => r.path.startsWith(PHASES)).map((r) => `${r.method} ${r.path.replace(PHASES, "").split("?")[0]}`);

@@ -28,7 +28,7 @@ test("two cohorts admitted at once cannot both pass maxContributionsPerDay (one 
     }
     return json(410, { error: "cohort over" });
   });
-  const client = new DeviceClient("http://device.test", store, { fetch: server.fetch, policy: new DevicePolicy({ maxContributionsPerDay: 1, requireLog: false }), log: () => {} });
+  const client = new DeviceClient("http://device.test", store, { policy: new DevicePolicy({ maxContributionsPerDay: 1, requireLog: false }), log: () => {}, network: { fetch: server.fetch } });
   const outs = await Promise.all([client.runAssignment(assignment("a".repeat(32))), client.runAssignment(assignment("b".repeat(32)))]);
   assert.deepEqual(outs.map((o) => o.status).sort(), ["aborted", "refused"]);
   assert.equal(outs.find((o) => o.status === "refused")?.reason, "participation_cap");
@@ -46,7 +46,7 @@ test("a request that meets a network failure is sent once more, with a fresh non
     }
     return server.fetch(input, init);
   }) as typeof fetch;
-  const client = new DeviceClient("http://device.test", new LocalStore(), { fetch: flaky, log: () => {} });
+  const client = new DeviceClient("http://device.test", new LocalStore(), { log: () => {}, network: { fetch: flaky } });
   assert.equal((await client.runOnce()).status, "idle");
   const tries = server.seen.filter((r) => r.path === "/v1/device/checkin");
   assert.equal(tries.length, 2);
@@ -59,7 +59,7 @@ test("a request that meets a network failure is sent once more, with a fresh non
 
 test("runOnce is refused while start() runs the device; a non-function eligible is refused at construction", async () => {
   const server = fakeServer(() => idle(5));
-  const client = new DeviceClient("http://device.test", new LocalStore(), { fetch: server.fetch, log: () => {} });
+  const client = new DeviceClient("http://device.test", new LocalStore(), { log: () => {}, network: { fetch: server.fetch } });
   client.start();
   try {
     await assert.rejects(client.runOnce(), /stop\(\) it before calling runOnce/);

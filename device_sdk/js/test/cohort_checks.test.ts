@@ -48,7 +48,7 @@ async function run(opts: CohortOptions, policy: (party: number) => DevicePolicyO
     const seen: ContributionRecord[] = [];
     contributions.push(seen);
     devices.push(new DeviceClient("http://fa.test", store, {
-      fetch: cohort.fetch, policy: new DevicePolicy(policy(i + 1)), log: () => {}, checkinWaitS: 1, onContribution: (r) => seen.push(r),
+      policy: new DevicePolicy(policy(i + 1)), log: () => {}, network: { fetch: cohort.fetch, checkinWaitS: 1 }, callbacks: { onContribution: (r) => seen.push(r) },
     }));
   }
   for (const d of devices) cohort.seat((await d.identity()).deviceId);  // device i is party i + 1
@@ -123,7 +123,7 @@ test("a cohort below the device's safety floor (threshold, degree, or the device
         read++;
         return rows(c);
       };
-      devices.push(new DeviceClient("http://fa.test", store, { fetch: cohort.fetch, policy: new DevicePolicy(policy(i + 1)), log: () => {}, checkinWaitS: 1 }));
+      devices.push(new DeviceClient("http://fa.test", store, { policy: new DevicePolicy(policy(i + 1)), log: () => {}, network: { fetch: cohort.fetch, checkinWaitS: 1 } }));
     }
     for (const d of devices) cohort.seat((await d.identity()).deviceId);
     const outs = await Promise.all(devices.map((d) => d.runOnce()));

@@ -29,7 +29,7 @@ test("page example: imports resolve against the bundle; store.add, runOnce, star
   assert.equal(app.defaultServer({ protocol: "file:", origin: "null", search: "" }), "http://127.0.0.1:8080");
 
   const server = fakeServer((req) => (req.path === "/v1/device/checkin" ? idle(0.01) : new Response("?", { status: 404 })));
-  const client = app.openDevice("http://device.test", store, { fetch: server.fetch });
+  const client = app.openDevice("http://device.test", store, { network: { fetch: server.fetch } });
   assert.ok(client instanceof sdk.DeviceClient);
   assert.equal(client.policy.maxEpsilonPerDay, 4);
   const out = await client.runOnce();
@@ -94,7 +94,7 @@ test("WebExtension example: URL-bar navigations become frecency rows; the alarm 
   const { api, listeners, alarms } = fakeBrowser(now);
   const store = new sdk.LocalStore();
   const server = fakeServer((req) => (req.path === "/v1/device/checkin" ? idle() : new Response("?", { status: 404 })));
-  const device = bg.createDevice({ api, store, options: { fetch: server.fetch } });
+  const device = bg.createDevice({ api, store, options: { network: { fetch: server.fetch } } });
   assert.ok(listeners.committed && listeners.alarm, "listeners are registered at once");
   assert.deepEqual(alarms[bg.ALARM], { periodInMinutes: 1 });
 

@@ -28,7 +28,7 @@ test("registration carries an identity token from the issuer, for this identity,
   const store = new LocalStore();
   // the app pins the issuer's key (a second, later key too): the token is asked for under the first
   const policy = new DevicePolicy({ issuerKeys: [issuer.spkiB64, other.spkiB64] });
-  const client = new DeviceClient("http://fa.test", store, { fetch, policy, enrolment: { issuerUrl: `${ISSUER}/`, credential: "install-1" }, log: () => {} });
+  const client = new DeviceClient("http://fa.test", store, { policy, enrolment: { issuerUrl: `${ISSUER}/`, credential: "install-1" }, log: () => {}, network: { fetch } });
   assert.equal((await client.runOnce()).status, "idle");
 
   assert.equal(issuer.requests.length, 1);
@@ -52,7 +52,7 @@ test("registration carries an identity token from the issuer, for this identity,
 
   // a restart (a new client on the same store) registering with another server reuses the kept token
   const second = fakeServer(() => idle(), { trusted: await trustedKeys([issuer.key.spki]) });
-  const again = new DeviceClient("http://fa2.test", store, { fetch: withIssuer(second.fetch, issuer), policy, enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: () => {} });
+  const again = new DeviceClient("http://fa2.test", store, { policy, enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: () => {}, network: { fetch: withIssuer(second.fetch, issuer) } });
   assert.equal((await again.runOnce()).status, "idle");
   assert.equal(issuer.requests.length, 1, "no second token asked for");
   assert.equal(bodyJson(second.seen.find((r) => r.path === "/v1/device/register")!).identity_token, b64encode(token));
@@ -62,7 +62,7 @@ test("a kept token that no longer verifies under the pinned keys (the issuer rot
   const { issuer, fetch } = await setup({ "install-1": 1 });
   const retired = await FakeIssuer.create();
   const store = new LocalStore();
-  const client = new DeviceClient("http://fa.test", store, { fetch, policy: new DevicePolicy({ issuerKeys: [issuer.spkiB64] }), enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: () => {} });
+  const client = new DeviceClient("http://fa.test", store, { policy: new DevicePolicy({ issuerKeys: [issuer.spkiB64] }), enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: () => {}, network: { fetch } });
   const { key } = await client.identity();
   await store.setMeta("identity_token", b64encode(await retired.minted(key.publicBytes)));
   assert.equal((await client.runOnce()).status, "idle");
@@ -73,7 +73,7 @@ test("a kept token that no longer verifies under the pinned keys (the issuer rot
 test("the issuer's refusals surface as IssuerError with its message and Retry-After; nothing is registered", async () => {
   const { issuer, server, fetch } = await setup({ "install-1": 0 });
   const policy = new DevicePolicy({ issuerKeys: [issuer.spkiB64] });
-  const spent = new DeviceClient("http://fa.test", new LocalStore(), { fetch, policy, enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: () => {} });
+  const spent = new DeviceClient("http://fa.test", new LocalStore(), { policy, enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: () => {}, network: { fetch } });
   await assert.rejects(spent.runOnce(), (exc: unknown) => {
     assert.ok(exc instanceof IssuerError, String(exc));
     assert.equal(exc.status, 429);
@@ -82,12 +82,12 @@ test("the issuer's refusals surface as IssuerError with its message and Retry-Af
     assert.match(exc.message, /^identity token issuer: HTTP 429: quota spent/);
     return true;
   });
-  const unknown = new DeviceClient("http://fa.test", new LocalStore(), { fetch, policy, enrolment: { issuerUrl: ISSUER, credential: "forged" }, log: () => {} });
+  const unknown = new DeviceClient("http://fa.test", new LocalStore(), { policy, enrolment: { issuerUrl: ISSUER, credential: "forged" }, log: () => {}, network: { fetch } });
   await assert.rejects(unknown.runOnce(), (exc: unknown) => exc instanceof IssuerError && exc.status === 403 && exc.serverMessage === "credential refused: unknown app" && exc.retryAfter === null);
   assert.equal(server.seen.filter((r) => r.path === "/v1/device/register").length, 0);
   // runForever backs off at least for the issuer's Retry-After
   const warnings: string[] = [];
-  const looping = new DeviceClient("http://fa.test", new LocalStore(), { fetch, policy, enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: (level, m) => level === "warn" && warnings.push(m) });
+  const looping = new DeviceClient("http://fa.test", new LocalStore(), { policy, enrolment: { issuerUrl: ISSUER, credential: "install-1" }, log: (level, m) => level === "warn" && warnings.push(m), network: { fetch } });
   looping.start();
   for (let i = 0; i < 2000 && !warnings.length; i++) await new Promise((r) => setTimeout(r, 5));
   await looping.stop();
@@ -96,7 +96,7 @@ test("the issuer's refusals surface as IssuerError with its message and Retry-Af
 
 test("without an enrolment a server that requires a token answers 403: the error says an enrolment is needed", async () => {
   const { server } = await setup();
-  const client = new DeviceClient("http://fa.test", new LocalStore(), { fetch: server.fetch, log: () => {} });
+  const client = new DeviceClient("http://fa.test", new LocalStore(), { log: () => {}, network: { fetch: server.fetch } });
   await assert.rejects(client.runOnce(), (exc: unknown) => {
     assert.ok(exc instanceof EnrolmentRequiredError, String(exc));
     assert.equal(exc.status, 403);
@@ -105,7 +105,7 @@ test("without an enrolment a server that requires a token answers 403: the error
   });
   // a server that does not require one registers the device as before, without a token
   const open = fakeServer(() => idle());
-  const plain = new DeviceClient("http://fa.test", new LocalStore(), { fetch: open.fetch, log: () => {} });
+  const plain = new DeviceClient("http://fa.test", new LocalStore(), { log: () => {}, network: { fetch: open.fetch } });
   assert.equal((await plain.runOnce()).status, "idle");
   assert.deepEqual(Object.keys(bodyJson(open.seen[0])), ["public_key"]);
 });

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Assignment } from "../src/envelope.js";
-import { getKind } from "../src/kinds/registry.js";
+import { parseTask } from "../src/kinds/registry.js";
 import { QueryHistory } from "../src/ledger.js";
 import { decide, DevicePolicy } from "../src/policy.js";
 
@@ -28,13 +28,14 @@ test("a later round's cohort of another size (another t_min) is accepted and hel
   const first = assignment(0, 8, 6);
   const { l1_sensitivity: _l1, l2_sensitivity: _l2, weight: _w, ...seen } = first.privacy!;
   const history: QueryHistory = { privacy: { ...seen, weight: 1 }, perRound: new Map([[0, 1]]), layersCharged: 1, weights: new Map([[0, 1]]) };
-  const later = decide(new DevicePolicy(), assignment(1, 40, 34), getKind("histogram"), history, 0, 0, false);
+  const next = assignment(1, 40, 34);
+  const later = decide(new DevicePolicy(), next, parseTask(next.kind, next.task), history, 0, 0, false);
   assert.ok(!("reason" in later), JSON.stringify(later));
   assert.equal(later.minSurvivors, 34);
   assert.equal(later.epsilonCharge, 0);
   // a change of the query's own parameters is still refused
   const changed = assignment(1, 40, 34);
   changed.privacy = { ...changed.privacy!, epsilon: 2 };
-  const refused = decide(new DevicePolicy(), changed, getKind("histogram"), history, 0, 0, false);
+  const refused = decide(new DevicePolicy(), changed, parseTask(changed.kind, changed.task), history, 0, 0, false);
   assert.ok("reason" in refused && refused.reason === "privacy_unverifiable", JSON.stringify(refused));
 });

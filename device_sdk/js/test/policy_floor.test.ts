@@ -9,7 +9,7 @@ import { test } from "node:test";
 
 import { DeviceClient } from "../src/client.js";
 import { Assignment, REFUSAL_REASONS, parseAssignment } from "../src/envelope.js";
-import { getKind } from "../src/kinds/registry.js";
+import { parseTask } from "../src/kinds/registry.js";
 import { QueryHistory } from "../src/ledger.js";
 import { DevicePolicy, PolicyError, decide } from "../src/policy.js";
 import { SecAggConfig } from "../src/secagg/config.js";
@@ -28,7 +28,7 @@ function assignment(secagg: Record<string, unknown> = {}, extra: Record<string, 
   });
 }
 
-const verdict = (policy: DevicePolicy, a: Assignment) => decide(policy, a, getKind("histogram"), NO_HISTORY, 0, 0, false);
+const verdict = (policy: DevicePolicy, a: Assignment) => decide(policy, a, parseTask(a.kind, a.task), NO_HISTORY, 0, 0, false);
 
 test("a cohort below the device's own floor is refused (unsafe_parameters), whatever the server set and however consistently", () => {
   const cases: [string, Assignment, DevicePolicy, string][] = [
@@ -62,7 +62,7 @@ test("a refusal below the floor is kept in the device's transparency log (refuse
   });
   const store = new LocalStore();
   await store.add("words", "a");
-  const client = new DeviceClient("http://fa.test", store, { fetch: server.fetch, log: () => {} });
+  const client = new DeviceClient("http://fa.test", store, { log: () => {}, network: { fetch: server.fetch } });
   const bad = assignment({ threshold: 5 });
   const out = await client.runAssignment(bad);
   assert.deepEqual([out.status, out.reason], ["refused", "unsafe_parameters"]);
@@ -73,7 +73,7 @@ test("a refusal below the floor is kept in the device's transparency log (refuse
   assert.deepEqual(await client.ledger.spentSince(0), [0, 0, 0]);
   assert.equal(server.seen.filter((r) => r.path.includes("/phases/")).length, 0, "no phase message was sent");
   // a refusal under the device's own policy leaves no row
-  const mine = new DeviceClient("http://fa.test", store, { fetch: server.fetch, policy: new DevicePolicy({ allowedSources: ["other"] }), log: () => {} });
+  const mine = new DeviceClient("http://fa.test", store, { policy: new DevicePolicy({ allowedSources: ["other"] }), log: () => {}, network: { fetch: server.fetch } });
   assert.equal((await mine.runAssignment(assignment())).reason, "source_not_allowed");
   assert.equal((await mine.transparencyLog()).length, 1, "only the unsafe_parameters row");
 });

@@ -7,7 +7,7 @@ import { test } from "node:test";
 
 import { utf8 } from "../src/bytes.js";
 import { QueryKindError } from "../src/kinds/kind.js";
-import { getKind } from "../src/kinds/registry.js";
+import { getKind, parseTask } from "../src/kinds/registry.js";
 import { numericColumn } from "../src/kinds/rows.js";
 import { SeededRandom } from "../src/randomness.js";
 
@@ -63,11 +63,11 @@ test("quantiles: the statement refuses a level that does not add up to the root,
 
 test("quantiles: the task's cross-field rules, naming the field as Python does", () => {
   const refused = (t: Record<string, unknown>, field: string) =>
-    assert.throws(() => kind.parseTask?.(t), (exc: unknown) => exc instanceof QueryKindError && exc.message.startsWith(`task.${field}:`));
+    assert.throws(() => parseTask("quantiles", t), (exc: unknown) => exc instanceof QueryKindError && exc.message.startsWith(`task.${field}:`));
   refused({ ...task, features: [{ name: "x", lower: 1, upper: 1 }] }, "features.0");
   refused({ ...task, features: [{ name: "x", lower: -1e308, upper: 1e308 }] }, "features.0");
   refused({ ...task, branching: 64, levels: 16 }, "levels");
   refused({ ...task, features: Array.from({ length: 9 }, (_, i) => ({ name: `x${i}`, lower: 0, upper: 1 })), branching: 2, levels: 16 }, "features");
-  assert.doesNotThrow(() => kind.parseTask?.({ ...task, branching: 2, levels: 16 }));
+  assert.doesNotThrow(() => parseTask("quantiles", { ...task, branching: 2, levels: 16 }));
   assert.deepEqual(kind.taskSensitivity(task), [10 * 5, 10 * Math.sqrt(5)]);
 });

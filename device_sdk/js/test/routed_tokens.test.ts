@@ -84,7 +84,7 @@ async function run(issuer: FakeIssuer, opts: CohortOptions, enrolled: number[], 
     const store = new LocalStore();
     await store.add("colors", COLORS[(p - 1) % 3]);
     const enrolment = enrolled.includes(p) ? { issuerUrl: "http://issuer.test", credential: `install-${p}` } : undefined;
-    devices.push(new DeviceClient("http://fa.test", store, { fetch: withIssuer(cohort.fetch, issuer), policy: new DevicePolicy(policy(p)), enrolment, log: () => {}, checkinWaitS: 1 }));
+    devices.push(new DeviceClient("http://fa.test", store, { policy: new DevicePolicy(policy(p)), enrolment, log: () => {}, network: { fetch: withIssuer(cohort.fetch, issuer), checkinWaitS: 1 } }));
   }
   const identities: Uint8Array[] = [];
   for (const d of devices) {

@@ -98,15 +98,17 @@ test("an assignment whose digest cannot be computed is refused as invalid_assign
   });
   const store = new LocalStore();
   await store.add("colors", "red");
-  const client = new DeviceClient("http://fa.test", store, { fetch: server.fetch, log: () => {} });
+  const client = new DeviceClient("http://fa.test", store, { log: () => {}, network: { fetch: server.fetch } });
   const a = parseAssignment({
     query_id: "q".repeat(32), round: 0, cohort_id: "c".repeat(32), party_id: 1, kind: "histogram", source: "colors",
-    task: { buckets: ["red", "blue"], other_bucket: null, max_contributions: 1, salt: 12345678901234567890 },
+    task: { buckets: ["red", "blue"], other_bucket: null, max_contributions: 1 },
     secagg: { session_id: "14215981eb0a6d5f17137db942e2ae07", n: 3, dim: 2, bits: 16, threat_model: "active" }, threat_model: "active", phase_timeout_s: 5,
+    // a valid task (it is parsed when the assignment is admitted, before the digest), a spec the digest cannot hash
+    spec: { kind: "histogram", params: { buckets: ["red", "blue"], salt: 12345678901234567890 } },
   });
   const out = await client.runAssignment(a);
   assert.deepEqual([out.status, out.reason], ["refused", "invalid_assignment"]);
-  assert.match(out.detail, /^task digest: task: an integer is beyond ±\(2\^53 − 1\)/);
+  assert.match(out.detail, /^task digest: spec\.params\.salt: an integer is beyond ±\(2\^53 − 1\)|^task digest: spec: an integer is beyond ±\(2\^53 − 1\)/);
   assert.deepEqual(reported.map((r) => r.reason), ["invalid_assignment"]);
   assert.deepEqual(await client.transparencyLog(), []);
   assert.equal(server.seen.filter((r) => r.path.includes("/phases/")).length, 0, "no phase message was sent");

@@ -58,7 +58,7 @@ async function device(fetchFn: typeof fetch, policy: DevicePolicyOptions = {}): 
     reads++;
     return rows(c);
   };
-  const client = new DeviceClient("http://fa.test", store, { fetch: fetchFn, policy: new DevicePolicy(policy), log: () => {}, keysWithCheckin: false });
+  const client = new DeviceClient("http://fa.test", store, { policy: new DevicePolicy(policy), log: () => {}, keysWithCheckin: false, network: { fetch: fetchFn } });
   return { client, store, reads: () => reads };
 }
 
@@ -118,7 +118,7 @@ test("a whole cohort under the log: every member keeps the head and its entry's 
   const devices = await Promise.all([0, 1, 2].map(async (i) => {
     const store = new LocalStore();
     await store.add("colors", ["red", "blue", "green"][i]);
-    return new DeviceClient("http://fa.test", store, { fetch: cohort.fetch, log: () => {}, checkinWaitS: 1 });
+    return new DeviceClient("http://fa.test", store, { log: () => {}, network: { fetch: cohort.fetch, checkinWaitS: 1 } });
   }));
   for (const d of devices) cohort.seat((await d.identity()).deviceId);
   const outs = await Promise.all(devices.map((d) => d.runOnce()));
@@ -278,7 +278,7 @@ test("ledger rows stored before the log fields existed still read, as rows witho
     status: "finished", contributed: true, mechanism: "none", epsilon: null, delta: null, query_epsilon: null, query_delta: null, query_privacy: {},
     noise_scale: null, noise_std: null, encoding_scale: 1, proofs: false, cohort_size: 3, min_survivors: null, detail: "",
   }));
-  const client = new DeviceClient("http://fa.test", store, { fetch: fakeServer(() => json(404, {})).fetch, log: () => {} });
+  const client = new DeviceClient("http://fa.test", store, { log: () => {}, network: { fetch: fakeServer(() => json(404, {})).fetch } });
   const [row] = await client.transparencyLog();
   assert.deepEqual([row.id, row.status, row.log_size, row.log_root, row.log_index], [7, "finished", null, null, null]);
   // an unreadable stored head is set aside (with a warning), not trusted

@@ -6,7 +6,7 @@ import { DeviceClient, DevicePolicy, LocalStore } from "../../dist/fa-device-sdk
 /** The device: its data and ledger in `store` (IndexedDB in the page), its limits in the policy. */
 export function openDevice(serverUrl, store, options = {}) {
   const policy = new DevicePolicy({ maxEpsilonPerDay: 4, minSurvivors: 10, ...options.policy });
-  return new DeviceClient(serverUrl, store, { ...options, policy, checkinWaitS: options.checkinWaitS ?? 10 });
+  return new DeviceClient(serverUrl, store, { ...options, policy, network: { checkinWaitS: 10, ...options.network } });
 }
 
 /** The server the page talks to unless the user types another: `?server=URL`, else the page's own origin

@@ -80,8 +80,8 @@ export function createDevice({ api, store, serverUrl = SERVER_URL, options = {} 
   const client = new DeviceClient(serverUrl, store, {
     // the device only joins training rounds on this collection, never more than ε = 2 a day, in cohorts of 20+
     policy: new DevicePolicy({ allowedSources: { [COLLECTION]: ["training"] }, maxEpsilonPerDay: 2, minCohort: 20 }),
-    checkinWaitS: CHECKIN_WAIT_S,
     ...options,
+    network: { checkinWaitS: CHECKIN_WAIT_S, ...options.network },
   });
   const ready = store.setRetention(COLLECTION, { maxAgeS: 90 * 86_400, maxRows: 500 });
   let running = null;

@@ -5,51 +5,27 @@
  * stochastically (unbiased) with the kind's random source. */
 
 import { Bits, Ranged, Statement, relation } from "../validity/statement.js";
-import { DeviceKind, QueryKindError, Task, stochasticRound } from "./kind.js";
-import { TreeTask, checkTree, treeSensitivity, treeStatement, treeVector } from "./quantiles.js";
+import { DeviceKind, QueryKindError, checkBounds, stochasticRound } from "./kind.js";
+import { checkTree, treeSensitivity, treeStatement, treeVector } from "./quantiles.js";
 import { capRows, numericColumn } from "./rows.js";
-import { parseTask } from "./taskSchema.js";
+import type { FeatureSpec, FeatureStatsTask } from "./taskTypes.generated.js";
 
-interface Feature {
-  name: string;
-  lower: number;
-  upper: number;
-}
-
-/** The task as queries/feature_stats.py's FeatureStatsTask (a union tagged by `stage`, checked against its schema). */
-type FeatureStatsTask =
-  | { stage: "row_counts"; grid: number[] }
-  | ({ stage: "clip_quantiles" } & TreeTask)
-  | { stage: "first_moments"; first_moment: "centred"; features: Feature[]; scale_exp: number; max_examples: number }
-  | {
-      stage: "second_moments"; features: Feature[]; scale_exp: number; max_examples: number;
-      means: (number | null)[]; second_scales: (number | null)[]; bins: number;
-    };
-
-/** The task checked against its schema and the models' cross-field rules (same fields named as in Python). */
-function parse(task: Task): FeatureStatsTask {
-  const t = parseTask<FeatureStatsTask>("feature_stats", task);
+/** The rules across fields of queries/feature_stats.py's task models (RowCountsTask `_increasing`, FeatureSpec
+ * `_ordered`, SecondMomentsTask `_per_feature`, ClipQuantilesTask `_fits`), naming the same fields as Python. */
+function checkRules(t: FeatureStatsTask): void {
   if (t.stage === "row_counts") {
     if (t.grid.some((g, i) => i > 0 && g <= t.grid[i - 1])) throw new QueryKindError("task.grid: bounds must be increasing");
-    return t;
+    return;
   }
-  if (t.stage === "clip_quantiles") {
-    checkTree(t);
-    return t;
-  }
-  t.features.forEach((f, i) => {
-    if (!(f.lower < f.upper) || !Number.isFinite(f.upper - f.lower)) {
-      throw new QueryKindError(`task.features.${i}: lower (${f.lower}) must be below upper (${f.upper})`);
-    }
-  });
+  if (t.stage === "clip_quantiles") return checkTree(t);
+  checkBounds(t.features);
   if (t.stage === "second_moments" && (t.means.length !== t.features.length || t.second_scales.length !== t.features.length)) {
     throw new QueryKindError(`task.means: means and second_scales must have one entry per feature (${t.features.length})`);
   }
-  return t;
 }
 
 /** The feature's present values (rows.ts `numericColumn`), clipped to [lower, upper]. */
-function column(rows: unknown[], f: Feature): number[] {
+function column(rows: unknown[], f: FeatureSpec): number[] {
   return numericColumn(rows, f.name).map((v) => Math.min(Math.max(v, f.lower), f.upper));
 }
 
@@ -59,11 +35,11 @@ function searchLeft(grid: number[], x: number): number {
   return i;
 }
 
-export const featureStats: DeviceKind = {
+export const featureStats: DeviceKind<FeatureStatsTask> = {
   name: "feature_stats",
   supportsProofs: true,
-  async contribute(task, rows, rng) {
-    const t = parse(task);
+  checkRules,
+  async contribute(t, rows, rng) {
     if (t.stage === "clip_quantiles") return treeVector(t, rows, rng);
     if (t.stage === "row_counts") {
       const vec = new Array<number>(t.grid.length + 1).fill(0);
@@ -115,11 +91,7 @@ export const featureStats: DeviceKind = {
     }
     return [...seconds, ...hists];
   },
-  parseTask(task) {
-    parse(task);
-  },
-  taskSensitivity(task) {
-    const t = parse(task);
+  taskSensitivity(t) {
     if (t.stage === "row_counts") return [1, 1];
     if (t.stage === "clip_quantiles") return treeSensitivity(t);
     const perExample = t.stage === "second_moments" && !t.bins ? 1 : 2;
@@ -127,8 +99,7 @@ export const featureStats: DeviceKind = {
     const unit = t.max_examples * 2 ** t.scale_exp;
     return [unit * perExample * f, unit * Math.sqrt(perExample) * Math.sqrt(f)];
   },
-  validity(task) {
-    const t = parse(task);
+  validity(t) {
     if (t.stage === "row_counts") return new Statement([Bits(t.grid.length + 1, 1)]);
     if (t.stage === "clip_quantiles") return treeStatement(t);
     const f = t.features.length;

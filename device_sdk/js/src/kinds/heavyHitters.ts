@@ -4,8 +4,8 @@
 
 import { codePointCompare, pyCasefold, pyStrip } from "../pyjson.js";
 import { Bits, Statement } from "../validity/statement.js";
-import { DeviceKind, QueryKindError, Task } from "./kind.js";
-import { parseTask } from "./taskSchema.js";
+import { DeviceKind, QueryKindError } from "./kind.js";
+import type { HeavyHittersTask } from "./taskTypes.generated.js";
 
 export function normalize(value: string, casefold = true): string {
   const s = pyStrip(value.normalize("NFKC"));
@@ -26,58 +26,39 @@ export function chooseWords(rows: unknown[], alphabet: string, maxLength: number
   return [...counts.entries()].sort((a, b) => b[1] - a[1] || codePointCompare(a[0], b[0])).slice(0, maxWords).map(([s]) => s);
 }
 
-/** The task as queries/heavy_hitters/kind.py's HeavyHittersTask: its generated schema, then its checks across fields. */
-interface HeavyHittersTask {
-  mode: "triehh" | "secagg";
-  depth: number;
-  frontier: string[];
-  alphabet: string;
-  max_length: number;
-  max_words: number;
-  casefold?: boolean;
-}
-
-function parse(task: Task) {
-  const t = parseTask<HeavyHittersTask>("heavy_hitters", task);
-  const { depth, frontier, alphabet } = t;
-  const alpha = chars(alphabet);
-  if (new Set(alpha).size !== alpha.length) throw new QueryKindError("task.alphabet: characters must be distinct");
-  if (depth >= t.max_length) throw new QueryKindError(`task.depth: must be in [0, max_length), got ${depth}`);
-  if (frontier.some((p) => chars(p).length !== depth) || new Set(frontier).size !== frontier.length) {
-    throw new QueryKindError(`task.frontier: prefixes must be distinct and of length depth=${depth}`);
-  }
-  return { depth, frontier, alphabet, alpha, maxLength: t.max_length, maxWords: t.max_words, casefold: t.casefold ?? true };
-}
-
-export const heavyHitters: DeviceKind = {
+export const heavyHitters: DeviceKind<HeavyHittersTask> = {
   name: "heavy_hitters",
   supportsProofs: true,
-  async contribute(task, rows) {
-    const t = parse(task);
-    const words = chooseWords(rows, t.alphabet, t.maxLength, t.maxWords, t.casefold);
-    const width = t.alpha.length + 1;
+  /** queries/heavy_hitters/kind.py HeavyHittersTask `_consistent`. */
+  checkRules(t) {
+    const alpha = chars(t.alphabet);
+    if (new Set(alpha).size !== alpha.length) throw new QueryKindError("task.alphabet: characters must be distinct");
+    if (t.depth >= t.max_length) throw new QueryKindError(`task.depth: must be in [0, max_length), got ${t.depth}`);
+    if (t.frontier.some((p) => chars(p).length !== t.depth) || new Set(t.frontier).size !== t.frontier.length) {
+      throw new QueryKindError(`task.frontier: prefixes must be distinct and of length depth=${t.depth}`);
+    }
+  },
+  async contribute(t, rows) {
+    const alpha = chars(t.alphabet);
+    const words = chooseWords(rows, t.alphabet, t.max_length, t.max_words, t.casefold);
+    const width = alpha.length + 1;
     const vec = new Array<number>(t.frontier.length * width).fill(0);
     const block = new Map(t.frontier.map((p, i) => [p, i]));
-    const letter = new Map(t.alpha.map((c, i) => [c, i]));
+    const letter = new Map(alpha.map((c, i) => [c, i]));
     for (const word of words) {
       const cs = chars(word);
       if (cs.length < t.depth) continue;
       const b = block.get(cs.slice(0, t.depth).join(""));
       if (b === undefined) continue;
-      const offset = cs.length === t.depth ? t.alpha.length : (letter.get(cs[t.depth]) as number);
+      const offset = cs.length === t.depth ? alpha.length : (letter.get(cs[t.depth]) as number);
       vec[b * width + offset] = 1;
     }
     return vec;
   },
-  parseTask(task) {
-    parse(task);
+  taskSensitivity(t) {
+    return [t.max_words, Math.sqrt(t.max_words)];
   },
-  taskSensitivity(task) {
-    const w = parse(task).maxWords;
-    return [w, Math.sqrt(w)];
-  },
-  validity(task) {
-    const t = parse(task);
-    return new Statement([Bits(t.frontier.length * (t.alpha.length + 1), t.maxWords)]);
+  validity(t) {
+    return new Statement([Bits(t.frontier.length * (chars(t.alphabet).length + 1), t.max_words)]);
   },
 };

@@ -3,8 +3,8 @@
 
 import { pyNumber } from "../pyjson.js";
 import { Bits, Statement } from "../validity/statement.js";
-import { DeviceKind, Task } from "./kind.js";
-import { parseTask } from "./taskSchema.js";
+import { DeviceKind } from "./kind.js";
+import type { HistogramTask } from "./taskTypes.generated.js";
 
 /** The text a row counts as: strings as they are, numbers as Python prints them, booleans true/false, objects by
  * their "value"; anything else is ignored. */
@@ -16,25 +16,17 @@ export function valueText(row: unknown): string | null {
   return null;
 }
 
-/** The task as queries/histogram.py's HistogramTask (checked against its generated schema). */
-interface HistogramTask {
-  buckets: string[];
-  other_bucket?: string | null;
-  max_contributions: number;
-}
+/** The buckets, and the catch-all one when the task has it. */
+const dim = (t: HistogramTask): number => t.buckets.length + (t.other_bucket !== null ? 1 : 0);
 
-function parse(task: Task): { buckets: string[]; other: boolean; k: number } {
-  const t = parseTask<HistogramTask>("histogram", task);
-  return { buckets: t.buckets, other: t.other_bucket != null, k: t.max_contributions };
-}
-
-export const histogram: DeviceKind = {
+export const histogram: DeviceKind<HistogramTask> = {
   name: "histogram",
   supportsProofs: true,
+  checkRules() {}, // none beyond its schema
   async contribute(task, rows) {
-    const { buckets, other, k } = parse(task);
+    const buckets = task.buckets;
     const index = new Map(buckets.map((b, i) => [b, i]));
-    const otherSlot = other ? buckets.length : null;
+    const otherSlot = task.other_bucket !== null ? buckets.length : null;
     const counts = new Map<number, number>();
     for (const row of rows) {
       const text = valueText(row);
@@ -42,19 +34,15 @@ export const histogram: DeviceKind = {
       const slot = index.get(text) ?? otherSlot;
       if (slot !== null && slot !== undefined) counts.set(slot, (counts.get(slot) ?? 0) + 1);
     }
-    const vec = new Array<number>(buckets.length + (other ? 1 : 0)).fill(0);
-    [...counts.entries()].sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, k).forEach(([slot]) => (vec[slot] = 1));
+    const vec = new Array<number>(dim(task)).fill(0);
+    [...counts.entries()].sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, task.max_contributions).forEach(([slot]) => (vec[slot] = 1));
     return vec;
   },
-  parseTask(task) {
-    parse(task);
-  },
   taskSensitivity(task) {
-    const { k } = parse(task);
+    const k = task.max_contributions;
     return [k, Math.sqrt(k)];
   },
   validity(task) {
-    const { buckets, other, k } = parse(task);
-    return new Statement([Bits(buckets.length + (other ? 1 : 0), k)]);
+    return new Statement([Bits(dim(task), task.max_contributions)]);
   },
 };

@@ -6,36 +6,20 @@
 
 import { Ranged, Relation, Segment, Statement, relation } from "../validity/statement.js";
 import type { RandomSource } from "../randomness.js";
-import { DeviceKind, QueryKindError, Task } from "./kind.js";
+import { DeviceKind, QueryKindError, checkBounds } from "./kind.js";
 import { capRows, numericColumn } from "./rows.js";
-import { parseTask } from "./taskSchema.js";
+import type { ClipQuantilesTask, QuantilesTask } from "./taskTypes.generated.js";
 
 /** Finest resolution of a feature's tree (queries/quantiles.py MAX_LEAVES). */
 const MAX_LEAVES = 2 ** 16;
 /** Most entries of a round's vector over all features (queries/quantiles.py MAX_DIM). */
 const MAX_DIM = 2 ** 19;
 
-interface Feature {
-  name: string;
-  lower: number;
-  upper: number;
-}
-
-/** The task as queries/quantiles.py's QuantilesTask (checked against its generated schema). */
-type QuantilesTask = TreeTask;
-
 /** Entries of one feature's vector: the root, the D levels and below/above. */
 function featureDim(b: number, d: number): number {
   let n = 1;
   for (let level = 1; level <= d; level++) n += b ** level;
   return n + 2;
-}
-
-/** The task checked against its schema and the model's cross-field rules (same fields named as in Python). */
-function parse(task: Task): QuantilesTask {
-  const t = parseTask<QuantilesTask>("quantiles", task);
-  checkTree(t);
-  return t;
 }
 
 /** A value's leaf index in [0, leaves): clipped to [lower, upper], with Python's float arithmetic
@@ -46,20 +30,12 @@ export function leafOf(x: number, lower: number, upper: number, leaves: number):
 }
 
 /** What a tree round's task gives the device: the quantiles kind's task, feature_stats' clip round. */
-export interface TreeTask {
-  features: Feature[];
-  branching: number;
-  levels: number;
-  max_examples: number;
-}
+export type TreeTask = QuantilesTask | ClipQuantilesTask;
 
-/** The cross-field rules of a tree task (queries/quantiles.py QuantilesTask and feature_stats' ClipQuantilesTask). */
+/** The rules across fields of a tree task (queries/quantiles.py QuantileFeature `_ordered`, and `check_tree_size` of
+ * QuantilesTask and feature_stats' ClipQuantilesTask `_fits`). */
 export function checkTree(t: TreeTask): void {
-  t.features.forEach((f, i) => {
-    if (!(f.lower < f.upper) || !Number.isFinite(f.upper - f.lower)) {
-      throw new QueryKindError(`task.features.${i}: lower (${f.lower}) must be below upper (${f.upper})`);
-    }
-  });
+  checkBounds(t.features);
   if (t.branching ** t.levels > MAX_LEAVES) {
     throw new QueryKindError(`task.levels: ${t.branching}^${t.levels} leaves is more than ${MAX_LEAVES}`);
   }
@@ -126,19 +102,11 @@ export function treeStatement(t: TreeTask): Statement {
   return new Statement(segments, 1n, 0n, relations);
 }
 
-export const quantiles: DeviceKind = {
+export const quantiles: DeviceKind<QuantilesTask> = {
   name: "quantiles",
   supportsProofs: true,
-  async contribute(task, rows, rng) {
-    return treeVector(parse(task), rows, rng);
-  },
-  parseTask(task) {
-    parse(task);
-  },
-  taskSensitivity(task) {
-    return treeSensitivity(parse(task));
-  },
-  validity(task) {
-    return treeStatement(parse(task));
-  },
+  checkRules: checkTree,
+  contribute: treeVector,
+  taskSensitivity: treeSensitivity,
+  validity: treeStatement,
 };

@@ -9,8 +9,8 @@ import { sha256 } from "../../webcrypto.js";
 import { utf8 } from "../../bytes.js";
 import { npMean } from "../../pyjson.js";
 import { Ranged, Signs, Statement } from "../../validity/statement.js";
-import { DeviceKind, QueryKindError, Task, stochasticRound } from "../kind.js";
-import { parseTask } from "../taskSchema.js";
+import { DeviceKind, QueryKindError, stochasticRound } from "../kind.js";
+import type { TrainingTask } from "../taskTypes.generated.js";
 import { BlackBoxObjective, getScoringFunction } from "./blackbox.js";
 import "./frecency.js";
 
@@ -88,40 +88,17 @@ const cappedMean = (losses: number[], cap: number): number =>
   npMean(losses.map((l) => (Number.isNaN(l) || l === Infinity ? cap : Math.min(Math.max(l, 0), cap))));
 const weightOf = (n: number, cap: number): number => Math.min(n, cap) / cap;
 
-/** The task as queries/training/task.py's TrainingTask (a union tagged by `phase`, checked against its schema). */
-interface PhaseTask {
-  model: { name: string; [key: string]: unknown };
-  client: { epochs: number; batch_size: number; lr: number; max_examples: number };
-  precision_bits: number;
-  holdout_fraction: number;
-  features: string[] | null;
-  scaling: { feature_names_in_: string[]; mean_: number[]; scale_: number[] } | null;
-  class_weights: number[] | null;
-}
-type TrainingTask =
-  | (PhaseTask & { phase: "label_counts"; n_classes: number })
-  | (PhaseTask & {
-      phase: "train"; weights: number[]; clip_norm: number; votes: "sign" | "update"; weighting: "examples" | "uniform";
-      weight_share: number; clip_entries: number; count_share: number;
-    })
-  | (PhaseTask & { phase: "eval"; weights: number[]; loss_cap: number; metrics: string[]; weighting: "examples" | "uniform" });
-
-/** The task checked against its schema and the models' cross-field rules (same fields named as in Python). */
-function parse(task: Task): TrainingTask {
-  const t = parseTask<TrainingTask>("training", task);
+/** The rules across fields of queries/training/task.py's models that the schema cannot state (Scaler
+ * `_per_feature`; TrainTask's `clip_entries` is an `enum` in the schema). */
+function checkRules(t: TrainingTask): void {
   const s = t.scaling;
   if (s && (s.mean_.length !== s.feature_names_in_.length || s.scale_.length !== s.feature_names_in_.length)) {
     throw new QueryKindError(`task.scaling: mean_ and scale_ must have one entry per feature (${s.feature_names_in_.length})`);
   }
-  if (t.phase === "train" && ![0, 1, NORM_BUCKETS].includes(t.clip_entries)) {
-    throw new QueryKindError(`task.clip_entries: must be one of 0, 1, ${NORM_BUCKETS}, got ${t.clip_entries}`);
-  }
-  return t;
 }
 
 /** (L1, L2) of the phase's layout (queries/training/encoding.py), from the task alone. */
-function bounds(task: Task): [number, number] {
-  const t = parse(task);
+function bounds(t: TrainingTask): [number, number] {
   const pb = t.precision_bits;
   const u = unit(pb);
   if (t.phase === "label_counts") return [u + t.n_classes, u + Math.sqrt(t.n_classes)];
@@ -136,11 +113,11 @@ function bounds(task: Task): [number, number] {
   return [k * u, Math.sqrt(k) * u];
 }
 
-export const training: DeviceKind = {
+export const training: DeviceKind<TrainingTask> = {
   name: "training",
   supportsProofs: true,
-  async contribute(task, rows, rng) {
-    const t = parse(task);
+  checkRules,
+  async contribute(t, rows, rng) {
     const fn = getScoringFunction(t.model.name);
     const pb = t.precision_bits;
     const cap = t.client.max_examples;
@@ -190,16 +167,10 @@ export const training: DeviceKind = {
     if (!vals.every(Number.isFinite)) return vals.map(() => 0);
     return fixedPoint(vals, 1.0, u, rng);
   },
-  parseTask(task) {
-    parse(task);
-  },
-  taskSensitivity(task) {
-    return bounds(task);
-  },
-  validity(task) {
+  taskSensitivity: bounds,
+  validity(t) {
     // queries/training/kind.py's validity: sign votes in {−1, 0, +1}; a clipped update's entries in [−U, U], its
     // weight in [0, W], its clip entries in [0, B]; evaluation entries and label shares in [0, U]
-    const t = parse(task);
     const u = unit(t.precision_bits);
     if (t.phase === "label_counts") return new Statement([Ranged(t.n_classes, 0, u)]);
     if (t.phase === "eval") return new Statement([Ranged(5 + t.metrics.length, 0, u)]);
