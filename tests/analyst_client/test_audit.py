@@ -660,7 +660,7 @@ def test_fa_witness_init_key_writes_a_fresh_key_once(tmp_path: Path, capsys: pyt
     assert init_key(tmp_path / "other.key").public_key != Signer(seed).public_key
 
 
-# -- the console's audit (js/translog.js) agrees with fa audit ---------------------------------------------
+# -- the console's audit (vendor/translog.js, built from device_sdk/js/src/logAudit.ts) agrees with fa audit -----------
 
 NODE_AUDIT = r"""
 import { auditLog } from "%s";
@@ -706,7 +706,7 @@ async def test_the_consoles_audit_agrees_with_fa_audit(name: str) -> None:
     require(None if node else "node not found (scripts/install_node.sh installs it)", "Node.js for the console's audit module")
     assert node is not None
     log = dict(_console_cases())[name]
-    module = (Path(__file__).resolve().parents[2] / "analytics_server" / "console" / "js" / "translog.js").as_uri()
+    module = (Path(__file__).resolve().parents[2] / "analytics_server" / "console" / "vendor" / "translog.js").as_uri()
     server = await serve(log)
     url = str(server.make_url("")).rstrip("/")
     try:

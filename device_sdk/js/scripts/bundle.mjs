@@ -1,5 +1,8 @@
-// The minified ESM bundle for browsers (dist/fa-device-sdk.min.js) from the compiled module tree, with esbuild.
+// The minified ESM bundle for browsers (dist/fa-device-sdk.min.js) from the compiled module tree, with esbuild;
+// with --vendor also the analyst console's log verifier (scripts/consoleBundle.mjs).
 import { build } from "esbuild";
+
+import { CONSOLE_BUNDLE, VENDORED } from "./consoleBundle.mjs";
 
 await build({
   entryPoints: ["dist/src/index.js"],
@@ -12,3 +15,5 @@ await build({
   legalComments: "eof",
   logLevel: "warning",
 });
+
+if (process.argv.includes("--vendor")) await build({ ...CONSOLE_BUNDLE, outfile: VENDORED });

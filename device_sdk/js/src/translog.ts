@@ -14,7 +14,7 @@
  * cosignatures). Hashing and Ed25519 are WebCrypto's (webcrypto.ts). Known-answer vectors:
  * tests/vectors/translog.json. */
 
-import { b64decode, b64encode, concat, equalBytes, hex, utf8 } from "./bytes.js";
+import { b64decode, b64encode, concat, equalBytes, hex, unhex, utf8 } from "./bytes.js";
 import type { PublicSummary } from "./secagg/config.js";
 import { canonicalJson } from "./taskDigest.js";
 import { ed25519Verify, sha256 } from "./webcrypto.js";
@@ -70,6 +70,31 @@ export function nodeHash(left: Bytes, right: Bytes): Promise<Bytes> {
 /** The root of the empty tree: SHA-256 of nothing. */
 export function emptyRoot(): Promise<Bytes> {
   return sha256(new Uint8Array(0));
+}
+
+/** The right edge of a tree (translog.merkle.CompactRange): the hashes of its complete subtrees ("peaks"), left to
+ * right. Appending leaf hashes one by one and asking for the root rebuilds a log's roots in O(log n) memory. */
+export class CompactRange {
+  size = 0;
+  private peaks: Bytes[] = [];
+
+  async append(leaf: Bytes): Promise<void> {
+    if (leaf.length !== HASH_SIZE) throw new ProofError(`leaf hash: must be ${HASH_SIZE} bytes, got ${leaf.length}`);
+    this.peaks.push(leaf);
+    for (let i = this.size; i % 2 === 1; i = Math.floor(i / 2)) {  // a right child completes its parent
+      const right = this.peaks.pop() as Bytes;
+      const left = this.peaks.pop() as Bytes;
+      this.peaks.push(await nodeHash(left, right));
+    }
+    this.size += 1;
+  }
+
+  async root(): Promise<Bytes> {
+    if (!this.peaks.length) return emptyRoot();
+    let acc = this.peaks[this.peaks.length - 1];
+    for (let i = this.peaks.length - 2; i >= 0; i--) acc = await nodeHash(this.peaks[i], acc);
+    return acc;
+  }
 }
 
 function checkHashes(proof: readonly Bytes[], what: string): void {
@@ -211,6 +236,20 @@ const codePoints = (s: string): number => [...s].length;
 export async function keyId(publicKey: Bytes): Promise<string> {
   if (publicKey.length !== 32) throw new HeadError(`public key: must be 32 bytes (Ed25519), got ${publicKey.length}`);
   return hex((await sha256(concat(utf8(KEY_DOMAIN), publicKey))).subarray(0, 8));
+}
+
+// RFC 8032 §7.1, test 1: the signature of the empty message, which a platform verifying Ed25519 accepts
+const RFC8032_KEY = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+const RFC8032_SIGNATURE = "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b";
+
+/** Whether this platform's WebCrypto verifies Ed25519 (some browsers do not): a verifier there reports signatures
+ * unchecked rather than refused. */
+export async function ed25519Available(): Promise<boolean> {
+  try {
+    return await ed25519Verify(unhex(RFC8032_KEY), unhex(RFC8032_SIGNATURE), new Uint8Array(0));
+  } catch {
+    return false;
+  }
 }
 
 /** key_id → public key, for the keys a verifier pins. */

@@ -1,11 +1,12 @@
 // The public transparency log (docs/transparency.md): the newest signed head with its witnesses' cosignatures,
-// and an audit computed here from the public /v1/log/* routes (js/translog.js, the checks of `fa audit` that
-// need no credentials): entries by type, each source's spend from the log against its budget, and findings.
+// and an audit computed here from the public /v1/log/* routes (vendor/translog.js: the JS device SDK's log verifier,
+// device_sdk/js/src/logAudit.ts on translog.ts, bundled; the checks of `fa audit` that need no credentials): entries
+// by type, each source's spend from the log against its budget, and findings.
 
 import { publicApi } from "../api.js";
 import { button, facts, h, replace, table } from "../dom.js";
 import * as fmt from "../format.js";
-import { auditLog } from "../translog.js";
+import { auditLog } from "../../vendor/translog.js";
 
 const TYPES = ["query", "task", "charge", "refund", "budget", "release"];
 
