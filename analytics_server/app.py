@@ -24,7 +24,7 @@ from analytics_server.orchestrator import Orchestrator
 from analytics_server.pool import AVAILABILITY_SLACK_S, DevicePool
 from analytics_server.settings import Settings
 from analytics_server.state import STATE, AppState
-from fa_common.clock import Clock
+from fa_common.clock import SYSTEM_CLOCK, Clock
 from fa_common.ratelimit import AddressRateLimiter
 
 
@@ -50,7 +50,7 @@ async def metrics(request: web.Request) -> web.Response:
     st: AppState = request.app[STATE]
     if st.settings.metrics_need_token():
         await require_token(request, st.store, METRICS_ROLES)
-    text = st.metrics.render(await st.store.count_queries_by_status())
+    text = st.metrics.render(await st.store.queries.count_by_status())
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
 
 
@@ -59,8 +59,9 @@ async def openapi_doc(request: web.Request) -> web.Response:
 
 
 def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool = False) -> web.Application:
-    """`clock`: where the orchestrator and its cohorts read the time (default the system clock); `unmasked`: the
-    benchmark's unmasked cohorts (`Orchestrator`), set by `fa-server` only under `FA_BENCH_UNMASKED=1`."""
+    """`clock`: where the orchestrator, its cohorts and the store read the time (default the system clock);
+    `unmasked`: the benchmark's unmasked cohorts (`Orchestrator`), set by `fa-server` only under
+    `FA_BENCH_UNMASKED=1`."""
     metrics_ = Metrics()
     cors = make_cors_middleware(settings.device_cors_origins)  # outermost: error answers carry the headers too
     app = web.Application(
@@ -75,7 +76,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
     async def startup(app: web.Application) -> None:
         engine = make_engine(settings.db_url)
         await check_migrated(engine, settings.db_url)
-        store = Store(engine)
+        store = Store(engine, clock or SYSTEM_CLOCK)
         executor = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="fa-cpu")
         # the accountant (dp_accounting, scipy: ~1 s) loads lazily; load it now, off the loop, rather than in
         # the middle of the first query that needs it
@@ -135,4 +136,3 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/openapi.json", openapi_doc)
     return app
-

@@ -63,7 +63,7 @@ async def require_token(request: web.Request, store: Store, roles: tuple[str, ..
         raise Unauthenticated("Authorization header must be 'Bearer <token>'")
     if len(token) > 200:
         raise Unauthenticated("unknown or revoked token")
-    info = await store.lookup_token(token.strip())
+    info = await store.tokens.lookup(token.strip())
     if info is None:
         raise Unauthenticated("unknown or revoked token")
     if info.role not in roles:
@@ -106,7 +106,7 @@ class NonceLedger:
         rows: dict[tuple[str, str], tuple[str, str, float]] = {}
         for row in batch:
             rows.setdefault((row[0], row[1]), row)
-        fresh = await self.store.claim_nonces(list(rows.values()))
+        fresh = await self.store.devices.claim_nonces(list(rows.values()))
         out = []
         for d, n, _ in batch:
             out.append((d, n) in fresh)
@@ -166,7 +166,7 @@ class DeviceAuth:
     async def _pruner(self) -> None:
         while True:
             try:
-                await self.store.prune_nonces(self.clock.time())
+                await self.store.devices.prune_nonces(self.clock.time())
             except SQLAlchemyError as exc:
                 log.warning("pruning expired nonces failed: %s", exc.__class__.__name__)
             await asyncio.sleep(PRUNE_EVERY_S)
@@ -207,7 +207,7 @@ class DeviceAuth:
         if key is None:
             if len(device_id) > 64:
                 raise Unauthenticated(f"{HDR_DEVICE}: unknown device")
-            raw, token = await self.store.device_identity(device_id)
+            raw, token = await self.store.devices.identity(device_id)
             if raw is None:
                 raise Unauthenticated(f"{HDR_DEVICE}: unknown device {device_id!r} (register first)")
             if self.require_token and token is None:

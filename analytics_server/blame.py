@@ -1,7 +1,8 @@
 """Who masked another vector than it proved: group testing over the cohorts whose sums failed the opening check.
 
 A failed opening (docs/validation.md) proves that at least one contributor of that cohort masked another vector
-than the one its proof commits to — not which one. Two pure rules, applied by the store and the orchestrator:
+than the one its proof commits to — not which one. Pure rules, applied by `services.blame_service` and the
+orchestrator:
 
 - `named`: a device is named (and left out of the rest of the query) when it contributed to `quorum` failed
   cohorts that share no contributor but it. Each of those cohorts held a cheater; if the device were honest they
@@ -13,11 +14,14 @@ than the one its proof commits to — not which one. Two pure rules, applied by 
   masks another vector again is named at once (its two failed cohorts share only it), an honest one contributes
   (its seat in the round is then taken, so the next cohort tests another). The orchestrator leaves out the failed
   cohorts a named device explains.
+- `reuse`: which contributors of a refused sum may join another cohort of the round, and how many runs of the
+  query's (ε, δ) its charge must then cover.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -89,4 +93,31 @@ def candidates(eligible: Sequence[str], failed: Iterable[frozenset[str]], cap: i
     return first + picked + slots[len(first):] + fills + rest
 
 
-__all__ = ["candidates", "named"]
+@dataclass(frozen=True)
+class Reuse:
+    """The contributors of a refused sum that may contribute again in the round, and the runs of the query's
+    (ε, δ) its charge must cover for that (none may when `why_kept` says why)."""
+
+    allowed: frozenset[str]
+    runs: int
+    why_kept: str | None = None
+
+
+def reuse(contributors: Iterable[str], refused: Mapping[str, int], extra_runs: int, noisy: bool,
+          charge_runs: int | None) -> Reuse:
+    """Contributors may join another cohort of the round only in a noisy round (each sum the server sees is then
+    differentially private; in a noise-free one a second exact sum over overlapping devices could be differenced),
+    only when the query carries a charge to extend (`charge_runs`), and only while each has been in at most
+    `extra_runs` refused sums of the round (`refused`: device → refused sums of the round it is in, this one
+    included). `runs`: the most sums of the round one of them may then enter, the runs the charge must cover."""
+    if not noisy:
+        return Reuse(frozenset(), 0, "a noise-free round: a second exact sum over the same devices could be differenced")
+    if charge_runs is None:
+        return Reuse(frozenset(), 0, "the query carries no privacy charge to extend")
+    allowed = frozenset(d for d in contributors if refused.get(d, 0) <= extra_runs)
+    if not allowed:
+        return Reuse(frozenset(), 0, f"each already contributed to {extra_runs + 1} sums of the round (the most allowed)")
+    return Reuse(allowed, 1 + max(refused.get(d, 0) for d in allowed))
+
+
+__all__ = ["Reuse", "candidates", "named", "reuse"]

@@ -182,12 +182,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.cmd == "token":
         logging.getLogger("alembic").setLevel(logging.WARNING)  # the schema check's chatter: not for token output
         if args.tok_cmd == "create":
-            print(_with_store(url, lambda st: st.create_token(args.role, args.label)))
+            print(_with_store(url, lambda st: st.tokens.create(args.role, args.label)))
         elif args.tok_cmd == "list":
-            print(format_tokens(_with_store(url, lambda st: st.list_tokens())))
+            print(format_tokens(_with_store(url, lambda st: st.tokens.all_rows())))
         else:
             try:
-                row = _with_store(url, lambda st: st.revoke_token(args.token))
+                row = _with_store(url, lambda st: st.tokens.revoke(args.token))
             except LookupError as exc:
                 raise CliError(exc.args[0] if exc.args else "no such token") from None
             print(f"revoked token {row.id} ({row.role}{', ' + row.prefix if row.prefix else ''})")

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from analytics_server.db.blame_store import FailedOpening
+from analytics_server.services import blame_service
+from analytics_server.services.blame_service import FailedOpening
 from analytics_server.db.store import QueryNotLive, Store
 from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
@@ -244,7 +245,7 @@ class CohortRuntime:
             except InvalidInputError as exc:
                 self.metrics.proofs_refused += 1
                 log.warning("cohort %s: device %s excluded from query %s: %s", self.id, device_id, self.query_id, exc)
-                await self.store.exclude_device(self.query_id, device_id, f"validity proof refused: {exc}")
+                await self.store.queries.exclude_device(self.query_id, device_id, f"validity proof refused: {exc}")
                 raise Invalid(f"masked input refused: {exc}; this device is dropped from the cohort and "
                               "left out of the rest of the query") from None
             except (SecAggError, ValueError) as exc:
@@ -310,7 +311,7 @@ class CohortRuntime:
         self._wake.set()  # the phase may now have every answer it can get
         if device_id not in self._released:
             self._released.add(device_id)
-            await self.store.release_devices(self.id, [device_id])
+            await self.store.presence.release(self.id, [device_id])
         return True
 
     def _party(self, device_id: str) -> int:
@@ -357,7 +358,7 @@ class CohortRuntime:
                     await self._end_finished()
                     return
                 self._notify()
-                await self.store.set_cohort_phase(self.id, self.phase)  # after waking the devices
+                await self.store.cohorts.set_phase(self.id, self.phase)  # after waking the devices
                 await self._release_dropped()
         except asyncio.CancelledError:
             await asyncio.shield(self._end_aborted(self.reason or "cancelled"))
@@ -426,13 +427,13 @@ class CohortRuntime:
         gone = [d for d, p in self.members.items() if p not in expected and d not in self._released]
         if gone:
             self._released.update(gone)
-            await self.store.release_devices(self.id, gone)
+            await self.store.presence.release(self.id, gone)
 
     async def _record_closed(self, closing: Phase) -> None:
         """Store that the masked-input phase closed before any later phase's message goes out: from here on the
         server could learn the noisy sum, so the query's privacy charge is no longer refundable."""
         if closing is Phase.MASKED_INPUT:
-            await self.store.mark_masked_input_closed(self.id, self.owner)
+            await self.store.cohorts.mark_masked_input_closed(self.id, self.owner)
 
     async def _end_aborted(self, reason: str, keep_seats: bool = False, failed: FailedOpening | None = None) -> None:
         if self.status != "running":
@@ -452,9 +453,9 @@ class CohortRuntime:
                               reason=reason, seconds=round(self.ended - self.started, 3)))
         try:
             if failed is None:
-                await self.store.abort_cohort(self.id, reason, self.phase, keep_seats=keep_seats)
+                await self.store.cohorts.abort(self.id, reason, self.phase, keep_seats=keep_seats)
             else:
-                out = await self.store.abort_failed_opening(self.id, reason, failed)
+                out = await blame_service.abort_failed_opening(self.store, self.id, reason, failed)
                 log.warning("cohort %s: %d contributors free to contribute again, %d kept seated%s; runs charged: %s; "
                             "named: %s", self.id, out.freed, out.kept, f" ({out.why_kept})" if out.why_kept else "",
                             out.runs, sorted(out.named) or "nobody",
@@ -493,7 +494,7 @@ class CohortRuntime:
             total = total[: self.kind_dim]
         dropped: dict[str, Any] = {Phase(p).label: sorted(v) for p, v in result.dropped.items() if v}
         try:
-            await self.store.finish_cohort(self.id, total, result.contributors, dropped, self.owner)
+            await self.store.cohorts.finish(self.id, total, result.contributors, dropped, self.owner)
         except QueryNotLive as exc:  # cancelled or failed meanwhile: the sum is dropped, the cohort aborts
             await self._end_aborted(str(exc))
             return

@@ -19,7 +19,7 @@ after `lease_ttl_s` and another process takes its queries over exactly as after 
 finds it lost a lease (or that the query was cancelled at another process) stops the query's task. A cohort
 is stored with its members' claims in one transaction, so a process dying while one forms leaves no device
 claimed for a cohort that does not exist; a process starting a query first frees what dead processes left
-claimed (`Store.release_abandoned`).
+claimed (`Cohorts.release_abandoned`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from typing import Any
 from analytics_server import blame, privacy, sampling, validation
 from analytics_server.cluster import ProcessIdentity
 from analytics_server.cohort import CohortRuntime, CohortSpec
-from analytics_server.db.blame_store import FailedOpening
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import ClaimLost, QueryNotLive, Store, vec_from_bytes
 from analytics_server.logs import fields
@@ -42,6 +41,8 @@ from analytics_server.metrics import Metrics
 from analytics_server.noise_plan import round_need
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
+from analytics_server.services import cohorts_service, queries_service
+from analytics_server.services.blame_service import FailedOpening
 from analytics_server.settings import Settings
 from queries import dp, uncertainty
 from queries.envelope import Assignment, AssignmentPrivacy
@@ -108,17 +109,17 @@ class Orchestrator:
 
     async def start(self) -> None:
         p = self.process
-        await self.store.register_process(p.id, p.name, p.url, p.host, p.pid)
+        await self.store.cluster.register_process(p.id, p.name, p.url, p.host, p.pid)
         if p.single:  # SQLite: no other process can be running these
-            aborted = await self.store.abort_running_cohorts("server restarted")
+            aborted = await self.store.cohorts.abort_running("server restarted")
             if aborted:
                 log.info("aborted %d cohorts that were in flight before the restart", aborted)
             await self._release_abandoned()
-        for qid in await self.store.unleased_queries() if not p.single else [
-            q.id for q in await self.store.queries_with_status(("pending", "running"))
+        for qid in await self.store.cluster.unleased_queries() if not p.single else [
+            q.id for q in await self.store.queries.with_status(("pending", "running"))
         ]:
             self.spawn(qid)
-        self.cluster_running = await self.store.count_active_queries()
+        self.cluster_running = await self.store.cluster.count_active_queries()
         self._beat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
 
     async def stop(self) -> None:
@@ -135,7 +136,7 @@ class Orchestrator:
             except (asyncio.CancelledError, Exception):
                 pass
         try:
-            await self.store.stop_process(self.process.id)
+            await self.store.cluster.stop_process(self.process.id)
         except Exception as exc:
             log.warning("could not release leases at shutdown: %s", exc)
 
@@ -160,7 +161,7 @@ class Orchestrator:
             self._stop_reason[query_id] = "query cancelled"
             task.cancel()
             await asyncio.wait({task})  # its cohorts end (aborted: "query cancelled") before it does
-        done = await self.store.set_query_status(query_id, "cancelled")
+        done = await queries_service.set_status(self.store, query_id, "cancelled")
         if done and task is None and self.notifier.shared:
             await self.notifier.publish(CANCEL, query_id)
         return done
@@ -193,22 +194,22 @@ class Orchestrator:
     async def _heartbeat(self) -> None:
         """Renew this process's row and leases, stop queries whose lease was lost, take over unleased ones,
         and store live progress for the other processes' status pages."""
-        await self.store.heartbeat(self.process.id, self.load())
+        await self.store.cluster.heartbeat(self.process.id, self.load())
         # only queries held before the renewal started can have lost their lease in it: one acquired while the
         # renewal ran (its UPDATE did not see that lease yet) would otherwise be taken for lost and its task stopped,
         # leaving the query pending under this process's lease, renewed but run by no one
         before = set(self._held)
-        held = await self.store.renew_leases(self.process.id, self.settings.lease_ttl_s)
+        held = await self.store.cluster.renew_leases(self.process.id, self.settings.lease_ttl_s)
         for qid in sorted(before - held):
             task = self.tasks.get(qid)
             if task is not None and not task.done():
-                q = await self.store.get_query(qid)
+                q = await self.store.queries.get(qid)
                 lost = q is None or q.status not in ("pending", "running")
                 self._stop_reason[qid] = "query cancelled" if lost else "the query moved to another server process"
                 log.warning("query %s: lease lost or query ended elsewhere; stopping it here", qid)
                 task.cancel()
             self._held.discard(qid)
-        for qid in await self.store.unleased_queries():
+        for qid in await self.store.cluster.unleased_queries():
             self.spawn(qid)
         for qid in self._held:
             live = self.live.get(qid)
@@ -218,14 +219,14 @@ class Orchestrator:
         changed = {qid: dict(live) for qid, live in self.live.items()
                    if qid in self._held and self._stored_progress.get(qid) != live}
         if changed:
-            await self.store.store_progress(changed, self.process.id)
+            await self.store.cluster.store_progress(changed, self.process.id)
             self._stored_progress.update(changed)
-        self.cluster_running = await self.store.count_active_queries()
+        self.cluster_running = await self.store.cluster.count_active_queries()
 
     async def _release_abandoned(self) -> None:
-        """Before running a query: free the devices a dead process left claimed (`Store.release_abandoned`), so
+        """Before running a query: free the devices a dead process left claimed (`Cohorts.release_abandoned`), so
         that one crash mid-formation cannot keep the fleet out of this and every later query."""
-        ended, claims = await self.store.release_abandoned(self.settings.lease_ttl_s)
+        ended, claims = await self.store.cohorts.release_abandoned(self.settings.lease_ttl_s)
         if ended or claims:
             log.warning("freed devices a dead server process left claimed: aborted %d cohorts of ended queries, "
                         "released %d claims naming no running cohort", ended, claims)
@@ -247,28 +248,28 @@ class Orchestrator:
     async def _run_query(self, query_id: str) -> None:
         try:
             p = self.process
-            if not await self.store.acquire_query(query_id, p.id, self.settings.lease_ttl_s):
+            if not await self.store.cluster.acquire_query(query_id, p.id, self.settings.lease_ttl_s):
                 return  # another process holds it
             self._held.add(query_id)
-            aborted = await self.store.abort_running_cohorts("server restarted", query_id=query_id, keep_owner=p.id)
+            aborted = await self.store.cohorts.abort_running("server restarted", query_id=query_id, keep_owner=p.id)
             if aborted:
                 log.info("query %s: taken over; aborted %d cohorts of the process that ran it", query_id, aborted)
             await self._release_abandoned()
-            q = await self.store.get_query(query_id)
+            q = await self.store.queries.get(query_id)
             if q is None or q.status not in ("pending", "running"):
                 return
             if q.status == "pending":
-                await self.store.set_query_status(query_id, "running")
+                await queries_service.set_status(self.store, query_id, "running")
             await self._drive(q)
         except asyncio.CancelledError:
             raise
         except QueryNotLive as exc:  # ended, or taken over, while a cohort formed: nothing of it was stored
             log.warning("query %s: stopping here: %s", query_id, exc)
         except QueryFailed as exc:
-            await self.store.set_query_status(query_id, "failed", str(exc))
+            await queries_service.set_status(self.store, query_id, "failed", str(exc))
         except Exception as exc:
             log.exception("query %s failed", query_id)
-            await self.store.set_query_status(query_id, "failed", f"internal error: {type(exc).__name__}: {exc}")
+            await queries_service.set_status(self.store, query_id, "failed", f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self.tasks.pop(query_id, None)
             self.live.pop(query_id, None)
@@ -283,10 +284,10 @@ class Orchestrator:
         state = kind.state_from_json(q.state)
         index = q.current_round
         live = self.live.setdefault(q.id, {})
-        spent = sum(float((r.noise or {}).get("weight", 1.0)) for r in await self.store.round_summaries(q.id)
+        spent = sum(float((r.noise or {}).get("weight", 1.0)) for r in await self.store.rounds.summaries(q.id)
                     if r.index < index and r.noise is not None)
         while True:
-            rnd = await self.store.get_round(q.id, index)
+            rnd = await self.store.rounds.get(q.id, index)
             if rnd is None:
                 try:
                     plan = kind.plan_round(params, state, index)
@@ -305,7 +306,7 @@ class Orchestrator:
             live.update(round=index, need=rnd.need, contributors=rnd.contributors, phase=None)
             while rnd.contributors < rnd.need:
                 await self._run_cohort(q, spec, rnd, plan, live)
-                fresh = await self.store.get_round_by_id(rnd.id)
+                fresh = await self.store.rounds.by_id(rnd.id)
                 assert fresh is not None
                 rnd = fresh
                 live.update(contributors=rnd.contributors)
@@ -319,7 +320,7 @@ class Orchestrator:
             except ValueError as exc:
                 raise QueryFailed(f"round {index}: decode failed: {exc}") from None
             index += 1
-            await self.store.decode_round(rnd.id, q.id, kind.state_to_json(state), index)
+            await self.store.rounds.decode(rnd.id, q.id, kind.state_to_json(state), index)
             log.info("query %s: round %d decoded over %d contributors", q.id, index - 1, rnd.contributors,
                      extra=fields(event="round.decoded", query_id=q.id, round=index - 1, contributors=rnd.contributors))
             self._coins.pop(rnd.id, None)
@@ -328,7 +329,7 @@ class Orchestrator:
         """(devices, contributors) of each finished cohort of the round: what sized and drew its noise."""
         if rnd.noise is None:
             return []
-        return [(c.n, c.contributors) for c in await self.store.cohorts_of_round(rnd.id) if c.status == "finished"]
+        return [(c.n, c.contributors) for c in await self.store.cohorts.of_round(rnd.id) if c.status == "finished"]
 
     async def _realized_noise(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan) -> AggregateNoise | None:
         """The noise in the round's aggregate as its finished cohorts drew it (each sized for its own t_c)."""
@@ -346,7 +347,7 @@ class Orchestrator:
         except ValueError as exc:
             raise QueryFailed(f"round {index}: {exc}") from None
         stored_plan = asdict(plan)
-        return await self.store.create_round(q.id, index, stored_plan, noise, bits, need, plan.dim)
+        return await self.store.rounds.create(q.id, index, stored_plan, noise, bits, need, plan.dim)
 
     async def _finish(
         self, q: Query, spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, state: Any, stop_reason: str | None = None
@@ -357,7 +358,7 @@ class Orchestrator:
             )
         except ValueError as exc:
             raise QueryFailed(f"finalize failed: {exc}") from None
-        rounds = await self.store.round_summaries(q.id)
+        rounds = await self.store.rounds.summaries(q.id)
         noises = [r.noise for r in rounds]
         contributors = [r.contributors for r in rounds]
         bits = [r.bits for r in rounds]
@@ -365,8 +366,8 @@ class Orchestrator:
         thresholds: dict[str, Any] = {"min_contributors": spec.cohort.min_clients, **release.thresholds}
         budget = None
         if q.calibration is not None:
-            budget = (await self.store.get_budget(spec.source, self.settings.default_budget())).to_dict()
-        stored = [await self.store.get_round(q.id, i) for i in range(len(noises))]
+            budget = (await self.store.budgets.get(spec.source, self.settings.default_budget())).to_dict()
+        stored = [await self.store.rounds.get(q.id, i) for i in range(len(noises))]
         realized = [None if r is None else privacy.realized_block(
             spec, _calibration(q), RoundPlan(**r.plan), r.noise, await self._finished_cohorts(r)) for r in stored]
         block = privacy.privacy_block(
@@ -379,15 +380,15 @@ class Orchestrator:
             block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
         block["identities"] = "issuer" if self.settings.has_issuer() else "open"  # open: Sybil-unsafe (identities.md)
-        block["devices_excluded"] = len(await self.store.excluded_devices(q.id))  # refused proofs, failed openings
-        failed, runs = await self.store.failed_summary(q.id)
+        block["devices_excluded"] = len(await self.store.queries.excluded_devices(q.id))  # refused proofs, failed openings
+        failed, runs = await self.store.blame.failed_summary(q.id)
         if failed:  # docs/validation.md, "A failed opening"
             block["failed_openings"] = failed
             if runs is not None:
                 block["runs_charged"] = runs
         values, warnings = uncertainty.describe(release)
         warnings = validation.trust_warnings(block) + warnings
-        await self.store.finish_query(q.id, release.result, block, values, warnings, failure=release.failure)
+        await queries_service.finish(self.store, q.id, release.result, block, values, warnings, failure=release.failure)
 
     # -- cohorts --------------------------------------------------------------------------------
 
@@ -397,9 +398,9 @@ class Orchestrator:
         secret and the device id, so the same after a restart; cached per round) — in the order a cohort of at most
         `cap` takes them (`blame.candidates`: after failed openings, suspects are spread out)."""
         coins = self._coins.setdefault(rnd.id, {})
-        excluded = await self.store.excluded_devices(rnd.query_id)
+        excluded = await self.store.queries.excluded_devices(rnd.query_id)
         out = []
-        for d in await self.store.available_devices():
+        for d in await self.store.presence.available():
             if d in seated or d in excluded:
                 continue
             if plan.sample_rate < 1.0:
@@ -409,13 +410,13 @@ class Orchestrator:
                 if not coins[d]:
                     continue
             out.append(d)
-        failed = [g for g in (await self.store.failed_groups(rnd.query_id)).values() if g.isdisjoint(excluded)]
+        failed = [g for g in (await self.store.blame.failed_groups(rnd.query_id)).values() if g.isdisjoint(excluded)]
         return blame.candidates(out, failed, cap, self.randomness.sample)
 
     async def _run_cohort(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, live: dict[str, Any]) -> None:
         if plan.sample_rate < 1.0 and rnd.sampling_secret is None:
-            rnd.sampling_secret = await self.store.round_sampling_secret(rnd.id, sampling.new_secret())
-        seated = await self.store.round_members(rnd.id)
+            rnd.sampling_secret = await self.store.rounds.sampling_secret(rnd.id, sampling.new_secret())
+        seated = await self.store.rounds.members(rnd.id)
         live.update(phase="forming")
         cohort, wire = await self._form(q, spec, rnd, plan, seated, live)
         members = cohort.members
@@ -456,7 +457,7 @@ class Orchestrator:
         deadline = self.clock.monotonic() + timeout
         while True:
             pause = FORMATION_POLL_S
-            available = await self.store.count_available()  # an upper bound on the eligible: no rows fetched
+            available = await self.store.presence.count_available()  # an upper bound on the eligible: no rows fetched
             if available >= need:
                 t0 = self.clock.monotonic()
                 eligible = await self._eligible(rnd, plan, seated, cap)
@@ -491,11 +492,11 @@ class Orchestrator:
         self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, chosen: list[str]
     ) -> tuple[CohortRuntime, dict[str, dict[str, Any]]] | None:
         """Build a cohort of `chosen` and store it together with its members' claims, in one transaction
-        (`Store.create_cohort(claim=True)`): a process that dies at any step leaves no claim naming a cohort that
+        (`cohorts_service.create_cohort(claim=True)`): a process that dies at any step leaves no claim naming a cohort that
         does not exist. The cohort is built before its claims (its size, parties, keys and assignments follow from
         its members); when another cohort claimed some member first, or its availability lapsed, nothing was stored
         and the cohort is built again without those devices while at least `need` remain (None when fewer do)."""
-        identities = await self.store.device_keys(chosen)
+        identities = await self.store.devices.keys(chosen)
         keys = {d: k for d, (k, _) in identities.items()}
         tokens = {d: t for d, (_, t) in identities.items() if t is not None}
         while len(chosen) >= rnd.need:
@@ -505,8 +506,8 @@ class Orchestrator:
             self.cohorts[cohort.id] = cohort  # before the commit: a member told by another process may ask at once
             wire = {d: a.model_dump(mode="json", exclude_none=True) for d, a in cohort.assignments.items()}
             try:
-                await self.store.create_cohort(
-                    cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase,
+                await cohorts_service.create_cohort(
+                    self.store, cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase,
                     owner=self.process.id, assignments=wire, claim=True,
                     task=(rnd.index, cohort.task_digest, SecAggConfig.from_dict(cohort.secagg_dict).public_summary()),
                 )
@@ -517,7 +518,7 @@ class Orchestrator:
             except BaseException:  # cancelled (the shielded transaction may still have committed) or failed
                 self.cohorts.pop(cohort.id, None)
                 reason = "server shutting down" if self._stopping else self._stop_reason.get(q.id, "query cancelled")
-                await asyncio.shield(self.store.abort_cohort(cohort.id, reason))  # frees its devices if stored
+                await asyncio.shield(self.store.cohorts.abort(cohort.id, reason))  # frees its devices if stored
                 raise
             return cohort, wire
         return None

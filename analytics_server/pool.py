@@ -9,7 +9,7 @@ long-polls whose connection closed, answers them, and sets their devices' availa
 (`Store.withdraw_available`), only where it is still the `until` that long-poll wrote — a newer check-in, at this
 or another process, keeps its own.
 The process forming a cohort claims free devices there and stores their assignments with the cohort, in one
-transaction (`Store.create_cohort(claim=True)`: all its members or none), then publishes the cohort id (`notify.ASSIGN`); the process
+transaction (`cohorts_service.create_cohort(claim=True)`: all its members or none), then publishes the cohort id (`notify.ASSIGN`); the process
 holding a member's long-poll reads the assignment and answers. A notification that is lost is made up by
 polling the database for this process's waiters every `POLL_S`. A device claimed by a cohort is re-sent its
 assignment when it checks in again, until the cohort ends or drops it (`Store.release_devices`).
@@ -164,11 +164,11 @@ class DevicePool:
         task.add_done_callback(self._background.discard)
 
     async def _read_presence(self, device_ids: list[str]) -> list[tuple[str | None, dict[str, Any] | None]]:
-        found = await self.store.presence(device_ids)
+        found = await self.store.presence.of(device_ids)
         return [found.get(d, (None, None)) for d in device_ids]
 
     async def _mark_available(self, rows: list[tuple[str, float]]) -> list[None]:
-        await self.store.mark_available(rows)
+        await self.store.presence.mark_available(rows)
         return [None] * len(rows)
 
     async def _withdraw(self, device_id: str, until: float) -> None:
@@ -178,7 +178,7 @@ class DevicePool:
             log.warning("withdrawing device %s, whose long-poll closed, failed: %s", device_id[:8], exc)
 
     async def _withdraw_available(self, rows: list[tuple[str, float]]) -> list[None]:
-        await self.store.withdraw_available(rows)
+        await self.store.presence.withdraw_available(rows)
         self.withdrawn += len(rows)
         return [None] * len(rows)
 
@@ -204,7 +204,7 @@ class DevicePool:
 
     async def _deliver_cohort(self, cohort_id: str) -> None:
         try:
-            self.deliver(await self.store.assignments_of_cohort(cohort_id))
+            self.deliver(await self.store.presence.assignments_of_cohort(cohort_id))
         except Exception as exc:  # the poll loop retries
             log.warning("reading the assignments of cohort %s failed: %s", cohort_id, exc)
 
@@ -222,6 +222,6 @@ class DevicePool:
             if not self._waiters:
                 continue
             try:
-                self.deliver(await self.store.assignments_for(list(self._waiters)))
+                self.deliver(await self.store.presence.assignments_for(list(self._waiters)))
             except Exception as exc:
                 log.warning("polling assignments failed: %s", exc)

@@ -80,7 +80,7 @@ def create_token(db_url: str, role: str) -> str:
     async def create() -> str:
         engine = make_engine(db_url)
         try:
-            return await Store(engine).create_token(role)
+            return await Store(engine).tokens.create(role)
         finally:
             await engine.dispose()
             await settle_driver_threads()

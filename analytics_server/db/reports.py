@@ -13,13 +13,13 @@ histogram covers one process).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, func, or_, select, tuple_, union
 
+from analytics_server.db.base import Database, run_to_completion, utc
 from analytics_server.db.models import (
     Cohort,
     Device,
@@ -31,9 +31,7 @@ from analytics_server.db.models import (
     Round,
     ServerProcess,
 )
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from fa_common.clock import Clock
 
 FLEET_EVENTS = 5000
 """Most recent cohort events read for phase durations and abort reasons."""
@@ -141,10 +139,11 @@ def phase_durations(events: list[tuple[str | None, str, dict[str, Any], datetime
     return stats, seen
 
 
-class ReportStore:
-    """Mixin of `Store` (which provides `sessions`)."""
-
-    sessions: async_sessionmaker[AsyncSession]
+@run_to_completion
+class Reports:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
 
     async def budget_charges(self, source: str, viewer: int | None, limit: int = 1000,
                              before: int | None = None) -> list[ChargeRow]:
@@ -163,7 +162,7 @@ class ReportStore:
                 .limit(limit + 1))
         if before is not None:
             stmt = stmt.where(PrivacyCharge.id < before)
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             rows = (await s.execute(stmt)).all()
         more = len(rows) > limit
         out = []
@@ -185,7 +184,7 @@ class ReportStore:
         if after is not None:
             at, qid = after
             stmt = stmt.where(or_(Query.created_at < at, and_(Query.created_at == at, Query.id < qid)))
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             rows = list((await s.execute(stmt)).scalars())
         return Page(rows[:limit], len(rows) > limit)
 
@@ -196,7 +195,7 @@ class ReportStore:
                                                                if q.current_round > 0]
         if not wanted:
             return {}
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             rounds = (await s.execute(
                 select(Round.query_id, Round.index, Round.id, Round.contributors, Round.need)
                 .where(tuple_(Round.query_id, Round.index).in_(wanted))
@@ -233,7 +232,7 @@ class ReportStore:
             charged = charged.where(PrivacyCharge.source > after)
         names = union(configured, charged).subquery()
         stmt = select(names.c.source).order_by(names.c.source).limit(limit + 1)
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             rows = list((await s.execute(stmt)).scalars())
         return Page(rows[:limit], len(rows) > limit)
 
@@ -241,9 +240,9 @@ class ReportStore:
         """Devices, check-ins (summed over live processes' last heartbeats; this process's own count when it is
         higher), cohorts by outcome (all time and the last hour), abort reasons and phase durations of the
         cohorts in the newest FLEET_EVENTS events."""
-        now = time.time()
-        since = datetime.now(timezone.utc) - timedelta(seconds=RECENT_S)
-        async with self.sessions() as s:
+        now = self.clock.time()
+        since = utc(self.clock) - timedelta(seconds=RECENT_S)
+        async with self.db.sessions() as s:
             registered = (await s.execute(select(func.count()).select_from(Device))).scalar_one()
             available = (await s.execute(
                 select(func.count()).select_from(DevicePresence)
@@ -288,4 +287,4 @@ class ReportStore:
         )
 
 
-__all__ = ["ChargeRow", "FleetReport", "Page", "PhaseStats", "ReportStore", "ViewRound", "phase_durations"]
+__all__ = ["ChargeRow", "FleetReport", "Page", "PhaseStats", "Reports", "ViewRound", "phase_durations"]

@@ -51,11 +51,12 @@ from analytics_server.api_models import (
 from analytics_server.auth import require_token
 from analytics_server.db.models import Query
 from analytics_server.db.reports import ViewRound
-from analytics_server.db.store import TERMINAL, ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded, TokenInfo
+from analytics_server.db.store import TERMINAL, TokenInfo
 from fa_common.http_errors import HttpError
 from analytics_server.http.common import app_state, json_model, parse_json_body, parse_model, read_body
 from analytics_server.logs import FIELDS, fields
 from analytics_server.spec_check import check_spec_off_loop
+from analytics_server.services import budgets_service, queries_service
 from analytics_server.state import AppState
 from queries import dp
 from queries.kind import QueryKindError
@@ -141,7 +142,7 @@ async def _query_or_404(st: AppState, query_id: str, token: TokenInfo) -> Query:
     analyst's query is "unknown" (404, the same answer as for an id that does not exist)."""
     if len(query_id) > 64:
         raise HttpError(404, "unknown query id")
-    q = await st.store.get_query(query_id)
+    q = await st.store.queries.get(query_id)
     if q is None or not _may_see(token, q):
         raise HttpError(404, f"unknown query id {query_id!r}")
     return q
@@ -151,13 +152,13 @@ def _may_see(token: TokenInfo, q: Query) -> bool:
     return token.role == "admin" or (q.created_by is not None and q.created_by == token.id)
 
 
-def _limits(st: AppState) -> AnalystLimits:
+def _limits(st: AppState) -> dp.AnalystLimits:
     s = st.settings
-    return AnalystLimits(s.analyst_quota(), s.analyst_quota_window_s, s.max_active_queries_per_analyst)
+    return dp.AnalystLimits(s.analyst_quota(), s.analyst_quota_window_s, s.max_active_queries_per_analyst)
 
 
 async def _view(st: AppState, q: Query, with_spec: bool = False) -> QueryView:
-    return _view_of(st, q, (await st.store.view_rounds([q]))[q.id], with_spec)
+    return _view_of(st, q, (await st.store.reports.view_rounds([q]))[q.id], with_spec)
 
 
 def _view_of(st: AppState, q: Query, rnd: ViewRound | None, with_spec: bool = False) -> QueryView:
@@ -209,7 +210,7 @@ def _live_phase(st: AppState, live: dict[str, Any]) -> str | None:
 
 async def _check_provisioned(st: AppState, source: str) -> None:
     """422 when the server requires an admin-set budget and `source` has none."""
-    if st.settings.budget_must_be_provisioned() and not (await st.store.get_budget(source, st.settings.default_budget())).configured:
+    if st.settings.budget_must_be_provisioned() and not (await st.store.budgets.get(source, st.settings.default_budget())).configured:
         msg = (f"source: no privacy budget is provisioned for source {source!r}; this server refuses sources "
                f"without one (an admin sets it with PUT /v1/admin/budgets/{source})")
         raise HttpError(422, msg, [{"field": "source", "message": msg}])
@@ -226,7 +227,7 @@ async def preview(request: web.Request) -> web.Response:
     spec = checked.spec
     await _check_provisioned(st, spec.source)
     assert checked.preview is not None
-    budget = await st.store.get_budget(spec.source, st.settings.default_budget())
+    budget = await st.store.budgets.get(spec.source, st.settings.default_budget())
     cost = checked.cost
     tol = 1 + 1e-9
     fits = cost is None or (cost.epsilon <= budget.remaining_epsilon * tol and cost.delta <= budget.remaining_delta * tol)
@@ -235,7 +236,7 @@ async def preview(request: web.Request) -> web.Response:
         assert cost is not None
         warnings.insert(0, {"message": f"source {spec.source!r} has ε={budget.remaining_epsilon:g}, δ={budget.remaining_delta:g} "
                                        f"left; this query charges ε={cost.epsilon:g}, δ={cost.delta:g} and would be refused"})
-    usage = await st.store.analyst_usage(token.id, _limits(st))
+    usage = await queries_service.usage(st.store, token.id, _limits(st))
     if cost is not None and usage.epsilon_remaining is not None and cost.epsilon > usage.epsilon_remaining * tol:
         warnings.insert(0, {"message": f"your ε quota has {usage.epsilon_remaining:g} left; this query charges "
                                        f"ε={cost.epsilon:g} and would be refused"})
@@ -270,7 +271,8 @@ async def submit(request: web.Request) -> web.Response:
     spec = checked.spec
     await _check_provisioned(st, spec.source)
     try:
-        q = await st.store.create_query(
+        q = await queries_service.submit(
+            st.store,
             kind=spec.kind,
             name=spec.name,
             source=spec.source,
@@ -285,9 +287,9 @@ async def submit(request: web.Request) -> web.Response:
         )
     except dp.BudgetExceeded as exc:
         raise HttpError(422, f"source {spec.source!r}: {exc}") from None
-    except ActiveQueryLimit as exc:
+    except dp.ActiveQueryLimit as exc:
         raise HttpError(429, str(exc)) from None
-    except AnalystQuotaExceeded as exc:
+    except dp.AnalystQuotaExceeded as exc:
         raise HttpError(422, str(exc)) from None
     await _log_submitted(st, q, token, checked.cost)
     st.orchestrator.spawn(q.id)
@@ -300,7 +302,7 @@ async def _log_submitted(st: AppState, q: Query, token: TokenInfo, cost: dp.Priv
         log.info("query %s submitted: %s over source %r by token %d (no noise: nothing charged)",
                  q.id, q.kind, q.source, token.id, extra=info)
         return
-    left = await st.store.get_budget(q.source, st.settings.default_budget())
+    left = await st.store.budgets.get(q.source, st.settings.default_budget())
     info[FIELDS] |= {"epsilon": cost.epsilon, "delta": cost.delta, "remaining_epsilon": left.remaining_epsilon,
                      "remaining_delta": left.remaining_delta}
     log.info("query %s submitted: %s over source %r by token %d; charged epsilon=%g delta=%g to %r "
@@ -325,8 +327,8 @@ async def list_queries(request: web.Request) -> web.Response:
         except OverflowError:  # past year 9999: no query's time
             raise HttpError(400, "after: not a cursor of this list (its time is out of range)",
                             [{"field": "after", "message": "out of range"}]) from None
-    page = await st.store.query_page(owner, limit, after)
-    rounds = await st.store.view_rounds(page.rows)
+    page = await st.store.reports.query_page(owner, limit, after)
+    rounds = await st.store.reports.view_rounds(page.rows)
     views = [_view_of(st, q, rounds[q.id], with_spec) for q in page.rows]
     last = page.rows[-1] if page.rows else None
     nxt = _cursor("queries", _micros(last.created_at), last.id) if page.more and last is not None else None
@@ -408,7 +410,7 @@ async def _stream(st: AppState, q: Query, token: TokenInfo, after: int, resp: we
         if text != last:
             await resp.write(_sse("progress", text))
             last = text
-        while batch := await st.store.events(q.id, after):  # read after the query row: includes its last event
+        while batch := await st.store.events.of_query(q.id, after):  # read after the query row: includes its last event
             for ev in batch:
                 data = {"type": ev.type, "at": ev.created_at.isoformat(), "cohort_id": ev.cohort_id, "data": ev.data}
                 await resp.write(_sse(ev.type, json.dumps(data), ev.id))
@@ -437,8 +439,8 @@ async def create_token(request: web.Request) -> web.Response:
     st = app_state(request)
     await require_token(request, st.store, ADMIN)
     body = parse_model(TokenRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
-    token = await st.store.create_token(body.role, body.label)
-    info = await st.store.lookup_token(token)
+    token = await st.store.tokens.create(body.role, body.label)
+    info = await st.store.tokens.lookup(token)
     return json_model(TokenCreated(token=token, role=body.role, id=info.id if info else None), 201)
 
 
@@ -447,7 +449,7 @@ async def get_quota(request: web.Request) -> web.Response:
     """The calling token's ε quota (used within the window, remaining) and its active queries."""
     st = app_state(request)
     token = await require_token(request, st.store, ANALYST)
-    return json_model(QuotaView(**(await st.store.analyst_usage(token.id, _limits(st))).to_dict()))
+    return json_model(QuotaView(**(await queries_service.usage(st.store, token.id, _limits(st))).to_dict()))
 
 
 def _token_id(request: web.Request) -> int:
@@ -464,9 +466,9 @@ async def set_quota(request: web.Request) -> web.Response:
     await require_token(request, st.store, ADMIN)
     token_id = _token_id(request)
     body = parse_model(QuotaRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
-    if not await st.store.set_token_quota(token_id, body.epsilon):
+    if not await st.store.tokens.set_quota(token_id, body.epsilon):
         raise HttpError(404, f"unknown token id {token_id}")
-    return json_model(QuotaView(**(await st.store.analyst_usage(token_id, _limits(st))).to_dict()))
+    return json_model(QuotaView(**(await queries_service.usage(st.store, token_id, _limits(st))).to_dict()))
 
 
 @routes.get("/v1/admin/queries/{id}/contributors")
@@ -475,9 +477,9 @@ async def contributors(request: web.Request) -> web.Response:
     st = app_state(request)
     token = await require_token(request, st.store, ADMIN)
     q = await _query_or_404(st, request.match_info["id"], token)
-    rounds = await st.store.contributors(q.id)
+    rounds = await st.store.rounds.contributors(q.id)
     return json_model(Contributors(query_id=q.id, rounds={str(k): v for k, v in rounds.items()},
-                                   excluded=await st.store.excluded_devices(q.id)))
+                                   excluded=await st.store.queries.excluded_devices(q.id)))
 
 
 @routes.get("/v1/cluster")
@@ -485,7 +487,7 @@ async def cluster(request: web.Request) -> web.Response:
     """The server processes sharing this database: live ones first, their leases and load (admin only)."""
     st = app_state(request)
     await require_token(request, st.store, ADMIN)
-    procs = await st.store.list_processes(st.settings.lease_ttl_s)
+    procs = await st.store.cluster.list_processes(st.settings.lease_ttl_s)
     return json_model(ClusterView(processes=[
         ProcessInfo(id=p.id, name=p.name, pid=p.pid, url=p.url, host=p.host, started_at=p.started_at,
                     heartbeat_at=p.heartbeat_at, live=p.live, leases=p.leases, load=p.load)
@@ -502,8 +504,8 @@ async def list_budgets(request: web.Request) -> web.Response:
     limit = _limit(request, BUDGET_PAGE, BUDGET_PAGE)
     key = _after(request, "budgets", (str,))
     default = st.settings.default_budget()
-    page = await st.store.budget_source_page(limit, None if key is None else key[0])
-    views = [BudgetView(**(await st.store.get_budget(name, default)).to_dict()) for name in page.rows]
+    page = await st.store.reports.budget_source_page(limit, None if key is None else key[0])
+    views = [BudgetView(**(await st.store.budgets.get(name, default)).to_dict()) for name in page.rows]
     nxt = _cursor("budgets", page.rows[-1]) if page.more and page.rows else None
     return json_model(BudgetList(budgets=views, default_epsilon=default.total_epsilon, default_delta=default.total_delta,
                                  next=nxt))
@@ -520,7 +522,7 @@ def _source(request: web.Request) -> str:
 async def get_budget(request: web.Request) -> web.Response:
     st = app_state(request)
     await require_token(request, st.store, ANALYST)
-    budget = await st.store.get_budget(_source(request), st.settings.default_budget())
+    budget = await st.store.budgets.get(_source(request), st.settings.default_budget())
     return json_model(BudgetView(**budget.to_dict()))
 
 
@@ -531,8 +533,8 @@ async def set_budget(request: web.Request) -> web.Response:
     await require_token(request, st.store, ADMIN)
     source = _source(request)
     body = parse_model(BudgetRequest, parse_json_body(request, await read_body(request, st.settings.json_body_limit)))
-    await st.store.set_budget(source, body.epsilon, body.delta)
-    budget = await st.store.get_budget(source, st.settings.default_budget())
+    await budgets_service.set_budget(st.store, source, body.epsilon, body.delta)
+    budget = await st.store.budgets.get(source, st.settings.default_budget())
     log.info("budget of source %r set to epsilon=%g delta=%g (spent epsilon=%g delta=%g)", source, body.epsilon,
              body.delta, budget.spent_epsilon, budget.spent_delta,
              extra=fields(event="budget.set", source=source, epsilon=body.epsilon, delta=body.delta))
@@ -553,8 +555,8 @@ async def budget_charges(request: web.Request) -> web.Response:
     if key is not None and key[0] != source:
         raise HttpError(400, f"after: a cursor of the charges of another source ({key[0][:40]!r})",
                         [{"field": "after", "message": "a cursor of another source's charges"}])
-    budget = await st.store.get_budget(source, st.settings.default_budget())
-    page = await st.store.charge_page(source, None if token.role == "admin" else token.id, limit,
+    budget = await st.store.budgets.get(source, st.settings.default_budget())
+    page = await st.store.reports.charge_page(source, None if token.role == "admin" else token.id, limit,
                                       None if key is None else key[1])
     charges = [ChargeView(query_id=r.query_id, kind=r.kind, name=r.name, epsilon=r.epsilon, delta=r.delta,
                           status=r.status, charged_at=r.charged_at.isoformat(),
@@ -571,7 +573,7 @@ async def fleet(request: web.Request) -> web.Response:
     cohorts, over every process sharing the database."""
     st = app_state(request)
     await require_token(request, st.store, ANALYST)
-    r = await st.store.fleet_report(st.settings.lease_ttl_s, st.metrics.checkins)
+    r = await st.store.reports.fleet_report(st.settings.lease_ttl_s, st.metrics.checkins)
     return json_model(FleetView(
         at=r.at, devices_registered=r.devices_registered, devices_available=r.devices_available,
         devices_in_cohorts=r.devices_in_cohorts, checkins_total=r.checkins_total, processes_live=r.processes_live,

@@ -90,7 +90,7 @@ async def register(request: web.Request) -> web.Response:
     token = _identity_token(st, req, raw)
     device_id = device_id_for(raw)
     await st.auth.claim(device_id, hdrs)
-    await st.store.register_device(device_id, raw, token)
+    await st.store.devices.register(device_id, raw, token)
     return json_model(RegisterResponse(device_id=device_id), 201, exclude_none=True)
 
 
@@ -185,7 +185,7 @@ async def _cohort(st: AppState, cohort_id: str) -> CohortRuntime:
     cohort = st.orchestrator.cohorts.get(cohort_id)
     if cohort is not None:
         return cohort
-    route = await st.store.cohort_route(cohort_id[:64])
+    route = await st.store.cohorts.route(cohort_id[:64])
     if route is not None and route[0] == "running" and route[1] and route[1] != st.process.url:
         raise HttpError(421, f"cohort {cohort_id[:64]!r} is run by the server process at {route[1]}; send its requests there",
                         headers={"Location": route[1]})

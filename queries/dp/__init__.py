@@ -38,6 +38,8 @@ _SERVER_SIDE: dict[str, tuple[str, ...]] = {
     ),
     "queries.dp.plan": ("PlannedNoise", "cohort_noise", "cohort_threshold", "combined_noise", "plan_noise"),
     "queries.dp.ledger": ("Budget", "PrivacyCost", "PrivacyPolicy", "compose_costs", "compose_rdp"),
+    "queries.dp.limits": ("ActiveQueryLimit", "AnalystLimits", "AnalystQuotaExceeded", "AnalystUsage", "Refund",
+                          "analyst_usage", "check_analyst", "refund_decision"),
     "queries.dp.report": ("privacy_block",),
     "queries.dp.tails": (
         "apply_count_threshold",
@@ -61,6 +63,16 @@ if TYPE_CHECKING:
         suggest_scale,
     )
     from queries.dp.ledger import Budget, PrivacyCost, PrivacyPolicy, compose_costs, compose_rdp
+    from queries.dp.limits import (
+        ActiveQueryLimit,
+        AnalystLimits,
+        AnalystQuotaExceeded,
+        AnalystUsage,
+        Refund,
+        analyst_usage,
+        check_analyst,
+        refund_decision,
+    )
     from queries.dp.plan import PlannedNoise, cohort_noise, cohort_threshold, combined_noise, plan_noise
     from queries.dp.report import privacy_block
     from queries.dp.tails import (
@@ -87,6 +99,14 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "MECHANISMS",
+    "ActiveQueryLimit",
+    "AnalystLimits",
+    "AnalystQuotaExceeded",
+    "AnalystUsage",
+    "Refund",
+    "analyst_usage",
+    "check_analyst",
+    "refund_decision",
     "Budget",
     "PlannedNoise",
     "BudgetExceeded",

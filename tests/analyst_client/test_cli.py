@@ -50,7 +50,7 @@ async def test_submit_wait_json_is_valid_json_on_stdout_and_progress_on_stderr(
     app_server: TestServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = str(app_server.make_url("")).rstrip("/")
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     spec_file = tmp_path / "spec.jsonc"
     spec_file.write_text("// words\n" + json.dumps(SPEC, indent=2).replace('"cli words",', '"cli words", /* a label */'))
     stop = asyncio.Event()
@@ -98,7 +98,7 @@ async def test_submit_wait_json_is_valid_json_on_stdout_and_progress_on_stderr(
 async def test_errors_go_to_stderr_with_exit_codes(app_server: TestServer, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     url = str(app_server.make_url("")).rstrip("/")
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**SPEC, "cohort": {"min_clients": 1}}))
     assert await asyncio.to_thread(_fa, "--server", url, "--token", token, "submit", str(bad)) == 2

@@ -82,11 +82,11 @@ async def _fill(store: Store, analyst: int, other: int, n: int = N) -> list[str]
 async def _history(start: Callable[..., Awaitable[TestServer]], n: int) -> Json:
     server = await start()
     store = server.app[STATE].store
-    tokens = {name: await store.create_token(role) for name, role in (("analyst", "analyst"), ("other", "analyst"),
+    tokens = {name: await store.tokens.create(role) for name, role in (("analyst", "analyst"), ("other", "analyst"),
                                                                       ("admin", "admin"))}
     ids = {}
     for name in ("analyst", "other"):
-        info = await store.lookup_token(tokens[name])
+        info = await store.tokens.lookup(tokens[name])
         assert info is not None
         ids[name] = info.id
     created = await _fill(store, ids["analyst"], ids["other"], n)

@@ -38,10 +38,10 @@ def test_cli_serve_refuses_unmigrated(tmp_path: Path, capsys: pytest.CaptureFixt
 
 async def test_tokens_are_stored_hashed_and_roles_enforced(app_server: TestServer, migrated_url: str) -> None:
     store = Store(make_engine(migrated_url))
-    analyst = await store.create_token("analyst")
-    admin = await store.create_token("admin")
+    analyst = await store.tokens.create("analyst")
+    admin = await store.tokens.create("admin")
     with pytest.raises(ValueError, match="role"):
-        await store.create_token("root")
+        await store.tokens.create("root")
     async with store.sessions() as s:
         from sqlalchemy import text
 

@@ -35,7 +35,7 @@ async def srv(start_app_server: Callable[..., Awaitable[TestServer]]) -> TestSer
 
 
 async def _token(srv: TestServer, role: str = "analyst") -> str:
-    return await srv.app[STATE].store.create_token(role)
+    return await srv.app[STATE].store.tokens.create(role)
 
 
 async def _raw(srv: TestServer, method: str, path: str, body: bytes = b"",

@@ -63,7 +63,7 @@ async def test_a_burst_of_checkins_is_written_in_few_transactions(migrated_url: 
     try:
         before = time.time()
         await asyncio.gather(*(pool.checkin(f"d{i}", 0) for i in range(300)))
-        assert len(await store.available_devices()) == 300
+        assert len(await store.presence.available()) == 300
         assert pool._available.batches <= 10, pool._available.batches
         assert pool._presence.batches <= 10, pool._presence.batches
         async with store.sessions() as s:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics_server.blame import candidates, named
+from analytics_server.blame import candidates, named, reuse
 
 
 def _sample(seed: int):  # noqa: ANN202 - a test's deterministic stand-in for the server's OS randomness
@@ -107,3 +107,23 @@ def test_a_suspect_with_more_failures_is_tested_first() -> None:
         # a and b are in two failed cohorts each: the first slot is one of them (it covers two failed cohorts);
         # the third failed cohort's slot is the other's partner or the other
         assert got[0] in {"a", "b"} and "x" in got
+
+
+def test_reuse_frees_contributors_only_in_a_noisy_round_with_a_charge_and_runs_left() -> None:
+    devs = frozenset({"a", "b", "c"})
+    assert reuse(devs, {}, 2, noisy=False, charge_runs=1).allowed == frozenset()
+    assert "noise-free" in (reuse(devs, {}, 2, noisy=False, charge_runs=1).why_kept or "")
+    assert reuse(devs, {}, 2, noisy=True, charge_runs=None).why_kept == "the query carries no privacy charge to extend"
+    out = reuse(devs, {"a": 1, "b": 2, "c": 3}, 2, noisy=True, charge_runs=1)
+    assert out.allowed == {"a", "b"} and out.runs == 3 and out.why_kept is None  # b enters a third sum of the round
+    kept = reuse(devs, {"a": 3, "b": 3, "c": 3}, 2, noisy=True, charge_runs=3)
+    assert kept.allowed == frozenset() and kept.why_kept == "each already contributed to 3 sums of the round (the most allowed)"
+
+
+@given(refused=st.dictionaries(st.sampled_from("abcdef"), st.integers(min_value=1, max_value=5), min_size=1),
+       extra=st.integers(min_value=0, max_value=4))
+def test_reuse_never_lets_a_device_into_more_sums_than_the_runs_it_charges(refused: dict[str, int], extra: int) -> None:
+    out = reuse(refused, refused, extra, noisy=True, charge_runs=1)
+    assert all(refused[d] <= extra for d in out.allowed)
+    assert all(refused[d] + 1 <= out.runs <= extra + 1 for d in out.allowed)
+

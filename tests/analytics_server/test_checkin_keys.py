@@ -42,7 +42,7 @@ async def test_keys_sent_with_the_checkin(start_app_server) -> None:  # type: ig
     server: TestServer = await start_app_server(cohort_formation_wait_s=1.0)
     url = str(server.make_url(""))
     st = server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     good, low_order = SignedDevice(), SignedDevice()
     pairs = KeyPairs.draw()
     keys = {"c_pk": b64e(pairs.c_pk), "s_pk": b64e(pairs.s_pk),
@@ -91,7 +91,7 @@ async def test_devices_without_a_long_poll_fetch_the_first_message(app_server: T
     """A check-in with wait_s 0 is answered before phase 0 closes: the device long-polls for the message."""
     url = str(app_server.make_url("")).rstrip("/")
     st = app_server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []

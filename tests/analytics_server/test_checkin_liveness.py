@@ -107,10 +107,10 @@ async def test_a_closed_long_poll_is_withdrawn_at_once_and_never_seated(served: 
     await _until(lambda: _until_of(st.store, ids), lambda got: all(u == 0.0 for u in got.values()), WITHDRAWN_WITHIN_S)
     assert time.monotonic() - started < WITHDRAWN_WITHIN_S < LONG_POLL_S
     assert st.pool.withdrawn == len(ghosts) and st.pool.waiting() == 0
-    assert set(ids).isdisjoint(await st.store.available_devices())
+    assert set(ids).isdisjoint(await st.store.presence.available())
 
     # a query that would take every available device (max 5) forms its cohort from the live ones only
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},
             "cohort": {"min_clients": 2, "max_clients": 5, "phase_timeout_s": 30}}
     stop = asyncio.Event()
@@ -145,12 +145,12 @@ async def test_withdrawal_keeps_a_newer_check_in(migrated_url: str) -> None:
     or at another process) keeps its own `until`."""
     store = Store(make_engine(migrated_url))
     try:
-        await store.mark_available([("d1", time.time() + 30), ("d2", time.time() + 30)])
+        await store.presence.mark_available([("d1", time.time() + 30), ("d2", time.time() + 30)])
         old = await _until_of(store, ["d1", "d2"])
-        await store.mark_available([("d1", old["d1"] + 1.5)])  # d1 checked in again meanwhile
-        await store.withdraw_available([("d1", old["d1"]), ("d2", old["d2"])])
+        await store.presence.mark_available([("d1", old["d1"] + 1.5)])  # d1 checked in again meanwhile
+        await store.presence.withdraw_available([("d1", old["d1"]), ("d2", old["d2"])])
         assert await _until_of(store, ["d1", "d2"]) == {"d1": old["d1"] + 1.5, "d2": 0.0}
-        assert await store.available_devices() == ["d1"]
+        assert await store.presence.available() == ["d1"]
     finally:
         await store.engine.dispose()
 

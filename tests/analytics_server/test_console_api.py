@@ -46,10 +46,10 @@ async def _post(http: aiohttp.ClientSession, url: str, token: str, body: Any = N
 async def test_whoami_and_templates(app_server: TestServer) -> None:
     base = str(app_server.make_url("")).rstrip("/")
     store = app_server.app[STATE].store
-    analyst, admin = await store.create_token("analyst"), await store.create_token("admin")
+    analyst, admin = await store.tokens.create("analyst"), await store.tokens.create("admin")
     async with aiohttp.ClientSession() as http:
         me = await _get(http, base + "/v1/whoami", analyst)
-        assert me["role"] == "analyst" and (await store.lookup_token(analyst)).id == me["token_id"]
+        assert me["role"] == "analyst" and (await store.tokens.lookup(analyst)).id == me["token_id"]
         assert (await _get(http, base + "/v1/whoami", admin))["role"] == "admin"
         async with http.get(base + "/v1/whoami") as r:
             assert r.status == 401
@@ -66,7 +66,7 @@ async def test_charges_timeline_hides_other_analysts_queries(app_server: TestSer
     only for the caller's own queries; an admin sees all; a cancelled query's refund is on the timeline."""
     base = str(app_server.make_url("")).rstrip("/")
     store = app_server.app[STATE].store
-    alice, bob, admin = [await store.create_token(r) for r in ("analyst", "analyst", "admin")]
+    alice, bob, admin = [await store.tokens.create(r) for r in ("analyst", "analyst", "admin")]
     async with aiohttp.ClientSession() as http:
         mine = await _post(http, base + "/v1/queries", alice, {**NOISY, "name": "alice's"})
         theirs = await _post(http, base + "/v1/queries", bob, {**NOISY, "name": "bob's", "privacy": {**NOISY["privacy"], "epsilon": 0.5}})
@@ -128,7 +128,7 @@ async def test_progress_shows_the_running_cohort_and_logs_tell_the_story(app_ser
     caplog.set_level(logging.INFO)
     base = str(app_server.make_url("")).rstrip("/")
     st = app_server.app[STATE]
-    token = await st.store.create_token("analyst")
+    token = await st.store.tokens.create("analyst")
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []
@@ -164,7 +164,7 @@ async def test_progress_shows_the_running_cohort_and_logs_tell_the_story(app_ser
     assert 0 <= cohort["deadline_in_s"] <= 5.0
     assert final is not None and final["status"] == "succeeded", final
     assert final["progress"]["phase"] is None and final["progress"]["cohort"] is None
-    assert final["spec"]["params"]["buckets"] == ["moon", "sun"] and final["created_by"] == (await st.store.lookup_token(token)).id
+    assert final["spec"]["params"]["buckets"] == ["moon", "sun"] and final["created_by"] == (await st.store.tokens.lookup(token)).id
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any(m.startswith(f"query {qid} submitted: histogram over source 'words'") for m in messages), messages
     assert any(m.startswith("cohort ") and f"formed for query {qid} round 0: 4 devices" in m for m in messages), messages
@@ -177,7 +177,7 @@ async def test_progress_shows_the_running_cohort_and_logs_tell_the_story(app_ser
 
 async def test_fleet_report_counts_devices_cohorts_and_phases(app_server: TestServer) -> None:
     base = str(app_server.make_url("")).rstrip("/")
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
         devices = []

@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestServer
 from analytics_server import privacy
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import Store
+from analytics_server.services import budgets_service, cohorts_service, queries_service
 from analytics_server.settings import Settings
 from device_sdk.noise import add_noise
 from queries import dp
@@ -80,7 +81,7 @@ def test_policy_profiles_and_overrides() -> None:
 
 
 async def _create(store: Store, spec: QuerySpec, budget: dp.Budget) -> str:
-    q = await store.create_query("histogram", None, spec.source, {}, {}, 1, {}, None,
+    q = await queries_service.submit(store, "histogram", None, spec.source, {}, {}, 1, {}, None,
                                  cost=privacy.query_cost(spec), default_budget=budget)
     return q.id
 
@@ -93,13 +94,13 @@ async def test_concurrent_submits_cannot_both_pass(migrated_url: str) -> None:
     refused = [r for r in results if isinstance(r, dp.BudgetExceeded)]
     assert len(ok) == 1 and len(refused) == 3, results
     assert "epsilon=0.5" in str(refused[0]) and "remaining" in str(refused[0])
-    state = await store.get_budget("w", budget)
+    state = await store.budgets.get("w", budget)
     assert (state.spent_epsilon, state.remaining_epsilon, state.queries_charged) == (1.0, 0.5, 1)
-    assert len(await store.list_queries()) == 1  # refused submits left no query behind
+    assert len(await store.queries.newest()) == 1  # refused submits left no query behind
     # other sources are independent; queries without noise are free
     await _create(store, _spec(source="other"), budget)
     await _create(store, _spec("none"), budget)
-    assert [b.source for b in await store.list_budgets(budget)] == ["other", "w"]
+    assert [b.source for b in await store.budgets.states(budget)] == ["other", "w"]
     await store.engine.dispose()
 
 
@@ -108,16 +109,16 @@ async def test_refund_only_before_any_cohort_finished(migrated_url: str) -> None
     budget = dp.Budget(5.0, 1e-5)
     early = await _create(store, _spec(), budget)
     late = await _create(store, _spec(), budget)
-    r = await store.create_round(late, 0, {}, None, 20, need=1, dim=3)
-    await store.register_device("d1", b"k" * 32)
-    await store.create_cohort("c1", late, r.id, {}, "secagg", {"d1": 1})
-    await store.finish_cohort("c1", np.zeros(3, dtype=np.int64), [1], {})
-    assert await store.set_query_status(early, "cancelled")
-    assert await store.set_query_status(late, "cancelled")
-    state = await store.get_budget("w", budget)
+    r = await store.rounds.create(late, 0, {}, None, 20, need=1, dim=3)
+    await store.devices.register("d1", b"k" * 32)
+    await cohorts_service.create_cohort(store, "c1", late, r.id, {}, "secagg", {"d1": 1})
+    await store.cohorts.finish("c1", np.zeros(3, dtype=np.int64), [1], {})
+    assert await queries_service.set_status(store, early, "cancelled")
+    assert await queries_service.set_status(store, late, "cancelled")
+    state = await store.budgets.get("w", budget)
     assert (state.spent_epsilon, state.queries_charged) == (1.0, 1)  # only `early` was refunded
-    await store.set_budget("w", 1.2, 1e-5)
-    state = await store.get_budget("w", budget)
+    await budgets_service.set_budget(store, "w", 1.2, 1e-5)
+    state = await store.budgets.get("w", budget)
     assert (state.total_epsilon, state.remaining_epsilon, state.configured) == (1.2, pytest.approx(0.2), True)
     with pytest.raises(dp.BudgetExceeded):
         await _create(store, _spec(), budget)
@@ -129,8 +130,8 @@ async def test_budget_routes(app_server: TestServer) -> None:
     from analytics_server.state import STATE
 
     store = app[STATE].store
-    analyst, admin = await store.create_token("analyst"), await store.create_token("admin")
-    other = await store.create_token("analyst")  # two analysts: each stays under the active-query cap
+    analyst, admin = await store.tokens.create("analyst"), await store.tokens.create("admin")
+    other = await store.tokens.create("analyst")  # two analysts: each stays under the active-query cap
     spec = _spec(t_min=10).model_dump(mode="json")
     async with ClientSession(str(app_server.make_url(""))) as http:
         def h(tok: str) -> dict[str, str]:

@@ -40,7 +40,7 @@ async def _app(start_app_server: Callable[..., Awaitable[TestServer]], monkeypat
     bend(monkeypatch)
     server = await start_app_server(cohort_formation_wait_s=0.0)
     st = server.app[STATE]
-    token = await st.store.create_token("admin")
+    token = await st.store.tokens.create("admin")
     return str(server.make_url("")), st, token, {"Authorization": f"Bearer {token}"}
 
 
@@ -75,7 +75,7 @@ async def test_a_cheater_masking_another_vector_is_named_and_the_noisy_query_com
         await _until(lambda: _unavailable(st, gone), "the honest first members to leave")
         later, l_tasks = await _fleet(http, url, _rows(rng, 2), stops[2])
         await _until(lambda: _failed(st, qid, 2), "the second refused sum")
-        excluded = await st.store.excluded_devices(qid)
+        excluded = await st.store.queries.excluded_devices(qid)
         assert set(excluded) == {cheater[0].device_id}
         assert "failed openings" in excluded[cheater[0].device_id]
 
@@ -122,13 +122,13 @@ async def test_in_a_noise_free_round_the_members_keep_their_seats_and_nothing_mo
 
 
 async def _available(st: Any, device_id: str) -> bool:
-    return device_id in set(await st.store.available_devices())
+    return device_id in set(await st.store.presence.available())
 
 
 async def _failed(st: Any, qid: str, n: int) -> bool:
     """n sums of the query refused and recorded (the metric counts a refusal before the store records it)."""
-    return (await st.store.failed_summary(qid))[0] >= n
+    return (await st.store.blame.failed_summary(qid))[0] >= n
 
 
 async def _unavailable(st: Any, devices: set[str]) -> bool:
-    return not devices & set(await st.store.available_devices())
+    return not devices & set(await st.store.presence.available())

@@ -67,7 +67,7 @@ async def test_a_device_claiming_moments_without_rows_is_caught(
     cheater_id = cheater.client.device_id
     assert all(cheater_id not in devices for devices in contributors.values())
     # refused once, then left out of every later cohort of the query (both rounds), and the result says so
-    excluded = await st.store.excluded_devices(qid)
+    excluded = await st.store.queries.excluded_devices(qid)
     assert list(excluded) == [cheater_id] and excluded[cheater_id].startswith("validity proof refused")
     assert listing["excluded"] == excluded
     assert st.metrics.proofs_refused == 1 and res["privacy"]["devices_excluded"] == 1
@@ -114,7 +114,7 @@ async def test_without_bins_a_device_honest_in_the_first_round_cannot_claim_seco
     assert res["privacy"]["validation"] == "proofs"
     cheater_id = cheater.client.device_id
     assert cheater_id in contributors["0"] and cheater_id not in contributors["1"]  # honest first, refused second
-    excluded = await st.store.excluded_devices(qid)
+    excluded = await st.store.queries.excluded_devices(qid)
     assert list(excluded) == [cheater_id] and excluded[cheater_id].startswith("validity proof refused")
     assert st.metrics.proofs_refused == 1 and res["privacy"]["devices_excluded"] == 1
     got = res["result"]["features"]["age"]

@@ -25,11 +25,13 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import event, update
 
 from analytics_server.app import create_app
-from analytics_server.db.cluster_store import FORMATION_STEPS, ClaimLost
 from analytics_server.db.engine import make_engine
 from analytics_server.db.models import ServerProcess
+from analytics_server.db.presence_store import ClaimLost
 from analytics_server.db.store import QueryNotLive, Store
 from analytics_server.settings import Settings
+from analytics_server.services import cohorts_service, queries_service
+from analytics_server.services.cohorts_service import FORMATION_STEPS
 from analytics_server.state import STATE
 from devstack.pg_local import worker_database
 from devstack.processes import free_port, fresh_database
@@ -139,15 +141,15 @@ async def test_a_process_dying_while_a_cohort_forms_leaves_the_devices_to_the_ne
     assert final["status"] == "succeeded", final
     assert sum(final["result"]["result"]["counts"].values()) == len(WORDS)  # every device, once (one word each)
     assert all(d.contributions for d in devices)
-    cohorts = await b_state.store.cohorts_of_round((await b_state.store.get_round(qid, 0)).id)  # type: ignore[union-attr]
+    cohorts = await b_state.store.cohorts.of_round((await b_state.store.rounds.get(qid, 0)).id)  # type: ignore[union-attr]
     assert [c.status for c in cohorts if c.status != "aborted"] == ["finished"]
     assert all(c.reason == "server restarted" for c in cohorts if c.status == "aborted")  # A's stored one, if any
-    presence = await b_state.store.presence([d.client.device_id for d in devices])
+    presence = await b_state.store.presence.of([d.client.device_id for d in devices])
     assert all(cohort is None for cohort, _ in presence.values())  # nobody left claimed
 
 
 async def _available(store: Store, n: int) -> bool:
-    return await store.count_available() >= n
+    return await store.presence.count_available() >= n
 
 
 async def test_claims_an_older_server_left_without_a_cohort_are_freed_by_the_next_query(
@@ -162,8 +164,8 @@ async def test_claims_an_older_server_left_without_a_cohort_are_freed_by_the_nex
         try:
             await until(lambda: _available(store, len(WORDS)), 30, "every device checked in")
             ids = [d.client.device_id for d in devices]
-            assert await store.claim_devices("f" * 32, ids) == ids  # the claims, and then the old process died
-            assert await store.count_available() == 0
+            assert await store.presence.claim("f" * 32, ids) == ids  # the claims, and then the old process died
+            assert await store.presence.count_available() == 0
             final = await query_end(http, str(b.make_url("")), await _submit(http, b), await analyst(b), timeout_s=120)
         finally:
             await fleet.stop()
@@ -179,35 +181,35 @@ async def _submit(http: aiohttp.ClientSession, server: TestServer) -> str:
 
 async def _two_stores(url: str) -> tuple[Store, Store, str, int, list[str]]:
     a, b = Store(make_engine(url)), Store(make_engine(url))
-    q = await a.create_query("histogram", None, "words", {}, {}, 1, None, None)
-    r = await a.create_round(q.id, 0, {}, None, 20, need=2, dim=3)
+    q = await queries_service.submit(a, "histogram", None, "words", {}, {}, 1, None, None)
+    r = await a.rounds.create(q.id, 0, {}, None, 20, need=2, dim=3)
     devices = [f"dev{i}" for i in range(6)]
     for d in devices:
-        await a.register_device(d, d.encode().ljust(32, b"\0"))
-    await a.mark_available([(d, time.time() + 60) for d in devices])
-    await a.register_process("A", "a", "http://a", "h", 1)
-    await b.register_process("B", "b", "http://b", "h", 2)
+        await a.devices.register(d, d.encode().ljust(32, b"\0"))
+    await a.presence.mark_available([(d, time.time() + 60) for d in devices])
+    await a.cluster.register_process("A", "a", "http://a", "h", 1)
+    await b.cluster.register_process("B", "b", "http://b", "h", 2)
     return a, b, q.id, r.id, devices
 
 
 async def test_a_forming_cohort_claims_all_its_members_with_its_row_or_nothing(db_url: str) -> None:
     a, b, qid, rid, devs = await _two_stores(db_url)
-    assert await a.acquire_query(qid, "A", ttl=30)
-    assert await b.claim_devices("other", [devs[2]]) == [devs[2]]
+    assert await a.cluster.acquire_query(qid, "A", ttl=30)
+    assert await b.presence.claim("other", [devs[2]]) == [devs[2]]
     members = {d: i + 1 for i, d in enumerate(devs[:4])}
     with pytest.raises(ClaimLost) as lost:
-        await a.create_cohort("c1", qid, rid, {}, "secagg", members, owner="A", claim=True)
+        await cohorts_service.create_cohort(a, "c1", qid, rid, {}, "secagg", members, owner="A", claim=True)
     assert lost.value.lost == {devs[2]}
-    assert await a.cohorts_of_round(rid) == [] and await a.round_members(rid) == set()
-    assert {d for d, (c, _) in (await a.presence(devs)).items() if c is not None} == {devs[2]}  # rolled back
-    await a.create_cohort("c2", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2}, owner="A", claim=True,
+    assert await a.cohorts.of_round(rid) == [] and await a.rounds.members(rid) == set()
+    assert {d for d, (c, _) in (await a.presence.of(devs)).items() if c is not None} == {devs[2]}  # rolled back
+    await cohorts_service.create_cohort(a, "c2", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2}, owner="A", claim=True,
                           assignments={devs[0]: {"n": 1}, devs[1]: {"n": 2}})
-    assert await a.assignments_of_cohort("c2") == {devs[0]: {"n": 1}, devs[1]: {"n": 2}}
-    assert await b.acquire_query(qid, "B", ttl=30, force=True)  # A lost the lease: it seats nobody
+    assert await a.presence.assignments_of_cohort("c2") == {devs[0]: {"n": 1}, devs[1]: {"n": 2}}
+    assert await b.cluster.acquire_query(qid, "B", ttl=30, force=True)  # A lost the lease: it seats nobody
     with pytest.raises(QueryNotLive, match="lease lost"):
-        await a.create_cohort("c3", qid, rid, {}, "secagg", {devs[3]: 1, devs[4]: 2}, owner="A", claim=True)
-    assert {c.id for c in await a.cohorts_of_round(rid)} == {"c2"}
-    assert (await a.presence([devs[3]]))[devs[3]][0] is None
+        await cohorts_service.create_cohort(a, "c3", qid, rid, {}, "secagg", {devs[3]: 1, devs[4]: 2}, owner="A", claim=True)
+    assert {c.id for c in await a.cohorts.of_round(rid)} == {"c2"}
+    assert (await a.presence.of([devs[3]]))[devs[3]][0] is None
     await a.engine.dispose()
     await b.engine.dispose()
 
@@ -216,21 +218,21 @@ async def test_the_sweep_frees_only_what_dead_processes_left(db_url: str) -> Non
     """Released: claims naming no running cohort, cohorts of ended queries whose process is dead. Kept: a running
     cohort's claims, and a live process's cohort even of an ended query (that process stops it itself)."""
     a, b, qid, rid, devs = await _two_stores(db_url)
-    assert await a.acquire_query(qid, "A", ttl=30)
-    await a.create_cohort("running", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2}, owner="A", claim=True)
-    assert await a.claim_devices("f" * 32, [devs[2], devs[3]]) == [devs[2], devs[3]]  # no cohort row
-    assert await b.release_abandoned(ttl=30) == (0, 2)
-    claims = {d: c for d, (c, _) in (await b.presence(devs)).items()}
+    assert await a.cluster.acquire_query(qid, "A", ttl=30)
+    await cohorts_service.create_cohort(a, "running", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2}, owner="A", claim=True)
+    assert await a.presence.claim("f" * 32, [devs[2], devs[3]]) == [devs[2], devs[3]]  # no cohort row
+    assert await b.cohorts.release_abandoned(ttl=30) == (0, 2)
+    claims = {d: c for d, (c, _) in (await b.presence.of(devs)).items()}
     assert claims == {devs[0]: "running", devs[1]: "running", devs[2]: None, devs[3]: None, devs[4]: None, devs[5]: None}
-    assert set(await b.available_devices()) == set(devs[2:])  # a released claim keeps the device's availability
-    assert await b.set_query_status(qid, "cancelled")  # while A is live: its cohort is A's to stop
-    assert await b.release_abandoned(ttl=30) == (0, 0)
+    assert set(await b.presence.available()) == set(devs[2:])  # a released claim keeps the device's availability
+    assert await queries_service.set_status(b, qid, "cancelled")  # while A is live: its cohort is A's to stop
+    assert await b.cohorts.release_abandoned(ttl=30) == (0, 0)
     async with a.sessions() as s:  # A dies: its heartbeat grows old
         await s.execute(update(ServerProcess).where(ServerProcess.id == "A").values(heartbeat_at=time.time() - 60))
         await s.commit()
-    assert await b.release_abandoned(ttl=30) == (1, 0)
-    (c,) = await b.cohorts_of_round(rid)
+    assert await b.cohorts.release_abandoned(ttl=30) == (1, 0)
+    (c,) = await b.cohorts.of_round(rid)
     assert (c.status, c.reason) == ("aborted", "its server process is gone")
-    assert all(cohort is None for cohort, _ in (await b.presence(devs)).values())
+    assert all(cohort is None for cohort, _ in (await b.presence.of(devs)).values())
     await a.engine.dispose()
     await b.engine.dispose()

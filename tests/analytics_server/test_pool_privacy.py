@@ -39,11 +39,11 @@ async def test_long_poll_gets_assignment_and_claimed_devices_are_not_available(m
     store = Store(make_engine(migrated_url))
     pool = DevicePool(store, Notifier(), fresh_s=5)
     waiter = asyncio.create_task(pool.checkin("d1", 5))
-    await store.mark_available([("d2", time.time() + 5)])
-    await _until(lambda: store.available_devices(), lambda got: sorted(got) == ["d1", "d2"])  # d1: group commit
-    assert await store.claim_devices("c", ["d1", "d3"]) == ["d1"]  # d3 never checked in
-    assert await store.claim_devices("c2", ["d1"]) == []  # never seated twice
-    assert await store.available_devices() == ["d2"]
+    await store.presence.mark_available([("d2", time.time() + 5)])
+    await _until(lambda: store.presence.available(), lambda got: sorted(got) == ["d1", "d2"])  # d1: group commit
+    assert await store.presence.claim("c", ["d1", "d3"]) == ["d1"]  # d3 never checked in
+    assert await store.presence.claim("c2", ["d1"]) == []  # never seated twice
+    assert await store.presence.available() == ["d2"]
     pool.deliver({"d1": _assignment()})
     got, waited = await waiter
     assert got is not None and got.cohort_id == "c" and waited
@@ -60,9 +60,9 @@ async def test_assignment_is_delivered_by_notification_or_poll_and_redelivered(m
     try:
         for device, notify in (("d1", True), ("d2", False)):
             waiter = asyncio.create_task(pool.checkin(device, 10))
-            await _until(lambda: store.available_devices(), lambda got, d=device: d in got)
+            await _until(lambda: store.presence.available(), lambda got, d=device: d in got)
             cohort = f"c-{device}"
-            assert await store.claim_devices(cohort, [device]) == [device]
+            assert await store.presence.claim(cohort, [device]) == [device]
             async with store.sessions() as s:  # as `create_cohort` in another process
                 await s.execute(update(DevicePresence).where(DevicePresence.device_id == device)
                                 .values(assignment=_assignment(cohort)))
@@ -73,7 +73,7 @@ async def test_assignment_is_delivered_by_notification_or_poll_and_redelivered(m
             assert got is not None and got.cohort_id == cohort
             again, waited = await pool.checkin(device, 10)  # re-delivered at once
             assert again is not None and again.cohort_id == cohort and not waited
-            await store.release_devices(cohort, [device])  # dropped: no re-delivery
+            await store.presence.release(cohort, [device])  # dropped: no re-delivery
             none, _ = await pool.checkin(device, 0)
             assert none is None
     finally:
@@ -85,7 +85,7 @@ async def test_wait_times_out_to_none(migrated_url: str) -> None:
     store = Store(make_engine(migrated_url))
     pool = DevicePool(store, Notifier(), fresh_s=5)
     assert await pool.checkin("d1", 0.05) == (None, True)
-    assert await store.available_devices() == ["d1"]
+    assert await store.presence.available() == ["d1"]
     await store.engine.dispose()
 
 
@@ -109,8 +109,8 @@ async def test_a_claimed_device_has_no_assignment_until_its_cohort_is_stored(mig
     """Between the claim and the cohort's creation there is nothing to deliver (the claim used to store a
     JSON null that the delivery poll read as an assignment, and failed for every waiter)."""
     store = Store(make_engine(migrated_url))
-    await store.mark_available([("d1", time.time() + 30)])
-    assert await store.claim_devices("c", ["d1"]) == ["d1"]
-    assert await store.assignments_for(["d1"]) == {}
-    assert await store.assignments_of_cohort("c") == {}
+    await store.presence.mark_available([("d1", time.time() + 30)])
+    assert await store.presence.claim("c", ["d1"]) == ["d1"]
+    assert await store.presence.assignments_for(["d1"]) == {}
+    assert await store.presence.assignments_of_cohort("c") == {}
     await store.engine.dispose()

@@ -12,6 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from analytics_server import privacy
+from analytics_server.services import budgets_service
 from analytics_server.state import STATE
 from analyst_client.cli import AnalystClient
 from queries import dp
@@ -38,7 +39,7 @@ async def _post(app_server: TestServer, body: Any, token: str | None) -> tuple[i
 
 async def test_histogram_preview_is_the_noise_the_query_will_carry(app_server: TestServer) -> None:
     st = app_server.app[STATE]
-    token = await st.store.create_token("analyst")
+    token = await st.store.tokens.create("analyst")
     status, body = await _post(app_server, HIST, token)
     assert status == 200, body
     assert body["kind"] == "histogram" and body["source"] == "words" and body["rounds"] == 1 and body["t_min"] == 100
@@ -57,12 +58,12 @@ async def test_histogram_preview_is_the_noise_the_query_will_carry(app_server: T
         assert v["std"] == pytest.approx(std) and v["ci95_halfwidth"] == pytest.approx(1.959963984540054 * std)
     assert any("suppressed" in w["message"] for w in body["warnings"])
     # nothing was created or charged
-    assert await st.store.list_queries() == []
-    assert (await st.store.get_budget("words", st.settings.default_budget())).spent_epsilon == 0
+    assert await st.store.queries.newest() == []
+    assert (await st.store.budgets.get("words", st.settings.default_budget())).spent_epsilon == 0
 
 
 async def test_feature_stats_preview_states_its_assumptions(app_server: TestServer) -> None:
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     status, body = await _post(app_server, STATS, token)
     assert status == 200, body
     paths = {v["path"]: v for v in body["values"]}
@@ -72,7 +73,7 @@ async def test_feature_stats_preview_states_its_assumptions(app_server: TestServ
 
 async def test_bad_spec_auth_and_budget_answers(app_server: TestServer) -> None:
     st = app_server.app[STATE]
-    token = await st.store.create_token("analyst")
+    token = await st.store.tokens.create("analyst")
     assert (await _post(app_server, HIST, None))[0] == 401
     status, body = await _post(app_server, {**HIST, "params": {"buckets": []}}, token)
     assert status == 422 and "params.buckets" in body["error"]  # the same answer as submit
@@ -82,7 +83,7 @@ async def test_bad_spec_auth_and_budget_answers(app_server: TestServer) -> None:
         assert r.status == 422 and (await r.json())["error"] == body["error"]
     status, body = await _post(app_server, {**HIST, "privacy": {"mechanism": "skellam", "epsilon": 1.0}}, token)
     assert status == 422 and "delta" in body["error"]
-    await st.store.set_budget("words", 0.5, 1e-5)
+    await budgets_service.set_budget(st.store, "words", 0.5, 1e-5)
     status, body = await _post(app_server, HIST, token)
     assert status == 200 and body["budget"]["fits"] is False and body["budget"]["remaining_epsilon"] == 0.5
     assert "would be refused" in body["warnings"][0]["message"]
@@ -90,13 +91,13 @@ async def test_bad_spec_auth_and_budget_answers(app_server: TestServer) -> None:
 
 async def test_production_refuses_an_unprovisioned_source_like_submit(start_app_server) -> None:  # type: ignore[no-untyped-def]
     server = await start_app_server(profile="production")
-    token = await server.app[STATE].store.create_token("analyst")
+    token = await server.app[STATE].store.tokens.create("analyst")
     status, body = await _post(server, HIST, token)
     assert status == 422 and body["error"].startswith("source:")
 
 
 async def test_analyst_client_preview(app_server: TestServer) -> None:
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     client = AnalystClient(str(app_server.make_url("")), token)
     body = await asyncio.get_running_loop().run_in_executor(None, client.preview, {**HIST, "privacy": {"mechanism": "none"}})
     assert body["privacy"]["epsilon"] is None and body["t_min"] is None
@@ -108,7 +109,7 @@ async def test_preview_ranges_cover_what_the_run_realizes(app_server: TestServer
     decides. A histogram's realized std for a full cohort of max_clients = 4·min_clients is within 20 % of the
     preview's std (shares sized for the cohort) and is the range's upper end; a feature mean realized over 400 devices
     holding 1–3 rows (in process, the server's noise) lies inside its range."""
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     status, body = await _post(app_server, HIST, token)
     assert status == 200, body
     spec = QuerySpec.model_validate({**HIST, "privacy": {**HIST["privacy"], "validation": body["privacy"]["validation"]}})

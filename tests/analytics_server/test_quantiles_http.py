@@ -35,7 +35,7 @@ def _seat_first(monkeypatch: pytest.MonkeyPatch, st: AppState, first: DeviceClie
     first cohort seats it), until `first`'s proof has been refused (it played its part: later cohorts take the others);
     and no phase closes early on stalled arrivals (`cohort.stalled`): each waits for every member it expects, or its
     deadline, so a seated `first` that the machine runs late is waited for instead of dropped."""
-    listing = st.store.available_devices
+    listing = st.store.presence.available
 
     async def available_devices() -> list[str]:
         devices = await listing()
@@ -43,7 +43,7 @@ def _seat_first(monkeypatch: pytest.MonkeyPatch, st: AppState, first: DeviceClie
             return devices
         return []
 
-    monkeypatch.setattr(st.store, "available_devices", available_devices)
+    monkeypatch.setattr(st.store.presence, "available", available_devices)
     monkeypatch.setattr(cohort, "stalled", lambda *args: False)
 
 
@@ -55,7 +55,7 @@ async def _run(start_app_server: Any, rows: list[list[Any]], privacy: dict[str, 
     server = await start_app_server(cohort_formation_wait_s=0.0)
     url = str(server.make_url(""))
     st = server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     spec: dict[str, Any] = {"kind": "quantiles", "source": "startup", "params": PARAMS,
                             "cohort": {"min_clients": len(rows) - 1, "max_clients": len(rows), "phase_timeout_s": 10}}
     if privacy is not None:

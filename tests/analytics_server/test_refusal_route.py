@@ -28,7 +28,7 @@ async def test_refusal_route(start_app_server) -> None:  # type: ignore[no-untyp
     server: TestServer = await start_app_server(cohort_formation_wait_s=1.0)
     url = str(server.make_url(""))
     st = server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     hand, stranger = SignedDevice(), SignedDevice()
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
@@ -82,5 +82,5 @@ async def test_refusal_route(start_app_server) -> None:  # type: ignore[no-untyp
         await asyncio.gather(*fleet)
     assert q["status"] == "succeeded", q
     assert st.metrics.early_closes == 0  # every phase closed on its last expected answer: nobody waited for the refuser
-    contributors = await st.store.contributors(qid)
+    contributors = await st.store.rounds.contributors(qid)
     assert hand.device_id not in contributors[0] and len(contributors[0]) == 2

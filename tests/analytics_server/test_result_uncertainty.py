@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
+from analytics_server.services import queries_service
 from analytics_server.state import STATE
 from device_sdk.client import DeviceClient
 from device_sdk.options import ClientOptions, NetworkOptions
@@ -28,7 +29,7 @@ SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": BUCKETS, "
 
 async def test_noisy_result_has_intervals_and_warnings(app_server: TestServer) -> None:
     url = str(app_server.make_url(""))
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     rng = np.random.default_rng(1)
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
@@ -60,16 +61,16 @@ async def test_noisy_result_has_intervals_and_warnings(app_server: TestServer) -
 
 async def test_a_failed_query_with_a_result_stays_readable(app_server: TestServer) -> None:
     st = app_server.app[STATE].store
-    token = await st.create_token("analyst")
-    info = await st.lookup_token(token)
+    token = await st.tokens.create("analyst")
+    info = await st.tokens.lookup(token)
     assert info is not None
-    q = await st.create_query("training", None, "examples", {"kind": "training"}, {}, 3, None, info.id)
-    await st.set_query_status(q.id, "running")
+    q = await queries_service.submit(st, "training", None, "examples", {"kind": "training"}, {}, 3, None, info.id)
+    await queries_service.set_status(st, q.id, "running")
     warnings = [{"path": "/stop_reason", "message": "training diverged at round 2"}]
-    assert await st.finish_query(q.id, {"stop_reason": "diverged"}, {"mechanism": "none"}, {}, warnings,
+    assert await queries_service.finish(st, q.id, {"stop_reason": "diverged"}, {"mechanism": "none"}, {}, warnings,
                                  failure="training diverged at round 2: the evaluation loss exploded")
-    other = await st.create_query("training", None, "examples", {"kind": "training"}, {}, 3, None, info.id)
-    await st.set_query_status(other.id, "failed", "no cohort formed")
+    other = await queries_service.submit(st, "training", None, "examples", {"kind": "training"}, {}, 3, None, info.id)
+    await queries_service.set_status(st, other.id, "failed", "no cohort formed")
     hdr = {"Authorization": f"Bearer {token}"}
     async with aiohttp.ClientSession() as http:
         status = await (await http.get(str(app_server.make_url(f"/v1/queries/{q.id}")), headers=hdr)).json()
@@ -80,5 +81,5 @@ async def test_a_failed_query_with_a_result_stays_readable(app_server: TestServe
         assert body["warnings"] == warnings and "exploded" in body["error"]
         r = await http.get(str(app_server.make_url(f"/v1/queries/{other.id}/result")), headers=hdr)
         assert r.status == 409 and "no cohort formed" in (await r.json())["error"]  # failed without a result
-        events = [e.type for e in await st.events(q.id)]
+        events = [e.type for e in await st.events.of_query(q.id)]
         assert "query.failed" in events and "query.succeeded" not in events

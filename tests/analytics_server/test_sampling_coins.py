@@ -59,7 +59,7 @@ async def _eligible_after_start(url: str, analyst: str, query_id: str | None) ->
         deadline = time.monotonic() + 20
         rnd: Round | None = None
         while time.monotonic() < deadline:
-            rnd = await st.store.get_round(query_id, 0)
+            rnd = await st.store.rounds.get(query_id, 0)
             if rnd is not None and rnd.sampling_secret is not None:
                 break
             await asyncio.sleep(0.05)
@@ -76,7 +76,7 @@ async def _eligible_after_start(url: str, analyst: str, query_id: str | None) ->
 
 async def test_coins_survive_a_restart_and_match_the_sample_rate(migrated_url: str) -> None:
     store = Store(make_engine(migrated_url))
-    analyst = await store.create_token("analyst")
+    analyst = await store.tokens.create("analyst")
     await store.engine.dispose()
 
     query_id, first, secret = await _eligible_after_start(migrated_url, analyst, None)

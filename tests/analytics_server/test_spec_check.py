@@ -52,7 +52,7 @@ async def blocking(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[BlockingChe
 
 async def _server(url: str, **settings: Any) -> tuple[TestServer, str]:
     store = Store(make_engine(url))
-    token = await store.create_token("analyst")
+    token = await store.tokens.create("analyst")
     await store.engine.dispose()
     server = TestServer(create_app(Settings(db_url=url, **settings)))
     await server.start_server()

@@ -422,7 +422,7 @@ async def fuzz_server(start_app_server: Callable[..., Awaitable[TestServer]], mo
 
 
 async def _session(srv: TestServer) -> aiohttp.ClientSession:
-    token = await srv.app[STATE].store.create_token("analyst")
+    token = await srv.app[STATE].store.tokens.create("analyst")
     return aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
 
 

@@ -17,7 +17,7 @@ from analyst_client.cli import AnalystClient, ApiError
 
 
 async def _analyst(srv: TestServer, role: str = "analyst") -> AnalystClient:
-    return AnalystClient(str(srv.make_url("")), await srv.app[STATE].store.create_token(role))
+    return AnalystClient(str(srv.make_url("")), await srv.app[STATE].store.tokens.create(role))
 
 
 async def _refused(client: AnalystClient, spec: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from analytics_server.cohort import (
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import QueryNotLive, Store, vec_from_bytes
 from analytics_server.metrics import Metrics
+from analytics_server.services import cohorts_service, queries_service
 from fa_common.clock import Clock, ManualClock
 from fa_common.errors import Conflict, Gone
 from secagg import ClientSession, SecAggConfig, ServerSession, encoding
@@ -36,25 +37,25 @@ from secagg.phases import Phase
 
 async def _setup(url: str, n: int, dim: int = 3) -> tuple[Store, str, int, list[str]]:
     store = Store(make_engine(url))
-    q = await store.create_query("histogram", None, "words", {}, {}, 1, None, None)
-    r = await store.create_round(q.id, 0, {}, None, 20, need=2, dim=dim)
+    q = await queries_service.submit(store, "histogram", None, "words", {}, {}, 1, None, None)
+    r = await store.rounds.create(q.id, 0, {}, None, 20, need=2, dim=dim)
     devices = [f"dev{i:03d}" for i in range(n)]
     for d in devices:
-        await store.register_device(d, d.encode().ljust(32, b"\0"))
+        await store.devices.register(d, d.encode().ljust(32, b"\0"))
     return store, q.id, r.id, devices
 
 
 async def test_seats_unique_per_round_and_freed_on_abort(migrated_url: str) -> None:
     store, qid, rid, devs = await _setup(migrated_url, 4)
-    await store.create_cohort("c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
+    await cohorts_service.create_cohort(store, "c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
     with pytest.raises(IntegrityError):
-        await store.create_cohort("c2", qid, rid, {}, "secagg", {devs[1]: 1, devs[2]: 2})
-    assert await store.round_members(rid) == {devs[0], devs[1]}
-    assert await store.abort_running_cohorts("server restarted") == 1
-    assert await store.round_members(rid) == set()
-    (c1,) = await store.cohorts_of_round(rid)
+        await cohorts_service.create_cohort(store, "c2", qid, rid, {}, "secagg", {devs[1]: 1, devs[2]: 2})
+    assert await store.rounds.members(rid) == {devs[0], devs[1]}
+    assert await store.cohorts.abort_running("server restarted") == 1
+    assert await store.rounds.members(rid) == set()
+    (c1,) = await store.cohorts.of_round(rid)
     assert (c1.status, c1.reason, c1.phase) == ("aborted", "server restarted", Phase.ADVERTISE_KEYS)
-    await store.create_cohort("c3", qid, rid, {}, "secagg", {devs[1]: 1, devs[2]: 2})
+    await cohorts_service.create_cohort(store, "c3", qid, rid, {}, "secagg", {devs[1]: 1, devs[2]: 2})
     await store.engine.dispose()
 
 
@@ -62,22 +63,22 @@ async def test_cohort_rows_record_their_phase(migrated_url: str) -> None:
     """A running cohort's row follows its phases (one `cohort.phase` event each); an abort keeps the phase
     that failed (given, or the last recorded one after a restart); a finished cohort says done."""
     store, qid, rid, devs = await _setup(migrated_url, 6)
-    await store.create_cohort("c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
-    await store.create_cohort("c2", qid, rid, {}, "plain", {devs[2]: 1, devs[3]: 2}, phase=Phase.MASKED_INPUT)
-    await store.create_cohort("c3", qid, rid, {}, "secagg", {devs[4]: 1, devs[5]: 2})
-    await store.set_cohort_phase("c1", Phase.SHARE_KEYS)
-    await store.set_cohort_phase("c3", Phase.SHARE_KEYS)
-    await store.abort_cohort("c1", "too few", Phase.SHARE_KEYS)
-    await store.set_cohort_phase("c1", Phase.MASKED_INPUT)  # too late: the cohort already ended
-    await store.finish_cohort("c2", np.array([1, 2, 3]), [1, 2], {})
-    await store.set_cohort_phase("c3", Phase.MASKED_INPUT)
-    assert await store.abort_running_cohorts("server restarted") == 1
-    rows = {c.id: (c.status, c.phase) for c in await store.cohorts_of_round(rid)}
+    await cohorts_service.create_cohort(store, "c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
+    await cohorts_service.create_cohort(store, "c2", qid, rid, {}, "plain", {devs[2]: 1, devs[3]: 2}, phase=Phase.MASKED_INPUT)
+    await cohorts_service.create_cohort(store, "c3", qid, rid, {}, "secagg", {devs[4]: 1, devs[5]: 2})
+    await store.cohorts.set_phase("c1", Phase.SHARE_KEYS)
+    await store.cohorts.set_phase("c3", Phase.SHARE_KEYS)
+    await store.cohorts.abort("c1", "too few", Phase.SHARE_KEYS)
+    await store.cohorts.set_phase("c1", Phase.MASKED_INPUT)  # too late: the cohort already ended
+    await store.cohorts.finish("c2", np.array([1, 2, 3]), [1, 2], {})
+    await store.cohorts.set_phase("c3", Phase.MASKED_INPUT)
+    assert await store.cohorts.abort_running("server restarted") == 1
+    rows = {c.id: (c.status, c.phase) for c in await store.cohorts.of_round(rid)}
     assert rows == {"c1": ("aborted", Phase.SHARE_KEYS), "c2": ("finished", Phase.DONE),
                     "c3": ("aborted", Phase.MASKED_INPUT)}
-    phases = [(e.cohort_id, e.data["phase"]) for e in await store.events(qid) if e.type == "cohort.phase"]
+    phases = [(e.cohort_id, e.data["phase"]) for e in await store.events.of_query(qid) if e.type == "cohort.phase"]
     assert phases == [("c1", "share_keys"), ("c3", "share_keys"), ("c3", "masked_input")]
-    aborted = {e.cohort_id: e.data for e in await store.events(qid) if e.type == "cohort.aborted"}
+    aborted = {e.cohort_id: e.data for e in await store.events.of_query(qid) if e.type == "cohort.aborted"}
     assert aborted == {"c1": {"reason": "too few", "phase": "share_keys"},
                        "c3": {"reason": "server restarted", "phase": "masked_input"}}
     await store.engine.dispose()
@@ -85,16 +86,16 @@ async def test_cohort_rows_record_their_phase(migrated_url: str) -> None:
 
 async def test_finished_sums_accumulate_atomically(migrated_url: str) -> None:
     store, qid, rid, devs = await _setup(migrated_url, 4)
-    await store.create_cohort("c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
-    await store.finish_cohort("c1", np.array([1, -2, 3]), [1, 2], {})
-    await store.create_cohort("c2", qid, rid, {}, "secagg", {devs[2]: 1, devs[3]: 2})
-    await store.finish_cohort("c2", np.array([10, 20, 30]), [2], {"masked_input": [1]})
+    await cohorts_service.create_cohort(store, "c1", qid, rid, {}, "secagg", {devs[0]: 1, devs[1]: 2})
+    await store.cohorts.finish("c1", np.array([1, -2, 3]), [1, 2], {})
+    await cohorts_service.create_cohort(store, "c2", qid, rid, {}, "secagg", {devs[2]: 1, devs[3]: 2})
+    await store.cohorts.finish("c2", np.array([10, 20, 30]), [2], {"masked_input": [1]})
     with pytest.raises(QueryNotLive, match="is finished"):
-        await store.finish_cohort("c2", np.array([1, 1, 1]), [1], {})
-    r = await store.get_round_by_id(rid)
+        await store.cohorts.finish("c2", np.array([1, 1, 1]), [1], {})
+    r = await store.rounds.by_id(rid)
     assert r is not None and r.contributors == 3
     assert vec_from_bytes(r.aggregate).tolist() == [11, 18, 33]
-    assert await store.contributors(qid) == {0: sorted([devs[0], devs[1], devs[3]])}
+    assert await store.rounds.contributors(qid) == {0: sorted([devs[0], devs[1], devs[3]])}
     await store.engine.dispose()
 
 
@@ -107,7 +108,7 @@ async def _drive(
     store, qid, rid, devs = await _setup(migrated_url, n, dim)
     cfg = SecAggConfig(session_id=b"s" * 16, n=n, dim=dim, bits=bits, min_survivors=min_survivors)
     members = {d: i + 1 for i, d in enumerate(devs)}
-    await store.create_cohort("c", qid, rid, cfg.to_dict(), "secagg", members)
+    await cohorts_service.create_cohort(store, "c", qid, rid, cfg.to_dict(), "secagg", members)
     ended: list[CohortRuntime] = []
     cohort = CohortRuntime("c", qid, rid, ServerSession(cfg), bits, members, phase_timeout_s, store, metrics or Metrics(),
                            ThreadPoolExecutor(2), ended.append, clock=clock)
@@ -141,10 +142,10 @@ async def test_cohort_runtime_exact_with_drops(migrated_url: str) -> None:
     assert cohort.status == "finished"
     expected_parties = set(inputs) - {1, 2}  # 3 sent its masked input before dropping
     assert cohort.contributors == expected_parties
-    (row,) = await store.cohorts_of_round(cohort.round_id)
+    (row,) = await store.cohorts.of_round(cohort.round_id)
     assert vec_from_bytes(row.sum).tolist() == sum(inputs[p] for p in expected_parties).tolist()
     assert row.phase == Phase.DONE
-    opened = [e.data["phase"] for e in await store.events(cohort.query_id) if e.type == "cohort.phase"]
+    opened = [e.data["phase"] for e in await store.events.of_query(cohort.query_id) if e.type == "cohort.phase"]
     assert opened == ["share_keys", "masked_input", "unmasking"]  # semi-honest: no consistency check
     await store.engine.dispose()
 
@@ -173,8 +174,8 @@ async def test_cohort_runtime_aborts_with_reason(migrated_url: str) -> None:
     drops = {p: Phase.MASKED_INPUT for p in range(1, 5)}
     cohort, _, store = await _drive(migrated_url, 6, drops, 4)
     assert cohort.status == "aborted" and "needed at least 4" in (cohort.reason or "")
-    assert await store.round_members(cohort.round_id) == set()
-    (row,) = await store.cohorts_of_round(cohort.round_id)
+    assert await store.rounds.members(cohort.round_id) == set()
+    (row,) = await store.cohorts.of_round(cohort.round_id)
     assert (row.status, row.phase) == ("aborted", Phase.MASKED_INPUT)  # the phase that could not complete
     with pytest.raises(Gone):
         await cohort.next_message("dev005", 2, 0)
@@ -204,7 +205,7 @@ async def test_phase_closes_early_once_arrivals_stall(migrated_url: str) -> None
     assert time.monotonic() - started < 30.0
     survivors = set(inputs) - set(drops)
     assert cohort.contributors == survivors
-    (row,) = await store.cohorts_of_round(cohort.round_id)
+    (row,) = await store.cohorts.of_round(cohort.round_id)
     assert vec_from_bytes(row.sum).tolist() == sum(inputs[p] for p in survivors).tolist()
     await store.engine.dispose()
 
@@ -277,7 +278,7 @@ async def test_unmasking_closes_early_once_every_secret_is_reconstructible(migra
     assert cohort.status == "finished" and metrics.early_closes == 1
     assert time.monotonic() - started < 30.0
     assert cohort.contributors == set(inputs)
-    (row,) = await store.cohorts_of_round(cohort.round_id)
+    (row,) = await store.cohorts.of_round(cohort.round_id)
     assert vec_from_bytes(row.sum).tolist() == sum(inputs.values()).tolist()
     await store.engine.dispose()
 
@@ -289,7 +290,7 @@ async def test_a_late_answer_is_dropped_cleanly(migrated_url: str) -> None:
     store, qid, rid, devs = await _setup(migrated_url, n, dim)
     cfg = SecAggConfig(session_id=b"L" * 16, n=n, dim=dim, bits=bits, min_survivors=5)
     members = {d: i + 1 for i, d in enumerate(devs)}
-    await store.create_cohort("c", qid, rid, cfg.to_dict(), "secagg", members)
+    await cohorts_service.create_cohort(store, "c", qid, rid, cfg.to_dict(), "secagg", members)
     cohort = CohortRuntime("c", qid, rid, ServerSession(cfg), bits, members, 30.0, store, Metrics(),
                            ThreadPoolExecutor(2), lambda c: None)
     inputs = {p: np.arange(dim) + p for p in members.values()}
@@ -318,11 +319,11 @@ async def test_a_late_answer_is_dropped_cleanly(migrated_url: str) -> None:
     await runner
     assert len(late) == 2 and late[0] == late[1]  # Gone, the same answer both times
     assert cohort.status == "finished" and cohort.contributors == set(inputs) - {4}
-    (row,) = await store.cohorts_of_round(rid)
+    (row,) = await store.cohorts.of_round(rid)
     assert vec_from_bytes(row.sum).tolist() == sum(v for p, v in inputs.items() if p != 4).tolist()
-    r = await store.get_round_by_id(rid)
+    r = await store.rounds.by_id(rid)
     assert r is not None and r.contributors == n - 1
-    assert await store.contributors(qid) == {0: sorted(d for d, p in members.items() if p != 4)}
+    assert await store.rounds.contributors(qid) == {0: sorted(d for d, p in members.items() if p != 4)}
     await store.engine.dispose()
 
 

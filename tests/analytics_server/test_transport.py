@@ -75,13 +75,13 @@ async def test_nonce_expiry_is_timestamp_plus_window_not_receive_time(migrated_u
         future = now + window - 1  # accepted: inside the window
         await auth.claim("dev", _hdrs("f" * 16, future))
         # the old rule (received + window) would prune it here, while its timestamp is still accepted
-        assert await store.prune_nonces(now + window + 1) == 0
+        assert await store.devices.prune_nonces(now + window + 1) == 0
         with pytest.raises(Unauthenticated, match="replayed"):
             await auth.claim("dev", _hdrs("f" * 16, future))
         async with store.sessions() as s:
             (expires,) = (await s.execute(text("SELECT expires_at FROM nonces WHERE device_id = 'dev'"))).one()
         assert expires == pytest.approx(future + window)
-        assert await store.prune_nonces(future + window + 1) == 1  # now no request with it passes the window
+        assert await store.devices.prune_nonces(future + window + 1) == 1  # now no request with it passes the window
     finally:
         await store.engine.dispose()
 
@@ -131,7 +131,7 @@ def test_json_shape_ignores_brackets_in_strings_and_is_linear() -> None:
 async def test_deeply_nested_json_is_400_on_analyst_and_device_routes(start_app_server, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
     server = await start_app_server()
     store = Store(make_engine(migrated_url))
-    token = await store.create_token("analyst")
+    token = await store.tokens.create("analyst")
     await store.engine.dispose()
     deep = b"[" * 1000 + b"]" * 1000
     async with ClientSession(str(server.make_url(""))) as http:
@@ -168,7 +168,7 @@ async def test_registration_rate_limit_per_address(start_app_server) -> None:  #
 
 async def test_metrics_need_a_token_in_production_and_are_open_in_demo(start_app_server, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
     store = Store(make_engine(migrated_url))
-    metrics_token, analyst_token = await store.create_token("metrics"), await store.create_token("analyst")
+    metrics_token, analyst_token = await store.tokens.create("metrics"), await store.tokens.create("analyst")
     await store.engine.dispose()
     prod = await start_app_server(profile="production")
     demo = await start_app_server()

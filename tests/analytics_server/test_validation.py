@@ -62,7 +62,7 @@ async def _fleet(http: aiohttp.ClientSession, url: str, data: list[list[str]], s
 
 async def test_honest_fleet_result_is_the_same_with_and_without_proofs(app_server: TestServer) -> None:
     url = str(app_server.make_url(""))
-    hdr = {"Authorization": f"Bearer {await app_server.app[STATE].store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await app_server.app[STATE].store.tokens.create('admin')}"}
     data = _rows(np.random.default_rng(5), 6)
     expected, _ = run_locally(get_kind("histogram"), {"buckets": BUCKETS}, data)
     stop = asyncio.Event()
@@ -89,7 +89,7 @@ async def test_a_bad_proof_drops_the_device(app_server: TestServer, monkeypatch:
     bend(monkeypatch)
     url = str(app_server.make_url(""))
     st = app_server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     honest = _rows(np.random.default_rng(7), 5)
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
@@ -122,7 +122,7 @@ async def test_a_device_that_masks_another_vector_is_detected(
     server = await start_app_server(cohort_formation_wait_s=0.0)
     url = str(server.make_url(""))
     st = server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     rng = np.random.default_rng(11)
     first, later = _rows(rng, 2), _rows(rng, 4)
     spec = _spec(min_clients=3, max_clients=3)
@@ -161,7 +161,7 @@ async def test_a_device_that_masks_another_vector_is_detected(
 async def test_specs_name_the_validation_field(start_app_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     server = await start_app_server(require_validation=True)
     url = str(server.make_url(""))
-    hdr = {"Authorization": f"Bearer {await server.app[STATE].store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await server.app[STATE].store.tokens.create('admin')}"}
     training = {"kind": "training", "source": "examples",
                 "params": {"model": {"name": "logistic", "n_features": 3}, "rounds": 1, "eval_every": 0},
                 "privacy": {"validation": "proofs"}}
@@ -193,15 +193,15 @@ async def test_proofs_are_the_default_in_every_profile(start_app_server: Any) ->
         server = await start_app_server(require_validation=required)
         url = str(server.make_url(""))
         store = server.app[STATE].store
-        hdr = {"Authorization": f"Bearer {await store.create_token('admin')}"}
+        hdr = {"Authorization": f"Bearer {await store.tokens.create('admin')}"}
         async with aiohttp.ClientSession() as http:
             expensive = await _submit(http, url, hdr, hh)
             cheap = await _submit(http, url, hdr, _spec())
             unproved = _spec("none")
             async with http.post(f"{url}/v1/queries", json=unproved, headers=hdr) as resp:
                 assert resp.status == (422 if required else 201), await resp.text()
-        assert (await store.get_query(expensive)).spec["privacy"]["validation"] == "proofs", required
-        assert (await store.get_query(cheap)).spec["privacy"]["validation"] == "proofs"
+        assert (await store.queries.get(expensive)).spec["privacy"]["validation"] == "proofs", required
+        assert (await store.queries.get(cheap)).spec["privacy"]["validation"] == "proofs"
         await server.close()
 
 
@@ -223,7 +223,7 @@ async def test_with_the_default_spec_a_device_proving_two_votes_is_refused_and_l
     server = await start_app_server(cohort_formation_wait_s=0.0)
     url = str(server.make_url(""))
     st = server.app[STATE]
-    hdr = {"Authorization": f"Bearer {await st.store.create_token('admin')}"}
+    hdr = {"Authorization": f"Bearer {await st.store.tokens.create('admin')}"}
     honest = [[str(w) for w in np.random.default_rng(5).choice(BUCKETS, size=2)] for _ in range(4)]
     spec = {**DEFAULT_SPECS[kind], "cohort": {"min_clients": 4, "max_clients": 5, "phase_timeout_s": 5}}
     stop = asyncio.Event()

@@ -88,7 +88,7 @@ class Fleet:
 
 
 async def analyst(server: TestServer) -> dict[str, str]:
-    token = await server.app[STATE].store.create_token("admin")
+    token = await server.app[STATE].store.tokens.create("admin")
     return {"Authorization": f"Bearer {token}"}
 
 

@@ -62,7 +62,7 @@ async def test_registration_is_persisted(app_server: TestServer, tmp_path) -> No
 async def test_devices_complete_a_histogram(app_server: TestServer) -> None:
     url = str(app_server.make_url(""))
     st = app_server.app[STATE]
-    token = await st.store.create_token("admin")
+    token = await st.store.tokens.create("admin")
     rng = np.random.default_rng(3)
     data = [[str(w) for w in rng.choice(["moon", "sun", "star"], size=int(rng.integers(1, 4)))] for _ in range(8)]
     stop = asyncio.Event()
@@ -149,7 +149,7 @@ async def test_active_threat_model_and_sse(start_app_server) -> None:  # type: i
     events in order (ids increasing; a reconnect with Last-Event-ID resumes after it), then the end."""
     server = await start_app_server(threat_model="active")
     url = str(server.make_url(""))
-    token = await server.app[STATE].store.create_token("analyst")
+    token = await server.app[STATE].store.tokens.create("analyst")
     hdr = {"Authorization": f"Bearer {token}"}
     stop = asyncio.Event()
     data = [["moon"], ["sun", "moon"], ["star"], ["moon"], [], ["sun"]]
@@ -184,7 +184,7 @@ async def test_active_threat_model_and_sse(start_app_server) -> None:  # type: i
             resumed = await _sse(http, f"{url}/v1/queries/{qid}/events", {**hdr, "Last-Event-ID": str(stored[3][0])})
             assert [e for i, e, _ in resumed if i is not None] == [e for _, e, _ in stored[4:]]
             assert resumed[-1][1] == "end"
-        (cohort,) = await server.app[STATE].store.cohorts_of_round(1)
+        (cohort,) = await server.app[STATE].store.cohorts.of_round(1)
         assert cohort.secagg["threat_model"] == "active" and cohort.phase == Phase.DONE
         expected, _ = run_locally(get_kind("histogram"), SPEC["params"], data)
         assert res["result"] == expected
@@ -202,7 +202,7 @@ async def test_fleet_until_idle_exits_and_truth_matches_keys(app_server: TestSer
         run_fleet(str(app_server.make_url("")), devices, until_idle=True, idle_s=1.5, checkin_wait_s=0.2), 20
     )
     assert stats.outcomes.get("idle", 0) >= 4
-    registered = {d for d in truth["devices"] if await app_server.app[STATE].store.device_key(d) is not None}
+    registered = {d for d in truth["devices"] if await app_server.app[STATE].store.devices.key(d) is not None}
     assert registered == set(truth["devices"]) and len(registered) == 4
 
 
@@ -211,7 +211,7 @@ async def test_distributed_noise_reaches_devices_and_result(app_server: TestServ
     reports (ε, δ) and the per-round noise."""
     url = str(app_server.make_url(""))
     st = app_server.app[STATE]
-    token = await st.store.create_token("analyst")
+    token = await st.store.tokens.create("analyst")
     hdr = {"Authorization": f"Bearer {token}"}
     spec = {**SPEC, "privacy": {"epsilon": 2.0, "delta": 1e-6, "mechanism": "discrete_gaussian"},
             "cohort": {"min_clients": 6, "max_clients": 50, "phase_timeout_s": 3}}

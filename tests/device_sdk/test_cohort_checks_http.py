@@ -105,7 +105,7 @@ async def test_a_server_showing_one_device_something_else_gets_refusals_and_rele
     assert final["status"] == "failed" and "task_mismatch" in final["error"], final
     assert "result" not in final or not final.get("result"), final
     assert refused == 6, "every member refuses: the victim for its peers' signatures, the peers for the victim's"
-    (cohort,) = await server.app[STATE].store.cohorts_of_round(1)
+    (cohort,) = await server.app[STATE].store.cohorts.of_round(1)
     assert cohort.status == "aborted" and cohort.contributors == 0 and "task_mismatch ×6" in (cohort.reason or "")
     for dev in devices:
         assert {r.reason for r in dev.refusals} == {"task_mismatch"}

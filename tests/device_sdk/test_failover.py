@@ -54,7 +54,7 @@ async def test_checkin_fails_over_to_the_next_url_and_stays_there(app_server: Te
 
 
 async def _submit(app_server: TestServer) -> tuple[str, dict[str, str]]:
-    token = await app_server.app[STATE].store.create_token("admin")
+    token = await app_server.app[STATE].store.tokens.create("admin")
     hdr = {"Authorization": f"Bearer {token}"}
     async with aiohttp.ClientSession() as http:
         r = await http.post(str(app_server.make_url("/v1/queries")), json=SPEC, headers=hdr)
@@ -120,7 +120,7 @@ async def test_one_round_trip_per_phase(app_server: TestServer, keys_with_checki
 
 async def test_analyst_client_fails_over(app_server: TestServer) -> None:
     good = str(app_server.make_url("")).rstrip("/")
-    token = await app_server.app[STATE].store.create_token("admin")
+    token = await app_server.app[STATE].store.tokens.create("admin")
     client = AnalystClient(f"{_closed_url()},{good}", token)
     listed = await asyncio.to_thread(client.call, "GET", "/v1/queries")  # refused → next URL
     assert listed["queries"] == [] and client.server == good

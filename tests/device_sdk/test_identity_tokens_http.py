@@ -115,10 +115,10 @@ async def test_registration_needs_a_token_the_trusted_issuer_signed_for_that_key
         for token, status, message in cases:
             got, body = await _register(url, http, token, device)
             assert (got, body["error"][:len(message)]) == (status, message), body
-        assert await server.app[STATE].store.device_key(device.device_id) is None  # nothing stored
+        assert await server.app[STATE].store.devices.key(device.device_id) is None  # nothing stored
         got, body = await _register(url, http, _token_for("real", device.public_key), device)
         assert got == 201 and body["device_id"] == device.device_id
-        assert (await server.app[STATE].store.device_identity(device.device_id))[1] is not None
+        assert (await server.app[STATE].store.devices.identity(device.device_id))[1] is not None
 
 
 async def test_a_device_registered_before_the_issuer_must_register_again_with_a_token(start_app_server) -> None:  # type: ignore[no-untyped-def]

@@ -93,7 +93,7 @@ async def test_a_cohort_shrunk_below_the_devices_minimum_is_refused_before_unmas
         assert out.reason == "survivors_below_minimum" and "5 parties, below this party's minimum of 6" in out.detail
         (record,) = dev.client.transparency_log()  # its masked vector had left: logged, never unmasked
         assert record.status == "abandoned" and record.sent_at is not None and record.min_survivors == 6
-    (cohort,) = await server.app[STATE].store.cohorts_of_round(1)
+    (cohort,) = await server.app[STATE].store.cohorts.of_round(1)
     assert cohort.status == "aborted" and cohort.contributors == 0
 
 
@@ -169,8 +169,8 @@ async def test_the_honest_server_passes_and_the_transparency_log_matches_what_wa
         contributors = (await (await http.get(f"{url}/v1/admin/queries/{final['id']}/contributors", headers=hdr)).json())["rounds"]["0"]
         assert await metric(http, url, "fa_device_refusals_total") == 0
     st = server.app[STATE]
-    rnd = await st.store.get_round(final["id"], 0)
-    (cohort,) = await st.store.cohorts_of_round(rnd.id)
+    rnd = await st.store.rounds.get(final["id"], 0)
+    (cohort,) = await st.store.cohorts.of_round(rnd.id)
     for dev in devices:
         (record,) = dev.client.transparency_log()
         assert (record.query_id, record.round, record.cohort_id, record.kind, record.source) == (

@@ -74,7 +74,7 @@ async def test_a_seeded_device_masks_and_signs_with_the_factorys_sub_sources(app
     from secagg.messages import AdvertiseKeys, decode
 
     url = str(app_server.make_url(""))
-    token = await app_server.app[STATE].store.create_token("analyst")
+    token = await app_server.app[STATE].store.tokens.create("analyst")
     spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},
             "cohort": {"min_clients": 5, "max_clients": 50, "phase_timeout_s": 3}}
     sent: dict[int, list[tuple[str, bytes]]] = {}

@@ -48,7 +48,7 @@ async def test_an_ineligible_device_never_checks_in(start_app_server) -> None:  
     try:
         await _until(lambda: polls[0] >= 10)  # ten times asked, ten times not eligible
         assert _checkins(server) == 0
-        assert await server.app[STATE].store.device_key(client.device_id) is None  # not even registered
+        assert await server.app[STATE].store.devices.key(client.device_id) is None  # not even registered
         client.ineligible_poll_s = 3600
         asked = polls[0]
         await _until(lambda: polls[0] > asked)  # asked once more: now in an hour-long pause

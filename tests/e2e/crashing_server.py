@@ -1,6 +1,6 @@
 """A server process that dies, by its own SIGKILL, at one step of storing a forming cohort (issue 47):
 `FA_DIE_AT=STEP python -m tests.e2e.crashing_server serve --db URL --port P`, STEP one of `FORMATION_STEPS`
-(analytics_server/db/cluster_store.py). Nothing of the process runs after that: no rollback it sends, no clean-up,
+(analytics_server/services/cohorts_service.py). Nothing of the process runs after that: no rollback it sends, no clean-up,
 no lease released; PostgreSQL rolls back its open transaction when the connection drops. Used by
 tests/e2e/test_formation_crash_e2e.py."""
 
@@ -11,7 +11,8 @@ import signal
 import sys
 
 from analytics_server import cli
-from analytics_server.db.cluster_store import FORMATION_STEPS, ClusterStore
+from analytics_server.db.store import Store
+from analytics_server.services.cohorts_service import FORMATION_STEPS
 
 
 def die_at(step: str) -> None:
@@ -23,7 +24,7 @@ def die_at(step: str) -> None:
         if at == step:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    ClusterStore.fault_hook = staticmethod(hook)  # a class attribute: not bound to the store
+    Store.fault_hook = staticmethod(hook)  # a class attribute: not bound to the store
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,10 +69,12 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from analytics_server import cli, orchestrator
+from analytics_server.db.device_store import Devices
 from analytics_server.db.store import Store
 from analytics_server.db.translog_store import LOG_LOCK, now_ms
 from analytics_server.http import device as device_routes
 from analytics_server.pool import DevicePool
+from analytics_server.services import cohorts_service
 from queries.envelope import device_id_for
 from queries.task_digest import task_digest
 from translog import entries as te
@@ -150,14 +152,14 @@ def install_log_both() -> None:
     """FA_EVIL_LOG=both: the victim's task is logged too (a second `task` entry for the cohort), and each device's
     check-in carries the proof of the entry for the task it was shown — every device finds its own digest in the
     log. Only the task binding (and an audit: two tasks for one cohort) can catch it."""
-    real_create, real_proof, real_checkin = Store.create_cohort, Store.log_task_proof, DevicePool.checkin
+    real_create, real_proof, real_checkin = cohorts_service.create_cohort, Store.log_task_proof, DevicePool.checkin
 
-    async def create_cohort(self: Store, cohort_id: str, query_id: str, *args: Any, **kwargs: Any) -> None:
+    async def create_cohort(store: Store, cohort_id: str, query_id: str, *args: Any, **kwargs: Any) -> None:
         if cohort_id in _VICTIMS:  # logged first: committed before any member's assignment can be delivered
             _, digest, rnd, _, shown = _VICTIMS[cohort_id]
-            async with self._tx([LOG_LOCK]) as s:
-                await self._log_append(s, [te.task_entry(query_id, rnd, cohort_id, digest, now_ms(), shown)])
-        await real_create(self, cohort_id, query_id, *args, **kwargs)
+            async with store.db.tx([LOG_LOCK]) as s:
+                await store._log_append(s, [te.task_entry(query_id, rnd, cohort_id, digest, now_ms(), shown)])
+        await real_create(store, cohort_id, query_id, *args, **kwargs)
 
     async def log_task_proof(self: Store, cohort_id: str, from_size: int | None, *args: Any, **kwargs: Any) -> Any:
         victim = _VICTIMS.get(cohort_id)
@@ -169,7 +171,7 @@ def install_log_both() -> None:
         _DEVICE.set(device_id)
         return await real_checkin(self, device_id, *args, **kwargs)
 
-    Store.create_cohort = create_cohort  # type: ignore[method-assign]
+    cohorts_service.create_cohort = create_cohort
     Store.log_task_proof = log_task_proof  # type: ignore[method-assign]
     DevicePool.checkin = checkin  # type: ignore[method-assign]
 
@@ -359,7 +361,7 @@ encoding of an absent token in the peer keys) instead of keeping the cohort from
 def install_invented_neighbours() -> None:
     """Registration admits devices without an issuer token (the attacker's own identities); they are known to the
     device routes and seated like any other; every cohort relays each real member's token and none for its own."""
-    real_token, real_identity, real_keys = device_routes._identity_token, Store.device_identity, Store.device_keys
+    real_token, real_identity, real_keys = device_routes._identity_token, Devices.identity, Devices.keys
 
     def identity_token(st: Any, req: Any, identity_key: bytes) -> bytes | None:
         if req.identity_token is None:
@@ -368,11 +370,11 @@ def install_invented_neighbours() -> None:
             return None
         return real_token(st, req, identity_key)
 
-    async def device_identity(self: Store, device_id: str) -> Any:
+    async def device_identity(self: Devices, device_id: str) -> Any:
         raw, token = await real_identity(self, device_id)
         return raw, (NO_TOKEN if raw is not None and token is None else token)
 
-    async def device_keys(self: Store, device_ids: list[str]) -> dict[str, tuple[bytes, bytes | None]]:
+    async def device_keys(self: Devices, device_ids: list[str]) -> dict[str, tuple[bytes, bytes | None]]:
         keys = await real_keys(self, device_ids)
         invented = sum(1 for _, token in keys.values() if token is None)
         if invented:
@@ -381,8 +383,8 @@ def install_invented_neighbours() -> None:
         return {d: (key, NO_TOKEN if token is None else token) for d, (key, token) in keys.items()}
 
     device_routes._identity_token = identity_token
-    Store.device_identity = device_identity  # type: ignore[method-assign]
-    Store.device_keys = device_keys  # type: ignore[method-assign]
+    Devices.identity = device_identity  # type: ignore[method-assign]
+    Devices.keys = device_keys  # type: ignore[method-assign]
 
 
 FLOOR_MODES: dict[str, Callable[[], None]] = {

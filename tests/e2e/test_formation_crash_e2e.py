@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from analyst_client.cli import AnalystClient
-from analytics_server.db.cluster_store import FORMATION_STEPS
+from analytics_server.services.cohorts_service import FORMATION_STEPS
 from devstack.pg_local import worker_database
 from devstack.processes import Fleet, Server, fresh_database
 from tests.e2e.cluster import CLUSTER_ENV

@@ -11,8 +11,10 @@ import asyncio
 import pytest
 
 from analytics_server.db.engine import make_engine
-from analytics_server.db.store import ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded, Store
+from analytics_server.db.store import Store
+from analytics_server.services import queries_service
 from queries import dp
+from queries.dp.limits import ActiveQueryLimit, AnalystLimits, AnalystQuotaExceeded
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +25,7 @@ COST = dp.PrivacyCost(1.0, 1e-6)
 async def _attempt(store: Store, source: str, created_by: int | None = None, limits: AnalystLimits | None = None,
                    cost: dp.PrivacyCost | None = COST) -> str | Exception:
     try:
-        q = await store.create_query("histogram", None, source, {}, {}, 1, None, created_by, cost=cost,
+        q = await queries_service.submit(store, "histogram", None, source, {}, {}, 1, None, created_by, cost=cost,
                                      default_budget=BUDGET, limits=limits)
     except (dp.BudgetExceeded, AnalystQuotaExceeded, ActiveQueryLimit) as exc:
         return exc
@@ -39,7 +41,7 @@ def test_two_stores_cannot_overspend_a_source(db_url: str) -> None:
                 ok = [r for r in results if isinstance(r, str)]
                 assert len(ok) == 1, results
                 assert all(isinstance(r, dp.BudgetExceeded) for r in results if not isinstance(r, str))
-                state = await b.get_budget(source, BUDGET)
+                state = await b.budgets.get(source, BUDGET)
                 assert (state.spent_epsilon, state.queries_charged) == (1.0, 1)
         finally:
             await a.engine.dispose()
@@ -52,7 +54,7 @@ def test_two_stores_cannot_overspend_an_analyst_quota_or_cap(db_url: str) -> Non
     async def run() -> None:
         a, b = Store(make_engine(db_url)), Store(make_engine(db_url))
         try:
-            info = await a.lookup_token(await a.create_token("analyst"))
+            info = await a.tokens.lookup(await a.tokens.create("analyst"))
             assert info is not None
             tok = info.id
             # ε quota 1.5 across sources: the analyst's concurrent charges to six different sources (each with
@@ -62,13 +64,13 @@ def test_two_stores_cannot_overspend_an_analyst_quota_or_cap(db_url: str) -> Non
             ok = [r for r in results if isinstance(r, str)]
             assert len(ok) == 1, results
             assert all(isinstance(r, AnalystQuotaExceeded) for r in results if not isinstance(r, str))
-            usage = await a.analyst_usage(tok, quota)
+            usage = await queries_service.usage(a, tok, quota)
             assert (usage.epsilon_used, usage.active_queries) == (1.0, 1)
             # at most two active queries (no noise, no charge): the one above plus one of these six
             cap = AnalystLimits(max_active=2)
             results = await asyncio.gather(*(_attempt(s, "free", tok, cap, None) for s in (a, b) for _ in range(3)))
             assert len([r for r in results if isinstance(r, str)]) == 1, results
-            assert (await b.analyst_usage(tok, cap)).active_queries == 2
+            assert (await queries_service.usage(b, tok, cap)).active_queries == 2
         finally:
             await a.engine.dispose()
             await b.engine.dispose()
