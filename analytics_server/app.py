@@ -21,6 +21,7 @@ from analytics_server.http.cors import make_cors_middleware
 from analytics_server.metrics import Metrics, count_statements
 from analytics_server.notify import notifier_for
 from analytics_server.orchestrator import Orchestrator
+from analytics_server.protocols import for_benchmark
 from analytics_server.pool import AVAILABILITY_SLACK_S, DevicePool
 from analytics_server.settings import Settings
 from analytics_server.state import STATE, AppState
@@ -98,7 +99,8 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         process = identity_for(settings)
         metrics_.process = process.name
         count_statements(engine, metrics_)
-        orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier, clock=clock, unmasked=unmasked)
+        orch = Orchestrator(store, settings, pool, metrics_, executor, process, notifier, clock=clock,
+                            protocol=for_benchmark(unmasked))
         rate = settings.register_rate()
         limiter = AddressRateLimiter(rate, settings.register_burst) if rate > 0 else None
         app[STATE] = AppState(settings, store, auth, pool, metrics_, orch, executor, process, limiter, issuer)

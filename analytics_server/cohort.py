@@ -1,4 +1,6 @@
-"""One running cohort: drives a `secagg.ServerSession` through its phases over HTTP.
+"""One running cohort: drives its protocol's server session (`analytics_server.protocols`: SecAgg's
+`secagg.ServerSession`, or the benchmark's unmasked one) through its phases over HTTP, built from the cohort's plan
+(`CohortRuntime.from_plan`, `analytics_server.cohort_plan`) without branching on which protocol it runs.
 
 Devices POST their message for the current phase (`submit`) and long-poll for the server's next message
 (`next_message`). A phase closes when every expected party has answered, at its deadline
@@ -18,11 +20,11 @@ import dataclasses
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -31,16 +33,19 @@ from analytics_server.services.blame_service import FailedOpening
 from analytics_server.db.store import QueryNotLive, Store
 from analytics_server.logs import fields
 from analytics_server.metrics import Metrics
+from analytics_server.protocols import SECURE_AGGREGATION, AggregationSession, CohortProtocol, SessionInputs
 from analytics_server.validation import CohortValidation
 from fa_common.clock import SYSTEM_CLOCK, Clock
 from fa_common.errors import Conflict, Forbidden, Gone, Invalid, Malformed, RequestError
 from queries.envelope import Assignment
 from secagg import encoding
 from secagg.errors import AbortError, ConflictError, InvalidInputError, SecAggError
-from secagg.messages import AdvertiseKeys, max_client_message_size
+from secagg.config import SecAggConfig
+from secagg.messages import AdvertiseKeys
 from secagg.phases import Phase
-from secagg.plain import PlainServerSession
-from secagg.server import ServerSession
+
+if TYPE_CHECKING:
+    from analytics_server.cohort_plan import CohortPlan
 
 log = logging.getLogger(__name__)
 OFFLOAD_BYTES = 256 * 1024
@@ -101,11 +106,12 @@ class NextMessage:
 
 @dataclass(frozen=True)
 class CohortSpec:
-    """What a cohort is, fixed before its runtime starts: built once by the orchestrator and passed in."""
+    """What the runtime reads of a cohort, fixed before it starts (`CohortRuntime.from_plan` fills it from the
+    cohort's plan; tests may give only what they exercise)."""
 
-    mode: str = "secagg"
-    secagg_dict: dict[str, Any] = field(default_factory=dict)
-    """The session's SecAggConfig as stored with the cohort row."""
+    protocol: CohortProtocol = SECURE_AGGREGATION
+    config: SecAggConfig | None = None
+    """The session's parameters as the assignments carry them and the cohort row stores them."""
     task_digest: bytes = bytes(32)
     """The cohort's task digest (queries/task_digest.py), as every honest member computes it."""
     validation: CohortValidation | None = None
@@ -114,7 +120,7 @@ class CohortSpec:
     """Why the unmasked sum (the kind's entries, signed) is implausible, or None (every round)."""
     kind_dim: int | None = None
     """Entries of the kind's vector; the masked vector may carry blinding limbs after them."""
-    assignments: dict[str, Assignment] = field(default_factory=dict)
+    assignments: Mapping[str, Assignment] = field(default_factory=dict)
     """Each member's assignment envelope (the runtime keeps its own copy of the mapping)."""
     shortfall_note: str = ""
     """Appended to an abort for too few survivors: why the cohort needs that many (its noise shares' size)."""
@@ -128,7 +134,7 @@ class CohortRuntime:
         cohort_id: str,
         query_id: str,
         round_id: int,
-        session: ServerSession | PlainServerSession,
+        session: AggregationSession,
         bits: int,
         members: dict[str, int],
         phase_timeout_s: float,
@@ -173,8 +179,8 @@ class CohortRuntime:
         self.phase_opened = self.started
         """Wall-clock time the open phase opened (its deadline is this + phase_timeout_s)."""
         self.ended: float | None = None
-        self.mode = spec.mode
-        self.secagg_dict = spec.secagg_dict
+        self.mode = spec.protocol.name
+        self.secagg_dict: dict[str, Any] = spec.config.to_dict() if spec.config is not None else {}
         self.task_digest = spec.task_digest
         self.assignments: dict[str, Assignment] = dict(spec.assignments)
         self._released: set[str] = set()
@@ -186,16 +192,35 @@ class CohortRuntime:
         """Parties whose device refused the assignment (its own policy): no phase waits for them."""
         self.refusals: Counter[str] = Counter()
 
+    @classmethod
+    def from_plan(
+        cls, plan: CohortPlan, identities: Mapping[str, bytes], tokens: Mapping[str, bytes], store: Store,
+        metrics: Metrics, executor: Executor, on_end: Callable[[CohortRuntime], None], owner: str | None = None,
+        clock: Clock | None = None,
+    ) -> CohortRuntime:
+        """The runtime of a planned cohort: its protocol's session (`plan.protocol.server_session`) over the
+        members' identity keys and — when every member has one — their identity tokens (relayed with the routed
+        shares: a device that pins the issuer's keys counts toward its floor only peers whose token it verified),
+        and the proof checks of its statement."""
+        checks = None if plan.statement is None else CohortValidation(
+            plan.statement, plan.query_id, plan.round_index, plan.session_id, plan.task_digest)
+        held = {p: tokens[d] for d, p in plan.members.items() if d in tokens}
+        session = plan.protocol.server_session(SessionInputs(
+            plan.config, {p: identities[d] for d, p in plan.members.items()},
+            held if len(held) == plan.n else None, plan.task_digest, checks.validator if checks else None))
+        spec = CohortSpec(
+            protocol=plan.protocol, config=plan.config, task_digest=plan.task_digest, validation=checks,
+            sum_check=plan.sum_check, kind_dim=plan.kind_dim, assignments=plan.assignments,
+            shortfall_note=plan.shortfall_note, failed_opening=plan.failed_opening)
+        return cls(plan.cohort_id, plan.query_id, plan.round_id, session, plan.bits, dict(plan.members),
+                   plan.phase_timeout_s, store, metrics, executor, on_end, owner=owner, clock=clock, spec=spec)
+
     # -- device side ----------------------------------------------------------------------------
 
     @cached_property
     def message_limit(self) -> int:
         """Largest phase message a member can legitimately send in this cohort (bytes)."""
-        if isinstance(self.session, ServerSession):
-            cfg = self.session.config
-            proof = self.validation.proof_bytes if self.validation is not None else 0
-            return max_client_message_size(cfg.dim, cfg.bits, cfg.resolved_degree, proof)
-        return max_client_message_size(self.session.dim, self.session.bits, 0)
+        return self.session.max_message_size(self.validation.proof_bytes if self.validation is not None else 0)
 
     def snapshot(self) -> dict[str, Any]:
         """The running cohort as status views show it: open phase, members, parties still expected in it and
@@ -262,11 +287,11 @@ class CohortRuntime:
         session and its task digest it signs them again with its share keys), so this works in both threat models,
         while phase 0 is open. False when the keys were not taken (the device then runs the phase itself and learns
         why there): no signature, a bad one, a repeated or low-order key, phase 0 closed."""
-        session = self.session
-        if not isinstance(session, ServerSession) or self.phase != Phase.ADVERTISE_KEYS:
+        config = self.spec.config
+        if config is None or self.phase != Phase.ADVERTISE_KEYS:  # a protocol without this phase never opens it
             return False
         party = self._party(device_id)
-        message = AdvertiseKeys(session.config.session_id, party, c_pk, s_pk, signature).encode()
+        message = AdvertiseKeys(config.session_id, party, c_pk, s_pk, signature).encode()
         try:
             await self.submit(device_id, Phase.ADVERTISE_KEYS, message)
         except RequestError:
@@ -372,9 +397,7 @@ class CohortRuntime:
     def quorum(self) -> int:
         """Fewest answers a phase may close early with: the session's survivor threshold (≥ the round's need,
         hence ≥ t_min)."""
-        if isinstance(self.session, ServerSession):
-            return self.session.config.survivor_threshold
-        return self.session.min_survivors
+        return self.session.survivor_threshold
 
     async def _wait_for_answers(self, opened: float) -> None:
         """Until every expected party answered, the deadline, or arrivals stalled while the phase may close early.
@@ -416,10 +439,8 @@ class CohortRuntime:
 
     def _may_close_early(self) -> bool:
         """Whether the open phase could close now without losing anything the protocol needs
-        (`ServerSession.close_ready`: no abort, no answering party pruned, every needed secret recoverable)."""
-        if isinstance(self.session, ServerSession):
-            return self.session.close_ready()
-        return self.session.received_count() >= self.session.min_survivors
+        (SecAgg's `ServerSession.close_ready`: no abort, no answering party pruned, every needed secret recoverable)."""
+        return self.session.close_ready()
 
     async def _release_dropped(self) -> None:
         """Free the members the session dropped (missed a deadline) so they may be seated elsewhere."""

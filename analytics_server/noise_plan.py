@@ -96,11 +96,11 @@ def _check_round(
     except ValueError as exc:
         raise NoisePlanError(f"privacy.epsilon: round {r}: no noise can be planned: {exc}") from None
     if noise is not None:
-        scale = float(noise["per_device_scale"])
+        mechanism, scale = noise.noise.mechanism, noise.noise.per_device_scale
         try:  # the samplers' own validation (a zero-length draw checks the scale and draws nothing)
-            dp.sample_noise(str(noise["mechanism"]), scale, 0, OsRandom())
+            dp.sample_noise(mechanism, scale, 0, OsRandom())
         except dp.PrivacyError as exc:
-            what = "σ" if noise["mechanism"] == "discrete_gaussian" else "μ"
+            what = "σ" if mechanism == "discrete_gaussian" else "μ"
             raise NoisePlanError(
                 f"{bound[0]}: round {r} needs a per-device noise {what} of {scale:.3g}, which the devices' sampler "
                 f"refuses ({exc}); every device would reject the task. Lower {' or '.join(bound)} (the noise grows "

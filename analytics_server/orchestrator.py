@@ -33,7 +33,8 @@ from typing import Any
 
 from analytics_server import blame, privacy, sampling, validation
 from analytics_server.cluster import ProcessIdentity
-from analytics_server.cohort import CohortRuntime, CohortSpec
+from analytics_server.cohort import CohortRuntime
+from analytics_server.cohort_plan import QueryContext, RoundContext, ServerTerms, plan_cohort
 from analytics_server.db.models import Query, Round
 from analytics_server.db.store import ClaimLost, QueryNotLive, Store, vec_from_bytes
 from analytics_server.logs import fields
@@ -41,22 +42,17 @@ from analytics_server.metrics import Metrics
 from analytics_server.noise_plan import round_need
 from analytics_server.notify import ASSIGN, CANCEL, Notifier
 from analytics_server.pool import DevicePool
+from analytics_server.protocols import SECURE_AGGREGATION, CohortProtocol
 from analytics_server.services import cohorts_service, queries_service
-from analytics_server.services.blame_service import FailedOpening
 from analytics_server.settings import Settings
-from queries import dp, uncertainty
-from queries.envelope import Assignment, AssignmentPrivacy
-from queries.kind import AggregateNoise, QueryKind, RoundPlan
+from queries import uncertainty
+from queries.kind import AggregateNoise, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
-from queries.task_digest import task_digest
-from secagg import floor
 from fa_common.clock import SYSTEM_CLOCK, Clock
-from secagg.config import GraphKind, SecAggConfig
+from secagg.config import SecAggConfig
 from secagg.phases import Phase
-from secagg.plain import PlainServerSession
 from secagg.randomness import OsRandom, RandomSource
-from secagg.server import ServerSession
 
 log = logging.getLogger(__name__)
 FORMATION_POLL_S = 0.1
@@ -66,9 +62,16 @@ FORMATION_STALL_S = 0.5
 ENDED_KEEP_S = 600.0
 
 
-def _calibration(q: Query) -> dp.QueryCalibration | None:
-    """The query's stored calibration (read back from its DB column) as the dataclass."""
-    return privacy.stored_calibration(q.calibration)
+def _context(q: Query) -> QueryContext:
+    """The query's spec, kind and calibration (its DB columns), parsed once when its task starts."""
+    spec = QuerySpec.model_validate(q.spec)
+    return QueryContext(q.id, spec, q.spec, get_kind(spec.kind), privacy.stored_calibration(q.calibration),
+                        q.rounds_upper_bound)
+
+
+def _round_context(rnd: Round) -> RoundContext:
+    """A stored round's plan and noise (its DB columns), parsed once."""
+    return RoundContext(rnd.id, rnd.index, RoundPlan(**rnd.plan), privacy.stored_noise(rnd.noise), rnd.bits, rnd.need)
 
 
 class QueryFailed(Exception):
@@ -79,13 +82,17 @@ class Orchestrator:
     def __init__(
         self, store: Store, settings: Settings, pool: DevicePool, metrics: Metrics, executor: Executor,
         process: ProcessIdentity, notifier: Notifier, randomness: RandomSource | None = None,
-        clock: Clock | None = None, unmasked: bool = False,
+        clock: Clock | None = None, protocol: CohortProtocol = SECURE_AGGREGATION,
     ) -> None:
-        """`unmasked`: form the benchmark's unmasked cohorts (`secagg.plain`, no masks) instead of secure
-        aggregation — only `make bench` builds a server so, to measure what masking costs; no query or assignment
-        field can select it, and a device runs it only when built with the benchmark's hooks."""
+        """`protocol`: how every cohort aggregates (`analytics_server.protocols`) — secure aggregation, or the
+        benchmark's unmasked session (`protocols.for_benchmark`: only `make bench` builds a server so, to measure
+        what masking costs; no query or assignment field can select it, and a device runs it only when built with
+        the benchmark's hooks)."""
         self.store = store
-        self.unmasked = unmasked
+        self.protocol = protocol
+        self.terms = ServerTerms(process.assignment_url, settings.failed_opening_extra_runs, settings.blame_quorum,
+                                 settings.default_budget())
+        """What the settings and this process add to every cohort (`cohort_plan.plan_cohort`)."""
         self.settings = settings
         self.pool = pool
         self.metrics = metrics
@@ -278,14 +285,14 @@ class Orchestrator:
             self._stored_progress.pop(query_id, None)
 
     async def _drive(self, q: Query) -> None:
-        spec = QuerySpec.model_validate(q.spec)
-        kind = get_kind(spec.kind)
+        ctx = _context(q)
+        spec, kind = ctx.spec, ctx.kind
         params = kind.parse_params(spec.params)
         state = kind.state_from_json(q.state)
         index = q.current_round
         live = self.live.setdefault(q.id, {})
-        spent = sum(float((r.noise or {}).get("weight", 1.0)) for r in await self.store.rounds.summaries(q.id)
-                    if r.index < index and r.noise is not None)
+        spent = sum(privacy.round_weight(privacy.stored_noise(r.noise)) for r in await self.store.rounds.summaries(q.id)
+                    if r.index < index)
         while True:
             rnd = await self.store.rounds.get(q.id, index)
             if rnd is None:
@@ -294,26 +301,26 @@ class Orchestrator:
                 except ValueError as exc:
                     raise QueryFailed(f"round {index}: planning failed: {exc}") from None
                 if plan is None:
-                    await self._finish(q, spec, kind, params, state)
+                    await self._finish(ctx, params, state)
                     return
-                if not privacy.budget_allows(_calibration(q), spent + plan.privacy_weight):  # ε would be exceeded:
-                    await self._finish(q, spec, kind, params, state, "privacy budget exhausted")  # stop before it runs
+                if not privacy.budget_allows(ctx.calibration, spent + plan.privacy_weight):  # ε would be exceeded:
+                    await self._finish(ctx, params, state, "privacy budget exhausted")  # stop before it runs
                     return
-                rnd = await self._new_round(q, spec, plan, index)
-            if rnd.noise is not None:
-                spent += float(rnd.noise.get("weight", 1.0))
-            plan = RoundPlan(**rnd.plan)
+                rnd = await self._new_round(ctx, plan, index)
+            round_ctx = _round_context(rnd)
+            spent += privacy.round_weight(round_ctx.noise)
+            plan = round_ctx.plan
             live.update(round=index, need=rnd.need, contributors=rnd.contributors, phase=None)
             while rnd.contributors < rnd.need:
-                await self._run_cohort(q, spec, rnd, plan, live)
+                await self._run_cohort(ctx, rnd, round_ctx, live)
                 fresh = await self.store.rounds.by_id(rnd.id)
                 assert fresh is not None
                 rnd = fresh
                 live.update(contributors=rnd.contributors)
-            if (cal := _calibration(q)) is not None and rnd.contributors < cal.t_min:
+            if (cal := ctx.calibration) is not None and rnd.contributors < cal.t_min:
                 raise QueryFailed(f"round {index}: {rnd.contributors} contributors, fewer than t_min; nothing released")
-            aggregate = privacy.unscale(rnd.noise, vec_from_bytes(rnd.aggregate))  # ÷ encoding scale
-            noise = await self._realized_noise(q, spec, rnd, plan)
+            aggregate = privacy.unscale(round_ctx.noise, vec_from_bytes(rnd.aggregate))  # ÷ encoding scale
+            noise = await self._realized_noise(ctx, rnd, round_ctx)
             decode = functools.partial(kind.decode_round, params, state, plan, aggregate, rnd.contributors, noise)
             try:  # kinds may do real work here (model updates): keep it off the event loop
                 state = await asyncio.get_running_loop().run_in_executor(self.executor, decode)
@@ -331,27 +338,29 @@ class Orchestrator:
             return []
         return [(c.n, c.contributors) for c in await self.store.cohorts.of_round(rnd.id) if c.status == "finished"]
 
-    async def _realized_noise(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan) -> AggregateNoise | None:
+    async def _realized_noise(self, q: QueryContext, rnd: Round, round_ctx: RoundContext) -> AggregateNoise | None:
         """The noise in the round's aggregate as its finished cohorts drew it (each sized for its own t_c)."""
-        return privacy.realized_noise(spec, _calibration(q), plan, rnd.noise, await self._finished_cohorts(rnd))
+        return privacy.realized_noise(q.spec, q.calibration, round_ctx.plan, round_ctx.noise,
+                                      await self._finished_cohorts(rnd))
 
-    async def _new_round(self, q: Query, spec: QuerySpec, plan: RoundPlan, index: int) -> Round:
-        need = round_need(spec, plan, _calibration(q))  # every sum the server sees covers ≥ t_min noise shares
+    async def _new_round(self, q: QueryContext, plan: RoundPlan, index: int) -> Round:
+        spec = q.spec
+        need = round_need(spec, plan, q.calibration)  # every sum the server sees covers ≥ t_min noise shares
         if need > spec.cohort.max_clients:
             raise QueryFailed(f"round {index} needs {need} clients but cohort.max_clients is {spec.cohort.max_clients}")
-        noise = privacy.round_noise(_calibration(q), plan, spec)
+        planned = privacy.round_noise(q.calibration, plan, spec)
         try:
-            bits = privacy.choose_bits(spec.cohort.max_clients, plan, noise)
-            statement = validation.round_statement(spec, get_kind(spec.kind), plan, noise, _calibration(q))
+            bits = privacy.choose_bits(spec.cohort.max_clients, plan, planned)
+            statement = validation.round_statement(spec, q.kind, plan, planned, q.calibration)
             bits = validation.round_bits(bits, spec.cohort.max_clients, statement)
         except ValueError as exc:
             raise QueryFailed(f"round {index}: {exc}") from None
         stored_plan = asdict(plan)
+        noise = None if planned is None else planned.to_dict()  # the round's JSON column
         return await self.store.rounds.create(q.id, index, stored_plan, noise, bits, need, plan.dim)
 
-    async def _finish(
-        self, q: Query, spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, state: Any, stop_reason: str | None = None
-    ) -> None:
+    async def _finish(self, q: QueryContext, params: Any, state: Any, stop_reason: str | None = None) -> None:
+        spec, kind = q.spec, q.kind
         try:
             release = await asyncio.get_running_loop().run_in_executor(
                 self.executor, functools.partial(kind.finalize, params, state, stop_reason)
@@ -359,7 +368,7 @@ class Orchestrator:
         except ValueError as exc:
             raise QueryFailed(f"finalize failed: {exc}") from None
         rounds = await self.store.rounds.summaries(q.id)
-        noises = [r.noise for r in rounds]
+        noises = [privacy.stored_noise(r.noise) for r in rounds]
         contributors = [r.contributors for r in rounds]
         bits = [r.bits for r in rounds]
         purposes = [(r.plan or {}).get("purpose") for r in rounds]
@@ -368,14 +377,14 @@ class Orchestrator:
         if q.calibration is not None:
             budget = (await self.store.budgets.get(spec.source, self.settings.default_budget())).to_dict()
         stored = [await self.store.rounds.get(q.id, i) for i in range(len(noises))]
-        realized = [None if r is None else privacy.realized_block(
-            spec, _calibration(q), RoundPlan(**r.plan), r.noise, await self._finished_cohorts(r)) for r in stored]
+        parsed = [None if r is None else _round_context(r) for r in stored]
+        realized = [None if r is None or c is None else privacy.realized_block(
+            spec, q.calibration, c.plan, c.noise, await self._finished_cohorts(r)) for r, c in zip(stored, parsed)]
         block = privacy.privacy_block(
-            spec, _calibration(q), noises, contributors, bits, thresholds, budget, purposes, realized)
-        plans = []
-        for r in stored:
-            plans.append(validation.round_statement(spec, kind, RoundPlan(**r.plan), r.noise, _calibration(q)) if r else None)
-        block.update(validation.privacy_fields(spec, plans))
+            spec, q.calibration, noises, contributors, bits, thresholds, budget, purposes, realized)
+        statements = [None if c is None else validation.round_statement(spec, kind, c.plan, c.noise, q.calibration)
+                      for c in parsed]
+        block.update(validation.privacy_fields(spec, statements))
         if q.calibration is not None:
             block["delta"] = spec.privacy.delta  # calibrated δ plus the truncation share (validation)
         block.update(kind.privacy(params) or {})  # a kind's own guarantee (TrieHH) over the no-noise block
@@ -413,12 +422,13 @@ class Orchestrator:
         failed = [g for g in (await self.store.blame.failed_groups(rnd.query_id)).values() if g.isdisjoint(excluded)]
         return blame.candidates(out, failed, cap, self.randomness.sample)
 
-    async def _run_cohort(self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, live: dict[str, Any]) -> None:
+    async def _run_cohort(self, q: QueryContext, rnd: Round, round_ctx: RoundContext, live: dict[str, Any]) -> None:
+        plan = round_ctx.plan
         if plan.sample_rate < 1.0 and rnd.sampling_secret is None:
             rnd.sampling_secret = await self.store.rounds.sampling_secret(rnd.id, sampling.new_secret())
         seated = await self.store.rounds.members(rnd.id)
         live.update(phase="forming")
-        cohort, wire = await self._form(q, spec, rnd, plan, seated, live)
+        cohort, wire = await self._form(q, rnd, round_ctx, seated, live)
         members = cohort.members
         self.pool.deliver(wire)
         log.info("cohort %s formed for query %s round %d: %d devices (need %d survivors, %s)", cohort.id, q.id,
@@ -445,11 +455,12 @@ class Orchestrator:
         self._count_abort(cohort, live)
 
     async def _form(
-        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, seated: set[str], live: dict[str, Any]
+        self, q: QueryContext, rnd: Round, round_ctx: RoundContext, seated: set[str], live: dict[str, Any]
     ) -> tuple[CohortRuntime, dict[str, dict[str, Any]]]:
         """Wait until enough eligible devices are available, sample up to `max_clients` of them, and store the
         cohort with their claims (`_store_cohort`; another process may claim some first: then try again). Returns
         the stored cohort and its members' assignments (device → wire JSON)."""
+        spec, plan = q.spec, round_ctx.plan
         need, cap = rnd.need, spec.cohort.max_clients
         enough_since: float | None = None
         grown_at, last_count = self.clock.monotonic(), -1
@@ -474,7 +485,7 @@ class Orchestrator:
                 if (len(eligible) >= cap or now - enough_since >= self.settings.cohort_formation_wait_s
                         or now - grown_at >= max(FORMATION_STALL_S, 2 * pause)):
                     chosen = eligible[:cap]  # in `blame.candidates` order: a uniform sample when nothing failed
-                    formed = await self._store_cohort(q, spec, rnd, plan, chosen)
+                    formed = await self._store_cohort(q, rnd, round_ctx, chosen)
                     if formed is not None:
                         return formed
                     enough_since = None
@@ -489,7 +500,7 @@ class Orchestrator:
             await asyncio.sleep(pause)
 
     async def _store_cohort(
-        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, chosen: list[str]
+        self, q: QueryContext, rnd: Round, round_ctx: RoundContext, chosen: list[str]
     ) -> tuple[CohortRuntime, dict[str, dict[str, Any]]] | None:
         """Build a cohort of `chosen` and store it together with its members' claims, in one transaction
         (`cohorts_service.create_cohort(claim=True)`): a process that dies at any step leaves no claim naming a cohort that
@@ -502,7 +513,7 @@ class Orchestrator:
         while len(chosen) >= rnd.need:
             session_id = self.randomness.bytes(16)
             members = {d: i + 1 for i, d in enumerate(chosen)}
-            cohort = self._make_cohort(q, spec, rnd, plan, members, session_id, keys, tokens)
+            cohort = self._make_cohort(q, round_ctx, members, session_id, keys, tokens)
             self.cohorts[cohort.id] = cohort  # before the commit: a member told by another process may ask at once
             wire = {d: a.model_dump(mode="json", exclude_none=True) for d, a in cohort.assignments.items()}
             try:
@@ -546,92 +557,14 @@ class Orchestrator:
             raise QueryFailed(f"{limit} consecutive cohorts aborted (max_consecutive_aborts); last reasons: {causes}")
 
     def _make_cohort(
-        self, q: Query, spec: QuerySpec, rnd: Round, plan: RoundPlan, members: dict[str, int], session_id: bytes,
+        self, q: QueryContext, rnd: RoundContext, members: dict[str, int], session_id: bytes,
         keys: dict[str, bytes], tokens: dict[str, bytes] | None = None,
     ) -> CohortRuntime:
-        """`tokens`: members' identity tokens, relayed with the routed shares when every member has one (a device
-        that pins the issuer's keys counts toward its floor only peers whose token it verified)."""
-        n = len(members)
-        cohort_id = session_id.hex()
-        # shares sized for this cohort's t_c, and at least t_c survivors to unmask (queries/dp/plan.py)
-        t_c, noise = privacy.cohort_noise(spec, _calibration(q), plan, rnd.noise, n)
-        need = max(rnd.need, t_c or 0)
-        statement = None if self.unmasked else validation.round_statement(
-            spec, get_kind(spec.kind), plan, noise, _calibration(q))
-        checks = None
-        if statement is not None:
-            checks = validation.CohortValidation(statement, q.id, rnd.index, session_id)
-        dim = validation.cohort_dim(plan, statement)
-        # degree and threshold at or above the floor every device computes (secagg/floor.py), live at the spec's dropout
-        safe = floor.plan(n, spec.cohort.dropout_allowance)
-        graph: GraphKind = "complete" if safe.complete else "sparse"
-        degree = None if safe.complete else safe.degree
-        if self.unmasked:
-            cfg = SecAggConfig(session_id=session_id, n=n, dim=plan.dim, bits=rnd.bits, min_survivors=need,
-                               threat_model="active", graph=graph, degree=degree, threshold=safe.threshold)
-            mode = "plain"
-        else:
-            cfg = SecAggConfig(session_id=session_id, n=n, dim=dim, bits=rnd.bits, threat_model="active", graph=graph,
-                               degree=degree, threshold=safe.threshold, min_survivors=need)
-            mode = "secagg"
-        noise_block = privacy.device_noise_block(noise)
-        privacy_block = AssignmentPrivacy.model_validate(
-            privacy.assignment_privacy(spec, _calibration(q), plan, q.rounds_upper_bound, t_c)
-        )
-        secagg_dict = cfg.to_dict()
-        assignments = {
-            d: Assignment(
-                query_id=q.id,
-                round=rnd.index,
-                cohort_id=cohort_id,
-                party_id=p,
-                kind=spec.kind,
-                source=spec.source,
-                task=plan.task,
-                secagg=secagg_dict,
-                threat_model=cfg.threat_model,
-                first_phase=int(Phase.MASKED_INPUT if mode == "plain" else Phase.ADVERTISE_KEYS),
-                phase_timeout_s=spec.cohort.phase_timeout_s,
-                noise=noise_block,
-                validation=validation.assignment_block(statement),
-                privacy=privacy_block,
-                server_url=self.process.assignment_url,
-                spec=q.spec,
-            )
-            for d, p in members.items()
-        }
-        # every member's assignment differs only in its per-device fields: one digest for the cohort, the one each
-        # honest device computes for itself (queries/task_digest.py)
-        digest = task_digest(next(iter(assignments.values())))
-        if checks is not None:
-            checks.task_digest = digest
-        if mode == "plain":
-            session: ServerSession | PlainServerSession = PlainServerSession(n, plan.dim, rnd.bits, need)
-        else:
-            ids = {p: keys[d] for d, p in members.items()}
-            held = {p: tokens[d] for d, p in members.items() if tokens and d in tokens}
-            session = ServerSession(
-                cfg, ids, input_validator=checks.validator if checks else None, task_digest=digest,
-                identity_tokens=held if len(held) == n else None,
-            )
-        cohort_spec = CohortSpec(
-            mode=mode, secagg_dict=secagg_dict, task_digest=digest, validation=checks,
-            sum_check=functools.partial(validation.implausible, plan=plan, noise=noise, statement=statement),
-            kind_dim=plan.dim, assignments=assignments,
-            failed_opening=FailedOpening(
-                round_index=rnd.index, contributors=frozenset(), reuse=noise is not None,
-                extra_runs=self.settings.failed_opening_extra_runs, quorum=self.settings.blame_quorum,
-                default_budget=self.settings.default_budget()),
-            shortfall_note="" if t_c is None or t_c <= rnd.need else (
-                f": the noise shares were sized for {t_c} contributors (a cohort of {n} less "
-                f"cohort.dropout_allowance {spec.cohort.dropout_allowance:g}); raise cohort.dropout_allowance if "
-                "more devices than that drop out"),
-        )
-        return CohortRuntime(
-            cohort_id, q.id, rnd.id, session, rnd.bits, members, spec.cohort.phase_timeout_s,
-            self.store, self.metrics, self.executor, self._cohort_ended, owner=self.process.id, clock=self.clock,
-            spec=cohort_spec,
-        )
+        """The cohort of `members` as planned (`cohort_plan.plan_cohort`), run by this server's protocol; `keys` and
+        `tokens`: the members' identity keys and tokens (`CohortRuntime.from_plan`)."""
+        plan = plan_cohort(q, rnd, members, session_id, self.protocol, self.terms)
+        return CohortRuntime.from_plan(plan, keys, tokens or {}, self.store, self.metrics, self.executor,
+                                       self._cohort_ended, owner=self.process.id, clock=self.clock)
 
     def _cohort_ended(self, cohort: CohortRuntime) -> None:
         """The runtime stays reachable for a while so late pollers learn the outcome (the store freed the

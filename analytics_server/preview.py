@@ -43,7 +43,7 @@ def _rounds(spec: QuerySpec, kind: QueryKind[Any, Any], params: Any, calibration
         noise = privacy.round_noise(calibration, plan, spec)
         if cohort is not None:
             noise = privacy.cohort_noise(spec, calibration, plan, noise, cohort)[1]
-        std = 0.0 if noise is None else dp.PlannedNoise.from_dict(noise).std_released(contributors)
+        std = 0.0 if noise is None else noise.std_released(contributors)
         rounds.append(RoundPreview(plan, std, contributors))
     return rounds
 

@@ -1,11 +1,13 @@
 """The one place where differential privacy plugs into the server.
 
 The orchestrator calls exactly these functions: `check_and_calibrate` at submit, `round_noise` and
-`choose_bits` when a round is planned, `assignment_privacy` for the devices' own checks, `unscale` + `aggregate_noise` before the kind decodes a round,
+`choose_bits` when a round is planned, `cohort_noise`, `device_noise_block` and `assignment_privacy` when a cohort
+is planned (`analytics_server.cohort_plan`), `unscale` + `realized_noise` before the kind decodes a round,
 `privacy_block` when the query finishes. The math lives in `queries.dp` (calibration, noise, bit width,
-accounting); this module adapts it to stored JSON and applies the server's policy (`policy_for`). A query's
-calibration travels as `queries.dp.QueryCalibration`; it becomes JSON only in the query row (`to_dict`, written by
-the submit handler) and is read back with `stored_calibration`.
+accounting); this module applies the server's policy (`policy_for`). Everything here is typed: a query's
+calibration travels as `queries.dp.QueryCalibration` and a round's noise as `queries.dp.PlannedNoise`; each becomes
+JSON only in its database column (`to_dict`) and is parsed once when read back (`stored_calibration`,
+`stored_noise`).
 
 Encoding amplification and round weights: every noisy round's stored noise is a `queries.dp.PlannedNoise`
 (the calibrated noise of the scaled encoding s·Δ for the round's `privacy_weight`, and s as
@@ -128,51 +130,63 @@ def query_cost(spec: QuerySpec, kind: QueryKind[Any, Any] | None = None, params:
     return dp.PrivacyCost(float(spec.privacy.epsilon), float(spec.privacy.delta))  # type: ignore[arg-type]
 
 
-def encoding_scale(noise: dict[str, Any] | None) -> int:
+def stored_noise(data: dict[str, Any] | None) -> dp.PlannedNoise | None:
+    """A round's stored noise (its DB column: `RoundNoise` fields plus `encoding_scale`, written as
+    `PlannedNoise.to_dict()`) as the dataclass; None for a round without noise; `dp.PrivacyError` when malformed."""
+    return None if data is None else dp.PlannedNoise.from_dict(data)
+
+
+def encoding_scale(noise: dp.PlannedNoise | None) -> int:
     """The integer factor devices multiply their vector by in this round (1 without noise)."""
-    return 1 if noise is None else int(noise.get("encoding_scale", 1))
+    return 1 if noise is None else noise.scale
+
+
+def round_weight(noise: dp.PlannedNoise | None) -> float:
+    """Unit rounds of the query's budget a round spends (its `privacy_weight`; 0 without noise)."""
+    return 0.0 if noise is None else float(noise.noise.weight)
 
 
 def round_noise(
     calibration: dp.QueryCalibration | None, plan: RoundPlan, spec: QuerySpec | None = None
-) -> dict[str, Any] | None:
-    """Stored noise of one round (None without noise): `RoundNoise` fields for s·Δ with shares sized for t_min,
-    plus `encoding_scale` s (`queries.dp.plan`), for the round's privacy weight. With `spec`, s suits every cohort
-    the spec allows (`cohort_noise` sizes each cohort's shares for its own t_c)."""
+) -> dp.PlannedNoise | None:
+    """Noise of one round (None without noise), stored with it as `to_dict()`: the noise of s·Δ with shares sized
+    for t_min and the encoding scale s (`queries.dp.plan`), for the round's privacy weight. With `spec`, s suits
+    every cohort the spec allows (`cohort_noise` sizes each cohort's shares for its own t_c)."""
     if calibration is None:
         return None
     largest = None
     if spec is not None:
         largest = dp.cohort_threshold(calibration.t_min, spec.cohort.max_clients, spec.cohort.dropout_allowance)
-    return dp.plan_noise(calibration, plan, largest).to_dict()
+    return dp.plan_noise(calibration, plan, largest)
 
 
 def cohort_noise(
-    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dict[str, Any] | None, n: int
-) -> tuple[int | None, dict[str, Any] | None]:
-    """(t_c, noise) of a cohort of `n` devices in a round with stored `noise`: every share sized for
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dp.PlannedNoise | None, n: int
+) -> tuple[int | None, dp.PlannedNoise | None]:
+    """(t_c, noise) of a cohort of `n` devices in a round with `noise`: every share sized for
     t_c = max(t_min, n − ⌈a·n⌉) contributors (`queries.dp.cohort_threshold`), the fewest survivors its devices
     unmask for. (None, None) without noise."""
     if calibration is None or noise is None:
         return None, None
     t = dp.cohort_threshold(calibration.t_min, n, spec.cohort.dropout_allowance)
-    return t, dp.cohort_noise(calibration, plan, dp.PlannedNoise.from_dict(noise), t).to_dict()
+    return t, dp.cohort_noise(calibration, plan, noise, t)
 
 
 def _cohort_parts(
-    spec: QuerySpec, calibration: dp.QueryCalibration, plan: RoundPlan, noise: dict[str, Any], cohorts: list[tuple[int, int]],
+    spec: QuerySpec, calibration: dp.QueryCalibration, plan: RoundPlan, noise: dp.PlannedNoise,
+    cohorts: list[tuple[int, int]],
 ) -> list[tuple[int, dp.PlannedNoise, int]]:
     """(t_c, noise, contributors) of each finished cohort, from its devices n and contributors."""
     parts = []
     for n, contributors in cohorts:
         t, own = cohort_noise(spec, calibration, plan, noise, n)
         assert t is not None and own is not None
-        parts.append((t, dp.PlannedNoise.from_dict(own), contributors))
+        parts.append((t, own, contributors))
     return parts
 
 
 def realized_noise(
-    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dict[str, Any] | None,
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dp.PlannedNoise | None,
     cohorts: list[tuple[int, int]],
 ) -> AggregateNoise | None:
     """The noise in a round's aggregate summed over its finished cohorts, each (devices n, contributors): what
@@ -185,7 +199,7 @@ def realized_noise(
 
 
 def realized_block(
-    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dict[str, Any] | None,
+    spec: QuerySpec, calibration: dp.QueryCalibration | None, plan: RoundPlan, noise: dp.PlannedNoise | None,
     cohorts: list[tuple[int, int]],
 ) -> dict[str, Any] | None:
     """For a result's privacy block: the round's realized noise std in released units and, per finished cohort,
@@ -198,11 +212,11 @@ def realized_block(
     return {"std": got.std, "cohorts": sized}
 
 
-def device_noise_block(noise: dict[str, Any] | None) -> dict[str, Any] | None:
+def device_noise_block(noise: dp.PlannedNoise | None) -> dict[str, Any] | None:
     """The `noise` block of an assignment: what each device passes to `queries.dp.sample_noise`, and s."""
     if noise is None:
         return None
-    return {**dp.RoundNoise.from_dict(noise).task_block(), "encoding_scale": encoding_scale(noise)}
+    return {**noise.noise.task_block(), "encoding_scale": noise.scale}
 
 
 @functools.lru_cache(maxsize=256)
@@ -235,41 +249,41 @@ def assignment_privacy(
     }
 
 
-def choose_bits(n: int, plan: RoundPlan, noise: dict[str, Any] | None) -> int:
+def choose_bits(n: int, plan: RoundPlan, noise: dp.PlannedNoise | None) -> int:
     """Bit width of the secagg ring for n contributions of this round (wider with noise and scale)."""
     if noise is None:
         return bits_for(n, plan.max_abs)
-    return int(dp.choose_bits(n, encoding_scale(noise) * plan.max_abs, dp.RoundNoise.from_dict(noise), dim=plan.dim))
+    return int(dp.choose_bits(n, noise.scale * plan.max_abs, noise.noise, dim=plan.dim))
 
 
-def unscale(noise: dict[str, Any] | None, aggregate: np.ndarray) -> np.ndarray:
+def unscale(noise: dp.PlannedNoise | None, aggregate: np.ndarray) -> np.ndarray:
     """The aggregate in the kind's units: ⌊(a + s/2) / s⌋ (round half up; identity for s = 1)."""
     if noise is None:
         return np.asarray(aggregate, dtype=np.int64)
-    return dp.PlannedNoise.from_dict(noise).unscale(aggregate)
+    return noise.unscale(aggregate)
 
 
-def aggregate_noise(noise: dict[str, Any] | None, contributors: int) -> AggregateNoise | None:
-    """The noise argument of the kind's `decode_round`: the stored round noise over `contributors` devices,
+def aggregate_noise(noise: dp.PlannedNoise | None, contributors: int) -> AggregateNoise | None:
+    """The noise argument of the kind's `decode_round`: the round's noise over `contributors` devices,
     with its standard deviation in the kind's units (after `unscale`); None without noise."""
     if noise is None:
         return None
-    return dp.PlannedNoise.from_dict(noise).aggregate_noise(contributors)
+    return noise.aggregate_noise(contributors)
 
 
-def noise_halfwidth(noise: dict[str, Any] | None, contributors: int, confidence: float = 0.999) -> int:
+def noise_halfwidth(noise: dp.PlannedNoise | None, contributors: int, confidence: float = 0.999) -> int:
     """h with P(|released count − true count| ≥ h) ≤ 1 − confidence, in the kind's units (after unscale)."""
     if noise is None:
         return 0
-    s = encoding_scale(noise)
-    h = dp.confidence_halfwidth(dp.RoundNoise.from_dict(noise), contributors, confidence)
+    s = noise.scale
+    h = dp.confidence_halfwidth(noise.noise, contributors, confidence)
     return int(math.ceil(h / s + 0.5)) if s > 1 else int(h)
 
 
 def privacy_block(
     spec: QuerySpec,
     calibration: dp.QueryCalibration | None,
-    noises: list[dict[str, Any] | None],
+    noises: list[dp.PlannedNoise | None],
     contributors: list[int],
     bits: list[int] | None = None,
     thresholds: dict[str, Any] | None = None,
@@ -294,15 +308,15 @@ def privacy_block(
         block = dict(dp.privacy_block(None, [None] * len(contributors), contributors, thresholds, bits=bits))
     else:
         cal = calibration
-        rounds = [None if n is None else dp.RoundNoise.from_dict(n) for n in noises]
+        rounds = [None if n is None else n.noise for n in noises]
         block = dict(dp.privacy_block(cal, rounds, contributors, thresholds, bits=bits))
         purposes = purposes or [None] * len(noises)
         drawn = realized or [None] * len(noises)
         for entry, n, c, purpose, real in zip(block.get("noise", []), noises, contributors, purposes, drawn):
             if entry is not None and n is not None:
-                s = encoding_scale(n)
+                s = n.scale
                 entry["encoding_scale"] = s
-                entry["noise_std_released"] = dp.RoundNoise.from_dict(n).std(c) / s if real is None else real["std"]
+                entry["noise_std_released"] = n.noise.std(c) / s if real is None else real["std"]
                 if real is not None:
                     entry["cohorts"] = real["cohorts"]
                 if purpose:

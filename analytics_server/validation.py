@@ -79,7 +79,7 @@ def resolve(spec: QuerySpec, kind: QueryKind[Any, Any], plans: list[RoundPlan], 
     return spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"validation": mode})})
 
 
-def noise_bound(spec: QuerySpec, calibration: dp.QueryCalibration, noise: dict[str, Any], dim: int) -> int:
+def noise_bound(spec: QuerySpec, calibration: dp.QueryCalibration, noise: dp.PlannedNoise, dim: int) -> int:
     """B: a device redraws a noise entry beyond ±B. Each entry lands beyond B with probability at most
     p = δ_trunc / ((1 + e^ε)·R·n_max·dim) (R rounds calibrated, n_max = cohort.max_clients), so the devices'
     noise vectors differ from the untruncated ones in total variation by at most R·n_max·dim·p, which costs
@@ -89,11 +89,12 @@ def noise_bound(spec: QuerySpec, calibration: dp.QueryCalibration, noise: dict[s
     p = DeltaSplit.of(spec).truncation / ((1.0 + math.exp(eps)) * cal.rounds * spec.cohort.max_clients * max(dim, 1))
     from queries.dp.tails import noise_quantile
 
-    return max(1, int(noise_quantile(dp.RoundNoise.from_dict(noise), 1, math.log(p / 2))))
+    return max(1, int(noise_quantile(noise.noise, 1, math.log(p / 2))))
 
 
 def round_statement(
-    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dict[str, Any] | None, calibration: dp.QueryCalibration | None
+    spec: QuerySpec, kind: QueryKind[Any, Any], plan: RoundPlan, noise: dp.PlannedNoise | None,
+    calibration: dp.QueryCalibration | None,
 ) -> Statement | None:
     """What every contribution to this round proves (None without proofs or when the round has no statement)."""
     if not uses_proofs(spec):
@@ -105,8 +106,7 @@ def round_statement(
         raise ValueError(f"{kind.name}: validity statement covers {base.dim} entries, the round has {plan.dim}")
     if noise is None or calibration is None:
         return base
-    scale = int(noise.get("encoding_scale", 1))
-    return base.with_noise(scale, noise_bound(spec, calibration, noise, plan.dim))
+    return base.with_noise(noise.scale, noise_bound(spec, calibration, noise, plan.dim))
 
 
 def round_bits(bits: int, max_clients: int, statement: Statement | None) -> int:
@@ -231,7 +231,7 @@ class CohortValidation:
 
 
 def implausible(
-    total: np.ndarray, contributors: int, plan: RoundPlan, noise: dict[str, Any] | None, statement: Statement | None
+    total: np.ndarray, contributors: int, plan: RoundPlan, noise: dp.PlannedNoise | None, statement: Statement | None
 ) -> str | None:
     """Why a round's sum (signed, in the scaled encoding, limbs excluded) cannot come from `contributors` honest
     devices plus noise within its tail bound, or None. With proofs the bound is exact (n·(s·max|x| + B));
@@ -245,12 +245,12 @@ def implausible(
             return (f"implausible sum: entry {worst} is {int(y[worst])}, beyond what {n} valid contributions can reach "
                     f"(±{limit}); nothing is released")
         return None
-    s = 1 if noise is None else int(noise.get("encoding_scale", 1))
+    s = 1 if noise is None else noise.scale
     h = 0.0
     if noise is not None:
         from queries.dp.tails import noise_quantile
 
-        h = float(noise_quantile(dp.RoundNoise.from_dict(noise), n, IMPLAUSIBLE_LOG_PROB - math.log(2 * max(plan.dim, 1))))
+        h = float(noise_quantile(noise.noise, n, IMPLAUSIBLE_LOG_PROB - math.log(2 * max(plan.dim, 1))))
     limit = n * s * plan.max_abs + h
     if y.size:
         worst = int(np.argmax(np.abs(y)))

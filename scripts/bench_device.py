@@ -37,8 +37,9 @@ def slack() -> dict[str, object]:
                         cal = dp.calibrate_query(mech, eps, delta, rounds, t_min)
                         plan = RoundPlan(0, {}, 10, 1, 1.0, 1.0)
                         noise = privacy.round_noise(cal, plan)
-                        f = floor.per_device_floor(mech, eps, delta, rounds, t_min, 1.0, noise["encoding_scale"])
-                        r = f / noise["per_device_scale"]
+                        assert noise is not None
+                        f = floor.per_device_floor(mech, eps, delta, rounds, t_min, 1.0, noise.scale)
+                        r = f / noise.noise.per_device_scale
                         ratios.append(r if mech == "discrete_gaussian" else math.sqrt(r))
     return {"cases": len(ratios), "min": round(min(ratios), 4), "median": round(statistics.median(ratios), 4),
             "max": round(max(ratios), 4)}

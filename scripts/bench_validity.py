@@ -45,8 +45,8 @@ def _noisy_statement(buckets: int, t_min: int, max_clients: int) -> tuple[Statem
     noise = privacy.round_noise(cal, plan)
     st = validation.round_statement(spec, kind, plan, noise, cal)
     assert st is not None and noise is not None
-    return st, {"mechanism": "skellam", "per_device_scale": noise["per_device_scale"],
-                "encoding_scale": noise["encoding_scale"], "noise_bound": st.noise_bound}
+    return st, {"mechanism": "skellam", "per_device_scale": noise.noise.per_device_scale,
+                "encoding_scale": noise.scale, "noise_bound": st.noise_bound}
 
 
 def _clipped_update() -> tuple[list[int], Statement]:

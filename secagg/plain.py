@@ -14,7 +14,9 @@ import os
 import numpy as np
 
 from secagg import encoding
+from secagg.config import SecAggConfig
 from secagg.errors import AbortError, ConflictError, UnknownPartyError, WrongPhaseError
+from secagg.messages import max_client_message_size
 from secagg.phases import Phase
 from secagg.server import AggregateResult
 
@@ -43,7 +45,9 @@ class PlainClientSession:
 
 
 class PlainServerSession:
-    """Adds the parties' clear vectors; `close_phase` ends the session (or aborts below `min_survivors`)."""
+    """Adds the parties' clear vectors; `close_phase` ends the session (or aborts below `min_survivors`). Built from
+    the cohort's `SecAggConfig` like `ServerSession` (`from_config`), of which it reads n, dim, bits and the survivor
+    threshold only."""
 
     def __init__(self, n: int, dim: int, bits: int, min_survivors: int) -> None:
         self.n, self.dim, self.bits, self.min_survivors = n, dim, bits, min_survivors
@@ -52,6 +56,23 @@ class PlainServerSession:
         self._got: dict[int, bytes] = {}
         self._acc = np.zeros(dim, dtype=np.uint64)
         self.result: AggregateResult | None = None
+
+    @classmethod
+    def from_config(cls, config: SecAggConfig) -> PlainServerSession:
+        return cls(config.n, config.dim, config.bits, config.survivor_threshold)
+
+    @property
+    def survivor_threshold(self) -> int:
+        """Fewest parties with which the phase may close."""
+        return self.min_survivors
+
+    def max_message_size(self, proof_bytes: int = 0) -> int:
+        """Largest message a party can send: its packed vector (no keys, no proofs)."""
+        return max_client_message_size(self.dim, self.bits, 0)
+
+    def close_ready(self) -> bool:
+        """Whether closing now would not abort (nothing else is lost by closing a one-phase session early)."""
+        return self.phase is Phase.MASKED_INPUT and len(self._got) >= self.min_survivors
 
     def expected(self) -> frozenset[int]:
         return self._expected

@@ -64,6 +64,7 @@ from secagg.messages import (
     encode_pair,
     encode_peer_keys,
     encode_routed,
+    max_client_message_size,
 )
 from secagg.meter import Meter, NullMeter
 from secagg.phases import Phase
@@ -224,6 +225,16 @@ class ServerSession:
         if self.phase not in (Phase.DONE, Phase.ABORTED):
             self._open_coverage()
         return out
+
+    @property
+    def survivor_threshold(self) -> int:
+        """Fewest parties with which any phase may close (`SecAggConfig.survivor_threshold`)."""
+        return self.config.survivor_threshold
+
+    def max_message_size(self, proof_bytes: int = 0) -> int:
+        """Largest message a party can legitimately send in this session, with validity proofs of `proof_bytes`."""
+        cfg = self.config
+        return max_client_message_size(cfg.dim, cfg.bits, cfg.resolved_degree, proof_bytes)
 
     def close_ready(self) -> bool:
         """Whether closing the open phase now would lose nothing the protocol needs: it would not abort, would

@@ -33,7 +33,7 @@ def _spec(mechanism: str = "discrete_gaussian", epsilon: float = 1.0, t_min: int
     })
 
 
-def _round(spec: QuerySpec) -> tuple[dp.QueryCalibration, object, dict]:
+def _round(spec: QuerySpec) -> tuple[dp.QueryCalibration, object, dp.PlannedNoise]:
     params = KIND.parse_params(spec.params)
     cal = privacy.check_and_calibrate(spec, KIND, params, "demo")
     plan = KIND.plan_round(params, KIND.initial_state(params), 0)
@@ -45,12 +45,12 @@ def _round(spec: QuerySpec) -> tuple[dp.QueryCalibration, object, dict]:
 def test_encoding_scale_is_applied_end_to_end() -> None:
     spec = _spec("discrete_gaussian")
     cal, plan, noise = _round(spec)
-    s = noise["encoding_scale"]
+    s = noise.scale
     assert s > 1  # DG at t_min = 1000 needs the amplification
     q = cal
-    assert noise["l1"] == s * plan.l1_sensitivity and noise["inflation"] <= 1.02
+    assert noise.noise.l1 == s * plan.l1_sensitivity and noise.noise.inflation <= 1.02
     assert dp.round_noise(q, plan.l1_sensitivity, plan.l2_sensitivity).inflation > 2  # without it: much more noise
-    assert privacy.choose_bits(2000, plan, noise) == dp.choose_bits(2000, s, dp.RoundNoise.from_dict(noise), dim=plan.dim)
+    assert privacy.choose_bits(2000, plan, noise) == dp.choose_bits(2000, s, noise.noise, dim=plan.dim)
     block = NoiseBlock.model_validate(privacy.device_noise_block(noise))
     assert block.encoding_scale == s
     vec = np.array([1, 0, 1])
@@ -60,8 +60,8 @@ def test_encoding_scale_is_applied_end_to_end() -> None:
     assert privacy.unscale(noise, np.array([-s, -1, 0, s // 2 - 1, s // 2, 3 * s])).tolist() == [-1, 0, 0, 0, 1, 3]
     decoded = privacy.aggregate_noise(noise, 1000)
     assert decoded is not None and decoded.encoding_scale == s
-    assert decoded.round_noise == dp.RoundNoise.from_dict(noise)
-    assert decoded.std == pytest.approx(dp.RoundNoise.from_dict(noise).std(1000) / s)
+    assert decoded.round_noise == noise.noise
+    assert decoded.std == pytest.approx(noise.noise.std(1000) / s)
     assert privacy.aggregate_noise(None, 1000) is None
 
 

@@ -161,7 +161,7 @@ async def test_cohort_stamps_read_the_injected_clock(migrated_url: str) -> None:
 def test_cohort_spec_is_frozen_and_read_by_the_runtime() -> None:
     import dataclasses
 
-    spec = CohortSpec(mode="secagg", task_digest=b"d" * 32, kind_dim=3)
+    spec = CohortSpec(task_digest=b"d" * 32, kind_dim=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.kind_dim = 4  # type: ignore[misc]
     cfg = SecAggConfig(session_id=b"s" * 16, n=3, dim=4, bits=16, min_survivors=2)

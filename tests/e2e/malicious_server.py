@@ -68,7 +68,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from analytics_server import cli, orchestrator
+from analytics_server import cli, cohort_plan
 from analytics_server.db.device_store import Devices
 from analytics_server.db.store import Store
 from analytics_server.db.translog_store import LOG_LOCK, now_ms
@@ -225,8 +225,9 @@ def install_sparse2() -> None:
 
 
 class _SemiHonestConfig:
-    """`SecAggConfig` as the orchestrator calls it, building every cohort's config in the semi-honest model: the
-    assignments' `threat_model` and secagg block, the task digest and the server's session all follow."""
+    """`SecAggConfig` as cohort planning calls it (`cohort_plan.secagg_config`), building every cohort's config in
+    the semi-honest model: the assignments' `threat_model` and secagg block, the task digest and the server's session
+    all follow."""
 
     from_dict = staticmethod(SecAggConfig.from_dict)
 
@@ -237,7 +238,7 @@ class _SemiHonestConfig:
 
 
 def install_semi_honest() -> None:
-    setattr(orchestrator, "SecAggConfig", _SemiHonestConfig())
+    setattr(cohort_plan, "SecAggConfig", _SemiHonestConfig())
 
 
 def _colluder_key() -> Ed25519PrivateKey:

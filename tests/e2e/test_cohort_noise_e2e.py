@@ -40,7 +40,7 @@ def _noise(block: dict[str, Any]) -> tuple[dp.QueryCalibration, Any, dp.PlannedN
     plan = kind.plan_round(params, kind.initial_state(params), 0)
     stored = privacy.round_noise(cal, plan, qspec)
     assert plan is not None and stored is not None
-    return cal, plan, dp.PlannedNoise.from_dict(stored)
+    return cal, plan, stored
 
 
 def test_shares_are_sized_for_the_cohort_not_for_min_clients(server: Server, tmp_path: Path) -> None:

@@ -136,9 +136,9 @@ def _check_release(admin: AnalystClient, qid: str, spec: dict[str, Any], truth: 
     mech = spec["privacy"]["mechanism"]
     scale_key = "mu" if mech == "skellam" else "sigma"
     assert block["mechanism"] == mech and block["epsilon"] == 1.0 and block["delta"] == 1e-6
-    assert block[scale_key] == pytest.approx(noise["total_scale"]) and block["t_min"] == T_MIN
-    assert block["encoding_scale"] == noise["encoding_scale"] and block["bits"][0] >= 2
-    assert block["sensitivity"]["l1"] == noise["encoding_scale"] * 1.0
+    assert block[scale_key] == pytest.approx(noise.noise.total_scale) and block["t_min"] == T_MIN
+    assert block["encoding_scale"] == noise.scale and block["bits"][0] >= 2
+    assert block["sensitivity"]["l1"] == noise.scale * 1.0
     assert 0 < block["epsilon_spent"] <= 1.0 + 1e-9
     assert block["source_budget"]["spent_epsilon"] == spent
 

@@ -120,7 +120,7 @@ def test_browser_and_python_devices_with_skellam_noise(tmp_path: Path) -> None:
     plan = kind.plan_round(params, kind.initial_state(params), 0)
     assert plan is not None
     noise = privacy.round_noise(privacy.check_and_calibrate(qspec, kind, params, "demo"), plan)
-    assert noise is not None and block["mu"] == pytest.approx(noise["total_scale"])
+    assert noise is not None and block["mu"] == pytest.approx(noise.noise.total_scale)
     halfwidth = privacy.noise_halfwidth(noise, n, 0.999)
     released = result["counts"]
     assert released and set(released) | set(result["suppressed"]) == set(true_counts)

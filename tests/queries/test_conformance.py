@@ -64,8 +64,8 @@ def _check_contribution(vec: np.ndarray, plan: RoundPlan, calibration: dp.QueryC
     assert noise is not None
     s = privacy.encoding_scale(noise)
     scaled = vec.astype(np.float64) * s  # devices multiply by s before adding their noise share
-    assert float(np.abs(scaled).sum()) <= noise["l1"] * (1 + 1e-12), ("scaled L1", s, noise["l1"])
-    assert float(np.linalg.norm(scaled)) <= noise["l2"] * (1 + 1e-12), ("scaled L2", s, noise["l2"])
+    assert float(np.abs(scaled).sum()) <= noise.noise.l1 * (1 + 1e-12), ("scaled L1", s, noise.noise.l1)
+    assert float(np.linalg.norm(scaled)) <= noise.noise.l2 * (1 + 1e-12), ("scaled L2", s, noise.noise.l2)
 
 
 def _check_task_sensitivity(kind: QueryKind[Any, Any], plan: RoundPlan) -> None:

@@ -63,11 +63,11 @@ def test_the_floor_never_refuses_the_servers_calibration(
     assert noise is not None
     block = privacy.assignment_privacy(_spec(fixed), cal, plan, rounds)
     floor = per_device_floor(mechanism, block["epsilon"], block["delta"], block["rounds"], block["t_min"],
-                             plan.l2_sensitivity, noise["encoding_scale"], block["weight"])
-    assert noise["per_device_scale"] >= floor
+                             plan.l2_sensitivity, noise.scale, block["weight"])
+    assert noise.noise.per_device_scale >= floor
     if not fixed:  # (an analyst's larger z is simply more noise than needed)
-        ratio = floor / noise["per_device_scale"]
-        assert ratio >= (0.8 if mechanism == "discrete_gaussian" else 0.8**2), (ratio, noise["inflation"])
+        ratio = floor / noise.noise.per_device_scale
+        assert ratio >= (0.8 if mechanism == "discrete_gaussian" else 0.8**2), (ratio, noise.noise.inflation)
 
 
 def _spec(fixed: bool):  # type: ignore[no-untyped-def]
