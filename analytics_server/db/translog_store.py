@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -313,9 +313,12 @@ async def _read_nodes(s: AsyncSession, wanted: set[Node]) -> dict[Node, bytes]:
     if leaves:
         for i, h in await s.execute(select(LogEntry.idx, LogEntry.leaf_hash).where(LogEntry.idx.in_(leaves))):
             found[0, int(i)] = bytes(h)
-    if inner:
-        for level, i, h in await s.execute(select(LogNode.level, LogNode.idx, LogNode.hash)
-                                           .where(tuple_(LogNode.level, LogNode.idx).in_(inner))):
+    if inner:  # per level `idx IN (…)`, OR-ed: an index search each (SQLite scans the table for a row-value IN list)
+        levels: dict[int, list[int]] = {}
+        for level, idx in inner:
+            levels.setdefault(level, []).append(idx)
+        where = or_(*(and_(LogNode.level == level, LogNode.idx.in_(idxs)) for level, idxs in sorted(levels.items())))
+        for level, i, h in await s.execute(select(LogNode.level, LogNode.idx, LogNode.hash).where(where)):
             found[int(level), int(i)] = bytes(h)
     if len(found) < len(wanted):
         level, idx = min(wanted - found.keys())

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import delete, select
+from sqlalchemy import delete, event, select
 
 from analytics_server.db.engine import make_engine
 from analytics_server.db.models import LogNode
@@ -130,5 +132,31 @@ async def test_a_missing_node_is_an_error_not_a_wrong_proof(db_url: str) -> None
                 await s.execute(delete(LogNode).where(LogNode.level == 3))
                 await store._log_append(s, [te.budget_entry("x", 1.0, 0.0, now_ms())])
         assert (await store.log_entries(0, 100))[0] == 11  # the failed append left nothing
+    finally:
+        await store.engine.dispose()
+
+
+async def test_a_proof_reads_by_index_never_by_scanning_the_log(migrated_url: str) -> None:
+    """The statements a proof and an append send are index searches (SQLite's plan): their cost does not grow with
+    the log (a row-value `IN` list, for one, makes SQLite scan the whole table)."""
+    store = await _store(migrated_url)
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "log_" in statement:
+            sent.append((statement, parameters))
+
+    try:
+        await _append(store, [5, 7, 9])
+        event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
+        await store.log_inclusion(5, 21)
+        await store.log_consistency(6, 21)
+        await _append(store, [1])
+        event.remove(store.engine.sync_engine, "before_cursor_execute", capture)
+        assert any("log_nodes" in q for q, _ in sent) and any("log_entries" in q for q, _ in sent)
+        async with store.engine.connect() as conn:
+            for statement, params in sent:
+                plan = " | ".join(str(r[-1]) for r in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params))
+                assert not re.search(r"\bSCAN log_", plan), (statement, plan)
     finally:
         await store.engine.dispose()
