@@ -72,7 +72,7 @@ def main() -> int:
     for name, script in (("flower", "scripts/bench_flower.py"), ("http", "scripts/bench_http.py"), ("floor", "scripts/bench_floor.py"), ("dp", "scripts/bench_dp.py"),
                          ("dp_central", "scripts/bench_dp_central.py"), ("dp_training", "scripts/bench_dp_training.py"),
                          ("utility", "scripts/bench_utility.py"), ("quantiles", "scripts/bench_quantiles.py"), ("translog", "scripts/bench_translog.py"),
-                         ("audit", "scripts/bench_audit.py"),
+                         ("audit", "scripts/bench_audit.py"), ("log_memory", "scripts/bench_log_memory.py"),
                          ("cluster", "scripts/bench_cluster.py"), ("device", "scripts/bench_device.py"),
                          ("validity", "scripts/bench_validity.py"), ("issuer", "scripts/bench_issuer.py"),
                          ("js_device", "scripts/bench_js.py")):

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from analyst_client.audit import audit_log
@@ -52,6 +53,31 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+def synthetic_transactions(size: int) -> Iterator[list[dict[str, Any]]]:
+    """The honest synthetic log's transactions (each a list of entries, one signed head after each), until the log
+    holds at least `size` entries (also the log scripts/bench_log_memory.py stores in a database)."""
+    at = T0
+    yield [te.budget_entry(te.DEFAULT_SOURCE, 1e6, 0.5, at)]
+    n, q = 1, 0
+    while n < size:
+        qid, source = f"q{q:09d}", SOURCES[q % len(SOURCES)]
+        spec = {"kind": "histogram", "name": f"bench {q}", "source": source, "params": {"buckets": ["a", "b", "c"]}}
+        at += 1
+        txs = [[te.query_entry(qid, source, "histogram", spec, at), te.charge_entry(qid, source, 0.001, 1e-9, at)],
+               [te.task_entry(qid, 0, f"c{q:031d}", hashlib.sha256(qid.encode()).digest(), at, SECAGG)]]
+        if q % 10 == 9:
+            txs.append([te.charge_entry(qid, source, 0.001, 1e-9, at, refund=True)])
+        else:
+            txs.append([te.release_entry(qid, "succeeded", {"counts": {"a": q, "b": 1, "c": 2}},
+                                         {"epsilon": 0.001, "delta": 1e-9}, at)])
+        for tx in txs:
+            n += len(tx)
+            yield tx
+        q += 1
+        if q % 20_000 == 0:
+            log(f"built {n:,} entries …")
+
+
 class MemoryLog:
     """An honest log of about `size` entries and the answers of its public routes, as JSON bytes by path."""
 
@@ -73,26 +99,10 @@ class MemoryLog:
             heads.append(HeadModel.of(signed).model_dump())
             sizes.append(tree.size)
 
-        at = T0
-        transaction([te.budget_entry(te.DEFAULT_SOURCE, 1e6, 0.5, at)])
-        q = 0
-        while tree.size < size:
-            qid, source = f"q{q:09d}", SOURCES[q % len(SOURCES)]
-            spec = {"kind": "histogram", "name": f"bench {q}", "source": source, "params": {"buckets": ["a", "b", "c"]}}
-            at += 1
-            transaction([te.query_entry(qid, source, "histogram", spec, at),
-                         te.charge_entry(qid, source, 0.001, 1e-9, at)])
-            transaction([te.task_entry(qid, 0, f"c{q:031d}", hashlib.sha256(qid.encode()).digest(), at, SECAGG)])
-            if q % 10 == 9:
-                transaction([te.charge_entry(qid, source, 0.001, 1e-9, at, refund=True)])
-            else:
-                transaction([te.release_entry(qid, "succeeded", {"counts": {"a": q, "b": 1, "c": 2}},
-                                              {"epsilon": 0.001, "delta": 1e-9}, at)])
-            q += 1
+        for tx in synthetic_transactions(size):
+            transaction(tx)
             if len(page) >= 4 * MAX_ENTRIES_PAGE:
                 self._entry_pages(page, final=False)
-            if q % 20_000 == 0:
-                log(f"built {tree.size:,} entries …")
         self.size = tree.size
         self._entry_pages(page, final=True)
         self._head_pages(sizes, heads)
