@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from analytics_server import orchestrator as orchestrator_module
+from analytics_server import cohort_plan as cohort_plan_module
 from analytics_server.state import STATE
 from device_sdk.hooks import DeviceHooks
 from device_sdk import DevicePolicy
@@ -99,14 +99,14 @@ async def test_a_cohort_shrunk_below_the_devices_minimum_is_refused_before_unmas
 
 def _lying_server(monkeypatch: pytest.MonkeyPatch, lie: Callable[[dict[str, Any]], None]) -> None:
     """The real orchestrator, with every assignment it hands out bent by `lie` (on its JSON)."""
-    real = orchestrator_module.Assignment
+    real = cohort_plan_module.Assignment
 
     def make(**fields: Any) -> Assignment:
         wire = real(**fields).model_dump(mode="json")
         lie(wire)
         return real.model_validate(wire)
 
-    monkeypatch.setattr(orchestrator_module, "Assignment", make)
+    monkeypatch.setattr(cohort_plan_module, "Assignment", make)
 
 
 def _set(path: str, value: Callable[[Any], Any]) -> Callable[[dict[str, Any]], None]:

@@ -78,7 +78,8 @@ async def test_a_decoy_task_shown_to_one_device_is_refused_by_it_before_it_reads
         victims.append(victim)
         a = cohort.assignments[victim]
         wire = a.model_dump(mode="json", exclude_none=True)
-        cohort.assignments[victim] = type(a).model_validate({**wire, "task": {"buckets": ["moon", "decoy", "star"]}})
+        decoy = {**wire["task"], "buckets": ["moon", "decoy", "star"]}  # a well-formed task, just not the logged one
+        cohort.assignments[victim] = type(a).model_validate({**wire, "task": decoy})
         return cohort
 
     monkeypatch.setattr(Orchestrator, "_make_cohort", make)
@@ -92,7 +93,8 @@ async def test_a_decoy_task_shown_to_one_device_is_refused_by_it_before_it_reads
         await fleet.stop()
         refused = await metric(http, url, "fa_device_refusals_total", 'reason="not_logged"')
     (victim,) = [d for d in devices if d.client.device_id == victims[0]]
-    assert refused >= 1 and [r.reason for r in victim.refusals] == ["not_logged"]
+    assert [r.reason for r in victim.refusals] == ["not_logged"], victim.refusals
+    assert refused >= 1
     assert victim.store.reads == [], "the victim read none of its data"
     (record,) = victim.client.transparency_log()
     assert record.status == "refused" and record.sent_at is None and record.epsilon is None

@@ -49,7 +49,7 @@ function b64decode(s, what, length) {
   return out;
 }
 
-// ../../../../work/main/device_sdk/js/node_modules/canonicalize/lib/canonicalize.js
+// node_modules/canonicalize/lib/canonicalize.js
 function serializeString(value) {
   if (!value.isWellFormed()) {
     throw new Error("Lone surrogate is not allowed");

@@ -104,5 +104,5 @@ test("the console's vendored log verifier is a fresh build of src/logAudit.ts an
   const committed = readFileSync(VENDORED, "utf8");
   const out = fresh.outputFiles ?? [];
   assert.ok(out.length === 1 && out[0].text === committed,
-    "analytics_server/console/vendor/translog.js is stale: run `node scripts/bundle.mjs --vendor` in device_sdk/js and commit it");
+    "analytics_server/console/vendor/translog.js is stale: run `npm run vendor` in device_sdk/js and commit it");
 });
