@@ -16,6 +16,7 @@ from analytics_server.db.engine import check_migrated, make_engine
 from analytics_server.db.store import Store
 from analytics_server.db.translog_store import parse_witness_keys
 from analytics_server.http import analyst, console, device, transparency
+from analytics_server.services import budgets_service
 from analytics_server.http.common import BODY_READ_TIMEOUT, make_error_middleware
 from analytics_server.http.cors import make_cors_middleware
 from analytics_server.metrics import Metrics, count_statements
@@ -27,6 +28,7 @@ from analytics_server.settings import Settings
 from analytics_server.state import STATE, AppState
 from fa_common.clock import SYSTEM_CLOCK, Clock
 from fa_common.ratelimit import AddressRateLimiter
+from translog import entries as te
 
 
 log = logging.getLogger(__name__)
@@ -84,7 +86,8 @@ def create_app(settings: Settings, *, clock: Clock | None = None, unmasked: bool
         executor.submit(importlib.import_module, ACCOUNTANT_MODULE)
         parse_witness_keys(settings.log_witness_keys)  # ValueError naming the bad key, before anything starts
         seed = transparency.load_log_seed(settings.log_key_file)
-        signer = await store.log_setup(seed, settings.log_origin, (settings.budget_epsilon, settings.budget_delta))
+        signer = await store.log.setup(seed, settings.log_origin)
+        await budgets_service.log_budget(store, te.DEFAULT_SOURCE, settings.budget_epsilon, settings.budget_delta)
         if seed is None:
             log.warning("transparency log key %s is kept in the database (no FA_LOG_KEY_FILE): anyone with database "
                         "access could re-sign a rewritten log (docs/transparency.md)", signer.key_id)

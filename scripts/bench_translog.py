@@ -5,7 +5,7 @@ On a migrated SQLite database, through the server's own `Store`:
   (what a cohort's formation adds: its `task` entry), ms per append, at log sizes 0 → N;
 - a query's entries: `query` + `charge` + one `task` per cohort + `release`, appended as the server does
   (4 transactions for a one-round, one-cohort query), ms per query;
-- per device: the proof bundle the server builds for one check-in with an assignment (`log_task_proof`: the
+- per device: the proof bundle the server builds for one check-in with an assignment (`TransparencyLog.task_proof`: the
   entry, the newest head, inclusion and consistency proofs), ms, at log sizes 1,000 and 20,000;
 - the device's added latency: `translog.check.check_task_proof` (parsing the JSON, the inclusion and consistency
   hash paths, one Ed25519 verification), ms, in Python and in the JS SDK (Node, the same proofs:
@@ -30,7 +30,10 @@ from pathlib import Path
 
 from analytics_server.db.engine import make_engine, migrate
 from analytics_server.db.store import Store
-from analytics_server.db.translog_store import LOG_LOCK, now_ms
+from analytics_server.services import budgets_service
+from analytics_server.db.base import epoch_ms
+from analytics_server.db.translog_store import LOG_LOCK
+from fa_common.clock import SYSTEM_CLOCK
 from translog import entries as te
 from translog.check import check_task_proof
 from translog.heads import key_table, verify_head
@@ -50,9 +53,9 @@ def log(msg: str) -> None:
 async def _append_many(store: Store, n: int, start: int) -> float:
     t0 = time.perf_counter()
     for i in range(start, start + n):
-        async with store._tx([LOG_LOCK]) as s:
-            await store._log_append(s, [te.task_entry(f"q{i // 10}", 0, f"c{i:031d}", hashlib.sha256(str(i).encode()).digest(),
-                                                      now_ms(), SECAGG)])
+        async with store.db.tx([LOG_LOCK]) as s:
+            await store.log.append(s, [te.task_entry(f"q{i // 10}", 0, f"c{i:031d}", hashlib.sha256(str(i).encode()).digest(),
+                                                      epoch_ms(SYSTEM_CLOCK), SECAGG)])
     return (time.perf_counter() - t0) / n * 1000
 
 
@@ -61,7 +64,8 @@ async def run() -> dict:
     url = f"sqlite+aiosqlite:///{tmp / 'log.db'}"
     await asyncio.to_thread(migrate, url)
     store = Store(make_engine(url))
-    signer = await store.log_setup(None, "bench/fa-log", (10.0, 1e-5))
+    signer = await store.log.setup(None, "bench/fa-log")
+    await budgets_service.log_budget(store, te.DEFAULT_SOURCE, 10.0, 1e-5)
     out: dict = {"database": "sqlite", "sizes": {}}
     js_cases: list[dict] = []
     size = 1
@@ -69,19 +73,19 @@ async def run() -> dict:
         log(f"appending to {target} entries …")
         ms = await _append_many(store, target - size, size)
         size = target
-        before, _ = await store.log_head()  # what a device saw before the next queries: its stored head
+        before, _ = await store.log.head()  # what a device saw before the next queries: its stored head
         assert before is not None
         # a query as the server logs it: submit (query + charge), a cohort (task), the release
         t0 = time.perf_counter()
         for k in range(20):
             qid = f"bench{target}-{k}"
-            async with store._tx([LOG_LOCK]) as s:
-                await store._log_append(s, [te.query_entry(qid, "src", "histogram", {"kind": "histogram", "k": k}, now_ms()),
-                                            te.charge_entry(qid, "src", 1.0, 1e-7, now_ms())])
-            async with store._tx([LOG_LOCK]) as s:
-                await store._log_append(s, [te.task_entry(qid, 0, f"cq{target}{k:020d}", bytes(32), now_ms(), SECAGG)])
-            async with store._tx([LOG_LOCK]) as s:
-                await store._log_append(s, [te.release_entry(qid, "succeeded", {"counts": [k]}, {"epsilon": 1.0}, now_ms())])
+            async with store.db.tx([LOG_LOCK]) as s:
+                await store.log.append(s, [te.query_entry(qid, "src", "histogram", {"kind": "histogram", "k": k}, epoch_ms(SYSTEM_CLOCK)),
+                                            te.charge_entry(qid, "src", 1.0, 1e-7, epoch_ms(SYSTEM_CLOCK))])
+            async with store.db.tx([LOG_LOCK]) as s:
+                await store.log.append(s, [te.task_entry(qid, 0, f"cq{target}{k:020d}", bytes(32), epoch_ms(SYSTEM_CLOCK), SECAGG)])
+            async with store.db.tx([LOG_LOCK]) as s:
+                await store.log.append(s, [te.release_entry(qid, "succeeded", {"counts": [k]}, {"epsilon": 1.0}, epoch_ms(SYSTEM_CLOCK))])
         per_query = (time.perf_counter() - t0) / 20 * 1000
         size += 80
         cohort = f"c{size // 2:031d}"
@@ -89,7 +93,7 @@ async def run() -> dict:
         wire = ""
         for rep in range(200):  # the device's stored head is the one before the 20 queries (a consistency proof)
             t0 = time.perf_counter()
-            proof = await store.log_task_proof(cohort, before.head.size)
+            proof = await store.log.task_proof(cohort, before.head.size)
             times.append((time.perf_counter() - t0) * 1000)
             assert proof is not None and proof.consistency
             wire = proof.model_dump_json(exclude_none=True)
@@ -116,13 +120,13 @@ async def run() -> dict:
     t0 = time.perf_counter()
     n, entries = 0, []
     while True:
-        total, page = await store.log_entries(n, n + 1000)
+        total, page = await store.log.entries(n, n + 1000)
         entries += [e for _, e in page]
         n += len(page)
         if n >= total:
             break
     tree = MerkleTree(te.entry_leaf_hash(e) for e in entries)
-    heads = await store.log_heads(0, 1 << 53)
+    heads = await store.log.heads(0, 1 << 53)
     keys = key_table([signer.public_key])
     for h in heads:
         verify_head(h, keys)

@@ -1,12 +1,10 @@
 """The server's database entry object: one `Store` per process holds the engine, the transaction helper with its
-named locks (`db`), the injected clock and one repository per aggregate (`store.queries`, `store.cohorts`, …).
+named locks (`db`), the injected clock and one repository per aggregate (`store.queries`, `store.cohorts`, …,
+and the transparency log, `store.log`).
 
 Repositories only read and write rows; the rules about budgets, quotas, refunds and what the transparency log
 records live in `queries.dp` and `analytics_server.blame` (pure) and are applied by `analytics_server.services`,
 which run a repository's in-transaction methods and the log's append in one `store.db.tx(...)`.
-
-The transparency log (`translog_store.LogStore`: appends, heads, proofs) is still a mixin of `Store`: it reads the
-`engine`, `sessions` and `_tx` provided here.
 """
 
 from __future__ import annotations
@@ -27,11 +25,11 @@ from analytics_server.db.query_store import ACTIVE, TERMINAL, Queries, QueryNotL
 from analytics_server.db.reports import Reports
 from analytics_server.db.round_store import Rounds, vec_from_bytes, vec_to_bytes
 from analytics_server.db.token_store import ROLES, TokenInfo, TokenRow, Tokens
-from analytics_server.db.translog_store import LogStore
+from analytics_server.db.translog_store import TransparencyLog
 from fa_common.clock import SYSTEM_CLOCK, Clock
 
 
-class Store(LogStore):
+class Store:
     fault_hook: Callable[[str], None] | None = None
     """Fault injection for tests: called with each step of a cohort's formation
     (`services.cohorts_service.FORMATION_STEPS`); raising there stands for the process dying at that step (an open
@@ -53,10 +51,7 @@ class Store(LogStore):
         self.budgets = Budgets(self.db, clock)
         self.blame = Blame(self.db, clock, self.budgets)
         self.reports = Reports(self.db, clock)
-
-    def _tx(self, locks: Iterable[str] = ()) -> Tx:
-        """The write transaction the log's mixin (`LogStore`) opens; everything else uses `db.tx`."""
-        return self.db.tx(locks)
+        self.log = TransparencyLog(self.db, clock)
 
     def fault(self, step: str) -> None:
         """Call the test fault hook (if any) at a step of a cohort's formation."""

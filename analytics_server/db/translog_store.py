@@ -1,6 +1,7 @@
 """Database side of the public transparency log (docs/transparency.md).
 
-Entries are appended by the store's own write transactions (`_log_append`), in the transaction that records
+`TransparencyLog` is the log's repository (`store.log`). Entries are appended by the service layer's write
+transactions (`store.log.append(session, entries)`, analytics_server/services), in the transaction that records
 what they describe, while it holds the `log` lock (`BEGIN IMMEDIATE` on SQLite, the `ledger_locks` row on
 PostgreSQL): appends from N processes get consecutive indexes, and a rolled-back transaction leaves no entry.
 Each appending transaction also stores the signed head of the new size.
@@ -17,24 +18,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from analytics_server.db.base import Database, epoch_ms
 from analytics_server.db.models import LogCosignature, LogEntry, LogHead, LogKey, LogNode
 from fa_common.b64 import b64d, b64e
 from translog import entries as te
 from translog.heads import Cosignature, SignedHead, Signer, TreeHead, key_table, verify_cosignature
 from translog.merkle import CompactRange, Node, Range, consistency_ranges, inclusion_ranges, nodes_of, range_hash, range_nodes
+from fa_common.clock import Clock
 from translog.wire import CosignatureModel, HeadModel, TaskProof, WitnessedHead
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 log = logging.getLogger(__name__)
 LOG_LOCK = "log"
@@ -45,7 +44,7 @@ TASK_CACHE = 4096
 
 
 class LogUnavailable(RuntimeError):
-    """The log has no signing key yet (`log_setup` not run)."""
+    """The log has no signing key yet (`TransparencyLog.setup` not run)."""
 
 
 class LogRangeError(ValueError):
@@ -55,10 +54,6 @@ class LogRangeError(ValueError):
 class LogTreeError(RuntimeError):
     """The database lacks a node of the log's tree below its size (rows removed or never written): no proof
     over it can be honest; the message names the first missing node."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def head_of(row: LogHead) -> SignedHead:
@@ -77,66 +72,62 @@ class _HeadCache:
     read_at: float
 
 
-class LogStore:
-    """Mixin of `Store`: the transparency log's appends, heads, entries and proofs."""
+class TransparencyLog:
+    """The transparency log's repository (`store.log`): its key, appends, heads, entries and proofs. What is
+    logged, and when, is the service layer's decision (analytics_server/services)."""
 
-    engine: AsyncEngine
-    sessions: async_sessionmaker[AsyncSession]
-    _log_signer: Signer | None = None
-    _log_origin: str = ""
-    _log_heads: _HeadCache | None = None
-    _log_tasks: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
-
-    if TYPE_CHECKING:
-        def _tx(self, locks: Sequence[str] = ...) -> Any: ...
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+        self._signer: Signer | None = None
+        self._origin = ""
+        self._heads: _HeadCache | None = None
+        self._tasks: dict[str, list[tuple[int, dict[str, Any]]]] = {}
 
     # -- key and setup ---------------------------------------------------------------------------
 
-    async def log_setup(self, seed: bytes | None, origin: str | None, default_budget: tuple[float, float] | None) -> Signer:
-        """Load the log key (`seed`, else the one kept in the database, generated on first use), and log the
-        server's default budget if it differs from the last one logged."""
+    async def setup(self, seed: bytes | None, origin: str | None) -> Signer:
+        """Load the log key (`seed`, else the one kept in the database, generated on first use)."""
         if seed is None:
             seed = await self._stored_log_seed()
         signer = Signer(seed)
-        self._log_signer = signer
-        self._log_origin = origin or f"fed-analytics/{signer.key_id}"
-        if default_budget is not None:
-            await self.log_budget(te.DEFAULT_SOURCE, *default_budget)
+        self._signer = signer
+        self._origin = origin or f"fed-analytics/{signer.key_id}"
         return signer
 
     async def _stored_log_seed(self) -> bytes:
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             row = await s.get(LogKey, "log")
         if row is not None:
             return bytes(row.seed)
         try:
-            async with self._tx([LOG_LOCK]) as s:
+            async with self.db.tx([LOG_LOCK]) as s:
                 if await s.get(LogKey, "log") is None:
                     s.add(LogKey(name="log", seed=os.urandom(32)))
         except IntegrityError:  # another process stored one first
             pass
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             row = await s.get(LogKey, "log")
         assert row is not None
         return bytes(row.seed)
 
     @property
-    def log_signer(self) -> Signer:
-        if self._log_signer is None:
+    def signer(self) -> Signer:
+        if self._signer is None:
             raise LogUnavailable("the transparency log has no key yet")
-        return self._log_signer
+        return self._signer
 
     @property
-    def log_origin(self) -> str:
-        return self._log_origin
+    def origin(self) -> str:
+        return self._origin
 
     # -- appends ------------------------------------------------------------------------------
 
-    async def _log_append(self, s: AsyncSession, entries: list[dict[str, Any]]) -> list[int]:
+    async def append(self, s: AsyncSession, entries: list[dict[str, Any]]) -> list[int]:
         """Append `entries` in transaction `s`, which must hold the `log` lock; store the new signed head.
-        Returns their indexes. Without a log key (a store used without `log_setup`, as some unit tests do)
+        Returns their indexes. Without a log key (a store used without `setup`, as some unit tests do)
         nothing is appended."""
-        if self._log_signer is None or not entries:
+        if self._signer is None or not entries:
             return []
         size = await _log_size(s)
         edge = await _compact_range(s, size)
@@ -146,37 +137,34 @@ class LogStore:
                            body=te.canonical(e).decode("utf-8"), leaf_hash=h))
             s.add_all([LogNode(level=level, idx=idx, hash=node) for level, idx, node in edge.append(h)])
         new = size + len(entries)
-        signed = self.log_signer.sign_head(TreeHead(self._log_origin, new, edge.root(), now_ms()))
+        signed = self.signer.sign_head(TreeHead(self._origin, new, edge.root(), epoch_ms(self.clock)))
         s.add(LogHead(size=new, root=signed.head.root, timestamp_ms=signed.head.timestamp_ms, origin=signed.head.origin,
                       key_id=signed.key_id, signature=signed.signature))
         return list(range(size, new))
 
-    async def log_budget(self, source: str, total_epsilon: float, total_delta: float) -> bool:
-        """Log a budget unless the last one logged for `source` is the same; True if it appended."""
-        async with self._tx([LOG_LOCK]) as s:
-            rows = (await s.execute(select(LogEntry.body).where(LogEntry.type == "budget").order_by(LogEntry.idx.desc())))
-            for (body,) in rows:
-                e = json.loads(body)
-                if e.get("source") == source:
-                    if (e.get("total_epsilon"), e.get("total_delta")) == (float(total_epsilon), float(total_delta)):
-                        return False
-                    break
-            await self._log_append(s, [te.budget_entry(source, total_epsilon, total_delta, now_ms())])
-        return True
+    @staticmethod
+    async def last_budget(s: AsyncSession, source: str) -> tuple[float, float] | None:
+        """(total ε, total δ) of the newest budget entry logged for `source`, if any."""
+        rows = await s.execute(select(LogEntry.body).where(LogEntry.type == "budget").order_by(LogEntry.idx.desc()))
+        for (body,) in rows:
+            e = json.loads(body)
+            if e.get("source") == source:
+                return float(e.get("total_epsilon")), float(e.get("total_delta"))
+        return None
 
     # -- reads --------------------------------------------------------------------------------
 
-    async def log_head(self) -> tuple[SignedHead | None, list[Cosignature]]:
-        async with self.sessions() as s:
+    async def head(self) -> tuple[SignedHead | None, list[Cosignature]]:
+        async with self.db.sessions() as s:
             row = (await s.execute(select(LogHead).order_by(LogHead.size.desc()).limit(1))).scalar_one_or_none()
             if row is None:
                 return None, []
             cos = (await s.execute(select(LogCosignature).where(LogCosignature.size == row.size))).scalars()
             return head_of(row), [cosig_of(c) for c in cos]
 
-    async def log_witnessed(self) -> tuple[SignedHead, list[Cosignature]] | None:
+    async def witnessed(self) -> tuple[SignedHead, list[Cosignature]] | None:
         """The newest head witnesses cosigned, with its cosignatures."""
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             size = (await s.execute(select(func.max(LogCosignature.size)))).scalar_one_or_none()
             if size is None:
                 return None
@@ -185,15 +173,15 @@ class LogStore:
             assert row is not None
             return head_of(row), [cosig_of(c) for c in cos]
 
-    async def log_heads(self, start: int, end: int) -> list[SignedHead]:
-        async with self.sessions() as s:
+    async def heads(self, start: int, end: int) -> list[SignedHead]:
+        async with self.db.sessions() as s:
             rows = (await s.execute(select(LogHead).where(LogHead.size >= start, LogHead.size < end)
                                     .order_by(LogHead.size))).scalars()
             return [head_of(r) for r in rows]
 
-    async def log_entries(self, start: int, end: int) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
+    async def entries(self, start: int, end: int) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
         """(the log's size, the entries with start ≤ index < end)."""
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             size = await _log_size(s)
             rows = (await s.execute(select(LogEntry.idx, LogEntry.body).where(LogEntry.idx >= start, LogEntry.idx < end)
                                     .order_by(LogEntry.idx))).all()
@@ -202,7 +190,7 @@ class LogStore:
     async def _proofs(self, size: int, proofs: Sequence[Sequence[Range]]) -> list[list[bytes]]:
         """The hashes of each proof's ranges (all below `size`), from the nodes they need, read in one session;
         LogRangeError if the log has fewer than `size` entries."""
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             have = await _log_size(s)
             if size > have:
                 raise LogRangeError(f"size: the log has {have} entries, not {size}")
@@ -213,53 +201,51 @@ class LogStore:
 
         return [[range_hash(lo, hi, node) for lo, hi in proof] for proof in proofs]
 
-    async def log_inclusion(self, index: int, size: int) -> list[bytes]:
+    async def inclusion(self, index: int, size: int) -> list[bytes]:
         if not 0 <= index < size:
             raise LogRangeError(f"index: must be below size ({index} ≥ {size})")
         return (await self._proofs(size, [inclusion_ranges(index, size)]))[0]
 
-    async def log_consistency(self, first: int, second: int) -> list[bytes]:
+    async def consistency(self, first: int, second: int) -> list[bytes]:
         if not 0 <= first <= second:
             raise LogRangeError(f"first: must be in 0..second ({first} > {second})")
         return (await self._proofs(second, [consistency_ranges(first, second)]))[0]
 
-    async def log_cosign(self, size: int, cosig: Cosignature, witnesses: dict[str, bytes]) -> bool:
+    async def cosign(self, size: int, cosig: Cosignature, witnesses: dict[str, bytes]) -> bool:
         """Store a witness's cosignature of the head of `size` (HeadError if it does not verify, LogRangeError
         without such a head); False if that witness had already cosigned it."""
-        async with self.sessions() as s:
+        async with self.db.sessions() as s:
             row = await s.get(LogHead, size)
         if row is None:
             raise LogRangeError(f"size: no stored head of size {size}")
         verify_cosignature(cosig, head_of(row).head, witnesses)
         try:
-            async with self._tx() as s:
+            async with self.db.tx() as s:
                 if await s.get(LogCosignature, (size, cosig.key_id)) is not None:
                     return False
                 s.add(LogCosignature(size=size, key_id=cosig.key_id, witness=cosig.witness, time=cosig.time,
                                      signature=cosig.signature))
         except IntegrityError:
             return False
-        self._log_heads = None
+        self._heads = None
         return True
 
     async def _cohort_tasks(self, cohort_id: str) -> list[tuple[int, dict[str, Any]]]:
         """The cohort's `task` entries (index, entry), read once per process: every member's check-in needs them,
         and they are committed with the cohort's assignments, before any can be delivered."""
-        if self._log_tasks is None:
-            self._log_tasks = {}
-        found = self._log_tasks.get(cohort_id)
+        found = self._tasks.get(cohort_id)
         if found is None:
-            async with self.sessions() as s:
+            async with self.db.sessions() as s:
                 rows = (await s.execute(select(LogEntry.idx, LogEntry.body).where(
                     LogEntry.cohort_id == cohort_id, LogEntry.type == "task").order_by(LogEntry.idx))).all()
             found = [(int(i), json.loads(b)) for i, b in rows]
             if found:
-                if len(self._log_tasks) >= TASK_CACHE:
-                    self._log_tasks.clear()
-                self._log_tasks[cohort_id] = found
+                if len(self._tasks) >= TASK_CACHE:
+                    self._tasks.clear()
+                self._tasks[cohort_id] = found
         return found
 
-    async def log_task_proof(self, cohort_id: str, from_size: int | None, with_witness: bool = True,
+    async def task_proof(self, cohort_id: str, from_size: int | None, with_witness: bool = True,
                              task_digest: bytes | None = None) -> TaskProof | None:
         """What a device gets with its assignment (docs/transparency.md): the proof of the cohort's task entry (with
         `task_digest`, of its entry with that digest); None if there is none."""
@@ -269,13 +255,13 @@ class LogStore:
         if not found:
             return None
         idx, body = found[0]
-        cache = self._log_heads
-        if cache is None or cache.head.head.size <= idx or time.monotonic() - cache.read_at > HEAD_CACHE_S:
-            head, _ = await self.log_head()
+        cache = self._heads
+        if cache is None or cache.head.head.size <= idx or self.clock.monotonic() - cache.read_at > HEAD_CACHE_S:
+            head, _ = await self.head()
             if head is None:
                 return None
-            cache = self._log_heads = _HeadCache(head, await self.log_witnessed() if with_witness else None,
-                                                 time.monotonic())
+            cache = self._heads = _HeadCache(head, await self.witnessed() if with_witness else None,
+                                             self.clock.monotonic())
         size = cache.head.head.size
         consistent = from_size is not None and from_size <= size
         witnessed = cache.witnessed if cache.witnessed is not None and cache.witnessed[0].head.size <= size else None
@@ -350,4 +336,4 @@ def parse_witness_keys(text: str) -> dict[str, bytes]:
     return key_table(keys)
 
 
-__all__ = ["LOG_LOCK", "LogRangeError", "LogStore", "LogTreeError", "LogUnavailable", "now_ms", "parse_witness_keys"]
+__all__ = ["LOG_LOCK", "LogRangeError", "LogTreeError", "LogUnavailable", "TransparencyLog", "parse_witness_keys"]

@@ -130,7 +130,7 @@ async def checkin(request: web.Request) -> web.Response:
                                                gone=lambda: _client_gone(request))
     running = st.orchestrator.running_count()
     if assignment is not None:
-        proof = await st.store.log_task_proof(assignment.cohort_id, req.log_size)
+        proof = await st.store.log.task_proof(assignment.cohort_id, req.log_size)
         resp = CheckinResponse(assignment=assignment, log=proof, queries_running=running)
         if req.secagg_keys is not None:  # a long-poll of its own for phase 0 (docs/protocol.md)
             wait_s = min(req.wait_s, st.settings.checkin_max_wait_s, PHASE0_WAIT_CAP_S)

@@ -51,21 +51,21 @@ def _range(request: web.Request) -> tuple[int, int]:
 @routes.get("/v1/log/key")
 async def log_key(request: web.Request) -> web.Response:
     st = app_state(request)
-    signer = st.store.log_signer
+    signer = st.store.log.signer
     previous = [k.strip() for k in st.settings.log_previous_keys.split(",") if k.strip()]
     witnesses = {kid: b64(k) for kid, k in parse_witness_keys(st.settings.log_witness_keys).items()}
-    return json_model(LogKeyResponse(origin=st.store.log_origin, public_key=b64(signer.public_key),
+    return json_model(LogKeyResponse(origin=st.store.log.origin, public_key=b64(signer.public_key),
                                      key_id=signer.key_id, previous_keys=previous, witnesses=witnesses))
 
 
 @routes.get("/v1/log/head")
 async def log_head(request: web.Request) -> web.Response:
     st = app_state(request)
-    head, cos = await st.store.log_head()
+    head, cos = await st.store.log.head()
     if head is None:
         raise HttpError(404, "the log is empty: no head signed yet")
     resp = LogHeadResponse(head=HeadModel.of(head), cosignatures=[CosignatureModel.of(c) for c in cos])
-    witnessed = await st.store.log_witnessed()
+    witnessed = await st.store.log.witnessed()
     if witnessed is not None and witnessed[0].head.size != head.head.size:
         resp.witnessed = HeadModel.of(witnessed[0])
         resp.witnessed_cosignatures = [CosignatureModel.of(c) for c in witnessed[1]]
@@ -75,14 +75,14 @@ async def log_head(request: web.Request) -> web.Response:
 @routes.get("/v1/log/heads")
 async def log_heads(request: web.Request) -> web.Response:
     start, end = _range(request)
-    heads = await app_state(request).store.log_heads(start, end)
+    heads = await app_state(request).store.log.heads(start, end)
     return json_model(LogHeadsResponse(heads=[HeadModel.of(h) for h in heads]))
 
 
 @routes.get("/v1/log/entries")
 async def log_entries(request: web.Request) -> web.Response:
     start, end = _range(request)
-    size, rows = await app_state(request).store.log_entries(start, end)
+    size, rows = await app_state(request).store.log.entries(start, end)
     return json_model(LogEntriesResponse(size=size, entries=[LogEntryModel(index=i, entry=e) for i, e in rows]))
 
 
@@ -92,7 +92,7 @@ async def inclusion(request: web.Request) -> web.Response:
     if index >= size:
         raise HttpError(400, f"index: must be below size ({index} ≥ {size})")
     try:
-        proof = await app_state(request).store.log_inclusion(index, size)
+        proof = await app_state(request).store.log.inclusion(index, size)
     except LogRangeError as exc:
         raise HttpError(404, str(exc)) from None
     return json_model(ProofResponse(proof=[b64(h) for h in proof]))
@@ -104,7 +104,7 @@ async def consistency(request: web.Request) -> web.Response:
     if first > second:
         raise HttpError(400, f"first: must be ≤ second ({first} > {second})")
     try:
-        proof = await app_state(request).store.log_consistency(first, second)
+        proof = await app_state(request).store.log.consistency(first, second)
     except LogRangeError as exc:
         raise HttpError(404, str(exc)) from None
     return json_model(ProofResponse(proof=[b64(h) for h in proof]))
@@ -120,7 +120,7 @@ async def cosign(request: web.Request) -> web.Response:
         raise HttpError(403, f"key_id: {req.key_id!r} is not a witness this log accepts (FA_LOG_WITNESS_KEYS)")
     try:
         cosig = req.parse()
-        stored = await st.store.log_cosign(req.size, cosig, witnesses)
+        stored = await st.store.log.cosign(req.size, cosig, witnesses)
     except LogRangeError as exc:
         raise HttpError(404, str(exc)) from None
     except HeadError as exc:

@@ -107,7 +107,7 @@ async def _may_contribute_again(store: Store, s: AsyncSession, query_id: str, so
             out.why_kept = f"one more run of the query does not fit its source's budget: {exc}"
             return set()
         at = epoch_ms(store.clock)
-        await store._log_append(s, [
+        await store.log.append(s, [
             te.charge_entry(query_id, source, per_run.epsilon, per_run.delta, at, layer=k, cohort_id=cohort_id)
             for k in range(charge.runs + 1, decision.runs + 1)])
         await store.budgets.extend(s, charge, decision.runs, per_run)

@@ -1,5 +1,5 @@
 """An admin sets a source's privacy budget: the new total is logged (transparency log) in the transaction that
-stores it, under the source's lock."""
+stores it, under the source's lock. At start-up the server's default budget is logged when it changed."""
 
 from __future__ import annotations
 
@@ -15,8 +15,19 @@ async def set_budget(store: Store, source: str, total_epsilon: float, total_delt
     """Set a source's total (may be below what is already spent: then nothing more fits)."""
     Budget(total_epsilon, total_delta)  # validates
     async with store.db.tx([f"source:{source}", LOG_LOCK]) as s:
-        await store._log_append(s, [te.budget_entry(source, total_epsilon, total_delta, epoch_ms(store.clock))])
+        await store.log.append(s, [te.budget_entry(source, total_epsilon, total_delta, epoch_ms(store.clock))])
         await store.budgets.set_total(s, source, total_epsilon, total_delta)
 
 
-__all__ = ["set_budget"]
+@shielded
+async def log_budget(store: Store, source: str, total_epsilon: float, total_delta: float) -> bool:
+    """Log a budget (the server's default: `translog.entries.DEFAULT_SOURCE`) unless the last one logged for
+    `source` is the same; True if it appended."""
+    async with store.db.tx([LOG_LOCK]) as s:
+        if await store.log.last_budget(s, source) == (float(total_epsilon), float(total_delta)):
+            return False
+        await store.log.append(s, [te.budget_entry(source, total_epsilon, total_delta, epoch_ms(store.clock))])
+    return True
+
+
+__all__ = ["log_budget", "set_budget"]

@@ -52,7 +52,7 @@ async def create_cohort(
                 raise ClaimLost(cohort_id, set(members).difference(claimed))  # rolls the claims back
             store.fault("claimed")
         if task is not None:
-            await store._log_append(s, [te.task_entry(query_id, task[0], cohort_id, task[1], epoch_ms(store.clock),
+            await store.log.append(s, [te.task_entry(query_id, task[0], cohort_id, task[1], epoch_ms(store.clock),
                                                       task[2])])
         if claim:
             store.fault("logged")

@@ -67,7 +67,7 @@ async def submit(
         if cost is not None:
             await store.budgets.charge(s, source, q.id, cost)
         at = epoch_ms(store.clock)
-        await store._log_append(s, [te.query_entry(q.id, source, kind, spec, at)] + (
+        await store.log.append(s, [te.query_entry(q.id, source, kind, spec, at)] + (
             [te.charge_entry(q.id, source, cost.epsilon, cost.delta, at)] if cost is not None else []))
         data: dict[str, Any] = {"kind": kind}
         if cost is not None:
@@ -108,7 +108,7 @@ async def finish(
         done = await store.queries.store_release(s, query_id, status, result, privacy, uncertainty, warnings, failure)
         charge = None
         if done:
-            await store._log_append(s, [te.release_entry(query_id, status, result, privacy, epoch_ms(store.clock))])
+            await store.log.append(s, [te.release_entry(query_id, status, result, privacy, epoch_ms(store.clock))])
             if failure:
                 charge = await _refund_if_unseen(store, s, query_id)
     if done:
@@ -129,7 +129,7 @@ async def _refund_if_unseen(store: Store, s: AsyncSession, query_id: str) -> str
     if decision is Refund.REFUND:
         await store.budgets.refund(s, query_id)
         at = epoch_ms(store.clock)
-        await store._log_append(s, [te.charge_entry(query_id, c.source, c.epsilon, c.delta, at, refund=True)
+        await store.log.append(s, [te.charge_entry(query_id, c.source, c.epsilon, c.delta, at, refund=True)
                                     for c in charges])
         await store.events.add(s, "budget.refunded", {}, query_id=query_id)
         return Refund.REFUND.value

@@ -61,7 +61,7 @@ async def _fill(store: Store, analyst: int, other: int, n: int = N) -> list[str]
     mine = [(i, _qid(i), "words", analyst) for i in range(n)]
     theirs = [(n + k, _qid(n + k), "app.theme", other) for k in range(OTHERS)]
     entries: list[Json] = []
-    async with store._tx([LOG_LOCK]) as s:
+    async with store.db.tx([LOG_LOCK]) as s:
         for i, qid, source, owner in mine + theirs:
             spec = {"kind": "histogram", "name": f"q{i}", "source": source, "params": {"buckets": ["a", "b"]}}
             at = _created(i)
@@ -75,7 +75,7 @@ async def _fill(store: Store, analyst: int, other: int, n: int = N) -> list[str]
         for i, qid, source, _ in mine + theirs:
             s.add(PrivacyCharge(source=source, query_id=qid, epsilon=EPSILON, delta=DELTA, status="charged",
                                 created_at=_created(i)))
-        await store._log_append(s, entries)
+        await store.log.append(s, entries)
     return [qid for _, qid, _, _ in mine]
 
 
@@ -225,7 +225,7 @@ async def test_fa_audit_with_a_token_compares_every_query_and_charge(history: Js
     qid = _newest_first(history["created"])[TAMPERED - 1]
     position = history["created"].index(qid)
     assert _created(position) == T0 and position < N - 1000  # in the tie; its charge not among the newest 1,000
-    async with store._tx() as s:
+    async with store.db.tx() as s:
         await s.execute(update(Query).where(Query.id == qid).values(spec={"kind": "histogram", "source": "words",
                                                                            "name": "rewritten", "params": {}}))
         await s.execute(update(PrivacyCharge).where(PrivacyCharge.query_id == qid).values(epsilon=EPSILON / 2))

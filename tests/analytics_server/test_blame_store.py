@@ -16,7 +16,7 @@ BUDGET = dp.Budget(3.0, 1e-5)
 
 async def _setup(url: str, budget: dp.Budget = BUDGET) -> tuple[Store, str, int, list[str]]:
     store = Store(make_engine(url))
-    await store.log_setup(bytes(32), "test", None)
+    await store.log.setup(bytes(32), "test")
     q = await queries_service.submit(store, "histogram", None, "words", {}, {}, 1, None, None,
                                  cost=dp.PrivacyCost(1.0, 1e-7), default_budget=budget)
     r = await store.rounds.create(q.id, 0, {}, None, 20, need=2, dim=3)
@@ -43,7 +43,7 @@ async def test_a_noisy_cohorts_members_are_freed_for_one_more_charged_and_logged
     assert (out.freed, out.kept, out.runs, out.named) == (3, 0, 2, {})
     assert await store.rounds.members(rid) == set()  # every seat freed, d[3]'s at no cost
     assert await _runs(store, qid) == (2, pytest.approx(2.0))
-    size, entries = await store.log_entries(0, 1000)
+    size, entries = await store.log.entries(0, 1000)
     runs = [e for _, e in entries if e["type"] == "charge" and e.get("layer") == 2]
     assert runs == [{**runs[0], "query_id": qid, "source": "words", "epsilon": 1.0, "delta": 1e-7, "cohort_id": "c1"}]
 

@@ -18,7 +18,7 @@ START = 1_000_000_000.0
 async def test_every_timestamp_and_deadline_comes_from_the_injected_clock(migrated_url: str) -> None:
     clock = ManualClock(START)
     store = Store(make_engine(migrated_url), clock)
-    await store.log_setup(b"k" * 32, "test", None)
+    await store.log.setup(b"k" * 32, "test")
     at = datetime.fromtimestamp(START, timezone.utc)
 
     token = await store.tokens.create("analyst")
@@ -35,7 +35,7 @@ async def test_every_timestamp_and_deadline_comes_from_the_injected_clock(migrat
     clock.advance(61)  # the charge leaves the quota's window on the injected clock, not the machine's
     assert (await queries_service.usage(store, info.id, limits)).epsilon_used == 0.0
     await budgets_service.set_budget(store, "w", 2.0, 1e-5)
-    _, entries = await store.log_entries(0, 10)
+    _, entries = await store.log.entries(0, 10)
     assert [(e["type"], e["at"]) for _, e in entries] == [
         ("query", int(START * 1000)), ("charge", int(START * 1000)), ("budget", int((START + 61) * 1000))]
 

@@ -21,7 +21,9 @@ from sqlalchemy import delete, event, select
 from analytics_server.db.engine import make_engine
 from analytics_server.db.models import LogNode
 from analytics_server.db.store import Store
-from analytics_server.db.translog_store import LOG_LOCK, LogTreeError, now_ms
+from analytics_server.db.base import epoch_ms
+from analytics_server.db.translog_store import LOG_LOCK, LogTreeError
+from fa_common.clock import SYSTEM_CLOCK
 from devstack.pg_local import worker_database
 from devstack.processes import fresh_database
 from translog import entries as te
@@ -43,35 +45,35 @@ def db_url(request: pytest.FixtureRequest, migrated_template: Path, tmp_path: Pa
 
 async def _store(url: str) -> Store:
     store = Store(make_engine(url))
-    await store.log_setup(SEED, "test/log", None)
+    await store.log.setup(SEED, "test/log")
     return store
 
 
 async def _append(store: Store, batches: list[int]) -> None:
     n = 0
     for k in batches:
-        async with store._tx([LOG_LOCK]) as s:
-            await store._log_append(s, [te.budget_entry(f"s{n + i}", 1.0 + n + i, 0.0, now_ms()) for i in range(k)])
+        async with store.db.tx([LOG_LOCK]) as s:
+            await store.log.append(s, [te.budget_entry(f"s{n + i}", 1.0 + n + i, 0.0, epoch_ms(SYSTEM_CLOCK)) for i in range(k)])
         n += k
 
 
 async def _reference(store: Store) -> MerkleTree:
-    size, rows = await store.log_entries(0, 10_000)
+    size, rows = await store.log.entries(0, 10_000)
     assert [i for i, _ in rows] == list(range(size))
     return MerkleTree(te.entry_leaf_hash(e) for _, e in rows)
 
 
 async def _check_all(store: Store, tree: MerkleTree, pairs: list[tuple[int, int]]) -> None:
     """Every head's root, the node table, and the proofs of `pairs` (index or first, size) against `tree`."""
-    heads = await store.log_heads(0, 1 << 53)
+    heads = await store.log.heads(0, 1 << 53)
     assert heads and all(h.head.root == tree.root(h.head.size) for h in heads)
     async with store.sessions() as s:
         stored = {(r.level, r.idx): bytes(r.hash) for r in (await s.execute(select(LogNode))).scalars()}
     assert stored == {(level, i): h for level in range(1, len(tree.levels)) for i, h in enumerate(tree.levels[level])}
     for a, size in pairs:
         if a < size:
-            assert await store.log_inclusion(a, size) == tree.inclusion_proof(a, size), (a, size)
-        assert await store.log_consistency(a, size) == tree.consistency_proof(a, size), (a, size)
+            assert await store.log.inclusion(a, size) == tree.inclusion_proof(a, size), (a, size)
+        assert await store.log.consistency(a, size) == tree.consistency_proof(a, size), (a, size)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -109,7 +111,7 @@ async def test_every_proof_of_a_log_of_odd_shape_and_a_second_process_serving_it
         await _append(second, [2, 1])  # on top of the first process's appends: the nodes it wrote are the edge
         tree = await _reference(first)
         await _check_all(first, tree, [(i, 78) for i in range(78)] + [(64, 78), (77, 78), (3, 78)])
-        proof = await first.log_task_proof("no such cohort", 10)
+        proof = await first.log.task_proof("no such cohort", 10)
         assert proof is None
         assert not hasattr(first, "_log_tree") and not any(isinstance(v, MerkleTree) for v in vars(first).values())
     finally:
@@ -122,16 +124,16 @@ async def test_a_missing_node_is_an_error_not_a_wrong_proof(db_url: str) -> None
     try:
         await _append(store, [1] * 8 + [3])
         tree = await _reference(store)
-        async with store._tx() as s:
+        async with store.db.tx() as s:
             await s.execute(delete(LogNode).where(LogNode.level == 2, LogNode.idx == 0))
         with pytest.raises(LogTreeError, match=r"level 2, index 0"):
-            await store.log_inclusion(5, 11)  # needs [0, 4): node (2, 0)
-        assert await store.log_inclusion(10, 11) == tree.inclusion_proof(10, 11)  # needs (3, 0), not (2, 0)
+            await store.log.inclusion(5, 11)  # needs [0, 4): node (2, 0)
+        assert await store.log.inclusion(10, 11) == tree.inclusion_proof(10, 11)  # needs (3, 0), not (2, 0)
         with pytest.raises(LogTreeError):
-            async with store._tx([LOG_LOCK]) as s:  # an append reads the edge it extends: (3, 0), (1, 4), (0, 10)
+            async with store.db.tx([LOG_LOCK]) as s:  # an append reads the edge it extends: (3, 0), (1, 4), (0, 10)
                 await s.execute(delete(LogNode).where(LogNode.level == 3))
-                await store._log_append(s, [te.budget_entry("x", 1.0, 0.0, now_ms())])
-        assert (await store.log_entries(0, 100))[0] == 11  # the failed append left nothing
+                await store.log.append(s, [te.budget_entry("x", 1.0, 0.0, epoch_ms(SYSTEM_CLOCK))])
+        assert (await store.log.entries(0, 100))[0] == 11  # the failed append left nothing
     finally:
         await store.engine.dispose()
 
@@ -149,8 +151,8 @@ async def test_a_proof_reads_by_index_never_by_scanning_the_log(migrated_url: st
     try:
         await _append(store, [5, 7, 9])
         event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
-        await store.log_inclusion(5, 21)
-        await store.log_consistency(6, 21)
+        await store.log.inclusion(5, 21)
+        await store.log.consistency(6, 21)
         await _append(store, [1])
         event.remove(store.engine.sync_engine, "before_cursor_execute", capture)
         assert any("log_nodes" in q for q, _ in sent) and any("log_entries" in q for q, _ in sent)

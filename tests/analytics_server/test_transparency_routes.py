@@ -14,7 +14,9 @@ import pytest
 
 from analytics_server.db.engine import make_engine
 from analytics_server.db.store import Store
-from analytics_server.db.translog_store import LOG_LOCK, now_ms
+from analytics_server.db.base import epoch_ms
+from analytics_server.db.translog_store import LOG_LOCK
+from fa_common.clock import SYSTEM_CLOCK
 from analytics_server.state import STATE
 from tests.device_sdk.fleet import Fleet, analyst, run_query
 from tests.support.translog_cases import TASK_SECAGG
@@ -83,9 +85,9 @@ async def test_a_query_is_logged_from_submit_to_release_and_a_witnessed_head_rea
     url = str(server.make_url(""))
     hdr = await analyst(server)
     store: Store = server.app[STATE].store
-    head, _ = await store.log_head()
+    head, _ = await store.log.head()
     assert head is not None
-    await store.log_cosign(head.head.size, WITNESS.cosign("test-witness", head.head, 1), key_table([WITNESS.public_key]))
+    await store.log.cosign(head.head.size, WITNESS.cosign("test-witness", head.head, 1), key_table([WITNESS.public_key]))
     spec = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun"]},
             "privacy": {"mechanism": "skellam", "epsilon": 1.0, "delta": 1e-6},
             "cohort": {"min_clients": 5, "max_clients": 5}}
@@ -97,13 +99,13 @@ async def test_a_query_is_logged_from_submit_to_release_and_a_witnessed_head_rea
         await fleet.stop()
         result = (await (await http.get(f"{url}/v1/queries/{final['id']}/result", headers=hdr)).json())
     assert final["status"] == "succeeded", final
-    size, entries = await store.log_entries(0, 100)
+    size, entries = await store.log.entries(0, 100)
     mine = [e for _, e in entries if e.get("query_id") == final["id"]]
     assert [e["type"] for e in mine] == ["query", "charge", "task", "release"]
     assert mine[0]["spec_digest"] == te.digest(mine[0]["spec"]) and mine[0]["kind"] == "histogram"
     assert mine[1]["epsilon"] == pytest.approx(1.0)
     assert mine[3]["result_digest"] == te.digest(result["result"]) and mine[3]["status"] == "succeeded"
-    proof = await store.log_task_proof(mine[2]["cohort_id"], 1)
+    proof = await store.log.task_proof(mine[2]["cohort_id"], 1)
     assert proof is not None and proof.witnessed is not None and proof.witnessed.head.size == head.head.size
     new = proof.head.parse().head
     w = proof.witnessed.head.parse().head
@@ -115,18 +117,18 @@ async def test_two_processes_appending_at_once_get_consecutive_indexes_under_con
     stores = [Store(make_engine(migrated_url)) for _ in range(2)]
     seed = bytes(range(32))
     for s in stores:
-        await s.log_setup(seed, "test/log", None)
+        await s.log.setup(seed, "test/log")
 
     async def append(store: Store, tag: str) -> None:
         for i in range(40):
-            async with store._tx([LOG_LOCK]) as s:
-                await store._log_append(s, [te.task_entry(tag, i, f"{tag}{i:08d}", bytes(32), now_ms(), TASK_SECAGG)])
+            async with store.db.tx([LOG_LOCK]) as s:
+                await store.log.append(s, [te.task_entry(tag, i, f"{tag}{i:08d}", bytes(32), epoch_ms(SYSTEM_CLOCK), TASK_SECAGG)])
 
     await asyncio.gather(*(append(s, tag) for s, tag in zip(stores, ("a", "b"))))
-    size, entries = await stores[0].log_entries(0, 1000)
+    size, entries = await stores[0].log.entries(0, 1000)
     assert size == 80 and [i for i, _ in entries] == list(range(80))
     tree = MerkleTree(te.entry_leaf_hash(e) for _, e in entries)
-    heads = await stores[1].log_heads(0, 1000)
+    heads = await stores[1].log.heads(0, 1000)
     assert [h.head.size for h in heads] == list(range(1, 81))
     for h in heads:
         assert tree.root(h.head.size) == h.head.root

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from analytics_server.db.store import Store
+from analytics_server.db.translog_store import TransparencyLog
 from analytics_server.orchestrator import Orchestrator
 from analytics_server.state import STATE
 from device_sdk.hooks import DeviceHooks
@@ -35,7 +35,7 @@ def _two_faced(monkeypatch: pytest.MonkeyPatch, change: Callable[[dict[str, Any]
     what that party was shown and forwards it, so that only the devices can notice. It sends no transparency-log
     proofs, and the devices here do not require them: these tests isolate the task binding (the log's own defence
     against this attack: tests/device_sdk/test_transparency_http.py)."""
-    monkeypatch.setattr(Store, "log_task_proof", _no_proof)
+    monkeypatch.setattr(TransparencyLog, "task_proof", _no_proof)
     monkeypatch.setattr(DeviceClient, "_check_log", _no_proof)
     real = Orchestrator._make_cohort
 

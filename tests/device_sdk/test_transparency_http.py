@@ -50,7 +50,7 @@ async def test_honest_contributions_record_the_entry_and_head_and_the_next_check
         await fleet.stop()
     assert second["status"] == "succeeded", second
     assert second["result"]["result"]["counts"] == first["result"]["result"]["counts"]
-    log_size, entries = await server.app[STATE].store.log_entries(0, 1000)
+    log_size, entries = await server.app[STATE].store.log.entries(0, 1000)
     tasks = {e["cohort_id"]: (i, e) for i, e in entries if e["type"] == "task"}
     for dev, first_size in zip(devices, sizes):
         records = dev.client.transparency_log()
@@ -172,7 +172,7 @@ async def test_a_head_signed_by_another_key_is_refused(start_app_server) -> None
 
 async def _rewrite_entry(store: Store, index: int) -> None:
     """What an operator with database access and the log key can do: change an entry and re-sign every head."""
-    async with store._tx(["log"]) as s:
+    async with store.db.tx(["log"]) as s:
         rows = (await s.execute(select(LogEntry).order_by(LogEntry.idx))).scalars().all()
         body = json.loads(rows[index].body)
         body["at"] = body["at"] + 1
@@ -185,10 +185,10 @@ async def _rewrite_entry(store: Store, index: int) -> None:
         heads = (await s.execute(select(LogHead))).scalars().all()
         await s.execute(delete(LogHead))
         for h in heads:
-            signed = store.log_signer.sign_head(TreeHead(h.origin, h.size, tree.root(h.size), h.timestamp_ms))
+            signed = store.log.signer.sign_head(TreeHead(h.origin, h.size, tree.root(h.size), h.timestamp_ms))
             s.add(LogHead(size=h.size, root=signed.head.root, timestamp_ms=h.timestamp_ms, origin=h.origin,
                           key_id=signed.key_id, signature=signed.signature))
-    store._log_heads = None
+    store.log._heads = None
 
 
 
@@ -209,10 +209,10 @@ async def test_devices_pinning_a_witness_need_a_fresh_cosigned_head_the_log_exte
         assert refused["status"] == "failed", refused
         assert all({r.reason for r in d.refusals} == {"not_logged"} for d in devices)
         assert "no witnessed head" in devices[0].client.transparency_log()[0].detail
-        head, _ = await store.log_head()
+        head, _ = await store.log.head()
         assert head is not None
         clock = devices[0].client.store.clock.time()
-        await store.log_cosign(head.head.size, witness.cosign("w", head.head, int(clock)), {witness.key_id: witness.public_key})
+        await store.log.cosign(head.head.size, witness.cosign("w", head.head, int(clock)), {witness.key_id: witness.public_key})
         final = await run_query(http, url, SPEC, hdr)
         await fleet.stop()
     assert final["status"] == "succeeded", final

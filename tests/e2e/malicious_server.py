@@ -71,7 +71,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from analytics_server import cli, cohort_plan
 from analytics_server.db.device_store import Devices
 from analytics_server.db.store import Store
-from analytics_server.db.translog_store import LOG_LOCK, now_ms
+from analytics_server.db.base import epoch_ms
+from analytics_server.db.translog_store import LOG_LOCK, TransparencyLog
+from fa_common.clock import SYSTEM_CLOCK
 from analytics_server.http import device as device_routes
 from analytics_server.pool import DevicePool
 from analytics_server.services import cohorts_service
@@ -152,16 +154,16 @@ def install_log_both() -> None:
     """FA_EVIL_LOG=both: the victim's task is logged too (a second `task` entry for the cohort), and each device's
     check-in carries the proof of the entry for the task it was shown — every device finds its own digest in the
     log. Only the task binding (and an audit: two tasks for one cohort) can catch it."""
-    real_create, real_proof, real_checkin = cohorts_service.create_cohort, Store.log_task_proof, DevicePool.checkin
+    real_create, real_proof, real_checkin = cohorts_service.create_cohort, TransparencyLog.task_proof, DevicePool.checkin
 
     async def create_cohort(store: Store, cohort_id: str, query_id: str, *args: Any, **kwargs: Any) -> None:
         if cohort_id in _VICTIMS:  # logged first: committed before any member's assignment can be delivered
             _, digest, rnd, _, shown = _VICTIMS[cohort_id]
             async with store.db.tx([LOG_LOCK]) as s:
-                await store._log_append(s, [te.task_entry(query_id, rnd, cohort_id, digest, now_ms(), shown)])
+                await store.log.append(s, [te.task_entry(query_id, rnd, cohort_id, digest, epoch_ms(SYSTEM_CLOCK), shown)])
         await real_create(store, cohort_id, query_id, *args, **kwargs)
 
-    async def log_task_proof(self: Store, cohort_id: str, from_size: int | None, *args: Any, **kwargs: Any) -> Any:
+    async def task_proof(self: TransparencyLog, cohort_id: str, from_size: int | None, *args: Any, **kwargs: Any) -> Any:
         victim = _VICTIMS.get(cohort_id)
         if victim is not None:
             kwargs["task_digest"] = victim[1] if victim[0] == _DEVICE.get() else victim[3]
@@ -172,7 +174,7 @@ def install_log_both() -> None:
         return await real_checkin(self, device_id, *args, **kwargs)
 
     cohorts_service.create_cohort = create_cohort
-    Store.log_task_proof = log_task_proof  # type: ignore[method-assign]
+    TransparencyLog.task_proof = task_proof  # type: ignore[method-assign]
     DevicePool.checkin = checkin  # type: ignore[method-assign]
 
 
