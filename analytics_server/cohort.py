@@ -180,6 +180,7 @@ class CohortRuntime:
         """Wall-clock time the open phase opened (its deadline is this + phase_timeout_s)."""
         self.ended: float | None = None
         self.mode = spec.protocol.name
+        self.config = spec.config
         self.secagg_dict: dict[str, Any] = spec.config.to_dict() if spec.config is not None else {}
         self.task_digest = spec.task_digest
         self.assignments: dict[str, Assignment] = dict(spec.assignments)

@@ -50,7 +50,6 @@ from queries.kind import AggregateNoise, RoundPlan
 from queries.registry import get_kind
 from queries.spec import QuerySpec
 from fa_common.clock import SYSTEM_CLOCK, Clock
-from secagg.config import SecAggConfig
 from secagg.phases import Phase
 from secagg.randomness import OsRandom, RandomSource
 
@@ -520,7 +519,7 @@ class Orchestrator:
                 await cohorts_service.create_cohort(
                     self.store, cohort.id, q.id, rnd.id, cohort.secagg_dict, cohort.mode, members, cohort.phase,
                     owner=self.process.id, assignments=wire, claim=True,
-                    task=(rnd.index, cohort.task_digest, SecAggConfig.from_dict(cohort.secagg_dict).public_summary()),
+                    task=(rnd.index, cohort.task_digest, cohort.config.public_summary() if cohort.config else {}),
                 )
             except ClaimLost as exc:
                 self.cohorts.pop(cohort.id, None)

@@ -12,7 +12,6 @@ import base64
 import binascii
 import json
 import logging
-import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -198,7 +197,7 @@ def _live_cohort(st: AppState, live: dict[str, Any]) -> CohortProgress | None:
     snap = runtime.snapshot() if runtime is not None and runtime.status == "running" else live.get("cohort_live")
     if not snap or snap.get("phase") in ("done", "aborted"):  # ending: its outcome is in `cohorts`
         return None
-    return CohortProgress(**snap, deadline_in_s=max(0.0, float(snap["deadline_at"]) - time.time()))
+    return CohortProgress(**snap, deadline_in_s=max(0.0, float(snap["deadline_at"]) - st.store.clock.time()))
 
 
 def _live_phase(st: AppState, live: dict[str, Any]) -> str | None:
