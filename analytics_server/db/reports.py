@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, tuple_, union
+from sqlalchemy import func, select, tuple_, union
 
 from analytics_server.db.base import Database, run_to_completion, utc
 from analytics_server.db.models import (
@@ -183,7 +183,7 @@ class Reports:
             stmt = stmt.where(Query.created_by == created_by)
         if after is not None:
             at, qid = after
-            stmt = stmt.where(or_(Query.created_at < at, and_(Query.created_at == at, Query.id < qid)))
+            stmt = stmt.where(tuple_(Query.created_at, Query.id) < tuple_(at, qid))  # a row value: an index range scan
         async with self.db.sessions() as s:
             rows = list((await s.execute(stmt)).scalars())
         return Page(rows[:limit], len(rows) > limit)

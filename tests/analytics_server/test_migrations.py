@@ -100,16 +100,16 @@ async def test_the_keyset_pages_are_index_range_scans(migrated_url: str) -> None
 
     event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
     at = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    calls: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-        ("ix_queries_created_by_created_at", lambda: store.reports.query_page(7, 20)),
-        ("ix_queries_created_by_created_at", lambda: store.reports.query_page(7, 20, (at, "q1"))),
-        ("ix_queries_created_at", lambda: store.reports.query_page(None, 20)),
-        ("ix_queries_created_at", lambda: store.reports.query_page(None, 20, (at, "q1"))),
-        ("ix_privacy_charges_source_id", lambda: store.reports.charge_page("words", None, 20)),
-        ("ix_privacy_charges_source_id", lambda: store.reports.charge_page("words", None, 20, 99)),
+    calls: list[tuple[str, str, Callable[[], Awaitable[Any]]]] = [
+        ("first", "ix_queries_created_by_created_at", lambda: store.reports.query_page(7, 20)),
+        ("after", "ix_queries_created_by_created_at", lambda: store.reports.query_page(7, 20, (at, "q1"))),
+        ("first", "ix_queries_created_at", lambda: store.reports.query_page(None, 20)),
+        ("after", "ix_queries_created_at", lambda: store.reports.query_page(None, 20, (at, "q1"))),
+        ("first", "ix_privacy_charges_source_id", lambda: store.reports.charge_page("words", None, 20)),
+        ("after", "ix_privacy_charges_source_id", lambda: store.reports.charge_page("words", None, 20, 99)),
     ]
     try:
-        for index, call in calls:
+        for label, index, call in calls:
             sent.clear()
             await call()
             statement, params = sent[-1]
@@ -118,5 +118,7 @@ async def test_the_keyset_pages_are_index_range_scans(migrated_url: str) -> None
             assert index in plan, plan
             assert "TEMP B-TREE" not in plan, plan  # no sort: the index gives the order
             assert not re.search(r"SCAN (queries|privacy_charges)\b(?! USING)", plan), plan
+            if "after" in label:  # a later page starts at its cursor: a range search, not a walk from the first row
+                assert re.search(r"SEARCH (queries|privacy_charges) USING INDEX \S+ \(.*(\(created_at,id\)<\(\?,\?\)|id<\?)", plan), plan
     finally:
         await store.engine.dispose()
