@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -14,6 +15,10 @@ from aiohttp.test_utils import TestServer
 from analytics_server.app import create_app
 from analytics_server.db.engine import migrate
 from analytics_server.settings import Settings
+from devstack.pg_local import worker_database
+from devstack.processes import fresh_database
+
+PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 
 TEST_SETTINGS: dict[str, Any] = {"retry_after_s": 0.5, "cohort_formation_wait_s": 0.3, "checkin_max_wait_s": 2,
                                  "spec_check_timeout_s": 60.0}
@@ -36,6 +41,18 @@ def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("migrated") / "template.db"
     migrate(f"sqlite+aiosqlite:///{path}")
     return path
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)] if PG_URL else ["sqlite"])
+def db_url(request: pytest.FixtureRequest, migrated_template: Path, tmp_path: Path) -> str:
+    """A migrated database on SQLite (a copy of the template) and, with FA_TEST_POSTGRES_URL set
+    (`make test-postgres`), a fresh one on PostgreSQL too: the test runs on each."""
+    if request.param == "postgres" and PG_URL:
+        url = worker_database(PG_URL)
+        fresh_database(url)
+        return url
+    shutil.copyfile(migrated_template, tmp_path / "fa.db")
+    return f"sqlite+aiosqlite:///{tmp_path / 'fa.db'}"
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ tests/e2e/test_formation_crash_e2e.py does the same with real processes and SIGK
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -33,12 +31,10 @@ from analytics_server.settings import Settings
 from analytics_server.services import cohorts_service, queries_service
 from analytics_server.services.cohorts_service import FORMATION_STEPS
 from analytics_server.state import STATE
-from devstack.pg_local import worker_database
-from devstack.processes import free_port, fresh_database
+from devstack.processes import free_port
 from tests.analytics_server.conftest import TEST_SETTINGS
 from tests.device_sdk.fleet import Fleet, analyst, query_end
 
-PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 WORDS = [["moon"], ["sun", "moon"], ["star"], ["moon"], ["sun"]]
 SPEC = {"kind": "histogram", "source": "words", "params": {"buckets": ["moon", "sun", "star"]},
         "cohort": {"min_clients": len(WORDS), "max_clients": len(WORDS), "phase_timeout_s": 5,
@@ -69,16 +65,6 @@ def kill_at(store: Store, step: str) -> asyncio.Event:
     event.listen(store.engine.sync_engine, "before_cursor_execute", refuse)
     store.fault_hook = hook
     return died
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)] if PG_URL else ["sqlite"])
-def db_url(request: pytest.FixtureRequest, migrated_template: Path, tmp_path: Path) -> str:
-    if request.param == "postgres" and PG_URL:
-        url = worker_database(PG_URL)
-        fresh_database(url)
-        return url
-    shutil.copyfile(migrated_template, tmp_path / "fa.db")
-    return f"sqlite+aiosqlite:///{tmp_path / 'fa.db'}"
 
 
 @pytest.fixture

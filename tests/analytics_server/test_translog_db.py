@@ -24,23 +24,10 @@ from analytics_server.db.store import Store
 from analytics_server.db.base import epoch_ms
 from analytics_server.db.translog_store import LOG_LOCK, LogTreeError
 from fa_common.clock import SYSTEM_CLOCK
-from devstack.pg_local import worker_database
-from devstack.processes import fresh_database
 from translog import entries as te
 from translog.merkle import MerkleTree
 
-PG_URL = os.environ.get("FA_TEST_POSTGRES_URL")
 SEED = bytes(range(32))
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)] if PG_URL else ["sqlite"])
-def db_url(request: pytest.FixtureRequest, migrated_template: Path, tmp_path: Path) -> str:
-    if request.param == "postgres" and PG_URL:
-        url = worker_database(PG_URL)
-        fresh_database(url)
-        return url
-    shutil.copyfile(migrated_template, tmp_path / "fa.db")
-    return f"sqlite+aiosqlite:///{tmp_path / 'fa.db'}"
 
 
 async def _store(url: str) -> Store:
