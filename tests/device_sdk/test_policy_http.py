@@ -54,7 +54,8 @@ async def test_max_epsilon_per_day_stops_after_the_budget(start_app_server) -> N
         limited = fleet.add(["moon"], DevicePolicy(max_epsilon_per_day=1.5))
         for rows in WORDS[:5]:
             fleet.add(rows)
-        first = await run_query(http, url, NOISY, hdr)
+        everyone = {**NOISY, "cohort": {**NOISY["cohort"], "min_clients": 6}}  # the limited device is seated
+        first = await run_query(http, url, everyone, hdr)
         second = await run_query(http, url, NOISY, hdr)
         await fleet.stop()
         assert first["status"] == second["status"] == "succeeded", (first, second)
