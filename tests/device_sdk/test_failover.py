@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from analytics_server.state import STATE
 from analyst_client.cli import AnalystClient
-from device_sdk.client import DeviceClient
+from device_sdk.client import DeviceClient, Outcome
 from device_sdk.options import ClientOptions, NetworkOptions
 from device_sdk.servers import parse_server_urls
 from device_sdk.store import LocalStore
@@ -74,7 +74,13 @@ async def test_phase_requests_go_to_the_cohort_server_and_an_unreachable_one_is_
         store = LocalStore()
         store.add("words", "moon")
         devices.append(DeviceClient(url, store, ClientOptions(network=NetworkOptions(checkin_wait_s=5))))
-    outcomes = await asyncio.gather(*(d.run_once() for d in devices))
+
+    async def until_assigned(d: DeviceClient) -> Outcome:  # a busy machine may form the cohort after one long-poll
+        while (out := await d.run_once()).status == "idle":
+            pass
+        return out
+
+    outcomes = await asyncio.wait_for(asyncio.gather(*(until_assigned(d) for d in devices)), 300)
     assert [o.status for o in outcomes] == ["aborted"] * 3, outcomes
     assert all("unreachable" in o.detail for o in outcomes)
     assert all(d.server == url for d in devices)  # the check-in server was fine: no failover
