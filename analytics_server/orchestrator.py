@@ -290,7 +290,7 @@ class Orchestrator:
         state = kind.state_from_json(q.state)
         index = q.current_round
         live = self.live.setdefault(q.id, {})
-        spent = sum(privacy.round_weight(privacy.stored_noise(r.noise)) for r in await self.store.rounds.summaries(q.id)
+        spent = sum(privacy.round_weight(r.noise) for r in await self.store.rounds.summaries(q.id)
                     if r.index < index)
         while True:
             rnd = await self.store.rounds.get(q.id, index)
@@ -355,8 +355,7 @@ class Orchestrator:
         except ValueError as exc:
             raise QueryFailed(f"round {index}: {exc}") from None
         stored_plan = asdict(plan)
-        noise = None if planned is None else planned.to_dict()  # the round's JSON column
-        return await self.store.rounds.create(q.id, index, stored_plan, noise, bits, need, plan.dim)
+        return await self.store.rounds.create(q.id, index, stored_plan, planned, bits, need, plan.dim)
 
     async def _finish(self, q: QueryContext, params: Any, state: Any, stop_reason: str | None = None) -> None:
         spec, kind = q.spec, q.kind
@@ -367,7 +366,7 @@ class Orchestrator:
         except ValueError as exc:
             raise QueryFailed(f"finalize failed: {exc}") from None
         rounds = await self.store.rounds.summaries(q.id)
-        noises = [privacy.stored_noise(r.noise) for r in rounds]
+        noises = [r.noise for r in rounds]
         contributors = [r.contributors for r in rounds]
         bits = [r.bits for r in rounds]
         purposes = [(r.plan or {}).get("purpose") for r in rounds]

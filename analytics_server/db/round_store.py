@@ -4,7 +4,7 @@ transaction), their sampling secret, and who sat in them and contributed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import select, update
@@ -12,6 +12,9 @@ from sqlalchemy import select, update
 from analytics_server.db.base import Database, run_to_completion, utc
 from analytics_server.db.models import CohortMember, Event, Query, Round
 from fa_common.clock import Clock
+
+if TYPE_CHECKING:
+    from queries.dp import PlannedNoise  # at run time on first use: it loads the accountant (docs/server.md)
 
 
 def vec_to_bytes(vec: np.ndarray) -> bytes:
@@ -28,7 +31,8 @@ class RoundSummary:
 
     index: int
     plan: dict[str, Any]
-    noise: dict[str, Any] | None
+    noise: PlannedNoise | None
+    """Parsed from the round's JSON column (`PlannedNoise.to_dict()`); None for a round without noise."""
     contributors: int
     bits: int
 
@@ -51,18 +55,21 @@ class Rounds:
 
     async def summaries(self, query_id: str) -> list[RoundSummary]:
         """Every round of the query in order, without its aggregate (plan, noise, contributors, bits)."""
+        from queries.dp import PlannedNoise
+
         async with self.db.sessions() as s:
             rows = (await s.execute(
                 select(Round.index, Round.plan, Round.noise, Round.contributors, Round.bits)
                 .where(Round.query_id == query_id).order_by(Round.index)
             )).all()
-        return [RoundSummary(*row) for row in rows]
+        return [RoundSummary(i, plan, None if noise is None else PlannedNoise.from_dict(noise), c, bits)
+                for i, plan, noise, c, bits in rows]
 
     async def create(
-        self, query_id: str, index: int, plan: dict[str, Any], noise: dict[str, Any] | None, bits: int, need: int, dim: int
+        self, query_id: str, index: int, plan: dict[str, Any], noise: PlannedNoise | None, bits: int, need: int, dim: int
     ) -> Round:
         at = utc(self.clock)
-        r = Round(query_id=query_id, index=index, plan=plan, noise=noise, bits=bits, need=need, status="collecting",
+        r = Round(query_id=query_id, index=index, plan=plan, noise=None if noise is None else noise.to_dict(), bits=bits, need=need, status="collecting",
                   aggregate=vec_to_bytes(np.zeros(dim, dtype=np.int64)), contributors=0, created_at=at)
         async with self.db.tx() as s:
             s.add(r)
